@@ -1,0 +1,1 @@
+//! Keel's in-memory keyspace.

@@ -1,0 +1,1 @@
+//! Pure parsers and encoders for Keel's wire protocols.
