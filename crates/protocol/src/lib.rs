@@ -1,1 +1,27 @@
-//! Pure parsers and encoders for Keel's wire protocols.
+//! Pure parsers and encoders for Keel's wire protocols: bytes in, values
+//! out, no I/O and no knowledge of storage, so each part is tested and
+//! fuzzed on its own.
+//!
+//! * [`request`]: what a Redis server reads. [`parse_request`] takes the
+//!   bytes buffered from a client and returns one request (its arguments
+//!   borrowed from the buffer), "incomplete", or a [`ProtocolError`] whose
+//!   text is Redis 7.0's. Multibulk (`*`) and inline forms, with Redis's
+//!   limits and quirks.
+//! * [`reply`]: what a Redis server writes. [`ReplyWriter`] appends RESP2 or
+//!   RESP3 replies to a `Vec<u8>`; [`reply::format_double_g17`] is C's
+//!   `%.17g`, which Redis uses for doubles.
+//! * [`frame`]: what a client reads. [`parse_frame`] parses any RESP2/RESP3
+//!   value into an owned [`Frame`], for tests, tools and the load generator.
+//!
+//! All parsers share one contract: `Ok(None)` means "need more bytes,
+//! nothing consumed"; `Ok(Some((value, consumed)))` means one value taken
+//! from the first `consumed` bytes; an error means the stream cannot be
+//! resynchronised.
+
+pub mod frame;
+pub mod reply;
+pub mod request;
+
+pub use frame::{parse_frame, Frame, FrameError};
+pub use reply::ReplyWriter;
+pub use request::{parse_request, Limits, ProtocolError, Request};

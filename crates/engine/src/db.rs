@@ -1,0 +1,524 @@
+//! One logical database (SELECT 0..15) inside one shard: its keys, the
+//! subset that carries a TTL, and the clients WATCHing its keys.
+//!
+//! Every write goes through a method here, so that expiry bookkeeping and
+//! WATCH invalidation cannot be forgotten by a command.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use crate::dict::Dict;
+use crate::value::{Entry, Value, NO_EXPIRY};
+
+pub type Key = Box<[u8]>;
+
+/// Set when a key a client WATCHes is modified; EXEC then aborts.
+pub type WatchFlag = Arc<AtomicBool>;
+
+/// One client watching one key of this database.
+struct Watcher {
+    flag: WatchFlag,
+    /// The key existed but had already expired when WATCH ran (Redis's
+    /// `watchedKey.expired`). Such a key is logically absent, so its lazy
+    /// deletion later is no change and must not abort EXEC; only its
+    /// coming back to life is.
+    stale: bool,
+}
+
+/// The part of a database that SWAPDB exchanges.
+#[derive(Default)]
+pub struct DbData {
+    keys: Dict<Key, Entry>,
+    /// Keys that have an expiry, so the active cycle samples only those
+    /// (Redis keeps the same second table).
+    expires: Dict<Key, ()>,
+    /// Where the active expiry cycle resumes its scan of `expires`.
+    expire_cursor: u64,
+}
+
+#[derive(Default)]
+pub struct Db {
+    pub data: DbData,
+    watched: HashMap<Key, Vec<Watcher>>,
+    /// Keys removed because their time ran out (INFO stats expired_keys).
+    pub expired_keys: u64,
+}
+
+/// Samples per pass of [`Db::active_expire_cycle`] (Redis samples 20 per
+/// loop; a bigger batch amortises the clock read).
+pub const ACTIVE_EXPIRE_BATCH: usize = 64;
+
+/// What an active expiry pass did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct ExpirePass {
+    pub sampled: usize,
+    pub expired: usize,
+}
+
+impl Db {
+    pub fn len(&self) -> usize {
+        self.data.keys.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.data.keys.is_empty()
+    }
+
+    pub fn expires_len(&self) -> usize {
+        self.data.expires.len()
+    }
+
+    /// Removes `key` if its time has run out; true if it did.
+    fn expire_if_needed(&mut self, key: &[u8], now_ms: u64) -> bool {
+        let expired = matches!(self.data.keys.get(key), Some(e) if e.is_expired(now_ms));
+        if expired {
+            self.remove(key);
+            self.expired_keys += 1;
+        }
+        expired
+    }
+
+    /// The live entry of `key`, expiring it first if its time has run out.
+    pub fn get(&mut self, key: &[u8], now_ms: u64) -> Option<&Entry> {
+        self.expire_if_needed(key, now_ms);
+        self.data.keys.get(key)
+    }
+
+    pub fn get_mut(&mut self, key: &[u8], now_ms: u64) -> Option<&mut Entry> {
+        self.expire_if_needed(key, now_ms);
+        self.data.keys.get_mut(key)
+    }
+
+    /// Whether `key` exists and is live, without touching its access time.
+    pub fn contains(&mut self, key: &[u8], now_ms: u64) -> bool {
+        self.get(key, now_ms).is_some()
+    }
+
+    /// Looks at an entry without expiring it (for WATCH and admin paths).
+    pub fn peek(&self, key: &[u8]) -> Option<&Entry> {
+        self.data.keys.get(key)
+    }
+
+    /// Stores `value` under `key`. The TTL is kept when `keep_ttl`, else
+    /// removed, as SET does.
+    pub fn set(&mut self, key: &[u8], value: Value, keep_ttl: bool, access_s: u32) {
+        let (entry, inserted) = self.data.keys.entry_or_insert_with(
+            key,
+            || key.into(),
+            || Entry::new(Value::Str(crate::value::Str::Int(0)), access_s),
+        );
+        entry.value = value;
+        entry.access_s = access_s;
+        if !inserted && !keep_ttl && entry.has_expiry() {
+            entry.expire_at_ms = NO_EXPIRY;
+            self.data.expires.remove(key);
+        }
+        self.signal_modified(key);
+    }
+
+    /// Inserts a whole entry (value and TTL), replacing any old one.
+    pub fn insert_entry(&mut self, key: &[u8], entry: Entry) {
+        let has_expiry = entry.has_expiry();
+        match self.data.keys.insert(key.into(), entry) {
+            Some(old) if old.has_expiry() && !has_expiry => {
+                self.data.expires.remove(key);
+            }
+            _ => {}
+        }
+        if has_expiry && !self.data.expires.contains_key(key) {
+            self.data.expires.insert(key.into(), ());
+        }
+        self.signal_modified(key);
+    }
+
+    pub fn remove(&mut self, key: &[u8]) -> Option<Entry> {
+        let entry = self.data.keys.remove(key)?;
+        if entry.has_expiry() {
+            self.data.expires.remove(key);
+        }
+        self.signal_modified(key);
+        Some(entry)
+    }
+
+    /// Sets the absolute expiry of an existing key. An instant already
+    /// past deletes the key, as Redis does; returns false if absent.
+    pub fn set_expire(&mut self, key: &[u8], at_ms: u64, now_ms: u64) -> bool {
+        if at_ms <= now_ms {
+            return self.remove(key).is_some();
+        }
+        let Some(entry) = self.data.keys.get_mut(key) else {
+            return false;
+        };
+        let had = entry.has_expiry();
+        entry.expire_at_ms = at_ms;
+        if !had {
+            self.data.expires.insert(key.into(), ());
+        }
+        self.signal_modified(key);
+        true
+    }
+
+    /// Removes the TTL of `key`; true if it had one.
+    pub fn persist(&mut self, key: &[u8]) -> bool {
+        match self.data.keys.get_mut(key) {
+            Some(entry) if entry.has_expiry() => {
+                entry.expire_at_ms = NO_EXPIRY;
+                self.data.expires.remove(key);
+                self.signal_modified(key);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Marks a key as modified for the clients WATCHing it (Redis's
+    /// `touchWatchedKey`). A watcher that saw the key already expired is
+    /// not disturbed by the key's deletion (its lazy or active expiry, or a
+    /// DEL): the key was logically absent before and still is. It forgets
+    /// the staleness then, so that any later change counts.
+    pub fn signal_modified(&mut self, key: &[u8]) {
+        if self.watched.is_empty() {
+            return;
+        }
+        let Some(watchers) = self.watched.get_mut(key) else { return };
+        let present = self.data.keys.contains_key(key);
+        for w in watchers {
+            if w.stale && !present {
+                w.stale = false;
+                continue;
+            }
+            w.flag.store(true, Ordering::Release);
+        }
+    }
+
+    /// Marks every watched key that exists as modified, whatever the
+    /// staleness of watchers (kept for callers outside the key commands;
+    /// FLUSHDB and SWAPDB use [`Db::take_all`] and [`Db::swap_data`]).
+    pub fn signal_all_watched(&mut self, also_missing: bool) {
+        for (key, watchers) in &self.watched {
+            if also_missing || self.data.keys.contains_key(&key[..]) {
+                for w in watchers {
+                    w.flag.store(true, Ordering::Release);
+                }
+            }
+        }
+    }
+
+    /// Redis's `touchAllWatchedKeysInDb`: this database's contents are
+    /// about to be replaced by `replacement` (None: emptied, as FLUSHDB
+    /// does). A watcher is dirtied when its key's logical state changes:
+    /// it existed, or it will exist. Stale keys replaced by nothing, or by
+    /// another stale key, are no change; an absent key replaced by a stale
+    /// one becomes a stale watch.
+    fn touch_all_watched(&mut self, replacement: Option<&DbData>, now_ms: u64) {
+        for (key, watchers) in self.watched.iter_mut() {
+            let exists_here = self.data.keys.contains_key(&key[..]);
+            let there = replacement.and_then(|r| r.keys.get(&key[..]));
+            if !exists_here && there.is_none() {
+                continue;
+            }
+            let stale_there = there.is_some_and(|e| e.is_expired(now_ms));
+            for w in watchers.iter_mut() {
+                if w.stale {
+                    if there.is_none() {
+                        w.stale = false;
+                        continue;
+                    }
+                    if stale_there {
+                        continue;
+                    }
+                } else if !exists_here && stale_there {
+                    w.stale = true;
+                    continue;
+                }
+                w.flag.store(true, Ordering::Release);
+            }
+        }
+    }
+
+    /// SWAPDB within one shard: exchanges the contents of `a` and `b`,
+    /// signalling the watchers of both as Redis does. Watches stay with
+    /// their database number, as clients stay in the database they chose.
+    pub fn swap_data(a: &mut Db, b: &mut Db, now_ms: u64) {
+        a.touch_all_watched(Some(&b.data), now_ms);
+        b.touch_all_watched(Some(&a.data), now_ms);
+        std::mem::swap(&mut a.data, &mut b.data);
+    }
+
+    /// Starts watching `key` for the client owning `flag`. A key that is
+    /// present but expired at this instant is remembered as stale.
+    pub fn watch(&mut self, key: &[u8], flag: &WatchFlag, now_ms: u64) {
+        let stale = self.data.keys.get(key).is_some_and(|e| e.is_expired(now_ms));
+        let watchers = self.watched.entry(key.into()).or_default();
+        if !watchers.iter().any(|w| Arc::ptr_eq(&w.flag, flag)) {
+            watchers.push(Watcher { flag: flag.clone(), stale });
+        }
+    }
+
+    pub fn unwatch(&mut self, key: &[u8], flag: &WatchFlag) {
+        if let Some(watchers) = self.watched.get_mut(key) {
+            watchers.retain(|w| !Arc::ptr_eq(&w.flag, flag));
+            if watchers.is_empty() {
+                self.watched.remove(key);
+            }
+        }
+    }
+
+    /// Redis's `isWatchedKeyExpired` for one key: the key has expired since
+    /// the client WATCHed it (not yet deleted, so no write signalled it).
+    /// Keys that were already expired at WATCH time do not count.
+    pub fn watched_key_expired(&self, key: &[u8], flag: &WatchFlag, now_ms: u64) -> bool {
+        let stale = self
+            .watched
+            .get(key)
+            .and_then(|ws| ws.iter().find(|w| Arc::ptr_eq(&w.flag, flag)))
+            .is_some_and(|w| w.stale);
+        !stale && self.data.keys.get(key).is_some_and(|e| e.is_expired(now_ms))
+    }
+
+    /// Removes every key (FLUSHDB, FLUSHALL), signalling watchers as Redis
+    /// does. The tables are handed back so that a caller can free a big one
+    /// off the serving path.
+    pub fn take_all(&mut self) -> DbData {
+        self.touch_all_watched(None, 0);
+        std::mem::take(&mut self.data)
+    }
+
+    /// One step of SCAN over this database (see `Dict::scan`).
+    pub fn scan(&self, cursor: u64, mut f: impl FnMut(&[u8], &Entry)) -> u64 {
+        self.data.keys.scan(cursor, |k, e| f(k, e))
+    }
+
+    pub fn random_key<R: rand::Rng>(&self, rng: &mut R) -> Option<(&[u8], &Entry)> {
+        self.data.keys.random_entry(rng).map(|(k, e)| (&k[..], e))
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&[u8], &Entry)> {
+        self.data.keys.iter().map(|(k, e)| (&k[..], e))
+    }
+
+    /// Samples up to `max_samples` keys with a TTL, resuming where the
+    /// previous pass stopped, and removes the expired ones. Bounded work per
+    /// call is what keeps the active cycle from stalling the shard.
+    pub fn active_expire(&mut self, now_ms: u64, max_samples: usize) -> ExpirePass {
+        let mut pass = ExpirePass::default();
+        if self.data.expires.is_empty() {
+            return pass;
+        }
+        let mut due: Vec<Key> = Vec::new();
+        let mut cursor = self.data.expire_cursor;
+        loop {
+            let keys = &self.data.keys;
+            cursor = self.data.expires.scan(cursor, |k, ()| {
+                pass.sampled += 1;
+                if keys.get(&k[..]).is_some_and(|e| e.is_expired(now_ms)) {
+                    due.push(k.clone());
+                }
+            });
+            if cursor == 0 || pass.sampled >= max_samples {
+                break;
+            }
+        }
+        self.data.expire_cursor = cursor;
+        for key in due {
+            if self.expire_if_needed(&key, now_ms) {
+                pass.expired += 1;
+            }
+        }
+        pass
+    }
+
+    /// Redis's adaptive active expiry for one database: passes of
+    /// `ACTIVE_EXPIRE_BATCH` samples, repeated while more than a tenth of
+    /// what a pass sampled had expired (so a mass expiry is reclaimed
+    /// quickly, a healthy table costs one pass), until `deadline`.
+    pub fn active_expire_cycle(&mut self, now_ms: u64, deadline: std::time::Instant) -> ExpirePass {
+        let mut total = ExpirePass::default();
+        loop {
+            let pass = self.active_expire(now_ms, ACTIVE_EXPIRE_BATCH);
+            total.sampled += pass.sampled;
+            total.expired += pass.expired;
+            if pass.sampled == 0 || pass.expired * 10 <= pass.sampled || std::time::Instant::now() >= deadline {
+                return total;
+            }
+        }
+    }
+
+    /// Moves some buckets of an ongoing rehash; true if more remain.
+    pub fn rehash_step(&mut self, buckets: usize) -> bool {
+        let keys = self.data.keys.rehash_step(buckets);
+        let expires = self.data.expires.rehash_step(buckets);
+        keys || expires
+    }
+
+    /// Sum of the TTLs left on keys with an expiry, for INFO's avg_ttl; a
+    /// sample keeps this cheap on big databases.
+    pub fn avg_ttl_ms(&self, now_ms: u64) -> u64 {
+        let mut sum = 0u64;
+        let mut n = 0u64;
+        let keys = &self.data.keys;
+        let mut cursor = 0;
+        loop {
+            cursor = self.data.expires.scan(cursor, |k, ()| {
+                if let Some(e) = keys.get(&k[..]) {
+                    sum += e.expire_at_ms.saturating_sub(now_ms);
+                    n += 1;
+                }
+            });
+            if cursor == 0 || n >= 128 {
+                break;
+            }
+        }
+        sum.checked_div(n).unwrap_or(0)
+    }
+
+    pub fn memory_usage(&self) -> usize {
+        self.data.keys.memory_usage() + self.data.expires.memory_usage()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::value::Str;
+
+    fn s(v: &[u8]) -> Value {
+        Value::Str(Str::from_bytes(v))
+    }
+
+    #[test]
+    fn expired_keys_vanish_on_access() {
+        let mut db = Db::default();
+        db.set(b"k", s(b"v"), false, 0);
+        assert!(db.set_expire(b"k", 1_000, 500));
+        assert!(db.get(b"k", 999).is_some());
+        assert!(db.get(b"k", 1_000).is_none());
+        assert_eq!(db.expires_len(), 0);
+        assert_eq!(db.expired_keys, 1);
+    }
+
+    #[test]
+    fn set_clears_ttl_unless_kept() {
+        let mut db = Db::default();
+        db.set(b"k", s(b"v"), false, 0);
+        db.set_expire(b"k", 10_000, 0);
+        db.set(b"k", s(b"w"), true, 0);
+        assert_eq!(db.peek(b"k").map(|e| e.expire_at_ms), Some(10_000));
+        db.set(b"k", s(b"x"), false, 0);
+        assert_eq!(db.peek(b"k").map(|e| e.expire_at_ms), Some(NO_EXPIRY));
+        assert_eq!(db.expires_len(), 0);
+    }
+
+    #[test]
+    fn watch_flags_are_raised_by_writes_only_on_watched_keys() {
+        let mut db = Db::default();
+        let flag: WatchFlag = Arc::default();
+        db.watch(b"a", &flag, 0);
+        db.set(b"b", s(b"1"), false, 0);
+        assert!(!flag.load(Ordering::Acquire));
+        db.set(b"a", s(b"1"), false, 0);
+        assert!(flag.load(Ordering::Acquire));
+        db.unwatch(b"a", &flag);
+        assert!(db.watched.is_empty());
+    }
+
+    #[test]
+    fn active_expiry_reclaims_without_access() {
+        let mut db = Db::default();
+        for i in 0..1000u32 {
+            let key = i.to_string();
+            db.set(key.as_bytes(), s(b"v"), false, 0);
+            db.set_expire(key.as_bytes(), if i % 2 == 0 { 100 } else { 10_000 }, 0);
+        }
+        let mut expired = 0;
+        for _ in 0..200 {
+            expired += db.active_expire(5_000, 20).expired;
+        }
+        assert_eq!(expired, 500);
+        assert_eq!(db.len(), 500);
+        assert_eq!(db.expires_len(), 500);
+    }
+
+    fn flagged(flag: &WatchFlag) -> bool {
+        flag.load(Ordering::Acquire)
+    }
+
+    #[test]
+    fn stale_watch_survives_deletion_but_not_resurrection() {
+        let mut db = Db::default();
+        db.set(b"x", s(b"v"), false, 0);
+        db.set_expire(b"x", 10, 0);
+        let flag: WatchFlag = Arc::default();
+        db.watch(b"x", &flag, 20);
+        assert!(!db.watched_key_expired(b"x", &flag, 20));
+        assert!(db.get(b"x", 20).is_none());
+        assert!(!flagged(&flag));
+        db.set(b"x", s(b"w"), false, 0);
+        assert!(flagged(&flag));
+    }
+
+    #[test]
+    fn live_watch_sees_expiry() {
+        let mut db = Db::default();
+        db.set(b"x", s(b"v"), false, 0);
+        db.set_expire(b"x", 10, 0);
+        let flag: WatchFlag = Arc::default();
+        db.watch(b"x", &flag, 5);
+        assert!(db.watched_key_expired(b"x", &flag, 10));
+        db.active_expire(10, 10);
+        assert!(flagged(&flag));
+    }
+
+    #[test]
+    fn flush_touches_only_live_watched_keys() {
+        let mut db = Db::default();
+        let (live, stale, absent): (WatchFlag, WatchFlag, WatchFlag) = Default::default();
+        db.set(b"l", s(b"v"), false, 0);
+        db.set(b"s", s(b"v"), false, 0);
+        db.set_expire(b"s", 10, 0);
+        db.watch(b"l", &live, 20);
+        db.watch(b"s", &stale, 20);
+        db.watch(b"a", &absent, 20);
+        let data = db.take_all();
+        assert_eq!(data.keys.len(), 2);
+        assert!(flagged(&live) && !flagged(&stale) && !flagged(&absent));
+    }
+
+    #[test]
+    fn swap_follows_redis_watch_rules() {
+        let mut a = Db::default();
+        let mut b = Db::default();
+        // a: x stale; b: nothing. Stale replaced by nothing: no change.
+        a.set(b"x", s(b"v"), false, 0);
+        a.set_expire(b"x", 10, 0);
+        // b: y live; a: nothing. Watcher on a's y sees it appear.
+        b.set(b"y", s(b"v"), false, 0);
+        // b: z stale; a: nothing. Absent replaced by stale: no change.
+        b.set(b"z", s(b"v"), false, 0);
+        b.set_expire(b"z", 10, 0);
+        let (fx, fy, fz): (WatchFlag, WatchFlag, WatchFlag) = Default::default();
+        a.watch(b"x", &fx, 20);
+        a.watch(b"y", &fy, 20);
+        a.watch(b"z", &fz, 20);
+        Db::swap_data(&mut a, &mut b, 20);
+        assert!(!flagged(&fx) && flagged(&fy) && !flagged(&fz));
+        assert!(!a.watched_key_expired(b"z", &fz, 30));
+        assert_eq!(a.len(), 2);
+        assert_eq!(b.len(), 1);
+    }
+
+    #[test]
+    fn active_cycle_reclaims_a_mass_expiry_in_one_call() {
+        let mut db = Db::default();
+        for i in 0..10_000u32 {
+            let key = i.to_string();
+            db.set(key.as_bytes(), s(b"v"), false, 0);
+            db.set_expire(key.as_bytes(), 100, 0);
+        }
+        let far = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        let pass = db.active_expire_cycle(200, far);
+        assert_eq!(pass.expired, 10_000);
+        assert!(db.is_empty());
+    }
+}

@@ -1,0 +1,1092 @@
+//! `Dict`: the hash table that holds every key of a database, built so that no
+//! single operation ever stalls the shard (design.md, "A table never stalls").
+//!
+//! # How it never stalls
+//!
+//! Chained hashing over power-of-two bucket arrays, resized the way Redis's
+//! `dict.c` does it: a resize allocates a second bucket array and then moves
+//! the old one's buckets over *incrementally*. While two tables exist, every
+//! `insert`, `remove`, `get_mut` and `entry_or_insert_with` first migrates one
+//! non-empty bucket (visiting at most [`EMPTY_VISITS_PER_BUCKET`] empty ones on
+//! the way), and the server's cron calls [`Dict::rehash_step`] with a time
+//! budget to finish sooner. New keys always go to the new table, so a resize
+//! finishes before the new table fills: one bucket per write against at most
+//! one bucket of the old table per element.
+//!
+//! - Grow when `len >= buckets` (load factor 1) to the next power of two
+//!   above `len`; shrink when `len < buckets / 8` to the next power of two
+//!   above `len` (never below [`INITIAL_BUCKETS`]). Shrinking is a rehash like
+//!   any other, so it is incremental too. No resize starts while one runs.
+//! - A new bucket array is allocated zeroed (`calloc`), so even a 2^24-bucket
+//!   array costs no memset up front: its pages are faulted in as the
+//!   migration reaches them. This is why the empty link is `0`.
+//! - The only O(n) operations are `clear`, `retain`, `iter`/`iter_mut` (which
+//!   the caller drives) and dropping the whole `Dict` (the server drops big
+//!   ones on another thread after `std::mem::take`, which is free: `Default`
+//!   allocates nothing).
+//!
+//! # Node layout: an index arena, not a `Box` per entry
+//!
+//! Entries live in an arena of fixed-size chunks (`Vec<Node>`, 64 KiB each,
+//! except that the first grows by doubling up to that size so that small
+//! dicts stay small). Buckets and `next` links are `u32` indices (`index + 1`,
+//! `0` is the empty link) rather than pointers. Compared with the obvious
+//! `Option<Box<Node>>` chain (what Redis does in C), for
+//! `Dict<Box<[u8]>, u64>`:
+//!
+//! - a node is 32 bytes (16 key + 8 value + 4 link, padded) with no malloc
+//!   header or size-class rounding, against 32 + allocator overhead for a
+//!   boxed node (+16 bytes on glibc, which rounds 32 up to 48);
+//! - a bucket is 4 bytes instead of 8, i.e. 4 to 8 bytes per entry at a load
+//!   factor between 1/2 and 1;
+//! - inserts do not call the allocator (except once per 64 KiB chunk), and
+//!   `iter` walks dense memory;
+//! - nodes stay dense because `remove` moves the last node into the hole
+//!   (one extra hash and chain walk to re-point the link to it). Density makes
+//!   [`Dict::random_entry`] exactly uniform and O(1) even after mass deletes,
+//!   where Redis's bucket sampling can get slow on a sparse table.
+//!
+//! Chunks are fixed-size, never reallocated, so growth never copies the
+//! entries (a `Vec` of all nodes would copy gigabytes on doubling). The price
+//! is a limit of `u32::MAX - 1` entries per dict, asserted on insert.
+//!
+//! The hash is not stored in the node (Redis doesn't either): it would cost
+//! 8 bytes per entry to save rehashing the key on migration, and foldhash is
+//! a few nanoseconds per short key.
+//!
+//! # Hash
+//!
+//! [`DefaultHashBuilder`] is `foldhash::fast::RandomState`: among the fastest
+//! hashes for short keys (what hashbrown itself defaults to), seeded at random
+//! per process and per table, so bucket layout cannot be predicted from
+//! outside. It is not a keyed PRF like Redis's SipHash; a deployment that must
+//! resist a determined HashDoS can pick another `BuildHasher` type.
+//!
+//! # SCAN
+//!
+//! [`Dict::scan`] is Redis's reverse-binary cursor (Pieter Noordhuis's
+//! design, `dictScan`): the cursor's high bits are incremented first, so a
+//! cursor stays meaningful when the table doubles or halves between calls,
+//! and while rehashing the smaller table's bucket is visited together with
+//! all of its expansions in the larger one. Every element present for the
+//! whole scan is returned at least once; some may be returned twice.
+
+use std::borrow::Borrow;
+use std::fmt;
+use std::hash::{BuildHasher, Hash};
+use std::mem;
+
+/// The default hasher: fast, seeded per process and per table (see module doc).
+pub type DefaultHashBuilder = foldhash::fast::RandomState;
+
+/// The smallest bucket array, as in Redis (`DICT_HT_INITIAL_SIZE`).
+pub const INITIAL_BUCKETS: usize = 4;
+
+/// A migration step gives up after this many empty buckets per bucket it was
+/// asked to move, so a step over a sparse table stays bounded (Redis: 10).
+pub const EMPTY_VISITS_PER_BUCKET: usize = 10;
+
+/// Shrink when fewer than one entry per this many buckets.
+const SHRINK_RATIO: usize = 8;
+
+/// Target size of one arena chunk. Big enough that the chunk allocation is
+/// rare (one in ~2000 inserts for 32-byte nodes), small enough that
+/// allocating or freeing one never costs more than a few microseconds.
+const CHUNK_BYTES: usize = 64 * 1024;
+
+/// A link to a node: its index + 1, or [`NIL`]. Zero as the empty value lets
+/// bucket arrays be allocated zeroed (lazily, by the kernel).
+type Link = u32;
+const NIL: Link = 0;
+
+/// The most entries a dict holds: indices must fit a `Link` besides `NIL`.
+const LEN_MAX: usize = u32::MAX as usize - 1;
+
+struct Node<K, V> {
+    key: K,
+    value: V,
+    next: Link,
+}
+
+/// Dense storage of nodes, in chunks that are never reallocated once full
+/// size. Invariant: chunk `c` holds indices `c << CHUNK_BITS ..`; every chunk
+/// but the last non-empty one is full; at most one empty chunk follows it.
+struct Arena<K, V> {
+    chunks: Vec<Vec<Node<K, V>>>,
+    len: usize,
+}
+
+impl<K, V> Arena<K, V> {
+    const CHUNK_BITS: u32 = {
+        // A node holds at least its link, so the size is never zero.
+        let n = CHUNK_BYTES / mem::size_of::<Node<K, V>>();
+        if n <= 1 {
+            0
+        } else {
+            n.ilog2()
+        }
+    };
+    const CHUNK: usize = 1 << Self::CHUNK_BITS;
+    const CHUNK_MASK: usize = Self::CHUNK - 1;
+
+    const fn new() -> Self {
+        Arena { chunks: Vec::new(), len: 0 }
+    }
+
+    #[inline]
+    fn get(&self, i: usize) -> &Node<K, V> {
+        &self.chunks[i >> Self::CHUNK_BITS][i & Self::CHUNK_MASK]
+    }
+
+    #[inline]
+    fn get_mut(&mut self, i: usize) -> &mut Node<K, V> {
+        &mut self.chunks[i >> Self::CHUNK_BITS][i & Self::CHUNK_MASK]
+    }
+
+    /// Appends `node`, returning its index. Copies at most one chunk (while
+    /// the first chunk is still growing), never the whole arena.
+    fn push(&mut self, node: Node<K, V>) -> usize {
+        let i = self.len;
+        let c = i >> Self::CHUNK_BITS;
+        if c == self.chunks.len() {
+            // Only chunk 0 starts small; later chunks mean the dict is big.
+            let cap = if c == 0 { INITIAL_BUCKETS.min(Self::CHUNK) } else { Self::CHUNK };
+            self.chunks.push(Vec::with_capacity(cap));
+        }
+        let chunk = &mut self.chunks[c];
+        if chunk.len() == chunk.capacity() {
+            let want = (chunk.capacity() * 2).clamp(INITIAL_BUCKETS, Self::CHUNK);
+            chunk.reserve_exact(want - chunk.len());
+        }
+        debug_assert!(chunk.len() < Self::CHUNK);
+        chunk.push(node);
+        self.len += 1;
+        i
+    }
+
+    /// Removes the node at `i`, moving the last node into its place.
+    fn swap_remove(&mut self, i: usize) -> Node<K, V> {
+        assert!(i < self.len);
+        self.len -= 1;
+        let last = self.chunks[self.len >> Self::CHUNK_BITS]
+            .pop()
+            .expect("arena chunk holding the last index is non-empty");
+        // Keep one spare empty chunk so that a dict hovering at a chunk
+        // boundary does not allocate and free 64 KiB on every other write.
+        let used_chunks = self.len.div_ceil(Self::CHUNK);
+        if self.chunks.len() > used_chunks + 1 {
+            self.chunks.truncate(used_chunks + 1);
+        }
+        if i == self.len {
+            last
+        } else {
+            mem::replace(self.get_mut(i), last)
+        }
+    }
+
+    /// Bytes held, in O(1): every chunk but the first has the full capacity.
+    fn bytes(&self) -> usize {
+        let nodes = match self.chunks.first() {
+            None => 0,
+            Some(first) => first.capacity() + (self.chunks.len() - 1) * Self::CHUNK,
+        };
+        nodes * mem::size_of::<Node<K, V>>()
+            + self.chunks.capacity() * mem::size_of::<Vec<Node<K, V>>>()
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &Node<K, V>> {
+        self.chunks.iter().flatten()
+    }
+
+    fn iter_mut(&mut self) -> impl Iterator<Item = &mut Node<K, V>> {
+        self.chunks.iter_mut().flatten()
+    }
+}
+
+/// Where a link lives: a bucket head, or the `next` of a node.
+#[derive(Clone, Copy)]
+enum LinkPos {
+    Bucket { table: usize, bucket: usize },
+    Next { node: usize },
+}
+
+/// What the last operation's migration did, for tests that bound the work.
+#[cfg(test)]
+#[derive(Clone, Copy, Debug, Default)]
+struct Work {
+    /// Buckets of the old table visited, empty or not.
+    buckets_visited: usize,
+    /// Nodes moved to the new table.
+    nodes_moved: usize,
+}
+
+/// An incrementally rehashed hash table; see the module documentation.
+pub struct Dict<K, V, S = DefaultHashBuilder> {
+    /// `tables[0]` is the only table, or the one being drained while
+    /// `tables[1]` is non-empty (rehashing). Lengths are powers of two or 0.
+    tables: [Box<[Link]>; 2],
+    /// Entries reachable from each table.
+    used: [usize; 2],
+    /// While rehashing, the next bucket of `tables[0]` to migrate: every
+    /// bucket of `tables[0]` below it is empty.
+    rehash_idx: usize,
+    nodes: Arena<K, V>,
+    hasher: S,
+    #[cfg(test)]
+    work: Work,
+}
+
+impl<K, V, S: Default> Default for Dict<K, V, S> {
+    fn default() -> Self {
+        Self::with_hasher(S::default())
+    }
+}
+
+impl<K, V, S> fmt::Debug for Dict<K, V, S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Dict")
+            .field("len", &self.nodes.len)
+            .field("buckets", &[self.tables[0].len(), self.tables[1].len()])
+            .field("rehash_idx", &self.rehash_idx)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A zeroed bucket array: `vec![0; n]` goes to `alloc_zeroed`, which for big
+/// arrays is fresh `mmap` pages, so this costs no O(n) memset.
+fn empty_table(buckets: usize) -> Box<[Link]> {
+    debug_assert!(buckets.is_power_of_two());
+    vec![NIL; buckets].into_boxed_slice()
+}
+
+#[inline]
+fn bucket_of(hash: u64, table_len: usize) -> usize {
+    // Truncation is intended: table lengths are powers of two below usize::MAX.
+    (hash as usize) & (table_len - 1)
+}
+
+impl<K, V, S> Dict<K, V, S> {
+    /// An empty dict that allocates nothing until the first insert.
+    pub fn with_hasher(hasher: S) -> Self {
+        Dict {
+            tables: Default::default(),
+            used: [0, 0],
+            rehash_idx: 0,
+            nodes: Arena::new(),
+            hasher,
+            #[cfg(test)]
+            work: Work { buckets_visited: 0, nodes_moved: 0 },
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.nodes.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.nodes.len == 0
+    }
+
+    pub fn is_rehashing(&self) -> bool {
+        !self.tables[1].is_empty()
+    }
+
+    /// Buckets of both tables together (INFO, DEBUG HTSTATS).
+    pub fn buckets(&self) -> usize {
+        self.tables[0].len() + self.tables[1].len()
+    }
+
+    /// Approximate bytes of the table itself: bucket arrays and nodes
+    /// (including spare capacity), not what keys and values point to.
+    pub fn memory_usage(&self) -> usize {
+        mem::size_of::<Self>() + self.buckets() * mem::size_of::<Link>() + self.nodes.bytes()
+    }
+
+    /// Removes every entry and frees all memory. O(n) in the drops; to free a
+    /// big dict without blocking, `std::mem::take` it and drop it elsewhere.
+    pub fn clear(&mut self) {
+        self.tables = Default::default();
+        self.used = [0, 0];
+        self.rehash_idx = 0;
+        self.nodes = Arena::new();
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&K, &V)> {
+        self.nodes.iter().map(|n| (&n.key, &n.value))
+    }
+
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = (&K, &mut V)> {
+        self.nodes.iter_mut().map(|n| (&n.key, &mut n.value))
+    }
+
+    /// A uniformly random entry in O(1), or `None` if empty. Nodes are dense
+    /// (see module doc), so this is a uniform index into them: fairer than
+    /// Redis's `dictGetFairRandomKey` and never slow on a sparse table.
+    pub fn random_entry<R: rand::Rng>(&self, rng: &mut R) -> Option<(&K, &V)> {
+        if self.is_empty() {
+            return None;
+        }
+        let node = self.nodes.get(rng.gen_range(0..self.nodes.len));
+        Some((&node.key, &node.value))
+    }
+
+    /// One call of Redis's SCAN over this dict: calls `f` for every entry of
+    /// the bucket(s) the cursor names and returns the next cursor, 0 when the
+    /// scan is complete. Start with 0. The dict may change freely between
+    /// calls; every entry present from the first call to the last is passed
+    /// to `f` at least once (some may be passed more than once).
+    pub fn scan(&self, cursor: u64, mut f: impl FnMut(&K, &V)) -> u64 {
+        if self.is_empty() {
+            return 0;
+        }
+        // Advances the reversed cursor by one in the bits the mask leaves.
+        fn next_cursor(v: u64, mask: u64) -> u64 {
+            (v | !mask).reverse_bits().wrapping_add(1).reverse_bits()
+        }
+        let mut v = cursor;
+        if !self.is_rehashing() {
+            let table = &self.tables[0];
+            let mask = (table.len() - 1) as u64;
+            self.emit_chain(table[(v & mask) as usize], &mut f);
+            return next_cursor(v, mask);
+        }
+        let (small, big) = if self.tables[0].len() <= self.tables[1].len() {
+            (&self.tables[0], &self.tables[1])
+        } else {
+            (&self.tables[1], &self.tables[0])
+        };
+        let m_small = (small.len() - 1) as u64;
+        let m_big = (big.len() - 1) as u64;
+        self.emit_chain(small[(v & m_small) as usize], &mut f);
+        // Every bucket of the big table that the small bucket expands to.
+        loop {
+            self.emit_chain(big[(v & m_big) as usize], &mut f);
+            v = next_cursor(v, m_big);
+            if v & (m_small ^ m_big) == 0 {
+                break;
+            }
+        }
+        v
+    }
+
+    fn emit_chain(&self, mut link: Link, f: &mut impl FnMut(&K, &V)) {
+        while link != NIL {
+            let node = self.nodes.get((link - 1) as usize);
+            f(&node.key, &node.value);
+            link = node.next;
+        }
+    }
+
+    fn link_mut(&mut self, pos: LinkPos) -> &mut Link {
+        match pos {
+            LinkPos::Bucket { table, bucket } => &mut self.tables[table][bucket],
+            LinkPos::Next { node } => &mut self.nodes.get_mut(node).next,
+        }
+    }
+}
+
+impl<K: Hash + Eq, V, S: BuildHasher + Default> Dict<K, V, S> {
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+impl<K: Hash + Eq, V, S: BuildHasher> Dict<K, V, S> {
+    #[inline]
+    fn hash<Q: Hash + ?Sized>(&self, q: &Q) -> u64 {
+        self.hasher.hash_one(q)
+    }
+
+    /// The node index holding `q`. Reads only; searches the old table, then
+    /// the new one while rehashing.
+    #[inline]
+    fn find_index<Q>(&self, hash: u64, q: &Q) -> Option<usize>
+    where
+        K: Borrow<Q>,
+        Q: Eq + ?Sized,
+    {
+        if self.is_empty() {
+            return None;
+        }
+        for table in &self.tables {
+            if table.is_empty() {
+                break;
+            }
+            let mut link = table[bucket_of(hash, table.len())];
+            while link != NIL {
+                let i = (link - 1) as usize;
+                let node = self.nodes.get(i);
+                if node.key.borrow() == q {
+                    return Some(i);
+                }
+                link = node.next;
+            }
+        }
+        None
+    }
+
+    /// Like `find_index`, also returning the table and the link that points
+    /// at the node, for unlinking.
+    fn find_pos<Q>(&self, hash: u64, q: &Q) -> Option<(usize, LinkPos, usize)>
+    where
+        K: Borrow<Q>,
+        Q: Eq + ?Sized,
+    {
+        if self.is_empty() {
+            return None;
+        }
+        for (t, table) in self.tables.iter().enumerate() {
+            if table.is_empty() {
+                break;
+            }
+            let bucket = bucket_of(hash, table.len());
+            let mut pos = LinkPos::Bucket { table: t, bucket };
+            let mut link = table[bucket];
+            while link != NIL {
+                let i = (link - 1) as usize;
+                let node = self.nodes.get(i);
+                if node.key.borrow() == q {
+                    return Some((t, pos, i));
+                }
+                pos = LinkPos::Next { node: i };
+                link = node.next;
+            }
+        }
+        None
+    }
+
+    /// The table and link pointing at node `target`, whose key hashes to
+    /// `hash`. The node must be linked: a miss means the structure is corrupt.
+    fn pos_of_node(&self, hash: u64, target: usize) -> (usize, LinkPos) {
+        let wanted = (target + 1) as Link;
+        for (t, table) in self.tables.iter().enumerate() {
+            if table.is_empty() {
+                break;
+            }
+            let bucket = bucket_of(hash, table.len());
+            let mut pos = LinkPos::Bucket { table: t, bucket };
+            let mut link = table[bucket];
+            while link != NIL {
+                if link == wanted {
+                    return (t, pos);
+                }
+                let i = (link - 1) as usize;
+                pos = LinkPos::Next { node: i };
+                link = self.nodes.get(i).next;
+            }
+        }
+        panic!("dict corrupt: node {target} is not in its bucket chain");
+    }
+
+    /// Frees node `i`, already unlinked from its chain: the last node moves
+    /// into its slot, so the link to the last node is re-pointed first.
+    fn free_node(&mut self, i: usize) -> Node<K, V> {
+        let last = self.nodes.len - 1;
+        if i != last {
+            let hash = self.hash(&self.nodes.get(last).key);
+            let (_, pos) = self.pos_of_node(hash, last);
+            *self.link_mut(pos) = (i + 1) as Link;
+        }
+        self.nodes.swap_remove(i)
+    }
+
+    /// The bounded share of migration every write (and `get_mut`) does.
+    #[inline]
+    fn step_on_op(&mut self) {
+        #[cfg(test)]
+        {
+            self.work = Work::default();
+        }
+        if self.is_rehashing() {
+            self.rehash(1);
+        }
+    }
+
+    /// Migrates up to `n` non-empty buckets, visiting at most
+    /// `n * EMPTY_VISITS_PER_BUCKET` empty ones. True if work remains.
+    fn rehash(&mut self, n: usize) -> bool {
+        if !self.is_rehashing() {
+            return false;
+        }
+        let mut empty_visits = n.saturating_mul(EMPTY_VISITS_PER_BUCKET);
+        let new_len = self.tables[1].len();
+        for _ in 0..n {
+            if self.used[0] == 0 {
+                break;
+            }
+            // In bounds: some bucket at or above rehash_idx is non-empty.
+            while self.tables[0][self.rehash_idx] == NIL {
+                self.rehash_idx += 1;
+                #[cfg(test)]
+                {
+                    self.work.buckets_visited += 1;
+                }
+                empty_visits -= 1;
+                if empty_visits == 0 {
+                    return true;
+                }
+            }
+            let mut link = mem::replace(&mut self.tables[0][self.rehash_idx], NIL);
+            self.rehash_idx += 1;
+            #[cfg(test)]
+            {
+                self.work.buckets_visited += 1;
+            }
+            while link != NIL {
+                let node = self.nodes.get_mut((link - 1) as usize);
+                let next = node.next;
+                let bucket = bucket_of(self.hasher.hash_one(&node.key), new_len);
+                node.next = self.tables[1][bucket];
+                self.tables[1][bucket] = link;
+                self.used[0] -= 1;
+                self.used[1] += 1;
+                #[cfg(test)]
+                {
+                    self.work.nodes_moved += 1;
+                }
+                link = next;
+            }
+        }
+        if self.used[0] != 0 {
+            return true;
+        }
+        // Done. Freeing the old array is one `free`; for a big array that is
+        // an munmap, whose cost is what the latency bench measures.
+        self.tables[0] = mem::take(&mut self.tables[1]);
+        self.used = [self.used[1], 0];
+        self.rehash_idx = 0;
+        self.maybe_shrink();
+        self.is_rehashing()
+    }
+
+    /// Starts a resize to the smallest power of two above `len` (at least
+    /// `INITIAL_BUCKETS`), unless one runs or the size would not change.
+    fn start_resize(&mut self) {
+        debug_assert!(!self.is_rehashing());
+        let size = (self.nodes.len + 1).max(INITIAL_BUCKETS).next_power_of_two();
+        if size != self.tables[0].len() {
+            self.tables[1] = empty_table(size);
+            self.rehash_idx = 0;
+        }
+    }
+
+    fn maybe_grow(&mut self) {
+        if self.is_rehashing() {
+            return;
+        }
+        if self.tables[0].is_empty() {
+            self.tables[0] = empty_table(INITIAL_BUCKETS);
+        } else if self.used[0] >= self.tables[0].len() {
+            self.start_resize();
+        }
+    }
+
+    fn maybe_shrink(&mut self) {
+        if !self.is_rehashing()
+            && self.tables[0].len() > INITIAL_BUCKETS
+            && self.nodes.len.saturating_mul(SHRINK_RATIO) < self.tables[0].len()
+        {
+            self.start_resize();
+        }
+    }
+
+    /// Links a new node for a key known to be absent.
+    fn insert_new(&mut self, hash: u64, key: K, value: V) -> usize {
+        assert!(self.nodes.len < LEN_MAX, "dict full: {LEN_MAX} entries");
+        self.maybe_grow();
+        // While rehashing, new keys go to the new table only, so the old one
+        // only ever drains.
+        let t = usize::from(self.is_rehashing());
+        let bucket = bucket_of(hash, self.tables[t].len());
+        let next = self.tables[t][bucket];
+        let i = self.nodes.push(Node { key, value, next });
+        self.tables[t][bucket] = (i + 1) as Link;
+        self.used[t] += 1;
+        i
+    }
+
+    pub fn get<Q>(&self, k: &Q) -> Option<&V>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let i = self.find_index(self.hash(k), k)?;
+        Some(&self.nodes.get(i).value)
+    }
+
+    pub fn get_key_value<Q>(&self, k: &Q) -> Option<(&K, &V)>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let i = self.find_index(self.hash(k), k)?;
+        let node = self.nodes.get(i);
+        Some((&node.key, &node.value))
+    }
+
+    pub fn contains_key<Q>(&self, k: &Q) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.find_index(self.hash(k), k).is_some()
+    }
+
+    /// Like `get`, and also does a migration step.
+    pub fn get_mut<Q>(&mut self, k: &Q) -> Option<&mut V>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let hash = self.hash(k);
+        self.step_on_op();
+        let i = self.find_index(hash, k)?;
+        Some(&mut self.nodes.get_mut(i).value)
+    }
+
+    /// Inserts or replaces; returns the old value. On replace the stored key
+    /// is kept and `k` is dropped.
+    pub fn insert(&mut self, k: K, v: V) -> Option<V> {
+        let hash = self.hash(&k);
+        self.step_on_op();
+        if let Some(i) = self.find_index(hash, &k) {
+            return Some(mem::replace(&mut self.nodes.get_mut(i).value, v));
+        }
+        self.insert_new(hash, k, v);
+        None
+    }
+
+    /// The value for `k`, inserting `(make_key(), make_val())` if absent;
+    /// true if it inserted. `make_key()` must equal `k` (and hash the same).
+    /// One hash and one probe when the key exists.
+    pub fn entry_or_insert_with<Q>(
+        &mut self,
+        k: &Q,
+        make_key: impl FnOnce() -> K,
+        make_val: impl FnOnce() -> V,
+    ) -> (&mut V, bool)
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let hash = self.hash(k);
+        self.step_on_op();
+        match self.find_index(hash, k) {
+            Some(i) => (&mut self.nodes.get_mut(i).value, false),
+            None => {
+                let key = make_key();
+                debug_assert!(key.borrow() == k, "make_key() differs from the looked-up key");
+                let i = self.insert_new(hash, key, make_val());
+                (&mut self.nodes.get_mut(i).value, true)
+            }
+        }
+    }
+
+    pub fn remove<Q>(&mut self, k: &Q) -> Option<V>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.remove_entry(k).map(|(_, v)| v)
+    }
+
+    pub fn remove_entry<Q>(&mut self, k: &Q) -> Option<(K, V)>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let hash = self.hash(k);
+        self.step_on_op();
+        let (t, pos, i) = self.find_pos(hash, k)?;
+        let next = self.nodes.get(i).next;
+        *self.link_mut(pos) = next;
+        self.used[t] -= 1;
+        let node = self.free_node(i);
+        self.maybe_shrink();
+        Some((node.key, node.value))
+    }
+
+    /// Migrates up to `max_buckets` non-empty buckets (visiting at most ten
+    /// times as many empty ones); the server calls this from its cron in a
+    /// loop under a time budget. Also starts a pending shrink. True if more
+    /// migration work remains.
+    pub fn rehash_step(&mut self, max_buckets: usize) -> bool {
+        #[cfg(test)]
+        {
+            self.work = Work::default();
+        }
+        if !self.is_rehashing() {
+            self.maybe_shrink();
+        }
+        self.rehash(max_buckets)
+    }
+
+    /// Keeps the entries for which `f` is true. O(n): admin paths only.
+    pub fn retain(&mut self, mut f: impl FnMut(&K, &mut V) -> bool) {
+        // Backwards, so that the node moved into a freed slot is one already
+        // visited (and kept).
+        let mut i = self.nodes.len;
+        while i > 0 {
+            i -= 1;
+            let node = self.nodes.get_mut(i);
+            if f(&node.key, &mut node.value) {
+                continue;
+            }
+            let hash = self.hash(&self.nodes.get(i).key);
+            let (t, pos) = self.pos_of_node(hash, i);
+            let next = self.nodes.get(i).next;
+            *self.link_mut(pos) = next;
+            self.used[t] -= 1;
+            drop(self.free_node(i));
+        }
+        self.maybe_shrink();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use proptest::prelude::*;
+    use rand::rngs::SmallRng;
+    use rand::{Rng, SeedableRng};
+    use std::collections::{HashMap, HashSet};
+
+    type Key = Box<[u8]>;
+
+    fn key(n: u64) -> Key {
+        n.to_le_bytes().to_vec().into_boxed_slice()
+    }
+
+    impl<K: Hash + Eq, V, S: BuildHasher> Dict<K, V, S> {
+        /// Checks every structural invariant; O(n).
+        fn check(&self) {
+            let mut seen = vec![false; self.nodes.len];
+            for (t, table) in self.tables.iter().enumerate() {
+                let mut count = 0;
+                for (b, &head) in table.iter().enumerate() {
+                    if t == 0 && self.is_rehashing() && b < self.rehash_idx {
+                        assert_eq!(head, NIL, "migrated bucket {b} not empty");
+                    }
+                    let mut link = head;
+                    while link != NIL {
+                        let i = (link - 1) as usize;
+                        assert!(!seen[i], "node {i} linked twice");
+                        seen[i] = true;
+                        let node = self.nodes.get(i);
+                        assert_eq!(bucket_of(self.hash(&node.key), table.len()), b);
+                        count += 1;
+                        link = node.next;
+                    }
+                }
+                assert_eq!(count, self.used[t], "used[{t}]");
+            }
+            assert!(seen.iter().all(|&s| s), "unlinked node");
+            assert!(self.tables[0].is_empty() || self.tables[0].len().is_power_of_two());
+        }
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Insert(u16, u32),
+        Remove(u16),
+        RemoveRange(u16, u16),
+        Get(u16),
+        GetMut(u16, u32),
+        Entry(u16, u32),
+        Step(u8),
+        Retain(u16),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        let k = 0u16..600;
+        prop_oneof![
+            6 => (k.clone(), any::<u32>()).prop_map(|(k, v)| Op::Insert(k, v)),
+            3 => k.clone().prop_map(Op::Remove),
+            1 => (k.clone(), 0u16..300).prop_map(|(a, n)| Op::RemoveRange(a, a.saturating_add(n))),
+            3 => k.clone().prop_map(Op::Get),
+            2 => (k.clone(), any::<u32>()).prop_map(|(k, v)| Op::GetMut(k, v)),
+            3 => (k.clone(), any::<u32>()).prop_map(|(k, v)| Op::Entry(k, v)),
+            1 => any::<u8>().prop_map(Op::Step),
+            1 => (1u16..8).prop_map(Op::Retain),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+        #[test]
+        fn behaves_like_hashmap(ops in proptest::collection::vec(op(), 1..1500)) {
+            let mut d: Dict<Key, u32> = Dict::new();
+            let mut m: HashMap<Key, u32> = HashMap::new();
+            for op in ops {
+                match op {
+                    Op::Insert(k, v) => prop_assert_eq!(d.insert(key(k.into()), v), m.insert(key(k.into()), v)),
+                    Op::Remove(k) => prop_assert_eq!(d.remove(&key(k.into())[..]), m.remove(&key(k.into())[..])),
+                    Op::RemoveRange(a, b) => for k in a..b {
+                        let k = key(k.into());
+                        prop_assert_eq!(d.remove_entry(&k[..]), m.remove_entry(&k[..]));
+                    },
+                    Op::Get(k) => {
+                        let k = key(k.into());
+                        prop_assert_eq!(d.get(&k[..]), m.get(&k[..]));
+                        prop_assert_eq!(d.contains_key(&k[..]), m.contains_key(&k[..]));
+                        prop_assert_eq!(d.get_key_value(&k[..]), m.get_key_value(&k[..]));
+                    }
+                    Op::GetMut(k, v) => {
+                        let k = key(k.into());
+                        let (a, b) = (d.get_mut(&k[..]), m.get_mut(&k[..]));
+                        prop_assert_eq!(a.is_some(), b.is_some());
+                        if let (Some(a), Some(b)) = (a, b) { *a = v; *b = v; }
+                    }
+                    Op::Entry(k, v) => {
+                        let k = key(k.into());
+                        let existed = m.contains_key(&k[..]);
+                        let (dv, inserted) = d.entry_or_insert_with(&k[..], || k.clone(), || v);
+                        let mv = m.entry(k.clone()).or_insert(v);
+                        prop_assert_eq!(inserted, !existed);
+                        prop_assert_eq!(*dv, *mv);
+                        *dv = dv.wrapping_add(1);
+                        *mv = mv.wrapping_add(1);
+                    }
+                    Op::Step(n) => { d.rehash_step(n.into()); }
+                    Op::Retain(modulus) => {
+                        d.retain(|_, v| *v % u32::from(modulus) != 0);
+                        m.retain(|_, v| *v % u32::from(modulus) != 0);
+                    }
+                }
+                prop_assert_eq!(d.len(), m.len());
+                d.check();
+            }
+            let mut got: Vec<_> = d.iter().map(|(k, v)| (k.clone(), *v)).collect();
+            let mut want: Vec<_> = m.into_iter().collect();
+            got.sort();
+            want.sort();
+            prop_assert_eq!(got, want);
+        }
+    }
+
+    #[test]
+    fn insert_keeps_old_key_and_borrowed_lookup() {
+        #[derive(Debug)]
+        struct K(u32, &'static str);
+        impl PartialEq for K {
+            fn eq(&self, o: &K) -> bool {
+                self.0 == o.0
+            }
+        }
+        impl Eq for K {}
+        impl Hash for K {
+            fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+                self.0.hash(h)
+            }
+        }
+        let mut d: Dict<K, u8> = Dict::new();
+        assert_eq!(d.insert(K(1, "old"), 1), None);
+        assert_eq!(d.insert(K(1, "new"), 2), Some(1));
+        let (k, v) = d.get_key_value(&K(1, "")).unwrap();
+        assert_eq!((k.1, *v), ("old", 2));
+
+        let mut d: Dict<Key, u8> = Dict::default();
+        assert!(d.get(&b"x"[..]).is_none());
+        assert_eq!(d.scan(0, |_, _| unreachable!()), 0);
+        let (v, inserted) = d.entry_or_insert_with(&b"x"[..], || b"x"[..].into(), || 7);
+        assert!(inserted && *v == 7);
+        assert_eq!(d.remove(&b"x"[..]), Some(7));
+        assert!(d.is_empty());
+        assert!(format!("{d:?}").starts_with("Dict"));
+    }
+
+    #[test]
+    fn entry_hit_does_not_build_key() {
+        let mut d: Dict<Key, u32> = Dict::new();
+        d.insert(key(5), 1);
+        let (v, inserted) = d.entry_or_insert_with(&key(5)[..], || panic!("key built"), || panic!());
+        assert!(!inserted);
+        assert_eq!(*v, 1);
+    }
+
+    /// Runs one SCAN to completion while `mutate` changes the dict between
+    /// calls; checks every key of `stable` (never removed) came back.
+    fn scan_with(d: &mut Dict<u64, ()>, stable: &HashSet<u64>, mut mutate: impl FnMut(&mut Dict<u64, ()>, usize)) {
+        let mut seen = HashSet::new();
+        let mut cursor = 0;
+        let mut calls = 0;
+        loop {
+            cursor = d.scan(cursor, |k, _| {
+                seen.insert(*k);
+            });
+            calls += 1;
+            assert!(calls < 10_000_000, "scan does not terminate");
+            if cursor == 0 {
+                break;
+            }
+            mutate(d, calls);
+        }
+        let missing: Vec<_> = stable.difference(&seen).collect();
+        assert!(missing.is_empty(), "scan missed {} keys, e.g. {:?}", missing.len(), &missing[..missing.len().min(5)]);
+    }
+
+    #[test]
+    fn scan_returns_every_stable_key_across_grow_and_shrink() {
+        for seed in 0..40u64 {
+            let mut rng = SmallRng::seed_from_u64(seed);
+            let mut d: Dict<u64, ()> = Dict::new();
+            let stable: HashSet<u64> = (0..300).collect();
+            for &k in &stable {
+                d.insert(k, ());
+            }
+            // Keys that come and go during the scan: drive the table up past
+            // 8x its size, then down below 1/8, mixing in cron steps.
+            let mut extra: Vec<u64> = Vec::new();
+            let mut next = 1_000_000u64;
+            let grow_calls = rng.gen_range(5..200);
+            scan_with(&mut d, &stable, |d, call| {
+                if call < grow_calls {
+                    for _ in 0..rng.gen_range(0..60) {
+                        d.insert(next, ());
+                        extra.push(next);
+                        next += 1;
+                    }
+                } else {
+                    for _ in 0..rng.gen_range(0..200) {
+                        if let Some(k) = extra.pop() {
+                            d.remove(&k);
+                        }
+                    }
+                }
+                if rng.gen_bool(0.2) {
+                    d.rehash_step(rng.gen_range(1..4));
+                }
+            });
+            d.check();
+        }
+    }
+
+    #[test]
+    fn scan_across_shrink_from_large() {
+        for seed in 0..10u64 {
+            let mut rng = SmallRng::seed_from_u64(seed);
+            let mut d: Dict<u64, ()> = Dict::new();
+            let stable: HashSet<u64> = (0..100).map(|i| i * 7919).collect();
+            for &k in &stable {
+                d.insert(k, ());
+            }
+            let mut extra: Vec<u64> = (1_000_000..1_020_000).collect();
+            for &k in &extra {
+                d.insert(k, ());
+            }
+            while d.is_rehashing() {
+                d.rehash_step(100);
+            }
+            let start_calls = rng.gen_range(0..2000);
+            scan_with(&mut d, &stable, |d, call| {
+                if call > start_calls {
+                    for _ in 0..rng.gen_range(0..500) {
+                        if let Some(k) = extra.pop() {
+                            d.remove(&k);
+                        }
+                    }
+                }
+            });
+            // The cron finishes a shrink that writes alone would take long to.
+            while d.rehash_step(100) {}
+            assert!(d.buckets() <= 256, "did not shrink: {d:?}");
+            d.check();
+        }
+    }
+
+    #[test]
+    fn work_per_op_is_bounded_while_growing_and_shrinking() {
+        const N: u64 = 1_000_000;
+        let mut d: Dict<u64, u64> = Dict::new();
+        let mut max = Work::default();
+        let mut resizes = 0;
+        let track = |d: &Dict<u64, u64>, max: &mut Work| {
+            max.buckets_visited = max.buckets_visited.max(d.work.buckets_visited);
+            max.nodes_moved = max.nodes_moved.max(d.work.nodes_moved);
+        };
+        for k in 0..N {
+            let was = d.is_rehashing();
+            d.insert(k, k);
+            resizes += usize::from(!was && d.is_rehashing());
+            track(&d, &mut max);
+        }
+        assert!(resizes >= 18, "grew {resizes} times");
+        assert!(d.buckets() >= N as usize);
+        for k in 0..N {
+            assert_eq!(d.remove(&k), Some(k));
+            track(&d, &mut max);
+        }
+        // Writes alone lag behind a mass delete; the cron's steps catch up.
+        while d.rehash_step(1) {
+            track(&d, &mut max);
+        }
+        assert_eq!(d.buckets(), INITIAL_BUCKETS, "{d:?}");
+        // One non-empty bucket plus at most ten empty ones; a chain is a few
+        // nodes with a random hash.
+        assert!(max.buckets_visited <= 1 + EMPTY_VISITS_PER_BUCKET, "{max:?}");
+        assert!(max.nodes_moved <= 16, "{max:?}");
+        assert!(max.nodes_moved >= 1);
+        eprintln!("max work of one op over {N} inserts and removes: {max:?}");
+    }
+
+    #[test]
+    fn random_entry_reaches_every_key() {
+        let mut rng = SmallRng::seed_from_u64(7);
+        let mut d: Dict<u64, u64> = Dict::new();
+        assert!(d.random_entry(&mut rng).is_none());
+        for k in 0..50 {
+            d.insert(k, k);
+        }
+        let mut seen = HashSet::new();
+        for _ in 0..100_000 {
+            let (k, v) = d.random_entry(&mut rng).unwrap();
+            assert_eq!(k, v);
+            seen.insert(*k);
+            if seen.len() == 50 {
+                break;
+            }
+        }
+        assert_eq!(seen.len(), 50);
+
+        // Sparse after mass deletes: still every survivor, quickly.
+        for k in 1000..200_000 {
+            d.insert(k, k);
+        }
+        for k in 1000..200_000 {
+            d.remove(&k);
+        }
+        let mut seen = HashSet::new();
+        for _ in 0..10_000 {
+            seen.insert(*d.random_entry(&mut rng).unwrap().0);
+        }
+        assert_eq!(seen.len(), 50);
+    }
+
+    #[test]
+    fn clear_take_and_memory() {
+        let mut d: Dict<Key, u64> = Dict::new();
+        let empty = d.memory_usage();
+        for k in 0..100_000 {
+            d.insert(key(k), k);
+        }
+        let per_entry = (d.memory_usage() - empty) as f64 / d.len() as f64;
+        assert!(per_entry < 48.0, "{per_entry} bytes per entry");
+        assert_eq!(mem::size_of::<Node<Key, u64>>(), 32);
+        let mut n = 0;
+        for (_, v) in d.iter_mut() {
+            *v += 1;
+            n += 1;
+        }
+        assert_eq!(n, 100_000);
+        assert_eq!(d.get(&key(5)[..]), Some(&6));
+        let taken = mem::take(&mut d);
+        assert_eq!(taken.len(), 100_000);
+        assert!(d.is_empty() && d.buckets() == 0);
+        d.insert(key(1), 1);
+        d.clear();
+        assert!(d.is_empty() && d.buckets() == 0);
+        assert_eq!(d.memory_usage(), empty);
+    }
+}

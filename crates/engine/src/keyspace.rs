@@ -1,0 +1,174 @@
+//! The keyspace: 16384 hash slots split into contiguous ranges, one range
+//! per shard, each shard behind its own lock.
+//!
+//! Why per-shard locks rather than threads that own shards (see
+//! ARCHITECTURE.md for the measurement): any worker thread executes a
+//! command to completion on the socket thread that read it, so a request
+//! costs no cross-thread hop; locks are uncontended unless two threads hit
+//! the same shard at the same instant. Multi-key commands and EXEC take the
+//! locks of every shard they touch in ascending shard order, which makes
+//! them atomic and deadlock-free.
+
+use parking_lot::{Mutex, MutexGuard};
+use smallvec::SmallVec;
+
+use crate::db::Db;
+use crate::slot::{key_slot, SLOTS};
+
+pub struct Shard {
+    pub index: usize,
+    pub dbs: Box<[Db]>,
+}
+
+impl Shard {
+    pub fn db(&mut self, index: usize) -> &mut Db {
+        &mut self.dbs[index]
+    }
+
+    /// Two different databases of this shard at once (MOVE, SWAPDB).
+    pub fn two_dbs(&mut self, a: usize, b: usize) -> (&mut Db, &mut Db) {
+        assert_ne!(a, b, "two_dbs needs two different databases");
+        if a < b {
+            let (low, high) = self.dbs.split_at_mut(b);
+            (&mut low[a], &mut high[0])
+        } else {
+            let (low, high) = self.dbs.split_at_mut(a);
+            (&mut high[0], &mut low[b])
+        }
+    }
+
+    /// SWAPDB's part in this shard (see [`Db::swap_data`]).
+    pub fn swap_dbs(&mut self, a: usize, b: usize, now_ms: u64) {
+        if a != b {
+            let (da, db) = self.two_dbs(a, b);
+            Db::swap_data(da, db, now_ms);
+        }
+    }
+}
+
+pub struct Keyspace {
+    shards: Box<[Mutex<Shard>]>,
+    /// slot >> shift = shard index; shards own contiguous slot ranges so
+    /// that moving a range to another node later is one cut.
+    shift: u32,
+    databases: usize,
+}
+
+impl Keyspace {
+    /// `shards` must be a power of two no greater than the slot count.
+    pub fn new(shards: usize, databases: usize) -> Keyspace {
+        assert!(shards.is_power_of_two() && shards <= SLOTS, "shard count {shards}");
+        let shift = (SLOTS / shards).trailing_zeros();
+        let shards = (0..shards)
+            .map(|index| {
+                let dbs = (0..databases).map(|_| Db::default()).collect();
+                Mutex::new(Shard { index, dbs })
+            })
+            .collect();
+        Keyspace { shards, shift, databases }
+    }
+
+    pub fn shard_count(&self) -> usize {
+        self.shards.len()
+    }
+
+    pub fn databases(&self) -> usize {
+        self.databases
+    }
+
+    pub fn shard_of_slot(&self, slot: u16) -> usize {
+        usize::from(slot) >> self.shift
+    }
+
+    pub fn shard_of_key(&self, key: &[u8]) -> usize {
+        self.shard_of_slot(key_slot(key))
+    }
+
+    /// Locks the given shards in ascending order. `indexes` may be
+    /// unsorted and contain duplicates.
+    pub fn lock(&self, indexes: &mut SmallVec<[usize; 4]>) -> Locked<'_> {
+        indexes.sort_unstable();
+        indexes.dedup();
+        let guards = indexes.iter().map(|&i| self.shards[i].lock()).collect();
+        Locked { guards, all: false }
+    }
+
+    pub fn lock_one(&self, index: usize) -> Locked<'_> {
+        let mut guards = SmallVec::new();
+        guards.push(self.shards[index].lock());
+        Locked { guards, all: false }
+    }
+
+    pub fn lock_all(&self) -> Locked<'_> {
+        let guards = self.shards.iter().map(|s| s.lock()).collect();
+        Locked { guards, all: true }
+    }
+
+    /// Tries a shard without waiting (for background chores that must
+    /// never queue behind clients).
+    pub fn try_lock_shard(&self, index: usize) -> Option<MutexGuard<'_, Shard>> {
+        self.shards[index].try_lock()
+    }
+}
+
+/// The shards a command holds while it runs.
+pub struct Locked<'a> {
+    guards: SmallVec<[MutexGuard<'a, Shard>; 2]>,
+    all: bool,
+}
+
+impl<'a> Locked<'a> {
+    /// The locked shard that holds `key`'s slot.
+    ///
+    /// Panics if the command did not lock it: that is a bug in the
+    /// command's key specification, and running on would break atomicity.
+    pub fn shard_for(&mut self, keyspace: &Keyspace, key: &[u8]) -> &mut Shard {
+        let index = keyspace.shard_of_key(key);
+        self.shard(index)
+    }
+
+    pub fn shard(&mut self, index: usize) -> &mut Shard {
+        if self.all {
+            return &mut self.guards[index];
+        }
+        match self.guards.iter_mut().find(|g| g.index == index) {
+            Some(g) => g,
+            None => panic!("shard {index} used without being locked"),
+        }
+    }
+
+    pub fn holds_all(&self) -> bool {
+        self.all
+    }
+
+    pub fn holds(&self, index: usize) -> bool {
+        self.all || self.guards.iter().any(|g| g.index == index)
+    }
+
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut Shard> + use<'_, 'a> {
+        self.guards.iter_mut().map(|g| &mut **g)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shards_own_contiguous_slot_ranges() {
+        let ks = Keyspace::new(64, 16);
+        assert_eq!(ks.shard_of_slot(0), 0);
+        assert_eq!(ks.shard_of_slot(255), 0);
+        assert_eq!(ks.shard_of_slot(256), 1);
+        assert_eq!(ks.shard_of_slot(16383), 63);
+    }
+
+    #[test]
+    fn locking_many_is_ordered_and_deduplicated() {
+        let ks = Keyspace::new(8, 1);
+        let mut idx: SmallVec<[usize; 4]> = [5, 1, 5, 3].into_iter().collect();
+        let mut locked = ks.lock(&mut idx);
+        assert_eq!(locked.iter_mut().map(|s| s.index).collect::<Vec<_>>(), [1, 3, 5]);
+        assert!(locked.holds(3) && !locked.holds(2));
+    }
+}

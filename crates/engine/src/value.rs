@@ -1,0 +1,209 @@
+//! Values held by the keyspace and the encodings Redis reports for them.
+
+/// Redis keeps strings that are canonical integers as a machine word
+/// (`int`), short ones in one allocation with their header (`embstr`) and
+/// the rest as growable buffers (`raw`). Keel keeps the same three shapes:
+/// the integer form saves memory for counters, and `OBJECT ENCODING` must
+/// answer as Redis does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Str {
+    Int(i64),
+    Embstr(Box<[u8]>),
+    Raw(Vec<u8>),
+}
+
+/// Longest string Redis stores as `embstr`.
+pub const EMBSTR_MAX_LEN: usize = 44;
+
+/// Longest decimal form of an i64, sign included.
+pub const I64_MAX_DIGITS: usize = 20;
+
+impl Str {
+    /// A string as SET stores it: integer if it is one in canonical form,
+    /// else `embstr` or `raw` by length.
+    pub fn from_bytes(bytes: &[u8]) -> Str {
+        if let Some(i) = parse_canonical_i64(bytes) {
+            Str::Int(i)
+        } else if bytes.len() <= EMBSTR_MAX_LEN {
+            Str::Embstr(bytes.into())
+        } else {
+            Str::Raw(bytes.to_vec())
+        }
+    }
+
+    /// A string that was built by mutation (APPEND, SETRANGE, SETBIT):
+    /// Redis leaves those `raw`.
+    pub fn raw(bytes: Vec<u8>) -> Str {
+        Str::Raw(bytes)
+    }
+
+    pub fn len(&self) -> usize {
+        match self {
+            Str::Int(i) => itoa::Buffer::new().format(*i).len(),
+            Str::Embstr(b) => b.len(),
+            Str::Raw(v) => v.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The bytes of the string; integers are formatted into `scratch`.
+    pub fn as_bytes<'a>(&'a self, scratch: &'a mut itoa::Buffer) -> &'a [u8] {
+        match self {
+            Str::Int(i) => scratch.format(*i).as_bytes(),
+            Str::Embstr(b) => b,
+            Str::Raw(v) => v,
+        }
+    }
+
+    /// Turns the string into a growable buffer for in-place mutation.
+    pub fn make_raw(&mut self) -> &mut Vec<u8> {
+        if !matches!(self, Str::Raw(_)) {
+            let bytes = self.as_bytes(&mut itoa::Buffer::new()).to_vec();
+            *self = Str::Raw(bytes);
+        }
+        match self {
+            Str::Raw(v) => v,
+            _ => unreachable!("converted to Raw above"),
+        }
+    }
+
+    pub fn encoding(&self) -> &'static str {
+        match self {
+            Str::Int(_) => "int",
+            Str::Embstr(_) => "embstr",
+            Str::Raw(_) => "raw",
+        }
+    }
+
+    /// Heap bytes owned by the string (for memory accounting).
+    pub fn heap_size(&self) -> usize {
+        match self {
+            Str::Int(_) => 0,
+            Str::Embstr(b) => b.len(),
+            Str::Raw(v) => v.capacity(),
+        }
+    }
+}
+
+/// Parses a decimal integer the way Redis's `string2ll` does: no leading
+/// `+`, no leading zeros, no spaces, `-0` rejected, within i64.
+pub fn parse_canonical_i64(bytes: &[u8]) -> Option<i64> {
+    if bytes.is_empty() || bytes.len() > I64_MAX_DIGITS {
+        return None;
+    }
+    if bytes == b"0" {
+        return Some(0);
+    }
+    let (negative, digits) = match bytes[0] {
+        b'-' => (true, &bytes[1..]),
+        _ => (false, bytes),
+    };
+    if digits.is_empty() || digits[0] == b'0' {
+        return None;
+    }
+    let mut value: u64 = 0;
+    for &b in digits {
+        if !b.is_ascii_digit() {
+            return None;
+        }
+        value = value.checked_mul(10)?.checked_add(u64::from(b - b'0'))?;
+    }
+    if negative {
+        if value > i64::MAX as u64 + 1 {
+            return None;
+        }
+        Some((value as i64).wrapping_neg())
+    } else {
+        i64::try_from(value).ok()
+    }
+}
+
+/// Every type a key can hold. Collections arrive with their own issue; the
+/// enum is the seam they plug into.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value {
+    Str(Str),
+}
+
+impl Value {
+    /// The name TYPE answers.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            Value::Str(_) => "string",
+        }
+    }
+
+    pub fn encoding(&self) -> &'static str {
+        match self {
+            Value::Str(s) => s.encoding(),
+        }
+    }
+
+    pub fn heap_size(&self) -> usize {
+        match self {
+            Value::Str(s) => s.heap_size(),
+        }
+    }
+}
+
+/// What the keyspace stores per key.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Entry {
+    pub value: Value,
+    /// Absolute expiry in Unix milliseconds; `NO_EXPIRY` when the key persists.
+    pub expire_at_ms: u64,
+    /// Last access, in seconds of the server's LRU clock (OBJECT IDLETIME).
+    pub access_s: u32,
+}
+
+pub const NO_EXPIRY: u64 = 0;
+
+impl Entry {
+    pub fn new(value: Value, access_s: u32) -> Entry {
+        Entry { value, expire_at_ms: NO_EXPIRY, access_s }
+    }
+
+    pub fn has_expiry(&self) -> bool {
+        self.expire_at_ms != NO_EXPIRY
+    }
+
+    pub fn is_expired(&self, now_ms: u64) -> bool {
+        self.has_expiry() && self.expire_at_ms <= now_ms
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn canonical_integers_match_string2ll() {
+        for ok in ["0", "1", "-1", "9223372036854775807", "-9223372036854775808", "123"] {
+            assert_eq!(parse_canonical_i64(ok.as_bytes()), ok.parse().ok(), "{ok}");
+        }
+        for bad in ["", "-", "-0", "01", "+1", " 1", "1 ", "9223372036854775808", "1.0", "0x10"] {
+            assert_eq!(parse_canonical_i64(bad.as_bytes()), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn set_chooses_redis_encodings() {
+        assert_eq!(Str::from_bytes(b"12345").encoding(), "int");
+        assert_eq!(Str::from_bytes(b"012345").encoding(), "embstr");
+        assert_eq!(Str::from_bytes(&[b'a'; 44]).encoding(), "embstr");
+        assert_eq!(Str::from_bytes(&[b'a'; 45]).encoding(), "raw");
+    }
+
+    #[test]
+    fn integers_read_back_as_their_digits() {
+        let s = Str::from_bytes(b"-42");
+        assert_eq!(s.as_bytes(&mut itoa::Buffer::new()), b"-42");
+        assert_eq!(s.len(), 3);
+        let mut m = s.clone();
+        m.make_raw().push(b'x');
+        assert_eq!(m, Str::Raw(b"-42x".to_vec()));
+    }
+}

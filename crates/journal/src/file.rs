@@ -1,0 +1,264 @@
+//! The file operations the writer needs, behind a trait so that tests (and
+//! `KEEL_JOURNAL_FAILPOINT`) can inject I/O errors into the real write path.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Write};
+use std::path::Path;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+/// An append-only file. `&self` methods: the everysec fsync thread syncs the
+/// file while the writer thread appends to it.
+pub trait LogFile: Send + Sync {
+    /// One `write(2)` at the end of the file (it is opened `O_APPEND`); may
+    /// write fewer bytes than given.
+    fn append(&self, buf: &[u8]) -> io::Result<usize>;
+    /// `fdatasync(2)`.
+    fn sync_data(&self) -> io::Result<()>;
+    /// `ftruncate(2)`: used to cut a failed, partial write back off.
+    fn set_len(&self, len: u64) -> io::Result<()>;
+    /// Current size in bytes.
+    fn len(&self) -> io::Result<u64>;
+    fn is_empty(&self) -> io::Result<bool> {
+        Ok(self.len()? == 0)
+    }
+}
+
+/// Opens log files for appending.
+pub trait FileFactory: Send + Sync {
+    /// Opens `path` for appending, creating it if absent, keeping its content.
+    fn open_append(&self, path: &Path) -> io::Result<Arc<dyn LogFile>>;
+}
+
+/// The real thing: `std::fs::File` opened with `O_APPEND`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct StdFiles;
+
+struct StdFile(File);
+
+impl LogFile for StdFile {
+    fn append(&self, buf: &[u8]) -> io::Result<usize> {
+        loop {
+            match (&self.0).write(buf) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                other => return other,
+            }
+        }
+    }
+    fn sync_data(&self) -> io::Result<()> {
+        self.0.sync_data()
+    }
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.0.set_len(len)
+    }
+    fn len(&self) -> io::Result<u64> {
+        Ok(self.0.metadata()?.len())
+    }
+}
+
+impl FileFactory for StdFiles {
+    fn open_append(&self, path: &Path) -> io::Result<Arc<dyn LogFile>> {
+        let f = OpenOptions::new().append(true).create(true).open(path)?;
+        Ok(Arc::new(StdFile(f)))
+    }
+}
+
+/// Which operation a failpoint hits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    Write,
+    Sync,
+    SetLen,
+}
+
+/// What a failpoint does when it fires.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// Fail with `EIO`, writing nothing.
+    Eio,
+    /// Fail with `ENOSPC`, writing nothing.
+    Enospc,
+    /// (writes only) Really write the first half of the buffer and report
+    /// that; the caller's retry of the rest is the next write.
+    Short,
+}
+
+#[derive(Debug)]
+struct Rule {
+    op: Op,
+    fault: Fault,
+    /// Operations of this kind to let through before firing.
+    skip: u64,
+    /// Times left to fire (`u64::MAX`: until cleared).
+    times: u64,
+}
+
+/// Switchable I/O faults, shared between a test and the files it injects
+/// them into ([`FaultyFiles`]).
+///
+/// Each rule counts the operations of its kind from the moment it is added:
+/// `fail(Op::Write, 3, 2, Fault::Enospc)` lets two writes through, then fails
+/// the third and fourth.
+#[derive(Debug, Default)]
+pub struct Failpoints {
+    rules: Mutex<Vec<Rule>>,
+    counts: Mutex<[u64; 3]>,
+}
+
+impl Failpoints {
+    pub fn new() -> Arc<Failpoints> {
+        Arc::new(Failpoints::default())
+    }
+
+    /// Fails the `nth` (1-based) operation `op` from now, and the `times - 1`
+    /// after it (`times == u64::MAX`: all of them, until [`Failpoints::clear`]).
+    pub fn fail(&self, op: Op, nth: u64, times: u64, fault: Fault) {
+        assert!(nth >= 1, "nth is 1-based");
+        self.rules.lock().push(Rule { op, fault, skip: nth - 1, times });
+    }
+
+    /// Removes every rule: the "disk" is healthy again.
+    pub fn clear(&self) {
+        self.rules.lock().clear();
+    }
+
+    /// Operations of kind `op` seen so far (faulted or not).
+    pub fn count(&self, op: Op) -> u64 {
+        self.counts.lock()[op as usize]
+    }
+
+    /// Parses `KEEL_JOURNAL_FAILPOINT` syntax: comma-separated
+    /// `<op>-<fault>:<nth>[:<times>|:inf]` with op `write`, `sync` or
+    /// `setlen` and fault `eio`, `enospc` or `short`; e.g.
+    /// `write-enospc:100:inf,sync-eio:5`.
+    pub fn parse(spec: &str) -> Result<Arc<Failpoints>, String> {
+        let fp = Failpoints::new();
+        for part in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            let bad = || format!("bad failpoint {part:?}: expected <op>-<fault>:<nth>[:<times>|:inf]");
+            let mut fields = part.split(':');
+            let name = fields.next().ok_or_else(bad)?;
+            let (op, fault) = name.split_once('-').ok_or_else(bad)?;
+            let op = match op {
+                "write" => Op::Write,
+                "sync" => Op::Sync,
+                "setlen" => Op::SetLen,
+                _ => return Err(bad()),
+            };
+            let fault = match fault {
+                "eio" => Fault::Eio,
+                "enospc" => Fault::Enospc,
+                "short" if op == Op::Write => Fault::Short,
+                _ => return Err(bad()),
+            };
+            let nth: u64 = fields.next().ok_or_else(bad)?.parse().map_err(|_| bad())?;
+            let times = match fields.next() {
+                None => 1,
+                Some("inf") => u64::MAX,
+                Some(t) => t.parse().map_err(|_| bad())?,
+            };
+            if nth == 0 || fields.next().is_some() {
+                return Err(bad());
+            }
+            fp.fail(op, nth, times, fault);
+        }
+        Ok(fp)
+    }
+
+    /// Counts one operation and returns the fault to inject, if any.
+    fn check(&self, op: Op) -> Option<Fault> {
+        self.counts.lock()[op as usize] += 1;
+        let mut rules = self.rules.lock();
+        let mut fired = None;
+        for rule in rules.iter_mut().filter(|r| r.op == op) {
+            if rule.skip > 0 {
+                rule.skip -= 1;
+            } else if rule.times > 0 && fired.is_none() {
+                if rule.times != u64::MAX {
+                    rule.times -= 1;
+                }
+                fired = Some(rule.fault);
+            }
+        }
+        rules.retain(|r| r.times > 0);
+        fired
+    }
+}
+
+fn os_error(fault: Fault) -> io::Error {
+    io::Error::from_raw_os_error(match fault {
+        Fault::Enospc => libc::ENOSPC,
+        Fault::Eio | Fault::Short => libc::EIO,
+    })
+}
+
+/// Wraps another [`FileFactory`]; every operation on its files consults the
+/// shared [`Failpoints`] first.
+pub struct FaultyFiles {
+    pub inner: Arc<dyn FileFactory>,
+    pub failpoints: Arc<Failpoints>,
+}
+
+struct FaultyFile {
+    inner: Arc<dyn LogFile>,
+    failpoints: Arc<Failpoints>,
+}
+
+impl FileFactory for FaultyFiles {
+    fn open_append(&self, path: &Path) -> io::Result<Arc<dyn LogFile>> {
+        let inner = self.inner.open_append(path)?;
+        Ok(Arc::new(FaultyFile { inner, failpoints: Arc::clone(&self.failpoints) }))
+    }
+}
+
+impl LogFile for FaultyFile {
+    fn append(&self, buf: &[u8]) -> io::Result<usize> {
+        match self.failpoints.check(Op::Write) {
+            None => self.inner.append(buf),
+            Some(Fault::Short) if buf.len() > 1 => self.inner.append(&buf[..buf.len() / 2]),
+            Some(f) => Err(os_error(f)),
+        }
+    }
+    fn sync_data(&self) -> io::Result<()> {
+        match self.failpoints.check(Op::Sync) {
+            None => self.inner.sync_data(),
+            Some(f) => Err(os_error(f)),
+        }
+    }
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        match self.failpoints.check(Op::SetLen) {
+            None => self.inner.set_len(len),
+            Some(f) => Err(os_error(f)),
+        }
+    }
+    fn len(&self) -> io::Result<u64> {
+        self.inner.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn rules_count_from_their_creation() {
+        let fp = Failpoints::parse("write-enospc:2:2, sync-eio:1").unwrap();
+        assert_eq!(fp.check(Op::Write), None);
+        assert_eq!(fp.check(Op::Write), Some(Fault::Enospc));
+        assert_eq!(fp.check(Op::Write), Some(Fault::Enospc));
+        assert_eq!(fp.check(Op::Write), None);
+        assert_eq!(fp.check(Op::Sync), Some(Fault::Eio));
+        assert_eq!(fp.check(Op::Sync), None);
+        assert_eq!(fp.count(Op::Write), 4);
+        fp.fail(Op::Write, 1, u64::MAX, Fault::Eio);
+        for _ in 0..10 {
+            assert_eq!(fp.check(Op::Write), Some(Fault::Eio));
+        }
+        fp.clear();
+        assert_eq!(fp.check(Op::Write), None);
+        assert!(Failpoints::parse("write-eio:0").is_err());
+        assert!(Failpoints::parse("sync-short:1").is_err());
+        assert!(Failpoints::parse("read-eio:1").is_err());
+    }
+}

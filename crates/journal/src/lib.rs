@@ -1,0 +1,454 @@
+//! `keel-journal`: Keel's one ordered stream of changes, and the append-only
+//! files it is written to.
+//!
+//! The server calls [`Journal::append`] while it holds the shard lock of the
+//! keys a write touched (so the journal's order is the order of execution),
+//! then holds the reply until [`Journal::durable_lsn`] covers the returned
+//! [`Lsn`]. Execution never waits for the disk: `append` copies bytes into a
+//! memory buffer; a writer thread writes and syncs them with group commit
+//! (see `writer.rs` for the design, and the failure handling).
+//!
+//! # Files
+//!
+//! Exactly Redis 7.0's multi-part AOF, so a directory moves between Redis
+//! and Keel both ways: `<dir>/<filename>.manifest` (format in
+//! `manifest.rs`), one base file and incr files, each a plain sequence of
+//! RESP commands (format in `resp.rs`). Keel writes AOF-format base files
+//! only; a base written by Redis with an RDB preamble is refused with
+//! [`JournalError::RdbPreamble`] until Keel reads RDB.
+//!
+//! # Durability levels ([`FsyncPolicy`])
+//!
+//! * `Always`: `durable_lsn` covers a record once it is written and
+//!   fdatasync'd.
+//! * `EverySec`: once written to the kernel; a separate thread fdatasyncs
+//!   about once a second.
+//! * `No`: once written to the kernel; the kernel decides when to flush.
+//!
+//! # Failpoints
+//!
+//! `KEEL_JOURNAL_FAILPOINT` (read by [`Journal::open`]) injects I/O errors
+//! into the real write path, e.g. `write-enospc:100:inf` (every write from
+//! the 100th on fails with ENOSPC) or `sync-eio:3` (the third fdatasync fails
+//! with EIO); see [`testing::Failpoints::parse`]. Tests inject them directly
+//! with [`Journal::open_with`] and [`testing::FaultyFiles`].
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use parking_lot::{Condvar, Mutex};
+
+pub mod check;
+mod file;
+mod load;
+mod manifest;
+mod resp;
+mod stats;
+mod writer;
+
+pub use load::{Replay, ReplayItem};
+pub use stats::JournalStats;
+
+use writer::{Gather, Inner, Syncer, Writer};
+
+/// File-level hooks for tests and fault injection.
+pub mod testing {
+    pub use crate::file::{Failpoints, Fault, FaultyFiles, FileFactory, LogFile, Op, StdFiles};
+}
+
+/// A position in the stream of changes, in bytes. It starts, when the
+/// journal is opened, at the total size of the files it recovered (so it
+/// equals Redis's `aof_current_size` until a rewrite) and only grows.
+pub type Lsn = u64;
+
+/// Redis's `appendfsync`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FsyncPolicy {
+    Always,
+    EverySec,
+    No,
+}
+
+#[derive(Clone, Debug)]
+pub struct JournalConfig {
+    /// The appendonly directory, e.g. `<dir>/appendonlydir`.
+    pub dir: PathBuf,
+    /// `appendfilename`, default `appendonly.aof`.
+    pub filename: String,
+    pub fsync: FsyncPolicy,
+    /// `aof-load-truncated`: cut a torn tail off the last file (with a
+    /// warning) instead of refusing to open.
+    pub load_truncated: bool,
+}
+
+/// Knobs that are not Redis configuration, and the file factory.
+#[derive(Clone)]
+pub struct Tuning {
+    pub files: Arc<dyn testing::FileFactory>,
+    /// How often a failed write or fsync is retried.
+    pub retry_interval: Duration,
+    /// How often the everysec thread fdatasyncs.
+    pub everysec_interval: Duration,
+    /// Above this many appended-but-not-durable bytes, `health()` reports
+    /// [`JournalError::Backlog`] (appenders are never blocked).
+    pub backlog_max_bytes: u64,
+    /// `everysec`: most written-but-unsynced bytes kept in memory to be
+    /// written again if the background fdatasync fails.
+    pub retain_max_bytes: u64,
+}
+
+impl Default for Tuning {
+    fn default() -> Tuning {
+        Tuning {
+            files: Arc::new(testing::StdFiles),
+            retry_interval: Duration::from_secs(1),
+            everysec_interval: Duration::from_secs(1),
+            backlog_max_bytes: 64 << 20,
+            retain_max_bytes: 64 << 20,
+        }
+    }
+}
+
+impl Tuning {
+    /// The defaults, with `KEEL_JOURNAL_FAILPOINT` applied if set.
+    pub fn from_env() -> Result<Tuning, JournalError> {
+        let mut t = Tuning::default();
+        if let Ok(spec) = std::env::var("KEEL_JOURNAL_FAILPOINT") {
+            let failpoints = testing::Failpoints::parse(&spec).map_err(JournalError::Config)?;
+            tracing::warn!("journal: failpoints enabled: {spec}");
+            t.files = Arc::new(testing::FaultyFiles { inner: t.files, failpoints });
+        }
+        Ok(t)
+    }
+}
+
+#[derive(thiserror::Error, Debug)]
+pub enum JournalError {
+    #[error("{}: {source}", path.display())]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("bad AOF format in {} at offset {offset}: {reason}", file.display())]
+    Corrupt { file: PathBuf, offset: u64, reason: String },
+    /// The last write or fsync failed; writes must be refused until a retry
+    /// succeeds (the server answers `-MISCONF`).
+    #[error("AOF write error: {0}")]
+    Poisoned(String),
+    /// More appended bytes wait for the disk than `Tuning::backlog_max_bytes`.
+    #[error("AOF backlog of {pending_bytes} bytes exceeds {limit_bytes} bytes: the disk is too slow")]
+    Backlog { pending_bytes: u64, limit_bytes: u64 },
+    #[error("AOF manifest: {0}")]
+    Manifest(String),
+    #[error(
+        "{}: this base file is in RDB format (aof-use-rdb-preamble yes); Keel cannot read RDB \
+         yet. Rewrite it from Redis with aof-use-rdb-preamble no (CONFIG SET \
+         aof-use-rdb-preamble no, then BGREWRITEAOF)",
+        file.display()
+    )]
+    RdbPreamble { file: PathBuf },
+    #[error("journal configuration: {0}")]
+    Config(String),
+}
+
+/// The journal. `Send + Sync`: share it with `Arc`. Dropping it writes and
+/// syncs what is pending (best effort) and stops its threads.
+pub struct Journal {
+    inner: Arc<Inner>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+const _: () = {
+    const fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<Journal>();
+};
+
+impl std::fmt::Debug for Journal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Journal")
+            .field("file", &self.inner.file_name)
+            .field("appended", &self.appended_lsn())
+            .field("durable", &self.durable_lsn())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Journal {
+    /// Opens the appendonly directory (creating the directory, an empty base
+    /// file, an empty incr file and the manifest if absent) and returns the
+    /// commands to replay. Honours `KEEL_JOURNAL_FAILPOINT`.
+    pub fn open(config: JournalConfig) -> Result<(Journal, Replay), JournalError> {
+        Journal::open_with(config, Tuning::from_env()?)
+    }
+
+    /// [`Journal::open`] with explicit tuning and file factory.
+    pub fn open_with(config: JournalConfig, tuning: Tuning) -> Result<(Journal, Replay), JournalError> {
+        let prepared = load::prepare(&config)?;
+        let incr_path = config.dir.join(&prepared.incr_name);
+        let file = tuning
+            .files
+            .open_append(&incr_path)
+            .map_err(|source| JournalError::Io { path: incr_path.clone(), source })?;
+        let start = prepared.total_size;
+        let inner = Arc::new(Inner {
+            policy: config.fsync,
+            retry_interval: tuning.retry_interval,
+            everysec_interval: tuning.everysec_interval,
+            backlog_max_bytes: tuning.backlog_max_bytes,
+            retain_max_bytes: tuning.retain_max_bytes,
+            file,
+            file_name: prepared.incr_name.clone(),
+            file_start_lsn: start - prepared.incr_size,
+            base_size: prepared.base_size,
+            gather: Mutex::new(Gather {
+                buf: Vec::new(),
+                records: 0,
+                start,
+                selected_db: None,
+                writer_sleeping: false,
+                shutdown: false,
+                sync_request: 0,
+            }),
+            writer_cv: Condvar::new(),
+            appended: AtomicU64::new(start),
+            written: AtomicU64::new(start),
+            synced: AtomicU64::new(start),
+            durable: AtomicU64::new(start),
+            healthy: AtomicBool::new(true),
+            last_error: Mutex::new(None),
+            on_durable: OnceLock::new(),
+            progress: Mutex::new(()),
+            progress_cv: Condvar::new(),
+            syncer: Mutex::new(Syncer::default()),
+            syncer_cv: Condvar::new(),
+            syncer_failed: AtomicBool::new(false),
+            stats: stats::StatsCells::new(),
+        });
+        let mut threads = Vec::new();
+        let w = Writer::new(Arc::clone(&inner), start);
+        let spawn_err = |source| JournalError::Io { path: incr_path.clone(), source };
+        threads.push(
+            std::thread::Builder::new()
+                .name("keel-aof-writer".into())
+                .spawn(move || w.run())
+                .map_err(spawn_err)?,
+        );
+        if config.fsync == FsyncPolicy::EverySec {
+            let i = Arc::clone(&inner);
+            threads.push(
+                std::thread::Builder::new()
+                    .name("keel-aof-fsync".into())
+                    .spawn(move || writer::run_syncer(i))
+                    .map_err(spawn_err)?,
+            );
+        }
+        let replay = Replay::new(config.dir.clone(), prepared.files, prepared.warnings);
+        Ok((Journal { inner, threads: Mutex::new(threads) }, replay))
+    }
+
+    /// Appends one write command, in its final deterministic form (e.g. SET
+    /// with an absolute PXAT), executed in database `db`. Emits `SELECT db`
+    /// first when `db` differs from the previous record's. Returns the LSN at
+    /// the end of this record: the reply may leave once
+    /// `durable_lsn() >= lsn`. O(bytes), one short mutex hold, no syscalls.
+    pub fn append<A: AsRef<[u8]>>(&self, db: usize, argv: &[A]) -> Lsn {
+        let mut g = self.inner.gather.lock();
+        if g.selected_db != Some(db) {
+            resp::encode_select(&mut g.buf, db);
+            g.selected_db = Some(db);
+        }
+        resp::encode_command(&mut g.buf, argv);
+        g.records += 1;
+        self.publish_append(g)
+    }
+
+    fn publish_append(&self, mut g: parking_lot::MutexGuard<'_, Gather>) -> Lsn {
+        let end = g.start + g.buf.len() as u64;
+        self.inner.appended.store(end, Ordering::Release);
+        let wake = std::mem::replace(&mut g.writer_sleeping, false);
+        drop(g);
+        if wake {
+            self.inner.writer_cv.notify_one();
+        }
+        end
+    }
+
+    /// Starts a transaction: commands pushed to it are encoded without any
+    /// lock and appended as one unit (`MULTI ... EXEC`) by
+    /// [`Transaction::commit`].
+    pub fn transaction(&self) -> Transaction<'_> {
+        Transaction { journal: self, first_db: None, db: 0, bytes: Vec::new(), records: 0 }
+    }
+
+    /// Appends several commands as one unit, `MULTI`, the commands, `EXEC`,
+    /// as Redis writes a transaction. Returns the end LSN (the current
+    /// appended LSN if `commands` is empty).
+    pub fn append_transaction<A: AsRef<[u8]>>(&self, commands: &[(usize, Vec<A>)]) -> Lsn {
+        let mut tx = self.transaction();
+        for (db, argv) in commands {
+            tx.push(*db, argv);
+        }
+        tx.commit()
+    }
+
+    /// Everything below this LSN is durable: fdatasync'd for `Always`,
+    /// written to the kernel for `EverySec` and `No`. Acquire ordering.
+    pub fn durable_lsn(&self) -> Lsn {
+        self.inner.durable.load(Ordering::Acquire)
+    }
+
+    pub fn appended_lsn(&self) -> Lsn {
+        self.inner.appended.load(Ordering::Acquire)
+    }
+
+    /// Sets the function the writer thread calls, with the new durable LSN,
+    /// after each advance (the server wakes its workers with it). Only the
+    /// first call counts; set it before appending. It runs on the writer
+    /// thread: keep it short and never call back into the journal's waits.
+    pub fn on_durable(&self, f: Box<dyn Fn(Lsn) + Send + Sync>) {
+        if self.inner.on_durable.set(f).is_err() {
+            tracing::warn!("journal: on_durable set twice; keeping the first");
+        }
+    }
+
+    /// `Err` while the last write or fsync failed (until a retry succeeds)
+    /// or while the backlog exceeds its bound: the server refuses writes
+    /// then. Two atomic loads when healthy.
+    pub fn health(&self) -> Result<(), JournalError> {
+        if !self.inner.healthy.load(Ordering::Acquire) {
+            let msg = self.inner.last_error.lock().clone();
+            return Err(JournalError::Poisoned(msg.unwrap_or_else(|| "write failed".into())));
+        }
+        let pending = self.appended_lsn().saturating_sub(self.durable_lsn());
+        if pending > self.inner.backlog_max_bytes {
+            return Err(JournalError::Backlog {
+                pending_bytes: pending,
+                limit_bytes: self.inner.backlog_max_bytes,
+            });
+        }
+        Ok(())
+    }
+
+    pub fn stats(&self) -> JournalStats {
+        let inner = &self.inner;
+        let appended = self.appended_lsn();
+        let durable = self.durable_lsn();
+        let mut s = JournalStats {
+            appended_lsn: appended,
+            durable_lsn: durable,
+            aof_current_size: inner.written.load(Ordering::Acquire),
+            aof_base_size: inner.base_size,
+            pending_bytes: appended.saturating_sub(durable),
+            backlog_max_bytes: inner.backlog_max_bytes,
+            aof_last_write_status_ok: inner.healthy.load(Ordering::Acquire),
+            last_error: inner.last_error.lock().clone(),
+            ..JournalStats::default()
+        };
+        inner.stats.fill(&mut s);
+        s
+    }
+
+    /// Writes and fdatasyncs everything appended before the call, whatever
+    /// the policy (for shutdown). Returns `Err` at once if the journal is
+    /// failing (the writer keeps retrying in the background).
+    pub fn flush_and_sync(&self) -> Result<(), JournalError> {
+        let inner = &self.inner;
+        let target = self.appended_lsn();
+        {
+            let mut g = inner.gather.lock();
+            g.sync_request = g.sync_request.max(target);
+            g.writer_sleeping = false;
+        }
+        inner.writer_cv.notify_one();
+        let mut p = inner.progress.lock();
+        loop {
+            self.health_poisoned()?;
+            if inner.synced.load(Ordering::Acquire) >= target && self.durable_lsn() >= target {
+                return Ok(());
+            }
+            // The writer notifies after every cycle; the timeout only guards
+            // against a wakeup lost between the check and the wait.
+            inner.progress_cv.wait_for(&mut p, Duration::from_millis(50));
+        }
+    }
+
+    fn health_poisoned(&self) -> Result<(), JournalError> {
+        match self.health() {
+            Err(e @ JournalError::Poisoned(_)) => Err(e),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl Drop for Journal {
+    fn drop(&mut self) {
+        {
+            let mut g = self.inner.gather.lock();
+            g.shutdown = true;
+            g.sync_request = g.sync_request.max(self.inner.appended.load(Ordering::Acquire));
+            g.writer_sleeping = false;
+        }
+        self.inner.writer_cv.notify_one();
+        let mut threads = std::mem::take(&mut *self.threads.lock());
+        // The writer first (it may need the fsync thread paused), then the
+        // fsync thread.
+        if !threads.is_empty() {
+            let _ = threads.remove(0).join();
+        }
+        {
+            let mut s = self.inner.syncer.lock();
+            s.shutdown = true;
+        }
+        self.inner.syncer_cv.notify_all();
+        for t in threads {
+            let _ = t.join();
+        }
+    }
+}
+
+/// A transaction being built: see [`Journal::transaction`].
+///
+/// In the file: `SELECT` (if the first command's db differs from the last
+/// record's), `MULTI`, each command (preceded by `SELECT` where the db
+/// changes), `EXEC`. Replay yields MULTI and EXEC as items.
+pub struct Transaction<'j> {
+    journal: &'j Journal,
+    first_db: Option<usize>,
+    db: usize,
+    bytes: Vec<u8>,
+    records: u64,
+}
+
+impl Transaction<'_> {
+    pub fn push<A: AsRef<[u8]>>(&mut self, db: usize, argv: &[A]) {
+        match self.first_db {
+            None => self.first_db = Some(db),
+            Some(_) if self.db != db => resp::encode_select(&mut self.bytes, db),
+            Some(_) => {}
+        }
+        self.db = db;
+        resp::encode_command(&mut self.bytes, argv);
+        self.records += 1;
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.first_db.is_none()
+    }
+
+    /// Appends the transaction as one unit and returns its end LSN.
+    pub fn commit(self) -> Lsn {
+        let Some(first_db) = self.first_db else {
+            return self.journal.appended_lsn();
+        };
+        let mut g = self.journal.inner.gather.lock();
+        if g.selected_db != Some(first_db) {
+            resp::encode_select(&mut g.buf, first_db);
+        }
+        resp::encode_command(&mut g.buf, &[b"MULTI"]);
+        g.buf.extend_from_slice(&self.bytes);
+        resp::encode_command(&mut g.buf, &[b"EXEC"]);
+        g.selected_db = Some(self.db);
+        g.records += self.records + 2;
+        self.journal.publish_append(g)
+    }
+}

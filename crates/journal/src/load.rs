@@ -1,0 +1,445 @@
+//! Opening the appendonly directory, checking files, and replaying them.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, BufReader, Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+
+use crate::manifest::{self, AofInfo, FileKind, Manifest};
+use crate::resp::{Item, Mode, ReadError, RecordReader};
+use crate::{JournalConfig, JournalError};
+
+/// Bytes a base file starts with when Redis wrote it as RDB
+/// (`aof-use-rdb-preamble yes`, Redis's default).
+const RDB_MAGIC: &[u8; 5] = b"REDIS";
+
+fn io_err(path: &Path) -> impl FnOnce(io::Error) -> JournalError + '_ {
+    move |source| JournalError::Io { path: path.to_path_buf(), source }
+}
+
+/// What a scan of one AOF file found wrong, if anything.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Problem {
+    /// The file ends inside a command, inside a MULTI/EXEC block, or in
+    /// zero bytes: what a crash in the middle of a write leaves.
+    Torn { offset: u64, reason: String },
+    /// Bytes that are not a valid record at `offset`.
+    Corrupt { offset: u64, reason: String },
+}
+
+#[derive(Debug)]
+pub(crate) struct Scan {
+    pub(crate) size: u64,
+    /// End of the last complete record outside a transaction: where
+    /// `--fix` or `aof-load-truncated` cut the file.
+    pub(crate) valid_up_to: u64,
+    pub(crate) valid_line: u64,
+    pub(crate) commands: u64,
+    pub(crate) problem: Option<Problem>,
+}
+
+pub(crate) fn is_rdb(path: &Path) -> io::Result<bool> {
+    let mut f = File::open(path)?;
+    let mut sig = [0u8; 5];
+    let mut n = 0;
+    while n < sig.len() {
+        match f.read(&mut sig[n..])? {
+            0 => break,
+            k => n += k,
+        }
+    }
+    Ok(n == sig.len() && &sig == RDB_MAGIC)
+}
+
+fn eq_name(arg: &[u8], name: &[u8]) -> bool {
+    arg.eq_ignore_ascii_case(name)
+}
+
+fn zeroes_from(path: &Path, offset: u64) -> io::Result<bool> {
+    let mut f = File::open(path)?;
+    f.seek(SeekFrom::Start(offset))?;
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        match f.read(&mut buf)? {
+            0 => return Ok(true),
+            n if buf[..n].iter().all(|&b| b == 0) => {}
+            _ => return Ok(false),
+        }
+    }
+}
+
+/// Reads a whole AOF file checking its structure (no values are kept).
+pub(crate) fn scan_aof(path: &Path) -> io::Result<Scan> {
+    let f = File::open(path)?;
+    let size = f.metadata()?.len();
+    let mut r = RecordReader::new(BufReader::with_capacity(1 << 20, f), size);
+    let mut scan = Scan { size, valid_up_to: 0, valid_line: 1, commands: 0, problem: None };
+    let mut multi_start: Option<u64> = None;
+    loop {
+        let record_start = r.position();
+        match r.next_item(Mode::Skim) {
+            Ok(None) => {
+                if let Some(ms) = multi_start {
+                    scan.problem = Some(Problem::Torn {
+                        offset: ms,
+                        reason: "end of file inside a MULTI/EXEC transaction".into(),
+                    });
+                }
+                break;
+            }
+            Ok(Some(Item::Annotation)) => {}
+            Ok(Some(Item::Command(argv))) => {
+                scan.commands += 1;
+                if eq_name(&argv[0], b"MULTI") {
+                    if multi_start.is_some() {
+                        scan.problem = Some(Problem::Corrupt {
+                            offset: record_start,
+                            reason: "MULTI inside a transaction".into(),
+                        });
+                        break;
+                    }
+                    multi_start = Some(record_start);
+                } else if eq_name(&argv[0], b"EXEC") && multi_start.take().is_none() {
+                    scan.problem = Some(Problem::Corrupt {
+                        offset: record_start,
+                        reason: "EXEC without MULTI".into(),
+                    });
+                    break;
+                }
+            }
+            Err(ReadError::Eof { record_start }) => {
+                scan.problem = Some(Problem::Torn {
+                    offset: multi_start.unwrap_or(record_start),
+                    reason: "unexpected end of file inside a command".into(),
+                });
+                break;
+            }
+            Err(ReadError::Format { record_start, offset, reason }) => {
+                scan.problem = Some(if zeroes_from(path, record_start)? {
+                    Problem::Torn {
+                        offset: multi_start.unwrap_or(record_start),
+                        reason: "zero bytes at the end of the file".into(),
+                    }
+                } else {
+                    Problem::Corrupt { offset, reason }
+                });
+                break;
+            }
+            Err(ReadError::Io(e)) => return Err(e),
+        }
+        if multi_start.is_none() {
+            scan.valid_up_to = r.position();
+            scan.valid_line = r.line();
+        }
+    }
+    Ok(scan)
+}
+
+/// The state of the appendonly directory after [`prepare`].
+pub(crate) struct Prepared {
+    /// Files to replay, in order: (name, bytes to read).
+    pub(crate) files: Vec<(String, u64)>,
+    pub(crate) warnings: Vec<String>,
+    /// Sum of the sizes of the base and incr files.
+    pub(crate) total_size: u64,
+    pub(crate) base_size: u64,
+    /// The incr file to append to, and its size.
+    pub(crate) incr_name: String,
+    pub(crate) incr_size: u64,
+}
+
+fn create_empty(path: &Path) -> Result<(), JournalError> {
+    let f = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(path)
+        .map_err(io_err(path))?;
+    f.sync_all().map_err(io_err(path))
+}
+
+fn persist(m: &Manifest, config: &JournalConfig) -> Result<(), JournalError> {
+    m.persist(&config.dir, &config.filename).map_err(|e| {
+        JournalError::Manifest(format!(
+            "writing {}: {e}",
+            manifest::manifest_path(&config.dir, &config.filename).display()
+        ))
+    })
+}
+
+/// Makes the directory ready to append to and checks the files to replay.
+///
+/// * No manifest: if an old-style single AOF `<filename>` sits beside the
+///   directory, it becomes the base (manifest first, then the rename, as
+///   Redis 7 upgrades; a crash in between is finished on the next open).
+///   Otherwise an empty base and an empty incr file are created, then the
+///   manifest, like a fresh Redis 7 does.
+/// * A base file in RDB format is refused ([`JournalError::RdbPreamble`]).
+/// * The last file is scanned: a torn tail is cut off when
+///   `load_truncated`, otherwise refused; corruption is always refused.
+///   Earlier files are checked while they are replayed.
+/// * No incr file: a new one is created and added to the manifest.
+pub(crate) fn prepare(config: &JournalConfig) -> Result<Prepared, JournalError> {
+    let dir = &config.dir;
+    let name = &config.filename;
+    fs::create_dir_all(dir).map_err(io_err(dir))?;
+    let mpath = manifest::manifest_path(dir, name);
+    let old_style = dir.parent().map(|p| p.join(name)).filter(|p| p.is_file());
+    let mut warnings = Vec::new();
+
+    let mut m = if mpath.exists() {
+        let text = fs::read(&mpath).map_err(io_err(&mpath))?;
+        Manifest::parse(&text)
+            .map_err(|e| JournalError::Manifest(format!("{}: {e}", mpath.display())))?
+    } else if old_style.is_some() {
+        let m = Manifest {
+            base: Some(AofInfo { name: name.clone(), seq: 1, kind: FileKind::Base }),
+            ..Manifest::default()
+        };
+        persist(&m, config)?;
+        m
+    } else {
+        let base = manifest::base_name(name, 1);
+        let incr = manifest::incr_name(name, 1);
+        create_empty(&dir.join(&base))?;
+        create_empty(&dir.join(&incr))?;
+        let m = Manifest {
+            base: Some(AofInfo { name: base, seq: 1, kind: FileKind::Base }),
+            history: vec![],
+            incr: vec![AofInfo { name: incr, seq: 1, kind: FileKind::Incr }],
+        };
+        persist(&m, config)?;
+        m
+    };
+
+    // Finish an old-style upgrade: move the old AOF into the directory.
+    if let (Some(old), Some(base)) = (&old_style, &m.base) {
+        let inside = dir.join(name);
+        if m.incr.is_empty() && base.name == *name && !inside.exists() {
+            fs::rename(old, &inside).map_err(io_err(old))?;
+            manifest::sync_dir(dir).map_err(io_err(dir))?;
+            warnings.push(format!(
+                "moved the old-style AOF {} into {} as the base file",
+                old.display(),
+                dir.display()
+            ));
+        }
+    }
+
+    let listed: Vec<String> =
+        m.base.iter().chain(&m.incr).map(|i| i.name.clone()).collect();
+    let mut sizes = Vec::with_capacity(listed.len());
+    for file in &listed {
+        let path = dir.join(file);
+        let meta = fs::metadata(&path).map_err(|e| JournalError::Io {
+            path: path.clone(),
+            source: io::Error::new(e.kind(), format!("listed in the AOF manifest: {e}")),
+        })?;
+        sizes.push(meta.len());
+    }
+    let base_size = if m.base.is_some() { sizes[0] } else { 0 };
+    if let Some(base) = &m.base {
+        let path = dir.join(&base.name);
+        if is_rdb(&path).map_err(io_err(&path))? {
+            return Err(JournalError::RdbPreamble { file: path });
+        }
+    }
+
+    if let (Some(last), Some(size)) = (listed.last(), sizes.last_mut()) {
+        let path = dir.join(last);
+        if *size > 0 {
+            let scan = scan_aof(&path).map_err(io_err(&path))?;
+            match scan.problem {
+                None => {}
+                Some(Problem::Corrupt { offset, reason }) => {
+                    return Err(JournalError::Corrupt { file: path, offset, reason });
+                }
+                Some(Problem::Torn { offset, reason }) if !config.load_truncated => {
+                    return Err(JournalError::Corrupt {
+                        file: path,
+                        offset,
+                        reason: format!(
+                            "{reason} (a torn tail: set aof-load-truncated yes, or run \
+                             keel-check-aof --fix on the manifest)"
+                        ),
+                    });
+                }
+                Some(Problem::Torn { offset, reason }) => {
+                    let f = OpenOptions::new().write(true).open(&path).map_err(io_err(&path))?;
+                    f.set_len(scan.valid_up_to).map_err(io_err(&path))?;
+                    f.sync_all().map_err(io_err(&path))?;
+                    let msg = format!(
+                        "{}: {reason} at offset {offset}; truncated from {} to {} bytes \
+                         (aof-load-truncated yes)",
+                        path.display(),
+                        *size,
+                        scan.valid_up_to
+                    );
+                    tracing::warn!("{msg}");
+                    warnings.push(msg);
+                    *size = scan.valid_up_to;
+                }
+            }
+        }
+    }
+
+    let files: Vec<(String, u64)> = listed.into_iter().zip(sizes.iter().copied()).collect();
+    let total_size = sizes.iter().sum();
+
+    let (incr_name, incr_size) = match m.incr.last() {
+        Some(i) => (i.name.clone(), *sizes.last().unwrap_or(&0)),
+        None => {
+            let seq = m.next_incr_seq();
+            let incr = manifest::incr_name(name, seq);
+            create_empty(&dir.join(&incr))?;
+            m.incr.push(AofInfo { name: incr.clone(), seq, kind: FileKind::Incr });
+            persist(&m, config)?;
+            (incr, 0)
+        }
+    };
+    Ok(Prepared { files, warnings, total_size, base_size, incr_name, incr_size })
+}
+
+/// One replayed command: its database and its arguments.
+pub type ReplayItem = Result<(usize, Vec<Vec<u8>>), JournalError>;
+
+/// The commands to replay, in order: the base file, then each incr file in
+/// seq order. Each item is `(db, argv)`.
+///
+/// * `SELECT` records are consumed here: they set the db of the items that
+///   follow. Every file starts in db 0 (Redis loads each file with a fresh
+///   client).
+/// * `MULTI` and `EXEC` are yielded as ordinary items, as they are in the
+///   file; between them come the transaction's commands (SELECTs inside are
+///   consumed as above). Every yielded `MULTI` is followed by its `EXEC`
+///   unless the iterator yields an error first: an incomplete transaction at
+///   the end of the last file was cut off at open.
+/// * Annotations (`#TS:...`) are skipped.
+/// * After an error the iterator ends. The caller must treat any error as
+///   fatal to loading: the data after it is not replayed.
+pub struct Replay {
+    dir: PathBuf,
+    files: std::vec::IntoIter<(String, u64)>,
+    current: Option<(PathBuf, RecordReader<BufReader<File>>)>,
+    db: usize,
+    multi_open: bool,
+    done: bool,
+    warnings: Vec<String>,
+    commands: u64,
+}
+
+impl std::fmt::Debug for Replay {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Replay")
+            .field("dir", &self.dir)
+            .field("commands", &self.commands)
+            .field("warnings", &self.warnings)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Replay {
+    pub(crate) fn new(dir: PathBuf, files: Vec<(String, u64)>, warnings: Vec<String>) -> Replay {
+        Replay {
+            dir,
+            files: files.into_iter(),
+            current: None,
+            db: 0,
+            multi_open: false,
+            done: false,
+            warnings,
+            commands: 0,
+        }
+    }
+
+    /// What open had to repair or wants the operator to know (a truncated
+    /// torn tail, an upgraded old-style AOF), one line each.
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
+    }
+
+    /// Commands yielded so far (SELECTs not counted).
+    pub fn commands(&self) -> u64 {
+        self.commands
+    }
+
+    fn fail(&mut self, e: JournalError) -> Option<ReplayItem> {
+        self.done = true;
+        Some(Err(e))
+    }
+}
+
+impl Iterator for Replay {
+    type Item = ReplayItem;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        loop {
+            if self.current.is_none() {
+                let Some((name, len)) = self.files.next() else {
+                    self.done = true;
+                    return None;
+                };
+                let path = self.dir.join(&name);
+                let f = match File::open(&path) {
+                    Ok(f) => f,
+                    Err(source) => return self.fail(JournalError::Io { path, source }),
+                };
+                self.db = 0;
+                self.multi_open = false;
+                let reader = RecordReader::new(BufReader::with_capacity(1 << 20, f), len);
+                self.current = Some((path, reader));
+            }
+            let Some((path, reader)) = self.current.as_mut() else { continue };
+            let corrupt = |offset, reason: &str| JournalError::Corrupt {
+                file: path.clone(),
+                offset,
+                reason: reason.to_string(),
+            };
+            let record_start = reader.position();
+            let err = match reader.next_item(Mode::Full) {
+                Ok(Some(Item::Annotation)) => continue,
+                Ok(Some(Item::Command(argv))) => {
+                    let name = &argv[0];
+                    if eq_name(name, b"SELECT") {
+                        match (argv.len(), argv.get(1).and_then(|d| crate::resp::parse_u64(d))) {
+                            (2, Some(db)) if db <= usize::MAX as u64 => {
+                                self.db = db as usize;
+                                continue;
+                            }
+                            _ => corrupt(record_start, "invalid SELECT"),
+                        }
+                    } else if eq_name(name, b"MULTI") && self.multi_open {
+                        corrupt(record_start, "MULTI inside a transaction")
+                    } else if eq_name(name, b"EXEC") && !self.multi_open {
+                        corrupt(record_start, "EXEC without MULTI")
+                    } else {
+                        if eq_name(name, b"MULTI") {
+                            self.multi_open = true;
+                        } else if eq_name(name, b"EXEC") {
+                            self.multi_open = false;
+                        }
+                        self.commands += 1;
+                        return Some(Ok((self.db, argv)));
+                    }
+                }
+                Ok(None) if self.multi_open => {
+                    corrupt(reader.position(), "end of file inside a MULTI/EXEC transaction")
+                }
+                Ok(None) => {
+                    self.current = None;
+                    continue;
+                }
+                Err(ReadError::Eof { record_start }) => corrupt(
+                    record_start,
+                    "unexpected end of file inside a command (only the last file may have a \
+                     torn tail)",
+                ),
+                Err(ReadError::Format { offset, reason, .. }) => corrupt(offset, &reason),
+                Err(ReadError::Io(source)) => JournalError::Io { path: path.clone(), source },
+            };
+            return self.fail(err);
+        }
+    }
+}

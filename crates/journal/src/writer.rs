@@ -1,0 +1,523 @@
+//! The writer thread (group commit) and the everysec fsync thread.
+//!
+//! # Flush pipelining
+//!
+//! Appenders copy their encoded records into `Gather::buf` under one short
+//! mutex hold and go on; nobody but the writer thread touches the file. The
+//! writer loops:
+//!
+//! 1. sleep on `writer_cv` until there is something to do (new bytes, a
+//!    forced sync, shutdown, or the time of a retry after a failure);
+//! 2. swap `Gather::buf` for an empty buffer (one pointer swap under the
+//!    lock): that batch is everything appended since the last swap;
+//! 3. one `write(2)` of the batch (more only on short writes or after a
+//!    failure, when several batches wait), then, for `always`, one
+//!    `fdatasync(2)`;
+//! 4. publish `durable` (Release) and call `on_durable`.
+//!
+//! While the writer is in 3, appenders fill the next batch: that is the group
+//! commit, and its batch size grows by itself with the disk's latency.
+//!
+//! # What is kept in memory, and why
+//!
+//! A batch stays in `Writer::retained` until it is known to be on disk: for
+//! `always` until its fdatasync returned, for `everysec` until the fsync
+//! thread's next fdatasync covering it returned (at most
+//! `Tuning::retain_max_bytes`, after which the oldest written bytes are let go
+//! and a later fsync failure can only be retried, as Redis does), for `no`
+//! until it is written. That is what makes failures survivable:
+//!
+//! * a failed or short write: the file is truncated back to the end of the
+//!   last complete write (Redis's `ftruncate` in `flushAppendOnlyFile`) and
+//!   the whole batch is written again at the next retry;
+//! * a failed fdatasync: after one, Linux may have dropped the dirty pages
+//!   and a second fdatasync can succeed without the data being on disk
+//!   ("fsyncgate"). So the file is truncated back to the last size known to
+//!   be synced, and everything after it is written and synced again.
+//!
+//! While failing, `health()` is `Err` (the server refuses writes), durable
+//! stops advancing (nothing new is acknowledged), appenders still never
+//! block, and the writer retries every `Tuning::retry_interval`.
+
+use std::collections::VecDeque;
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+
+use crate::file::LogFile;
+use crate::stats::StatsCells;
+use crate::{FsyncPolicy, Lsn};
+
+/// A taken buffer is given back to appenders for reuse only below this
+/// capacity: one burst must not pin a huge allocation forever.
+const SPARE_CAPACITY_MAX: usize = 4 << 20;
+/// Redis counts `aof_delayed_fsync` when a background fsync has been running
+/// this long and writes go on anyway.
+const DELAYED_FSYNC_AFTER: Duration = Duration::from_secs(2);
+
+/// What appenders share with the writer, under `Inner::gather`.
+pub(crate) struct Gather {
+    /// Records appended since the writer's last swap.
+    pub(crate) buf: Vec<u8>,
+    /// Records (SELECTs not counted) in `buf`.
+    pub(crate) records: u64,
+    /// LSN of `buf[0]`.
+    pub(crate) start: Lsn,
+    /// Database of the last record, `None` until the first: a SELECT is
+    /// emitted whenever the next record's differs.
+    pub(crate) selected_db: Option<usize>,
+    /// The writer waits on `writer_cv`: whoever adds work must notify it.
+    pub(crate) writer_sleeping: bool,
+    pub(crate) shutdown: bool,
+    /// `flush_and_sync` wants everything below this written and synced.
+    pub(crate) sync_request: Lsn,
+}
+
+/// The everysec fsync thread's state, under `Inner::syncer`.
+#[derive(Default)]
+pub(crate) struct Syncer {
+    /// The writer is repairing the file (or syncing it itself): no fsync.
+    pub(crate) paused: bool,
+    pub(crate) in_flight_since: Option<Instant>,
+    pub(crate) shutdown: bool,
+}
+
+pub(crate) struct Inner {
+    pub(crate) policy: FsyncPolicy,
+    pub(crate) retry_interval: Duration,
+    pub(crate) everysec_interval: Duration,
+    pub(crate) backlog_max_bytes: u64,
+    pub(crate) retain_max_bytes: u64,
+    pub(crate) file: Arc<dyn LogFile>,
+    pub(crate) file_name: String,
+    /// LSN of offset 0 of the incr file being appended to.
+    pub(crate) file_start_lsn: Lsn,
+    pub(crate) base_size: u64,
+
+    pub(crate) gather: Mutex<Gather>,
+    pub(crate) writer_cv: Condvar,
+
+    pub(crate) appended: AtomicU64,
+    /// Everything below is in the file (in the kernel's page cache).
+    pub(crate) written: AtomicU64,
+    /// Everything below has been fdatasync'd.
+    pub(crate) synced: AtomicU64,
+    /// What replies may wait for: `synced` for always, `written` otherwise.
+    pub(crate) durable: AtomicU64,
+
+    pub(crate) healthy: AtomicBool,
+    pub(crate) last_error: Mutex<Option<String>>,
+    pub(crate) on_durable: OnceLock<Box<dyn Fn(Lsn) + Send + Sync>>,
+    /// `flush_and_sync` waits here; the writer notifies after every cycle.
+    pub(crate) progress: Mutex<()>,
+    pub(crate) progress_cv: Condvar,
+
+    pub(crate) syncer: Mutex<Syncer>,
+    pub(crate) syncer_cv: Condvar,
+    /// Set by the fsync thread when an fdatasync failed; the writer repairs.
+    pub(crate) syncer_failed: AtomicBool,
+
+    pub(crate) stats: StatsCells,
+}
+
+impl Inner {
+    /// Records a failure: `health()` is `Err` from now on. `from_syncer`
+    /// also flags the file for repair by the writer (under the same lock as
+    /// [`Inner::clear_error`], so a repair never hides a newer failure).
+    pub(crate) fn set_error(&self, what: &str, e: &io::Error, from_syncer: bool) {
+        let msg = format!("{what} {}: {e}", self.file_name);
+        let mut last = self.last_error.lock();
+        if from_syncer {
+            self.syncer_failed.store(true, Ordering::Release);
+        }
+        if self.healthy.swap(false, Ordering::AcqRel) {
+            tracing::error!("journal: {msg}; refusing writes until a retry succeeds");
+        }
+        *last = Some(msg);
+    }
+
+    /// Back to healthy after a successful retry, unless the fsync thread has
+    /// failed meanwhile.
+    fn clear_error(&self) {
+        let mut last = self.last_error.lock();
+        if self.syncer_failed.load(Ordering::Acquire) {
+            return;
+        }
+        *last = None;
+        if !self.healthy.swap(true, Ordering::AcqRel) {
+            tracing::warn!("journal: writing to {} works again", self.file_name);
+        }
+    }
+
+    fn notify_progress(&self) {
+        let _g = self.progress.lock();
+        self.progress_cv.notify_all();
+    }
+
+    fn wake_writer(&self) {
+        let mut g = self.gather.lock();
+        g.writer_sleeping = false;
+        drop(g);
+        self.writer_cv.notify_one();
+    }
+}
+
+struct Batch {
+    start: Lsn,
+    bytes: Vec<u8>,
+    records: u64,
+}
+
+impl Batch {
+    fn end(&self) -> Lsn {
+        self.start + self.bytes.len() as u64
+    }
+}
+
+pub(crate) struct Writer {
+    inner: Arc<Inner>,
+    /// Batches not yet known to be on disk (see the module docs), in order.
+    retained: VecDeque<Batch>,
+    written: Lsn,
+    synced: Lsn,
+    /// While failing: when to try again.
+    retry_at: Option<Instant>,
+    /// Cut the file back to this LSN before writing again.
+    truncate_to: Option<Lsn>,
+    /// An fdatasync failed: sync again before anything counts as synced.
+    must_resync: bool,
+    last_delayed_count: Option<Instant>,
+    /// An empty buffer with capacity, to swap in for the next batch.
+    spare: Vec<u8>,
+}
+
+/// `write(2)` until all of `buf` is written; on failure also says how many
+/// bytes did reach the file.
+fn write_all(file: &dyn LogFile, mut buf: &[u8]) -> Result<(), (io::Error, u64)> {
+    let mut done = 0u64;
+    while !buf.is_empty() {
+        match file.append(buf) {
+            Ok(0) => return Err((io::Error::new(io::ErrorKind::WriteZero, "write returned 0"), done)),
+            Ok(n) => {
+                done += n as u64;
+                buf = &buf[n..];
+            }
+            Err(e) => return Err((e, done)),
+        }
+    }
+    Ok(())
+}
+
+impl Writer {
+    pub(crate) fn new(inner: Arc<Inner>, start: Lsn) -> Writer {
+        Writer {
+            inner,
+            retained: VecDeque::new(),
+            written: start,
+            synced: start,
+            retry_at: None,
+            truncate_to: None,
+            must_resync: false,
+            last_delayed_count: None,
+            spare: Vec::new(),
+        }
+    }
+
+    fn offset(&self, lsn: Lsn) -> u64 {
+        lsn - self.inner.file_start_lsn
+    }
+
+    /// The writer thread's body.
+    pub(crate) fn run(mut self) {
+        loop {
+            let (shutdown, sync_request) = self.gather_next();
+            self.cycle(sync_request);
+            if shutdown {
+                if self.retry_at.is_some() {
+                    tracing::error!(
+                        "journal: shutting down with {} bytes not on disk: {}",
+                        self.inner.appended.load(Ordering::Acquire).saturating_sub(self.synced),
+                        self.inner.last_error.lock().clone().unwrap_or_default()
+                    );
+                }
+                self.inner.notify_progress();
+                return;
+            }
+        }
+    }
+
+    /// Waits for work, then moves the gathered bytes into `retained`.
+    fn gather_next(&mut self) -> (bool, Lsn) {
+        let inner = Arc::clone(&self.inner);
+        let mut g = inner.gather.lock();
+        loop {
+            if let Some(at) = self.retry_at {
+                if g.shutdown || Instant::now() >= at {
+                    break;
+                }
+                inner.writer_cv.wait_until(&mut g, at);
+                continue;
+            }
+            let syncer_failed = inner.syncer_failed.load(Ordering::Acquire);
+            if !g.buf.is_empty() || g.shutdown || g.sync_request > self.synced || syncer_failed {
+                break;
+            }
+            g.writer_sleeping = true;
+            if self.inner.policy == FsyncPolicy::EverySec && !self.retained.is_empty() {
+                // Wake up now and then to let go of what the fsync thread
+                // has synced meanwhile.
+                inner.writer_cv.wait_for(&mut g, inner.everysec_interval);
+                g.writer_sleeping = false;
+                self.synced = self.synced.max(inner.synced.load(Ordering::Acquire));
+                self.trim();
+            } else {
+                inner.writer_cv.wait(&mut g);
+                g.writer_sleeping = false;
+            }
+        }
+        if !g.buf.is_empty() {
+            let fresh = std::mem::take(&mut self.spare);
+            let bytes = std::mem::replace(&mut g.buf, fresh);
+            let batch = Batch { start: g.start, records: g.records, bytes };
+            g.start = batch.end();
+            g.records = 0;
+            self.retained.push_back(batch);
+        }
+        (g.shutdown, g.sync_request)
+    }
+
+    fn fail(&mut self, what: &str, e: &io::Error) {
+        self.inner.set_error(what, e, false);
+        self.retry_at = Some(Instant::now() + self.inner.retry_interval);
+        self.inner.notify_progress();
+    }
+
+    /// First LSN still held in memory (or `written` if none).
+    fn retained_from(&self) -> Lsn {
+        self.retained.front().map_or(self.written, |b| b.start)
+    }
+
+    /// After an fdatasync failure: cut back to the last synced size and write
+    /// everything after it again, if it is all still in memory.
+    fn plan_resync(&mut self) {
+        self.must_resync = true;
+        if self.retained_from() <= self.synced && self.written > self.synced {
+            self.truncate_to = Some(self.synced);
+            self.written = self.synced;
+        }
+    }
+
+    fn pause_syncer(&self) {
+        if self.inner.policy != FsyncPolicy::EverySec {
+            return;
+        }
+        let mut s = self.inner.syncer.lock();
+        s.paused = true;
+        while s.in_flight_since.is_some() {
+            self.inner.syncer_cv.wait(&mut s);
+        }
+    }
+
+    fn resume_syncer(&self) {
+        if self.inner.policy != FsyncPolicy::EverySec {
+            return;
+        }
+        let mut s = self.inner.syncer.lock();
+        s.paused = false;
+        self.inner.syncer_failed.store(false, Ordering::Release);
+        self.inner.syncer_cv.notify_all();
+    }
+
+    /// One round of I/O: repair, write, sync, publish.
+    fn cycle(&mut self, sync_request: Lsn) {
+        let inner = Arc::clone(&self.inner);
+        let file = &*inner.file;
+        let started = Instant::now();
+
+        if inner.policy == FsyncPolicy::EverySec {
+            self.synced = self.synced.max(inner.synced.load(Ordering::Acquire));
+            if inner.syncer_failed.load(Ordering::Acquire) && !self.must_resync {
+                // The fsync thread has paused itself: the file is ours.
+                self.pause_syncer();
+                self.plan_resync();
+            }
+        }
+
+        if let Some(to) = self.truncate_to {
+            if let Err(e) = file.set_len(self.offset(to)) {
+                return self.fail("truncating", &e);
+            }
+            self.truncate_to = None;
+        }
+
+        let (mut bytes, mut records) = (0u64, 0u64);
+        for i in 0..self.retained.len() {
+            let b = &self.retained[i];
+            if b.end() <= self.written {
+                continue;
+            }
+            let from = (self.written - b.start) as usize;
+            let (end, len, recs) = (b.end(), b.bytes.len() - from, b.records);
+            if let Err((e, partial)) = write_all(file, &b.bytes[from..]) {
+                inner.stats.write_errors.fetch_add(1, Ordering::Relaxed);
+                if partial > 0 {
+                    // Take the partial write back off, as Redis does; if even
+                    // that fails, the bytes are a correct prefix: keep them.
+                    if file.set_len(self.offset(self.written)).is_err() {
+                        self.written += partial;
+                        inner.written.store(self.written, Ordering::Release);
+                    }
+                }
+                return self.fail("writing", &e);
+            }
+            self.written = end;
+            bytes += len as u64;
+            records += recs;
+            inner.written.store(self.written, Ordering::Release);
+        }
+        if bytes > 0 && inner.policy == FsyncPolicy::EverySec {
+            self.count_delayed_fsync();
+        }
+
+        let want_sync = match inner.policy {
+            FsyncPolicy::Always => self.written > self.synced,
+            _ => sync_request > self.synced && self.written > self.synced,
+        };
+        let resync = self.must_resync;
+        if want_sync || resync {
+            self.pause_syncer();
+            let t0 = Instant::now();
+            let res = file.sync_data();
+            inner.stats.record_fsync(t0.elapsed());
+            if let Err(e) = res {
+                inner.stats.fsync_errors.fetch_add(1, Ordering::Relaxed);
+                self.plan_resync();
+                return self.fail("fdatasync of", &e);
+            }
+            self.synced = self.written;
+            inner.synced.fetch_max(self.synced, Ordering::AcqRel);
+            self.must_resync = false;
+            self.resume_syncer();
+        }
+
+        let durable = match inner.policy {
+            FsyncPolicy::Always => self.synced,
+            FsyncPolicy::EverySec | FsyncPolicy::No => self.written,
+        };
+        if bytes > 0 {
+            inner.stats.record_batch(records, bytes, started.elapsed());
+        }
+        if self.retry_at.take().is_some() || resync {
+            inner.clear_error();
+        }
+        if durable > inner.durable.load(Ordering::Acquire) {
+            inner.durable.store(durable, Ordering::Release);
+            if let Some(f) = inner.on_durable.get() {
+                f(durable);
+            }
+        }
+        inner.notify_progress();
+        self.trim();
+    }
+
+    /// Lets go of batches that no failure can make us write again.
+    fn trim(&mut self) {
+        let keep_from = match self.inner.policy {
+            FsyncPolicy::Always | FsyncPolicy::EverySec => self.synced,
+            FsyncPolicy::No => self.written,
+        };
+        let mut written_bytes: u64 = self
+            .retained
+            .iter()
+            .map(|b| b.end().min(self.written).saturating_sub(b.start))
+            .sum();
+        while let Some(front) = self.retained.front() {
+            let synced = front.end() <= keep_from;
+            // everysec: bound what waits for the fsync thread.
+            let over = front.end() <= self.written && written_bytes > self.inner.retain_max_bytes;
+            if !(synced || over) {
+                break;
+            }
+            written_bytes -= front.end().min(self.written).saturating_sub(front.start);
+            if let Some(mut b) = self.retained.pop_front() {
+                if b.bytes.capacity() <= SPARE_CAPACITY_MAX
+                    && self.spare.capacity() < b.bytes.capacity()
+                {
+                    b.bytes.clear();
+                    self.spare = b.bytes;
+                }
+            }
+        }
+    }
+
+    /// Redis's `aof_delayed_fsync`: writes go on while a background fsync
+    /// has been running for 2 s or more; counted at most once per 2 s.
+    fn count_delayed_fsync(&mut self) {
+        let since = self.inner.syncer.lock().in_flight_since;
+        let now = Instant::now();
+        if let Some(since) = since {
+            let recent = self.last_delayed_count.is_some_and(|t| now - t < DELAYED_FSYNC_AFTER);
+            if now - since >= DELAYED_FSYNC_AFTER && !recent {
+                self.inner.stats.delayed_fsync.fetch_add(1, Ordering::Relaxed);
+                self.last_delayed_count = Some(now);
+                tracing::warn!(
+                    "journal: asynchronous AOF fsync is taking too long (disk is busy?); \
+                     writing on without waiting for it"
+                );
+            }
+        }
+    }
+}
+
+/// The everysec fsync thread: about once per `everysec_interval`, if
+/// anything was written since the last fsync, fdatasync the file. It never
+/// holds a lock during the fsync, so neither appenders nor the writer wait
+/// for it (except the writer when it repairs the file or syncs itself).
+pub(crate) fn run_syncer(inner: Arc<Inner>) {
+    let mut last_start = Instant::now();
+    loop {
+        let target;
+        {
+            let mut s = inner.syncer.lock();
+            loop {
+                if s.shutdown {
+                    return;
+                }
+                let due = last_start + inner.everysec_interval;
+                let now = Instant::now();
+                let failed = inner.syncer_failed.load(Ordering::Acquire);
+                if s.paused || failed {
+                    inner.syncer_cv.wait(&mut s);
+                } else if now < due {
+                    inner.syncer_cv.wait_until(&mut s, due);
+                } else if inner.written.load(Ordering::Acquire) > inner.synced.load(Ordering::Acquire) {
+                    break;
+                } else {
+                    last_start = now;
+                }
+            }
+            target = inner.written.load(Ordering::Acquire);
+            last_start = Instant::now();
+            s.in_flight_since = Some(last_start);
+        }
+        let res = inner.file.sync_data();
+        inner.stats.record_fsync(last_start.elapsed());
+        let mut s = inner.syncer.lock();
+        s.in_flight_since = None;
+        match res {
+            Ok(()) => {
+                inner.synced.fetch_max(target, Ordering::AcqRel);
+            }
+            Err(e) => {
+                inner.stats.fsync_errors.fetch_add(1, Ordering::Relaxed);
+                inner.set_error("background fdatasync of", &e, true);
+                s.paused = true;
+                inner.wake_writer();
+            }
+        }
+        inner.syncer_cv.notify_all();
+    }
+}

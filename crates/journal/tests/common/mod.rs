@@ -1,0 +1,86 @@
+//! Helpers shared by the integration tests.
+#![allow(dead_code, clippy::unwrap_used)]
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use keel_journal::testing::{Failpoints, FaultyFiles, StdFiles};
+use keel_journal::{FsyncPolicy, Journal, JournalConfig, Replay, Tuning};
+
+pub fn config(root: &Path, fsync: FsyncPolicy) -> JournalConfig {
+    JournalConfig {
+        dir: root.join("appendonlydir"),
+        filename: "appendonly.aof".into(),
+        fsync,
+        load_truncated: true,
+    }
+}
+
+/// Tuning with quick retries, so fault tests do not sleep for seconds.
+pub fn fast_tuning() -> Tuning {
+    Tuning {
+        retry_interval: Duration::from_millis(20),
+        everysec_interval: Duration::from_millis(50),
+        ..Tuning::default()
+    }
+}
+
+pub fn faulty_tuning() -> (Tuning, Arc<Failpoints>) {
+    let failpoints = Failpoints::new();
+    let files = Arc::new(FaultyFiles { inner: Arc::new(StdFiles), failpoints: Arc::clone(&failpoints) });
+    (Tuning { files, ..fast_tuning() }, failpoints)
+}
+
+pub fn open(cfg: &JournalConfig) -> (Journal, Replay) {
+    Journal::open_with(cfg.clone(), fast_tuning()).unwrap()
+}
+
+/// Replays everything, panicking on error.
+pub fn replay_all(replay: Replay) -> Vec<(usize, Vec<Vec<u8>>)> {
+    replay.map(|r| r.unwrap()).collect()
+}
+
+pub fn strs(argv: &[Vec<u8>]) -> Vec<String> {
+    argv.iter().map(|a| String::from_utf8_lossy(a).into_owned()).collect()
+}
+
+/// Waits (bounded) until `durable_lsn() >= lsn`.
+pub fn wait_durable(j: &Journal, lsn: u64, timeout: Duration) -> bool {
+    let deadline = Instant::now() + timeout;
+    while j.durable_lsn() < lsn {
+        if Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    true
+}
+
+pub fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    while !f() {
+        if Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    true
+}
+
+pub fn incr_path(cfg: &JournalConfig) -> PathBuf {
+    cfg.dir.join("appendonly.aof.1.incr.aof")
+}
+
+pub fn base_path(cfg: &JournalConfig) -> PathBuf {
+    cfg.dir.join("appendonly.aof.1.base.aof")
+}
+
+/// `*N $len arg ...` for building files by hand.
+pub fn resp(argv: &[&str]) -> Vec<u8> {
+    let mut out = format!("*{}\r\n", argv.len()).into_bytes();
+    for a in argv {
+        out.extend_from_slice(format!("${}\r\n{a}\r\n", a.len()).as_bytes());
+    }
+    out
+}

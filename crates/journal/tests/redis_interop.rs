@@ -1,0 +1,218 @@
+//! Interop with Debian's Redis 7.0 (`redis-server`, `redis-check-aof`):
+//! Keel replays a directory Redis wrote, and Redis accepts and loads a
+//! directory Keel wrote. Skipped, with a notice, where Redis is not installed.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+use keel_journal::FsyncPolicy;
+
+fn have(bin: &str) -> bool {
+    Command::new(bin).arg("--version").output().is_ok_and(|o| o.status.success())
+}
+
+struct Redis {
+    child: Child,
+    conn: BufReader<TcpStream>,
+}
+
+impl Redis {
+    fn start(dir: &Path) -> Redis {
+        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--appendonly", "yes", "--aof-use-rdb-preamble", "no", "--save", ""])
+            .args(["--daemonize", "no", "--dir"])
+            .arg(dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let stream = loop {
+            match TcpStream::connect(("127.0.0.1", port)) {
+                Ok(s) => break s,
+                Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+                Err(e) => panic!("redis-server did not start: {e}"),
+            }
+        };
+        stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut r = Redis { child, conn: BufReader::new(stream) };
+        // Wait until loading finished.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while r.cmd(&["PING"]).starts_with("-LOADING") && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        r
+    }
+
+    /// Sends a command and returns its reply flattened to text.
+    fn cmd(&mut self, argv: &[&str]) -> String {
+        self.conn.get_mut().write_all(&resp(argv)).unwrap();
+        self.read_reply()
+    }
+
+    fn read_reply(&mut self) -> String {
+        let mut line = String::new();
+        self.conn.read_line(&mut line).unwrap();
+        let line = line.trim_end().to_string();
+        match line.as_bytes().first() {
+            Some(b'$') => {
+                let n: i64 = line[1..].parse().unwrap();
+                if n < 0 {
+                    return "(nil)".into();
+                }
+                let mut buf = vec![0u8; n as usize + 2];
+                self.conn.read_exact(&mut buf).unwrap();
+                String::from_utf8_lossy(&buf[..n as usize]).into_owned()
+            }
+            Some(b'*') => {
+                let n: i64 = line[1..].parse().unwrap();
+                (0..n.max(0)).map(|_| self.read_reply()).collect::<Vec<_>>().join(",")
+            }
+            _ => line,
+        }
+    }
+
+    fn shutdown(mut self) {
+        let _ = self.conn.get_mut().write_all(&resp(&["SHUTDOWN"]));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if self.child.try_wait().unwrap().is_some() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        panic!("redis-server did not shut down");
+    }
+}
+
+#[test]
+fn keel_replays_what_redis_wrote() {
+    if !have("redis-server") {
+        eprintln!("NOTICE: redis-server not installed; skipping Redis interop test");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let mut r = Redis::start(tmp.path());
+    assert_eq!(r.cmd(&["SET", "a", "1"]), "+OK");
+    assert_eq!(r.cmd(&["SET", "e", "v", "EX", "1000"]), "+OK");
+    assert_eq!(r.cmd(&["SELECT", "3"]), "+OK");
+    assert_eq!(r.cmd(&["RPUSH", "l", "x", "y z"]), ":2");
+    assert_eq!(r.cmd(&["MULTI"]), "+OK");
+    assert_eq!(r.cmd(&["INCR", "n"]), "+QUEUED");
+    assert_eq!(r.cmd(&["HSET", "h", "f", "v"]), "+QUEUED");
+    assert_eq!(r.cmd(&["EXEC"]), ":1,:1");
+    assert_eq!(r.cmd(&["SELECT", "0"]), "+OK");
+    assert_eq!(r.cmd(&["DEL", "a"]), ":1");
+    r.shutdown();
+
+    let cfg = config(tmp.path(), FsyncPolicy::Always);
+    let (j, replay) = open(&cfg);
+    assert!(replay.warnings().is_empty());
+    let got: Vec<(usize, Vec<String>)> =
+        replay_all(replay).into_iter().map(|(db, a)| (db, strs(&a))).collect();
+    let names: Vec<(usize, String)> =
+        got.iter().map(|(db, a)| (*db, a[0].to_ascii_uppercase())).collect();
+    assert_eq!(
+        names,
+        vec![
+            (0, "SET".to_string()),
+            (0, "SET".into()),
+            (3, "RPUSH".into()),
+            (3, "MULTI".into()),
+            (3, "INCR".into()),
+            (3, "HSET".into()),
+            (3, "EXEC".into()),
+            (0, "DEL".into()),
+        ]
+    );
+    assert_eq!(got[1].1[3], "PXAT", "Redis rewrites EX as an absolute PXAT");
+    assert_eq!(got[2].1[1..], ["l", "x", "y z"]);
+    // Appending to Redis's directory continues its incr file.
+    let size = std::fs::metadata(cfg.dir.join("appendonly.aof.1.incr.aof")).unwrap().len();
+    assert_eq!(j.appended_lsn(), size);
+}
+
+#[test]
+fn redis_accepts_and_loads_what_keel_wrote() {
+    if !have("redis-server") || !have("redis-check-aof") {
+        eprintln!("NOTICE: redis-server/redis-check-aof not installed; skipping Redis interop test");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = config(tmp.path(), FsyncPolicy::Always);
+    let (j, _) = open(&cfg);
+    j.append(0, &[&b"SET"[..], b"plain", b"hello"]);
+    j.append(0, &[&b"SET"[..], b"bin", b"a\r\nb\0c"]);
+    j.append(2, &[&b"RPUSH"[..], b"list", b"1", b"2", b"3"]);
+    j.append_transaction(&[
+        (2, vec![b"INCRBY".to_vec(), b"n".to_vec(), b"5".to_vec()]),
+        (1, vec![b"SET".to_vec(), b"in-db-1".to_vec(), b"yes".to_vec()]),
+    ]);
+    j.append(0, &[&b"SET"[..], b"last", b"1"]);
+    j.flush_and_sync().unwrap();
+    drop(j);
+
+    let manifest = cfg.dir.join("appendonly.aof.manifest");
+    let out = Command::new("redis-check-aof").arg(&manifest).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("All AOF files and manifest are valid"), "{text}");
+
+    let mut r = Redis::start(tmp.path());
+    assert_eq!(r.cmd(&["GET", "plain"]), "hello");
+    assert_eq!(r.cmd(&["GET", "bin"]), "a\r\nb\0c");
+    assert_eq!(r.cmd(&["GET", "last"]), "1");
+    assert_eq!(r.cmd(&["SELECT", "2"]), "+OK");
+    assert_eq!(r.cmd(&["LRANGE", "list", "0", "-1"]), "1,2,3");
+    assert_eq!(r.cmd(&["GET", "n"]), "5");
+    assert_eq!(r.cmd(&["SELECT", "1"]), "+OK");
+    assert_eq!(r.cmd(&["GET", "in-db-1"]), "yes");
+    // Redis appends to Keel's incr file; Keel reads it back.
+    assert_eq!(r.cmd(&["SET", "from-redis", "ok"]), "+OK");
+    r.shutdown();
+
+    let (_j, replay) = open(&cfg);
+    let got = replay_all(replay);
+    let (db, last) = got.last().unwrap();
+    let last = strs(last);
+    assert_eq!(*db, 1);
+    assert!(last[0].eq_ignore_ascii_case("SET"));
+    assert_eq!(last[1..], ["from-redis", "ok"]);
+}
+
+#[test]
+fn check_tools_agree_on_a_torn_tail() {
+    if !have("redis-check-aof") {
+        eprintln!("NOTICE: redis-check-aof not installed; skipping");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = config(tmp.path(), FsyncPolicy::Always);
+    let (j, _) = open(&cfg);
+    j.append(0, &[&b"SET"[..], b"a", b"1"]);
+    j.flush_and_sync().unwrap();
+    drop(j);
+    let incr = cfg.dir.join("appendonly.aof.1.incr.aof");
+    let good = std::fs::metadata(&incr).unwrap().len();
+    let mut f = std::fs::OpenOptions::new().append(true).open(&incr).unwrap();
+    f.write_all(b"*2\r\n$3\r\nDEL\r\n$1").unwrap();
+    drop(f);
+    let manifest = cfg.dir.join("appendonly.aof.manifest");
+    let redis = Command::new("redis-check-aof").arg(&manifest).output().unwrap();
+    let keel = Command::new(env!("CARGO_BIN_EXE_keel-check-aof")).arg(&manifest).output().unwrap();
+    assert!(!redis.status.success() && !keel.status.success());
+    let needle = format!("ok_up_to={good},");
+    assert!(String::from_utf8_lossy(&redis.stdout).contains(&needle));
+    assert!(String::from_utf8_lossy(&keel.stdout).contains(&needle));
+}

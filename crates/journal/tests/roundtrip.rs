@@ -1,0 +1,209 @@
+//! Append, reopen, replay; group commit under many threads; durable LSNs.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use keel_journal::FsyncPolicy;
+
+#[test]
+fn fresh_directory_looks_like_redis() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = config(tmp.path(), FsyncPolicy::Always);
+    let (j, replay) = open(&cfg);
+    assert_eq!(replay_all(replay).len(), 0);
+    assert_eq!(j.appended_lsn(), 0);
+    assert_eq!(j.durable_lsn(), 0);
+    drop(j);
+    let manifest = std::fs::read_to_string(cfg.dir.join("appendonly.aof.manifest")).unwrap();
+    assert_eq!(
+        manifest,
+        "file appendonly.aof.1.base.aof seq 1 type b\nfile appendonly.aof.1.incr.aof seq 1 type i\n"
+    );
+    assert_eq!(std::fs::metadata(base_path(&cfg)).unwrap().len(), 0);
+    assert!(!cfg.dir.join("temp-appendonly.aof.manifest").exists());
+}
+
+#[test]
+fn round_trip_every_policy() {
+    for policy in [FsyncPolicy::Always, FsyncPolicy::EverySec, FsyncPolicy::No] {
+        let tmp = tempfile::tempdir().unwrap();
+        let cfg = config(tmp.path(), policy);
+        let big = vec![0xffu8; 300_000];
+        let (j, _) = open(&cfg);
+        let l1 = j.append(0, &[&b"SET"[..], b"a", b"1"]);
+        let l2 = j.append(0, &[&b"SET"[..], b"bin\r\n\0", &big]);
+        let l3 = j.append(5, &[&b"RPUSH"[..], b"l", b"x", b"y"]);
+        let l4 = j.append_transaction(&[
+            (5, vec![b"INCR".to_vec(), b"n".to_vec()]),
+            (2, vec![b"DEL".to_vec(), b"a".to_vec()]),
+        ]);
+        let l5 = j.append(2, &[b"PING"]);
+        assert!(l1 < l2 && l2 < l3 && l3 < l4 && l4 < l5);
+        j.flush_and_sync().unwrap();
+        assert_eq!(j.durable_lsn(), l5);
+        assert_eq!(j.stats().aof_current_size, l5);
+        drop(j);
+        let file_len = std::fs::metadata(incr_path(&cfg)).unwrap().len();
+        assert_eq!(file_len, l5, "LSN is the byte position in the stream");
+
+        let (j, replay) = open(&cfg);
+        assert_eq!(j.appended_lsn(), l5, "LSNs continue from the recovered size");
+        assert_eq!(j.durable_lsn(), l5);
+        let got = replay_all(replay);
+        let flat: Vec<(usize, Vec<String>)> =
+            got.iter().map(|(db, a)| (*db, strs(a))).collect();
+        assert_eq!(flat[0], (0, vec!["SET".into(), "a".into(), "1".into()]));
+        assert_eq!(got[1].1[1], b"bin\r\n\0");
+        assert_eq!(got[1].1[2], big);
+        assert_eq!(flat[2], (5, vec!["RPUSH".into(), "l".into(), "x".into(), "y".into()]));
+        assert_eq!(flat[3], (5, vec!["MULTI".into()]));
+        assert_eq!(flat[4], (5, vec!["INCR".into(), "n".into()]));
+        assert_eq!(flat[5], (2, vec!["DEL".into(), "a".into()]));
+        assert_eq!(flat[6].1, vec!["EXEC".to_string()]);
+        assert_eq!(flat[7], (2, vec!["PING".into()]));
+        assert_eq!(flat.len(), 8, "{policy:?}");
+
+        // Appending after a reopen starts with a SELECT again, so the next
+        // reopen replays the right db even though each file starts in db 0.
+        let l6 = j.append(2, &[&b"SET"[..], b"z", b"9"]);
+        j.flush_and_sync().unwrap();
+        assert!(l6 > l5);
+        drop(j);
+        let (_j, replay) = open(&cfg);
+        let got = replay_all(replay);
+        assert_eq!(got.last().unwrap().0, 2);
+        assert_eq!(strs(&got.last().unwrap().1), vec!["SET", "z", "9"]);
+    }
+}
+
+#[test]
+fn durable_lsn_is_monotonic_and_reported() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = config(tmp.path(), FsyncPolicy::Always);
+    let (j, _) = open(&cfg);
+    let seen = Arc::new(parking_lot::Mutex::new(Vec::new()));
+    let s2 = Arc::clone(&seen);
+    j.on_durable(Box::new(move |lsn| s2.lock().push(lsn)));
+    let mut last = 0;
+    for i in 0..200 {
+        let lsn = j.append(0, &[&b"SET"[..], b"k", format!("{i}").as_bytes()]);
+        assert!(lsn > last);
+        last = lsn;
+        if i % 50 == 0 {
+            assert!(wait_durable(&j, lsn, Duration::from_secs(10)));
+        }
+    }
+    assert!(wait_durable(&j, last, Duration::from_secs(10)));
+    let seen = seen.lock().clone();
+    assert!(!seen.is_empty());
+    assert!(seen.windows(2).all(|w| w[0] < w[1]), "on_durable is strictly increasing");
+    assert_eq!(*seen.last().unwrap(), last);
+    let st = j.stats();
+    assert_eq!(st.durable_lsn, last);
+    assert_eq!(st.pending_bytes, 0);
+    assert!(st.fsync_count >= 1 && st.fsync_count <= 200);
+    assert!(st.aof_last_write_status_ok);
+    j.health().unwrap();
+}
+
+/// Many threads append concurrently and wait for durability like clients:
+/// every record is replayed exactly once, each thread's records in order,
+/// and the file's order is LSN order.
+#[test]
+fn group_commit_many_threads() {
+    for policy in [FsyncPolicy::Always, FsyncPolicy::EverySec] {
+        let tmp = tempfile::tempdir().unwrap();
+        let cfg = config(tmp.path(), policy);
+        let (j, _) = open(&cfg);
+        let j = Arc::new(j);
+        let threads = 8;
+        let per_thread = 1500;
+        let max_wait = Arc::new(AtomicU64::new(0));
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let j = Arc::clone(&j);
+                let max_wait = Arc::clone(&max_wait);
+                std::thread::spawn(move || {
+                    let mut lsns = Vec::with_capacity(per_thread);
+                    for i in 0..per_thread {
+                        let key = format!("t{t}");
+                        let val = format!("{i}");
+                        let lsn = j.append(t % 3, &[b"RPUSH", key.as_bytes(), val.as_bytes()]);
+                        lsns.push(lsn);
+                        // Every 10th append waits like a client would.
+                        if i % 10 == 0 {
+                            let t0 = std::time::Instant::now();
+                            assert!(wait_durable(&j, lsn, Duration::from_secs(20)));
+                            max_wait.fetch_max(t0.elapsed().as_micros() as u64, Ordering::Relaxed);
+                        }
+                    }
+                    lsns
+                })
+            })
+            .collect();
+        let lsns: Vec<Vec<u64>> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        for l in &lsns {
+            assert!(l.windows(2).all(|w| w[0] < w[1]));
+        }
+        let mut all: Vec<u64> = lsns.iter().flatten().copied().collect();
+        all.sort_unstable();
+        all.dedup();
+        assert_eq!(all.len(), threads * per_thread, "LSNs are unique");
+        j.flush_and_sync().unwrap();
+        let st = j.stats();
+        eprintln!(
+            "{policy:?}: {} batches, {:.1} records/batch avg, {} max, {} fsyncs, p50 {} us, p99 {} us",
+            st.batch_count,
+            st.batch_records_avg,
+            st.batch_records_max,
+            st.fsync_count,
+            st.fsync_latency_p50_us,
+            st.fsync_latency_p99_us
+        );
+        assert!(st.batch_records_max > 1, "group commit gathered more than one record");
+        drop(Arc::try_unwrap(j).unwrap());
+
+        let (_j, replay) = open(&cfg);
+        let mut next: HashMap<String, u64> = HashMap::new();
+        let mut count = 0;
+        for (db, argv) in replay_all(replay) {
+            let argv = strs(&argv);
+            assert_eq!(argv[0], "RPUSH");
+            let t: usize = argv[1][1..].parse().unwrap();
+            assert_eq!(db, t % 3, "SELECT tracked across interleaved threads");
+            let want = next.entry(argv[1].clone()).or_insert(0);
+            assert_eq!(argv[2].parse::<u64>().unwrap(), *want, "per-thread order");
+            *want += 1;
+            count += 1;
+        }
+        assert_eq!(count, threads * per_thread, "every record exactly once");
+    }
+}
+
+#[test]
+fn backlog_is_reported_not_blocking() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = config(tmp.path(), FsyncPolicy::Always);
+    let (tuning, fp) = faulty_tuning();
+    let tuning = keel_journal::Tuning { backlog_max_bytes: 10_000, ..tuning };
+    // The disk is "full": nothing becomes durable.
+    fp.fail(keel_journal::testing::Op::Write, 1, u64::MAX, keel_journal::testing::Fault::Enospc);
+    let (j, _) = keel_journal::Journal::open_with(cfg.clone(), tuning).unwrap();
+    let t0 = std::time::Instant::now();
+    for i in 0..1000 {
+        j.append(0, &[&b"SET"[..], b"k", format!("{i:0100}").as_bytes()]);
+    }
+    assert!(t0.elapsed() < Duration::from_secs(2), "appenders never wait for the disk");
+    assert!(j.health().is_err());
+    assert!(j.stats().pending_bytes > 10_000);
+    fp.clear();
+    let last = j.appended_lsn();
+    assert!(wait_durable(&j, last, Duration::from_secs(10)));
+    assert!(wait_until(Duration::from_secs(5), || j.health().is_ok()));
+}

@@ -1,0 +1,222 @@
+//! Torn tails and corruption (fjall style: damage the files, reopen).
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::fs::OpenOptions;
+use std::io::Write;
+
+use common::*;
+use keel_journal::{FsyncPolicy, Journal, JournalError};
+
+fn append_raw(path: &std::path::Path, bytes: &[u8]) {
+    OpenOptions::new().append(true).open(path).unwrap().write_all(bytes).unwrap();
+}
+
+/// Writes three SETs through the journal and returns (config, file length).
+fn setup(tmp: &std::path::Path) -> (keel_journal::JournalConfig, u64) {
+    let cfg = config(tmp, FsyncPolicy::Always);
+    let (j, _) = open(&cfg);
+    for i in 0..3 {
+        j.append(0, &[&b"SET"[..], format!("k{i}").as_bytes(), b"v"]);
+    }
+    j.flush_and_sync().unwrap();
+    drop(j);
+    let len = std::fs::metadata(incr_path(&cfg)).unwrap().len();
+    (cfg, len)
+}
+
+#[test]
+fn every_cut_of_the_last_command_is_truncated() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (cfg, good) = setup(tmp.path());
+    let tail = resp(&["SET", "torn", "value-value"]);
+    for cut in 1..tail.len() {
+        let f = OpenOptions::new().write(true).open(incr_path(&cfg)).unwrap();
+        f.set_len(good).unwrap();
+        drop(f);
+        append_raw(&incr_path(&cfg), &tail[..cut]);
+
+        // Without aof-load-truncated: refused, with the offset of the torn command.
+        let strict = keel_journal::JournalConfig { load_truncated: false, ..cfg.clone() };
+        match Journal::open_with(strict, fast_tuning()) {
+            Err(JournalError::Corrupt { offset, file, .. }) => {
+                assert_eq!(offset, good, "cut {cut}");
+                assert_eq!(file, incr_path(&cfg));
+            }
+            other => panic!("cut {cut}: {other:?}"),
+        }
+
+        let (j, replay) = open(&cfg);
+        assert_eq!(replay.warnings().len(), 1, "cut {cut}");
+        assert_eq!(replay_all(replay).len(), 3, "the SELECT is consumed; cut {cut}");
+        assert_eq!(j.appended_lsn(), good);
+        assert_eq!(std::fs::metadata(incr_path(&cfg)).unwrap().len(), good);
+        drop(j);
+    }
+}
+
+#[test]
+fn appends_after_a_truncated_tail_are_clean() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (cfg, good) = setup(tmp.path());
+    append_raw(&incr_path(&cfg), b"*3\r\n$3\r\nSET\r\n$4\r\nto");
+    let (j, replay) = open(&cfg);
+    assert_eq!(replay_all(replay).len(), 3);
+    let lsn = j.append(0, &[&b"SET"[..], b"after", b"1"]);
+    j.flush_and_sync().unwrap();
+    assert!(lsn > good);
+    drop(j);
+    let (_j, replay) = open(&cfg);
+    let got = replay_all(replay);
+    assert_eq!(got.len(), 4);
+    assert_eq!(strs(&got[3].1), vec!["SET", "after", "1"]);
+}
+
+#[test]
+fn unclosed_transaction_at_the_tail_is_cut_before_multi() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (cfg, good) = setup(tmp.path());
+    let mut tail = resp(&["MULTI"]);
+    tail.extend(resp(&["INCR", "a"]));
+    tail.extend(resp(&["INCR", "b"]));
+    append_raw(&incr_path(&cfg), &tail);
+    let (j, replay) = open(&cfg);
+    assert!(replay.warnings()[0].contains("MULTI"), "{:?}", replay.warnings());
+    let got = replay_all(replay);
+    assert_eq!(got.len(), 3);
+    assert_eq!(j.appended_lsn(), good);
+}
+
+#[test]
+fn zero_filled_tail_is_torn() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (cfg, good) = setup(tmp.path());
+    append_raw(&incr_path(&cfg), &[0u8; 4096]);
+    let (j, replay) = open(&cfg);
+    assert_eq!(replay.warnings().len(), 1);
+    assert_eq!(replay_all(replay).len(), 3);
+    assert_eq!(j.appended_lsn(), good);
+}
+
+#[test]
+fn garbage_at_the_tail_is_corruption_and_check_aof_fixes_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (cfg, good) = setup(tmp.path());
+    append_raw(&incr_path(&cfg), b"this is not RESP at all\r\n");
+    match Journal::open_with(cfg.clone(), fast_tuning()) {
+        Err(JournalError::Corrupt { offset, .. }) => assert_eq!(offset, good),
+        other => panic!("{other:?}"),
+    }
+    let manifest = cfg.dir.join("appendonly.aof.manifest");
+    let bin = env!("CARGO_BIN_EXE_keel-check-aof");
+    let out = std::process::Command::new(bin).arg(&manifest).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success(), "{text}");
+    assert!(text.contains(&format!("ok_up_to={good}")), "{text}");
+    let out = std::process::Command::new(bin)
+        .arg("--fix")
+        .arg(&manifest)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("Successfully truncated"), "{text}");
+    let out = std::process::Command::new(bin).arg(&manifest).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+    let (_j, replay) = open(&cfg);
+    assert_eq!(replay_all(replay).len(), 3);
+}
+
+#[test]
+fn corruption_in_the_middle_is_reported_with_offset() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (cfg, _) = setup(tmp.path());
+    // Damage the second SET's "$2" length prefix of the key.
+    let path = incr_path(&cfg);
+    let mut bytes = std::fs::read(&path).unwrap();
+    let select = resp(&["SELECT", "0"]).len();
+    let first = resp(&["SET", "k0", "v"]).len();
+    let at = select + first + b"*3\r\n$3\r\nSET\r\n".len();
+    assert_eq!(bytes[at], b'$');
+    bytes[at] = b'%';
+    std::fs::write(&path, &bytes).unwrap();
+    match Journal::open_with(cfg.clone(), fast_tuning()) {
+        Err(JournalError::Corrupt { offset, reason, .. }) => {
+            assert_eq!(offset, at as u64, "{reason}");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn damage_in_a_file_before_the_last_fails_replay() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (cfg, _) = setup(tmp.path());
+    // A base file with a torn tail: only the last file may be torn.
+    let mut base = resp(&["SET", "b", "1"]);
+    let good = base.len() as u64;
+    base.extend_from_slice(b"*2\r\n$3\r\nDEL");
+    std::fs::write(base_path(&cfg), &base).unwrap();
+    let (_j, mut replay) = open(&cfg);
+    let (db, first) = replay.next().unwrap().unwrap();
+    assert_eq!((db, strs(&first)), (0, vec!["SET".to_string(), "b".into(), "1".into()]));
+    match replay.next() {
+        Some(Err(JournalError::Corrupt { file, offset, .. })) => {
+            assert_eq!(file, base_path(&cfg));
+            assert_eq!(offset, good);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(replay.next().is_none(), "the iterator ends after an error");
+}
+
+#[test]
+fn rdb_base_is_refused_clearly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (cfg, _) = setup(tmp.path());
+    std::fs::write(base_path(&cfg), b"REDIS0010\xfa\x09redis-ver").unwrap();
+    match Journal::open_with(cfg.clone(), fast_tuning()) {
+        Err(e @ JournalError::RdbPreamble { .. }) => {
+            assert!(e.to_string().contains("RDB"), "{e}");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn bad_manifests_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (cfg, _) = setup(tmp.path());
+    let manifest = cfg.dir.join("appendonly.aof.manifest");
+    std::fs::write(&manifest, "file appendonly.aof.1.incr.aof seq 1 type x\n").unwrap();
+    assert!(matches!(
+        Journal::open_with(cfg.clone(), fast_tuning()),
+        Err(JournalError::Manifest(_))
+    ));
+    std::fs::write(&manifest, "file appendonly.aof.9.incr.aof seq 9 type i\n").unwrap();
+    assert!(matches!(Journal::open_with(cfg.clone(), fast_tuning()), Err(JournalError::Io { .. })));
+}
+
+#[test]
+fn old_style_single_aof_is_upgraded() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = config(tmp.path(), FsyncPolicy::Always);
+    let mut old = resp(&["SELECT", "0"]);
+    old.extend(resp(&["SET", "old", "1"]));
+    std::fs::write(tmp.path().join("appendonly.aof"), &old).unwrap();
+    let (j, replay) = open(&cfg);
+    assert_eq!(replay_all(replay).len(), 1);
+    j.append(0, &[&b"SET"[..], b"new", b"2"]);
+    j.flush_and_sync().unwrap();
+    drop(j);
+    assert!(!tmp.path().join("appendonly.aof").exists());
+    let manifest = std::fs::read_to_string(cfg.dir.join("appendonly.aof.manifest")).unwrap();
+    assert_eq!(
+        manifest,
+        "file appendonly.aof seq 1 type b\nfile appendonly.aof.1.incr.aof seq 1 type i\n"
+    );
+    let (_j, replay) = open(&cfg);
+    assert_eq!(replay_all(replay).len(), 2);
+}

@@ -1,0 +1,164 @@
+//! Per-connection state, and the registry through which one connection can
+//! see or act on another (CLIENT LIST, CLIENT KILL, MONITOR) whatever
+//! thread serves it.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use keel_engine::WatchFlag;
+use parking_lot::Mutex;
+
+/// How a client wants replies (CLIENT REPLY).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReplyMode {
+    On,
+    Off,
+    /// Skip the reply of the next command only.
+    SkipNext,
+    /// Skipping the current command's reply (set from SkipNext).
+    Skipping,
+}
+
+/// A transaction being queued between MULTI and EXEC.
+#[derive(Debug, Default)]
+pub struct Multi {
+    pub queued: Vec<Vec<Vec<u8>>>,
+    /// A command failed to queue (unknown, wrong arity): EXEC answers EXECABORT.
+    pub aborted: bool,
+}
+
+/// What other threads may read about a client (CLIENT LIST / INFO) and the
+/// flag through which they ask its owner to close it.
+#[derive(Debug)]
+pub struct ClientInfo {
+    pub id: u64,
+    pub addr: String,
+    pub laddr: String,
+    pub fd: i32,
+    pub created_ms: u64,
+    pub last_interaction_ms: AtomicU64,
+    /// Index of the last command in the command table, +1 (0: none yet).
+    pub last_cmd: AtomicU16,
+    pub db: AtomicUsize,
+    pub resp: AtomicU16,
+    pub name: Mutex<Option<Vec<u8>>>,
+    pub kill: AtomicBool,
+    pub multi_len: AtomicU64,
+    pub in_multi: AtomicBool,
+    pub monitor: AtomicBool,
+    pub qbuf: AtomicU64,
+    pub obl: AtomicU64,
+    pub no_evict: AtomicBool,
+    pub unix: bool,
+    /// Held by CLIENT PAUSE (CLIENT LIST flag `b`).
+    pub blocked: AtomicBool,
+    /// Free bytes of the query buffer and size of the reply buffer
+    /// (CLIENT LIST qbuf-free, rbs), refreshed after each read.
+    pub qbuf_free: AtomicU64,
+    pub rbs: AtomicU64,
+    /// Bytes of the arguments of the commands queued by MULTI.
+    pub multi_mem: AtomicU64,
+}
+
+pub struct Client {
+    pub id: u64,
+    pub db: usize,
+    pub resp3: bool,
+    pub authenticated: bool,
+    pub multi: Option<Multi>,
+    /// Keys this client WATCHes, as (database, key).
+    pub watching: Vec<(usize, Box<[u8]>)>,
+    pub watch_flag: WatchFlag,
+    pub reply: ReplyMode,
+    /// QUIT, or a protocol error: close once the pending replies are written.
+    pub close_after_reply: bool,
+    pub info: Arc<ClientInfo>,
+}
+
+impl Client {
+    pub fn new(info: Arc<ClientInfo>, authenticated: bool) -> Client {
+        Client {
+            id: info.id,
+            db: 0,
+            resp3: false,
+            authenticated,
+            multi: None,
+            watching: Vec::new(),
+            watch_flag: WatchFlag::default(),
+            reply: ReplyMode::On,
+            close_after_reply: false,
+            info,
+        }
+    }
+
+    pub fn name(&self) -> Option<Vec<u8>> {
+        self.info.name.lock().clone()
+    }
+}
+
+/// Messages a worker thread receives from other threads.
+#[derive(Debug)]
+pub enum Message {
+    /// Write these bytes to a client (MONITOR lines).
+    Deliver { client: u64, bytes: Vec<u8> },
+    /// Look at the kill flags of your clients.
+    CheckKills,
+    /// A CLIENT PAUSE ended early (CLIENT UNPAUSE, or a shorter pause
+    /// replaced it): run the input your paused connections hold.
+    Resume,
+}
+
+/// The registry of live clients and the mailboxes of the worker threads.
+#[derive(Default)]
+pub struct Clients {
+    next_id: AtomicU64,
+    live: Mutex<BTreeMap<u64, (Arc<ClientInfo>, usize)>>,
+    pub monitors: Mutex<Vec<(u64, usize)>>,
+    pub monitor_count: AtomicUsize,
+    pub connected: AtomicUsize,
+}
+
+impl Clients {
+    pub fn next_id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    pub fn register(&self, info: Arc<ClientInfo>, worker: usize) {
+        self.live.lock().insert(info.id, (info, worker));
+        self.connected.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn unregister(&self, id: u64) {
+        if self.live.lock().remove(&id).is_some() {
+            self.connected.fetch_sub(1, Ordering::Relaxed);
+        }
+        let mut monitors = self.monitors.lock();
+        let before = monitors.len();
+        monitors.retain(|(c, _)| *c != id);
+        if monitors.len() != before {
+            self.monitor_count.store(monitors.len(), Ordering::Relaxed);
+        }
+    }
+
+    /// A snapshot of every live client, in id order.
+    pub fn list(&self) -> Vec<(Arc<ClientInfo>, usize)> {
+        self.live.lock().values().cloned().collect()
+    }
+
+    pub fn get(&self, id: u64) -> Option<(Arc<ClientInfo>, usize)> {
+        self.live.lock().get(&id).cloned()
+    }
+
+    pub fn unregister_monitor(&self, id: u64) {
+        let mut monitors = self.monitors.lock();
+        monitors.retain(|(c, _)| *c != id);
+        self.monitor_count.store(monitors.len(), Ordering::Relaxed);
+    }
+
+    pub fn add_monitor(&self, id: u64, worker: usize) {
+        let mut monitors = self.monitors.lock();
+        monitors.push((id, worker));
+        self.monitor_count.store(monitors.len(), Ordering::Relaxed);
+    }
+}

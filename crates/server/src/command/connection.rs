@@ -1,0 +1,557 @@
+//! Connection commands: PING, ECHO, SELECT, HELLO, AUTH, QUIT, RESET,
+//! CLIENT.
+
+use std::fmt::Write as _;
+use std::sync::atomic::Ordering;
+
+use super::parse::{eq, i64_arg};
+use super::{cmd, flags::*, CmdError, CmdResult, CommandSpec, Ctx, Keys};
+use crate::client::{ClientInfo, Message, ReplyMode};
+use crate::server::unix_ms;
+
+pub static COMMANDS: &[CommandSpec] = &[
+    cmd("ping", -1, FAST | STALE, Keys::None, "connection", ping),
+    cmd("echo", 2, FAST, Keys::None, "connection", echo),
+    cmd("select", 2, LOADING | STALE | FAST, Keys::None, "connection", select),
+    cmd("hello", -1, NOSCRIPT | LOADING | STALE | FAST | NO_AUTH, Keys::None, "connection", hello),
+    cmd("auth", -2, NOSCRIPT | LOADING | STALE | FAST | NO_AUTH, Keys::None, "connection", auth),
+    cmd("quit", -1, ALLOW_BUSY | NOSCRIPT | LOADING | STALE | FAST | NO_AUTH, Keys::None, "connection", quit),
+    cmd("reset", 1, NOSCRIPT | LOADING | STALE | FAST | NO_AUTH, Keys::None, "connection", reset),
+    cmd("client", -2, 0, Keys::None, "connection", super::server::container)
+        .doc("A container for client connection commands", "2.4.0")
+        .subs(CLIENT_SUBCOMMANDS),
+];
+
+const CLIENT_FLAGS: u32 = NOSCRIPT | LOADING | STALE;
+
+const CLIENT_SUBCOMMANDS: &[CommandSpec] = &[
+    cmd("client|getname", 2, CLIENT_FLAGS, Keys::None, "connection", client_getname)
+        .doc("Get the current connection name", "2.6.9"),
+    cmd("client|help", 2, LOADING | STALE, Keys::None, "connection", client_help)
+        .doc("Show helpful text about the different subcommands", "5.0.0"),
+    cmd("client|id", 2, CLIENT_FLAGS, Keys::None, "connection", client_id)
+        .doc("Returns the client ID for the current connection", "5.0.0"),
+    cmd("client|info", 2, CLIENT_FLAGS, Keys::None, "connection", client_info)
+        .doc("Returns information about the current client connection.", "6.2.0")
+        .tips(&["nondeterministic_output"]),
+    cmd("client|kill", -3, ADMIN | CLIENT_FLAGS, Keys::None, "connection", client_kill)
+        .doc("Kill the connection of a client", "2.4.0"),
+    cmd("client|list", -2, ADMIN | CLIENT_FLAGS, Keys::None, "connection", client_list)
+        .doc("Get the list of client connections", "2.4.0")
+        .tips(&["nondeterministic_output"]),
+    cmd("client|no-evict", 3, ADMIN | CLIENT_FLAGS, Keys::None, "connection", client_no_evict)
+        .doc("Set client eviction mode for the current connection", "7.0.0"),
+    cmd("client|pause", -3, ADMIN | CLIENT_FLAGS, Keys::None, "connection", client_pause)
+        .doc("Stop processing commands from clients for some time", "2.9.50"),
+    cmd("client|reply", 3, CLIENT_FLAGS, Keys::None, "connection", client_reply)
+        .doc("Instruct the server whether to reply to commands", "3.2.0"),
+    cmd("client|setname", 3, CLIENT_FLAGS, Keys::None, "connection", client_setname)
+        .doc("Set the current connection name", "2.6.9"),
+    cmd("client|unpause", 2, ADMIN | CLIENT_FLAGS, Keys::None, "connection", client_unpause)
+        .doc("Resume processing of clients that were paused", "6.2.0"),
+];
+
+fn ping(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
+    match argv {
+        [_] => ctx.out.simple("PONG"),
+        [_, msg] => ctx.out.bulk(msg),
+        _ => return Err(CmdError::Arity("ping".into())),
+    }
+    Ok(())
+}
+
+fn echo(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
+    ctx.out.bulk(argv[1]);
+    Ok(())
+}
+
+fn select(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
+    let index = i64_arg(argv[1])?;
+    if index < 0 || index as usize >= ctx.server.keyspace.databases() {
+        return Err(CmdError::DbIndexOutOfRange);
+    }
+    ctx.client.db = index as usize;
+    ctx.dbs.selected = index as usize;
+    ctx.client.info.db.store(index as usize, Ordering::Relaxed);
+    ctx.out.ok();
+    Ok(())
+}
+
+/// Checks a username/password pair against `requirepass` (the only user
+/// Keel has is `default`).
+fn check_password(ctx: &Ctx<'_>, user: &[u8], password: &[u8]) -> CmdResult {
+    let required = ctx.server.config.read().requirepass.clone();
+    match required {
+        Some(p) if user == b"default" && p == password => Ok(()),
+        None if user == b"default" => Ok(()),
+        _ => Err(CmdError::other("WRONGPASS invalid username-password pair or user is disabled.")),
+    }
+}
+
+fn auth(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
+    let (user, password) = match argv {
+        [_, password] => {
+            if ctx.server.config.read().requirepass.is_none() {
+                return Err(CmdError::other(
+                    "ERR AUTH <password> called without any password configured for the default user. \
+                     Are you sure your configuration is correct?",
+                ));
+            }
+            (&b"default"[..], *password)
+        }
+        [_, user, password] => (*user, *password),
+        _ => return Err(CmdError::Syntax),
+    };
+    check_password(ctx, user, password)?;
+    ctx.client.authenticated = true;
+    ctx.out.ok();
+    Ok(())
+}
+
+fn hello(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
+    let mut resp3 = ctx.client.resp3;
+    let mut rest = &argv[1..];
+    if let Some((version, tail)) = rest.split_first() {
+        resp3 = match i64_arg(version) {
+            Ok(2) => false,
+            Ok(3) => true,
+            Ok(_) => return Err(CmdError::other("NOPROTO unsupported protocol version")),
+            Err(_) => return Err(CmdError::other("ERR Protocol version is not an integer or out of range")),
+        };
+        rest = tail;
+    }
+    // As Redis 7.0: every option parses first, then AUTH, then SETNAME.
+    let mut name = None;
+    let mut credentials = None;
+    while let Some((option, tail)) = rest.split_first() {
+        match tail {
+            [user, password, after @ ..] if eq(option, "auth") => {
+                credentials = Some((*user, *password));
+                rest = after;
+            }
+            [value, after @ ..] if eq(option, "setname") => {
+                name = Some(value.to_vec());
+                rest = after;
+            }
+            _ => {
+                return Err(CmdError::other(format!(
+                    "ERR Syntax error in HELLO option '{}'",
+                    String::from_utf8_lossy(option)
+                )))
+            }
+        }
+    }
+    if let Some((user, password)) = credentials {
+        check_password(ctx, user, password)?;
+        ctx.client.authenticated = true;
+    }
+    if let Some(name) = &name {
+        super::server::validate_client_name(name)?;
+    }
+    if !ctx.client.authenticated {
+        return Err(CmdError::other(
+            "NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> \
+             AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol \
+             version at the same time",
+        ));
+    }
+    if let Some(name) = name {
+        *ctx.client.info.name.lock() = (!name.is_empty()).then_some(name);
+    }
+    ctx.client.resp3 = resp3;
+    ctx.out.resp3 = resp3;
+    ctx.client.info.resp.store(if resp3 { 3 } else { 2 }, Ordering::Relaxed);
+    let out = &mut ctx.out;
+    out.map(7);
+    out.bulk(b"server");
+    out.bulk(b"redis");
+    out.bulk(b"version");
+    out.bulk(crate::server::REDIS_VERSION.as_bytes());
+    out.bulk(b"proto");
+    out.int(if resp3 { 3 } else { 2 });
+    out.bulk(b"id");
+    out.int(ctx.client.id as i64);
+    out.bulk(b"mode");
+    out.bulk(b"standalone");
+    out.bulk(b"role");
+    out.bulk(b"master");
+    out.bulk(b"modules");
+    out.array(0);
+    Ok(())
+}
+
+fn quit(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
+    ctx.client.close_after_reply = true;
+    // QUIT's reply is sent even under CLIENT REPLY OFF.
+    ctx.client.reply = ReplyMode::On;
+    ctx.out.ok();
+    Ok(())
+}
+
+fn reset(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
+    super::transactions::discard_state(ctx.server, ctx.client);
+    ctx.client.db = 0;
+    ctx.dbs.selected = 0;
+    ctx.client.info.db.store(0, Ordering::Relaxed);
+    ctx.client.resp3 = false;
+    ctx.out.resp3 = false;
+    ctx.client.info.resp.store(2, Ordering::Relaxed);
+    ctx.client.reply = ReplyMode::On;
+    *ctx.client.info.name.lock() = None;
+    ctx.client.info.no_evict.store(false, Ordering::Relaxed);
+    if ctx.client.info.monitor.swap(false, Ordering::Relaxed) {
+        ctx.server.clients.unregister_monitor(ctx.client.id);
+    }
+    ctx.client.authenticated = ctx.server.config.read().requirepass.is_none();
+    ctx.out.simple("RESET");
+    Ok(())
+}
+
+// ---------------------------------------------------------------- CLIENT
+
+fn client_help(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
+    super::server::reply_help(
+        ctx,
+        argv[0],
+        &[
+            "GETNAME",
+            "    Return the name of the current connection.",
+            "ID",
+            "    Return the ID of the current connection.",
+            "INFO",
+            "    Return information about the current client connection.",
+            "KILL <ip:port>",
+            "    Kill connection made from <ip:port>.",
+            "KILL <option> <value> [<option> <value> [...]]",
+            "    Kill connections. Options are:",
+            "    * ADDR (<ip:port>|<unixsocket>:0)",
+            "      Kill connections made from the specified address",
+            "    * LADDR (<ip:port>|<unixsocket>:0)",
+            "      Kill connections made to specified local address",
+            "    * TYPE (NORMAL|MASTER|REPLICA|PUBSUB)",
+            "      Kill connections by type.",
+            "    * USER <username>",
+            "      Kill connections authenticated by <username>.",
+            "    * SKIPME (YES|NO)",
+            "      Skip killing current connection (default: yes).",
+            "LIST [options ...]",
+            "    Return information about client connections. Options:",
+            "    * TYPE (NORMAL|MASTER|REPLICA|PUBSUB)",
+            "      Return clients of specified type.",
+            "UNPAUSE",
+            "    Stop the current client pause, resuming traffic.",
+            "PAUSE <timeout> [WRITE|ALL]",
+            "    Suspend all, or just write, clients for <timeout> milliseconds.",
+            "REPLY (ON|OFF|SKIP)",
+            "    Control the replies sent to the current connection.",
+            "SETNAME <name>",
+            "    Assign the name <name> to the current connection.",
+            "NO-EVICT (ON|OFF)",
+            "    Protect current client connection from eviction.",
+        ],
+    );
+    Ok(())
+}
+
+fn client_id(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
+    ctx.out.int(ctx.client.id as i64);
+    Ok(())
+}
+
+fn client_getname(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
+    match ctx.client.name() {
+        Some(name) => ctx.out.bulk(&name),
+        None => ctx.out.null(),
+    }
+    Ok(())
+}
+
+fn client_setname(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
+    super::server::validate_client_name(argv[2])?;
+    *ctx.client.info.name.lock() = (!argv[2].is_empty()).then(|| argv[2].to_vec());
+    ctx.out.ok();
+    Ok(())
+}
+
+/// Client types as CLIENT LIST/KILL TYPE name them. Keel has no replicas
+/// or masters, and (until pub/sub lands) every client is `normal`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ClientType {
+    Normal,
+    Replica,
+    Master,
+    PubSub,
+}
+
+fn client_type(name: &[u8]) -> Result<ClientType, CmdError> {
+    let lower = String::from_utf8_lossy(name).to_ascii_lowercase();
+    match lower.as_str() {
+        "normal" => Ok(ClientType::Normal),
+        "slave" | "replica" => Ok(ClientType::Replica),
+        "master" => Ok(ClientType::Master),
+        "pubsub" => Ok(ClientType::PubSub),
+        _ => Err(CmdError::other(format!("ERR Unknown client type '{}'", String::from_utf8_lossy(name)))),
+    }
+}
+
+fn type_of(_info: &ClientInfo) -> ClientType {
+    ClientType::Normal
+}
+
+/// One CLIENT LIST / CLIENT INFO line, fields in Redis 7.0's order.
+pub fn client_line(info: &ClientInfo, now_ms: u64) -> String {
+    let mut flags = String::new();
+    if info.monitor.load(Ordering::Relaxed) {
+        flags.push('O');
+    }
+    let in_multi = info.in_multi.load(Ordering::Relaxed);
+    if in_multi {
+        flags.push('x');
+    }
+    if info.blocked.load(Ordering::Relaxed) {
+        flags.push('b');
+    }
+    if info.kill.load(Ordering::Relaxed) {
+        flags.push('A');
+    }
+    if info.unix {
+        flags.push('U');
+    }
+    if info.no_evict.load(Ordering::Relaxed) {
+        flags.push('e');
+    }
+    if flags.is_empty() {
+        flags.push('N');
+    }
+    let qbuf = info.qbuf.load(Ordering::Relaxed);
+    let qbuf_free = info.qbuf_free.load(Ordering::Relaxed);
+    let rbs = info.rbs.load(Ordering::Relaxed);
+    let obl = info.obl.load(Ordering::Relaxed);
+    let multi_mem = info.multi_mem.load(Ordering::Relaxed);
+    let last_cmd = info.last_cmd.load(Ordering::Relaxed) as usize;
+    let cmd_name = match last_cmd {
+        0 => "NULL",
+        n => super::table().all.get(n - 1).map(|s| s.name).unwrap_or("NULL"),
+    };
+    let name = info.name.lock().as_deref().map(|n| String::from_utf8_lossy(n).into_owned()).unwrap_or_default();
+    let age = now_ms.saturating_sub(info.created_ms) / 1000;
+    let idle = now_ms.saturating_sub(info.last_interaction_ms.load(Ordering::Relaxed)) / 1000;
+    let mut line = String::with_capacity(256);
+    let _ = write!(
+        line,
+        "id={} addr={} laddr={} fd={} name={name} age={age} idle={idle} flags={flags} db={} sub=0 psub=0 ssub=0 \
+         multi={} qbuf={qbuf} qbuf-free={qbuf_free} argv-mem=0 multi-mem={multi_mem} rbs={rbs} rbp={rbs} \
+         obl={obl} oll=0 omem=0 tot-mem={} events=r{} cmd={cmd_name} user=default redir=-1 resp={}",
+        info.id,
+        info.addr,
+        info.laddr,
+        info.fd,
+        info.db.load(Ordering::Relaxed),
+        if in_multi { info.multi_len.load(Ordering::Relaxed) as i64 } else { -1 },
+        qbuf + qbuf_free + rbs + obl + multi_mem,
+        if obl > 0 { "w" } else { "" },
+        info.resp.load(Ordering::Relaxed),
+    );
+    line
+}
+
+fn client_info(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
+    let mut line = client_line(&ctx.client.info, unix_ms());
+    line.push('\n');
+    ctx.out.verbatim("txt", line.as_bytes());
+    Ok(())
+}
+
+fn client_list(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
+    let now = unix_ms();
+    let clients = ctx.server.clients.list();
+    let mut text = String::new();
+    if argv.len() == 4 && eq(argv[2], "type") {
+        let wanted = client_type(argv[3])?;
+        for (info, _) in clients.iter().filter(|(i, _)| type_of(i) == wanted) {
+            text.push_str(&client_line(info, now));
+            text.push('\n');
+        }
+    } else if argv.len() > 3 && eq(argv[2], "id") {
+        let mut ids = Vec::new();
+        for arg in &argv[3..] {
+            ids.push(i64_arg(arg).map_err(|_| CmdError::other("ERR Invalid client ID"))?);
+        }
+        for id in ids {
+            if let Some((info, _)) = ctx.server.clients.get(id as u64) {
+                text.push_str(&client_line(&info, now));
+                text.push('\n');
+            }
+        }
+    } else if argv.len() != 2 {
+        return Err(CmdError::Syntax);
+    } else {
+        for (info, _) in &clients {
+            text.push_str(&client_line(info, now));
+            text.push('\n');
+        }
+    }
+    ctx.out.verbatim("txt", text.as_bytes());
+    Ok(())
+}
+
+/// CLIENT KILL addr (old form: may kill the caller, errors when nothing
+/// matched) or CLIENT KILL [ID id] [ADDR a] [LADDR a] [TYPE t] [USER u]
+/// [SKIPME yes|no] (new form: answers the number killed). A client served
+/// by another worker is flagged and its worker told to close it.
+fn client_kill(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
+    let mut addr: Option<&[u8]> = None;
+    let mut laddr: Option<&[u8]> = None;
+    let mut ctype: Option<ClientType> = None;
+    let mut id: Option<u64> = None;
+    let mut skipme = true;
+    let old_form = argv.len() == 3;
+    if old_form {
+        addr = Some(argv[2]);
+        skipme = false;
+    } else {
+        let mut i = 2;
+        while i < argv.len() {
+            let (opt, value) = match argv.get(i + 1) {
+                Some(v) => (argv[i], *v),
+                None => return Err(CmdError::Syntax),
+            };
+            if eq(opt, "id") {
+                let n = i64_arg(value).ok().filter(|&n| n >= 1);
+                id = Some(n.ok_or_else(|| CmdError::other("ERR client-id should be greater than 0"))? as u64);
+            } else if eq(opt, "type") {
+                ctype = Some(client_type(value)?);
+            } else if eq(opt, "addr") {
+                addr = Some(value);
+            } else if eq(opt, "laddr") {
+                laddr = Some(value);
+            } else if eq(opt, "user") {
+                if value != b"default" {
+                    return Err(CmdError::other(format!("ERR No such user '{}'", String::from_utf8_lossy(value))));
+                }
+            } else if eq(opt, "skipme") {
+                skipme = if eq(value, "yes") {
+                    true
+                } else if eq(value, "no") {
+                    false
+                } else {
+                    return Err(CmdError::Syntax);
+                };
+            } else {
+                return Err(CmdError::Syntax);
+            }
+            i += 2;
+        }
+    }
+    let me = ctx.client.id;
+    let mut killed = 0;
+    let mut kill_me = false;
+    let mut workers_to_tell = Vec::new();
+    for (info, worker) in ctx.server.clients.list() {
+        if addr.is_some_and(|a| a != info.addr.as_bytes())
+            || laddr.is_some_and(|a| a != info.laddr.as_bytes())
+            || ctype.is_some_and(|t| t != type_of(&info))
+            || id.is_some_and(|i| i != info.id)
+            || (skipme && info.id == me)
+        {
+            continue;
+        }
+        if info.id == me {
+            kill_me = true;
+        } else {
+            info.kill.store(true, Ordering::Release);
+            if !workers_to_tell.contains(&worker) {
+                workers_to_tell.push(worker);
+            }
+        }
+        killed += 1;
+    }
+    for worker in workers_to_tell {
+        ctx.server.send(worker, Message::CheckKills);
+    }
+    if old_form {
+        if killed == 0 {
+            return Err(CmdError::other("ERR No such client"));
+        }
+        ctx.out.ok();
+    } else {
+        ctx.out.int(killed);
+    }
+    if kill_me {
+        ctx.client.close_after_reply = true;
+    }
+    Ok(())
+}
+
+fn client_reply(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
+    let mode = argv[2];
+    if eq(mode, "on") {
+        ctx.client.reply = ReplyMode::On;
+        ctx.out.ok();
+    } else if eq(mode, "off") {
+        ctx.client.reply = ReplyMode::Off;
+    } else if eq(mode, "skip") {
+        if ctx.client.reply != ReplyMode::Off {
+            ctx.client.reply = ReplyMode::SkipNext;
+        }
+    } else {
+        return Err(CmdError::Syntax);
+    }
+    Ok(())
+}
+
+fn client_no_evict(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
+    let on = if eq(argv[2], "on") {
+        true
+    } else if eq(argv[2], "off") {
+        false
+    } else {
+        return Err(CmdError::Syntax);
+    };
+    ctx.client.info.no_evict.store(on, Ordering::Relaxed);
+    ctx.out.ok();
+    Ok(())
+}
+
+/// CLIENT PAUSE timeout-ms [WRITE|ALL]. A pause in effect only widens:
+/// the later deadline and the stricter mode win, as in Redis. The workers
+/// hold back affected requests themselves (see `worker::held_by_pause`).
+fn client_pause(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
+    if argv.len() > 4 {
+        return Err(CmdError::Syntax);
+    }
+    let mut writes_only = false;
+    if let Some(mode) = argv.get(3) {
+        if eq(mode, "write") {
+            writes_only = true;
+        } else if !eq(mode, "all") {
+            return Err(CmdError::other("ERR CLIENT PAUSE mode must be WRITE or ALL"));
+        }
+    }
+    let timeout = i64_arg(argv[2]).map_err(|_| CmdError::other("ERR timeout is not an integer or out of range"))?;
+    if timeout < 0 {
+        return Err(CmdError::other("ERR timeout is negative"));
+    }
+    let now = unix_ms();
+    let end = if timeout > 0 { now.saturating_add(timeout as u64) } else { 0 };
+    let server = ctx.server;
+    match server.paused(|| now) {
+        Some(current_writes_only) => {
+            server.pause_writes_only.store(current_writes_only && writes_only, Ordering::Release);
+            server.pause_until_ms.fetch_max(end, Ordering::AcqRel);
+        }
+        None => {
+            server.pause_writes_only.store(writes_only, Ordering::Release);
+            server.pause_until_ms.store(end, Ordering::Release);
+        }
+    }
+    ctx.out.ok();
+    Ok(())
+}
+
+fn client_unpause(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
+    ctx.server.pause_until_ms.store(0, Ordering::Release);
+    ctx.server.broadcast(|| Message::Resume);
+    ctx.out.ok();
+    Ok(())
+}

@@ -1,0 +1,552 @@
+//! The command table and dispatch.
+//!
+//! One table holds every command's name, arity, flags and key positions.
+//! It drives dispatch, shard locking (which shards a command must hold
+//! while it runs), MULTI queueing, and COMMAND INFO/DOCS/GETKEYS. Commands
+//! are grouped by data type, one module each.
+
+pub mod bitmaps;
+pub mod connection;
+pub mod keys;
+pub mod server;
+pub mod strings;
+pub mod transactions;
+
+use std::collections::HashMap;
+use std::sync::OnceLock;
+
+use keel_engine::{Db, Keyspace, Locked, Shard};
+use keel_protocol::ReplyWriter;
+use smallvec::SmallVec;
+use thiserror::Error;
+
+use std::sync::atomic::Ordering;
+
+use crate::client::{Client, ReplyMode};
+use crate::server::{Server, WorkerStats};
+
+/// Errors a command answers with. The text is Redis's, prefix included, so
+/// that clients matching on it keep working.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum CmdError {
+    #[error("WRONGTYPE Operation against a key holding the wrong kind of value")]
+    WrongType,
+    #[error("ERR syntax error")]
+    Syntax,
+    #[error("ERR value is not an integer or out of range")]
+    NotInteger,
+    #[error("ERR value is not a valid float")]
+    NotFloat,
+    #[error("ERR increment or decrement would overflow")]
+    Overflow,
+    #[error("ERR no such key")]
+    NoSuchKey,
+    #[error("ERR wrong number of arguments for '{0}' command")]
+    Arity(String),
+    #[error("ERR unknown subcommand '{sub}'. Try {cmd} HELP.")]
+    UnknownSubcommand { cmd: String, sub: String },
+    #[error("ERR invalid expire time in '{0}' command")]
+    InvalidExpire(String),
+    #[error("ERR DB index is out of range")]
+    DbIndexOutOfRange,
+    /// Any other error: the full text, prefix included.
+    #[error("{0}")]
+    Other(String),
+}
+
+impl CmdError {
+    pub fn other(text: impl Into<String>) -> CmdError {
+        CmdError::Other(text.into())
+    }
+
+    /// The first word of the message (ERR, WRONGTYPE, ...), for INFO errorstats.
+    pub fn prefix(text: &str) -> &str {
+        text.split(' ').next().unwrap_or("ERR")
+    }
+}
+
+pub type CmdResult = Result<(), CmdError>;
+pub type Handler = fn(&mut Ctx<'_>, &[&[u8]]) -> CmdResult;
+
+/// Command flags, with Redis's names (COMMAND INFO reports them).
+pub mod flags {
+    pub const WRITE: u32 = 1 << 0;
+    pub const READONLY: u32 = 1 << 1;
+    pub const DENYOOM: u32 = 1 << 2;
+    pub const ADMIN: u32 = 1 << 3;
+    pub const NOSCRIPT: u32 = 1 << 4;
+    pub const LOADING: u32 = 1 << 5;
+    pub const STALE: u32 = 1 << 6;
+    pub const SKIP_MONITOR: u32 = 1 << 7;
+    pub const FAST: u32 = 1 << 8;
+    pub const NO_AUTH: u32 = 1 << 9;
+    pub const NO_MULTI: u32 = 1 << 10;
+    pub const ALLOW_BUSY: u32 = 1 << 11;
+    pub const BLOCKING: u32 = 1 << 12;
+    pub const PUBSUB: u32 = 1 << 13;
+    pub const SKIP_SLOWLOG: u32 = 1 << 14;
+    /// Keel's own: the command touches keys it cannot name up front
+    /// (KEYS, DBSIZE, FLUSHALL...), so it locks every shard.
+    pub const ALL_SHARDS: u32 = 1 << 24;
+
+    pub const NAMES: &[(u32, &str)] = &[
+        (WRITE, "write"),
+        (READONLY, "readonly"),
+        (DENYOOM, "denyoom"),
+        (ADMIN, "admin"),
+        (NOSCRIPT, "noscript"),
+        (LOADING, "loading"),
+        (STALE, "stale"),
+        (SKIP_MONITOR, "skip_monitor"),
+        (SKIP_SLOWLOG, "skip_slowlog"),
+        (FAST, "fast"),
+        (NO_AUTH, "no_auth"),
+        (NO_MULTI, "no_multi"),
+        (ALLOW_BUSY, "allow_busy"),
+        (BLOCKING, "blocking"),
+        (PUBSUB, "pubsub"),
+    ];
+}
+
+/// Where a command's keys are among its arguments.
+#[derive(Clone, Copy)]
+pub enum Keys {
+    None,
+    /// Redis's legacy (first, last, step); a negative last counts from the end.
+    Range { first: usize, last: isize, step: usize },
+    /// Positions computed from the arguments (numkeys forms and the like).
+    Custom(fn(&[&[u8]]) -> SmallVec<[usize; 4]>),
+}
+
+pub struct CommandSpec {
+    /// Lower-case name.
+    pub name: &'static str,
+    /// Redis arity: N means exactly N arguments (name included), -N at least N.
+    pub arity: i32,
+    pub flags: u32,
+    pub keys: Keys,
+    pub group: &'static str,
+    pub summary: &'static str,
+    pub since: &'static str,
+    pub handler: Handler,
+    /// Container commands (CONFIG, CLIENT...): the subcommands, each named
+    /// `parent|sub` as Redis 7 names them. The dispatcher picks one by
+    /// `argv[1]` and checks its own arity, flags and keys; the parent's
+    /// handler then never runs.
+    pub subcommands: &'static [CommandSpec],
+    /// Redis's command tips (COMMAND INFO, e.g. "nondeterministic_output").
+    pub tips: &'static [&'static str],
+}
+
+impl CommandSpec {
+    pub fn has(&self, flag: u32) -> bool {
+        self.flags & flag != 0
+    }
+
+    pub fn arity_ok(&self, argc: usize) -> bool {
+        let arity = self.arity.unsigned_abs() as usize;
+        if self.arity >= 0 {
+            argc == arity
+        } else {
+            argc >= arity
+        }
+    }
+
+    /// Indexes of the keys in `argv`, in argument order.
+    pub fn key_indexes(&self, argv: &[&[u8]]) -> SmallVec<[usize; 4]> {
+        match self.keys {
+            Keys::None => SmallVec::new(),
+            Keys::Range { first, last, step } => {
+                let last = if last < 0 { argv.len() as isize + last } else { last };
+                if last < first as isize {
+                    return SmallVec::new();
+                }
+                (first..=last as usize).step_by(step.max(1)).filter(|&i| i < argv.len()).collect()
+            }
+            Keys::Custom(f) => f(argv),
+        }
+    }
+
+    /// Adds subcommands (see `subcommands`).
+    pub const fn subs(self, subcommands: &'static [CommandSpec]) -> CommandSpec {
+        CommandSpec { subcommands, ..self }
+    }
+
+    /// Adds Redis's command tips.
+    pub const fn tips(self, tips: &'static [&'static str]) -> CommandSpec {
+        CommandSpec { tips, ..self }
+    }
+
+    /// Adds COMMAND DOCS text: the one-line summary and the version since
+    /// which Redis has the command.
+    pub const fn doc(self, summary: &'static str, since: &'static str) -> CommandSpec {
+        CommandSpec { summary, since, ..self }
+    }
+
+    /// The subcommand named `name` (the part after `|`), case-insensitively.
+    pub fn subcommand(&self, name: &[u8]) -> Option<(usize, &'static CommandSpec)> {
+        self.subcommands.iter().enumerate().find(|(_, s)| {
+            let short = s.name.rsplit('|').next().unwrap_or(s.name);
+            short.as_bytes().eq_ignore_ascii_case(name)
+        })
+    }
+
+    /// The (first, last, step) COMMAND INFO reports.
+    pub fn legacy_key_range(&self) -> (i64, i64, i64) {
+        match self.keys {
+            Keys::None => (0, 0, 0),
+            Keys::Range { first, last, step } => (first as i64, last as i64, step as i64),
+            Keys::Custom(_) => (1, 1, 1),
+        }
+    }
+}
+
+/// Shorthand for table entries.
+pub const fn cmd(
+    name: &'static str,
+    arity: i32,
+    flags: u32,
+    keys: Keys,
+    group: &'static str,
+    handler: Handler,
+) -> CommandSpec {
+    CommandSpec { name, arity, flags, keys, group, summary: "", since: "1.0.0", handler, subcommands: &[], tips: &[] }
+}
+
+/// Keys from `first` to `last` (negative counts from the end) every `step`.
+pub const fn range(first: usize, last: isize, step: usize) -> Keys {
+    Keys::Range { first, last, step }
+}
+
+/// The one key at argument 1.
+pub const KEY1: Keys = Keys::Range { first: 1, last: 1, step: 1 };
+
+pub struct Table {
+    /// Top-level commands, in table order (COMMAND COUNT counts these).
+    pub commands: Vec<&'static CommandSpec>,
+    by_name: HashMap<&'static str, usize>,
+    /// Every command and subcommand: `commands` first, then each
+    /// container's subcommands. Indexes into this are "stat indexes": the
+    /// per-command statistics and a client's last command use them.
+    pub all: Vec<&'static CommandSpec>,
+    /// For each top-level command, where its subcommands start in `all`.
+    sub_base: Vec<usize>,
+}
+
+impl Table {
+    /// Finds a command by name, case-insensitively, without allocating.
+    pub fn lookup(&self, name: &[u8]) -> Option<(usize, &'static CommandSpec)> {
+        let mut buf = [0u8; 32];
+        let lower = buf.get_mut(..name.len())?;
+        for (d, s) in lower.iter_mut().zip(name) {
+            *d = s.to_ascii_lowercase();
+        }
+        let name = std::str::from_utf8(lower).ok()?;
+        self.by_name.get(name).map(|&i| (i, self.commands[i]))
+    }
+
+    /// The stat index of subcommand `sub` of top-level command `parent`.
+    pub fn sub_index(&self, parent: usize, sub: usize) -> usize {
+        self.sub_base[parent] + sub
+    }
+
+    /// Number of stat indexes (commands and subcommands).
+    pub fn stat_count(&self) -> usize {
+        self.all.len()
+    }
+}
+
+pub fn table() -> &'static Table {
+    static TABLE: OnceLock<Table> = OnceLock::new();
+    TABLE.get_or_init(|| {
+        let commands: Vec<&'static CommandSpec> = [
+            connection::COMMANDS,
+            server::COMMANDS,
+            keys::COMMANDS,
+            strings::COMMANDS,
+            bitmaps::COMMANDS,
+            transactions::COMMANDS,
+        ]
+        .iter()
+        .flat_map(|group| group.iter())
+        .collect();
+        let by_name = commands.iter().enumerate().map(|(i, c)| (c.name, i)).collect();
+        let mut all = commands.clone();
+        let mut sub_base = Vec::with_capacity(commands.len());
+        for c in &commands {
+            sub_base.push(all.len());
+            all.extend(c.subcommands.iter());
+        }
+        Table { commands, by_name, all, sub_base }
+    })
+}
+
+/// The databases a running command may touch: the shards it locked, seen
+/// through the client's selected database.
+pub struct Dbs<'a> {
+    pub keyspace: &'a Keyspace,
+    pub locked: Locked<'a>,
+    pub selected: usize,
+}
+
+impl<'a> Dbs<'a> {
+    /// The selected database in the shard that holds `key`.
+    pub fn of(&mut self, key: &[u8]) -> &mut Db {
+        let selected = self.selected;
+        self.locked.shard_for(self.keyspace, key).db(selected)
+    }
+
+    /// Database `db` in the shard that holds `key`.
+    pub fn of_in(&mut self, db: usize, key: &[u8]) -> &mut Db {
+        self.locked.shard_for(self.keyspace, key).db(db)
+    }
+
+    /// Every locked shard (all of them for ALL_SHARDS commands).
+    pub fn shards(&mut self) -> impl Iterator<Item = &mut Shard> + use<'_, 'a> {
+        self.locked.iter_mut()
+    }
+
+    pub fn shard(&mut self, index: usize) -> &mut Shard {
+        self.locked.shard(index)
+    }
+}
+
+/// Everything a command handler sees.
+pub struct Ctx<'a> {
+    pub server: &'a Server,
+    /// The counters of the worker running this command.
+    pub stats: &'a WorkerStats,
+    pub client: &'a mut Client,
+    pub out: ReplyWriter<'a>,
+    pub dbs: Dbs<'a>,
+    /// The time this command runs at (cached once per command, as Redis does).
+    pub now_ms: u64,
+    /// The LRU clock in seconds, for entries' access time.
+    pub lru_s: u32,
+}
+
+/// Locks what `spec` needs for `argv`.
+pub fn lock_for<'a>(keyspace: &'a Keyspace, spec: &CommandSpec, argv: &[&[u8]]) -> Locked<'a> {
+    if spec.has(flags::ALL_SHARDS) {
+        return keyspace.lock_all();
+    }
+    let keys = spec.key_indexes(argv);
+    match keys.as_slice() {
+        [] => keyspace.lock(&mut SmallVec::new()),
+        [one] => keyspace.lock_one(keyspace.shard_of_key(argv[*one])),
+        many => {
+            let mut shards: SmallVec<[usize; 4]> = many.iter().map(|&i| keyspace.shard_of_key(argv[i])).collect();
+            keyspace.lock(&mut shards)
+        }
+    }
+}
+
+/// Checks arity and looks `argv[0]` up (and `argv[1]` for container
+/// commands), answering Redis's errors. The index is the stat index.
+pub fn resolve(argv: &[&[u8]]) -> Result<(usize, &'static CommandSpec), CmdError> {
+    let name = argv[0];
+    let table = table();
+    let Some((index, spec)) = table.lookup(name) else {
+        return Err(unknown_command(argv));
+    };
+    if spec.subcommands.is_empty() || argv.len() < 2 {
+        if !spec.arity_ok(argv.len()) {
+            return Err(CmdError::Arity(spec.name.to_string()));
+        }
+        return Ok((index, spec));
+    }
+    let Some((sub, subspec)) = spec.subcommand(argv[1]) else {
+        return Err(CmdError::UnknownSubcommand {
+            cmd: String::from_utf8_lossy(name).to_ascii_uppercase(),
+            sub: String::from_utf8_lossy(&argv[1][..argv[1].len().min(128)]).into_owned(),
+        });
+    };
+    if !subspec.arity_ok(argv.len()) {
+        return Err(CmdError::Arity(subspec.name.to_string()));
+    }
+    Ok((table.sub_index(index, sub), subspec))
+}
+
+fn unknown_command(argv: &[&[u8]]) -> CmdError {
+    let mut args = String::new();
+    for a in argv[1..].iter().take(128) {
+        args.push_str(&format!("'{}' ", String::from_utf8_lossy(&a[..a.len().min(128)])));
+    }
+    CmdError::Other(format!(
+        "ERR unknown command '{}', with args beginning with: {args}",
+        String::from_utf8_lossy(&argv[0][..argv[0].len().min(128)])
+    ))
+}
+
+/// Helpers shared by command modules.
+pub mod parse {
+    use super::CmdError;
+
+    /// Redis's `string2ll`: canonical decimal only ("+1", "01", " 1" fail).
+    pub fn i64_arg(arg: &[u8]) -> Result<i64, CmdError> {
+        keel_engine::value::parse_canonical_i64(arg).ok_or(CmdError::NotInteger)
+    }
+
+    pub fn f64_arg(arg: &[u8]) -> Result<f64, CmdError> {
+        parse_f64(arg).ok_or(CmdError::NotFloat)
+    }
+
+    /// Redis's `string2ld`/`strtold` acceptance: no spaces, no empty, no
+    /// NaN; "inf" and "-inf" allowed.
+    pub fn parse_f64(arg: &[u8]) -> Option<f64> {
+        let s = std::str::from_utf8(arg).ok()?;
+        if s.is_empty() || s.starts_with(char::is_whitespace) || s.ends_with(char::is_whitespace) {
+            return None;
+        }
+        let v: f64 = match s.to_ascii_lowercase().as_str() {
+            "inf" | "+inf" | "infinity" | "+infinity" => f64::INFINITY,
+            "-inf" | "-infinity" => f64::NEG_INFINITY,
+            _ => s.parse().ok()?,
+        };
+        (!v.is_nan()).then_some(v)
+    }
+
+    pub fn eq(arg: &[u8], word: &str) -> bool {
+        arg.eq_ignore_ascii_case(word.as_bytes())
+    }
+}
+
+/// Commands that act on the transaction itself rather than being queued.
+fn runs_inside_multi(spec: &CommandSpec) -> bool {
+    matches!(spec.name, "exec" | "discard" | "multi" | "watch" | "quit" | "reset")
+}
+
+/// Executes one request and appends its reply to `wbuf`.
+pub fn execute(server: &Server, stats: &WorkerStats, client: &mut Client, wbuf: &mut Vec<u8>, argv: &[&[u8]]) {
+    let reply_start = wbuf.len();
+    let now_ms = crate::server::unix_ms();
+    client.info.last_interaction_ms.store(now_ms, Ordering::Relaxed);
+    if client.reply == ReplyMode::SkipNext {
+        client.reply = ReplyMode::Skipping;
+    }
+    if let Err(e) = dispatch(server, stats, client, wbuf, argv, now_ms) {
+        let text = e.to_string();
+        server.count_error(&text);
+        ReplyWriter::new(wbuf, client.resp3).error(&text);
+    }
+    match client.reply {
+        ReplyMode::On | ReplyMode::SkipNext => {}
+        ReplyMode::Off => wbuf.truncate(reply_start),
+        ReplyMode::Skipping => {
+            wbuf.truncate(reply_start);
+            client.reply = ReplyMode::On;
+        }
+    }
+    if client.info.kill.load(Ordering::Relaxed) {
+        client.close_after_reply = true;
+    }
+}
+
+fn dispatch(
+    server: &Server,
+    stats: &WorkerStats,
+    client: &mut Client,
+    wbuf: &mut Vec<u8>,
+    argv: &[&[u8]],
+    now_ms: u64,
+) -> CmdResult {
+    let resolved = resolve(argv);
+    if let Some(multi) = client.multi.as_mut() {
+        match resolved {
+            Err(e) => {
+                multi.aborted = true;
+                return Err(e);
+            }
+            Ok((_, spec)) if spec.has(flags::NO_MULTI) && (client.authenticated || spec.has(flags::NO_AUTH)) => {
+                multi.aborted = true;
+                return Err(CmdError::other("ERR Command not allowed inside a transaction"));
+            }
+            Ok((_, spec)) if !runs_inside_multi(spec) => {
+                if !client.authenticated && !spec.has(flags::NO_AUTH) {
+                    return Err(CmdError::other("NOAUTH Authentication required."));
+                }
+                multi.queued.push(argv.iter().map(|a| a.to_vec()).collect());
+                client.info.multi_len.store(multi.queued.len() as u64, Ordering::Relaxed);
+                ReplyWriter::new(wbuf, client.resp3).simple("QUEUED");
+                return Ok(());
+            }
+            Ok(_) => {}
+        }
+    }
+    let (index, spec) = resolved?;
+    if !client.authenticated && !spec.has(flags::NO_AUTH) {
+        stats.commands[index].rejected_calls.fetch_add(1, Ordering::Relaxed);
+        return Err(CmdError::other("NOAUTH Authentication required."));
+    }
+    // A MONITOR client is a replica to Redis: it may not touch keys.
+    if client.info.monitor.load(Ordering::Relaxed) && spec.has(flags::WRITE | flags::READONLY) {
+        stats.commands[index].rejected_calls.fetch_add(1, Ordering::Relaxed);
+        return Err(CmdError::other("ERR Replica can't interact with the keyspace"));
+    }
+    if server.clients.monitor_count.load(Ordering::Relaxed) > 0 && !spec.has(flags::SKIP_MONITOR | flags::ADMIN) {
+        feed_monitors(server, client, argv);
+    }
+    let locked = lock_for(&server.keyspace, spec, argv);
+    let mut ctx = Ctx {
+        server,
+        stats,
+        out: ReplyWriter::new(wbuf, client.resp3),
+        dbs: Dbs { keyspace: &server.keyspace, locked, selected: client.db },
+        client,
+        now_ms,
+        lru_s: server.lru_s(),
+    };
+    run(&mut ctx, index, spec, argv)
+}
+
+/// Runs a resolved command under the locks `ctx` already holds, counting
+/// it in the per-command statistics.
+pub fn run(ctx: &mut Ctx<'_>, index: usize, spec: &CommandSpec, argv: &[&[u8]]) -> CmdResult {
+    let started = std::time::Instant::now();
+    let result = (spec.handler)(ctx, argv);
+    let stat = &ctx.stats.commands[index];
+    stat.calls.fetch_add(1, Ordering::Relaxed);
+    stat.usec.fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+    if result.is_err() {
+        stat.failed_calls.fetch_add(1, Ordering::Relaxed);
+    }
+    ctx.stats.total_commands.fetch_add(1, Ordering::Relaxed);
+    ctx.client.info.last_cmd.store(index as u16 + 1, Ordering::Relaxed);
+    result
+}
+
+/// Sends a MONITOR line for this command to every monitoring client.
+fn feed_monitors(server: &Server, client: &Client, argv: &[&[u8]]) {
+    let us = crate::server::unix_us();
+    let mut line = format!("+{}.{:06} [{} {}]", us / 1_000_000, us % 1_000_000, client.db, client.info.addr);
+    for arg in argv {
+        line.push(' ');
+        line.push_str(&repr(arg));
+    }
+    line.push_str("\r\n");
+    let monitors = server.clients.monitors.lock().clone();
+    for (id, worker) in monitors {
+        server.send(worker, crate::client::Message::Deliver { client: id, bytes: line.clone().into_bytes() });
+    }
+}
+
+/// Redis's `sdscatrepr`: a double-quoted, escaped rendering of bytes.
+pub fn repr(bytes: &[u8]) -> String {
+    let mut s = String::with_capacity(bytes.len() + 2);
+    s.push('"');
+    for &b in bytes {
+        match b {
+            b'\\' => s.push_str("\\\\"),
+            b'"' => s.push_str("\\\""),
+            b'\n' => s.push_str("\\n"),
+            b'\r' => s.push_str("\\r"),
+            b'\t' => s.push_str("\\t"),
+            7 => s.push_str("\\a"),
+            8 => s.push_str("\\b"),
+            b if b.is_ascii_graphic() || b == b' ' => s.push(char::from(b)),
+            b => s.push_str(&format!("\\x{b:02x}")),
+        }
+    }
+    s.push('"');
+    s
+}

@@ -1,0 +1,1400 @@
+//! Server commands: INFO, CONFIG, COMMAND, DBSIZE, TIME, LASTSAVE,
+//! SHUTDOWN, MONITOR, DEBUG.
+
+use std::fmt::Write as _;
+use std::sync::atomic::Ordering;
+
+use super::parse::eq;
+use super::{cmd, flags, flags::*, table, CmdError, CmdResult, CommandSpec, Ctx, Keys};
+use crate::server::{unix_ms, unix_us, Metric, REDIS_VERSION};
+
+pub static COMMANDS: &[CommandSpec] = &[
+    cmd("dbsize", 1, READONLY | FAST | ALL_SHARDS, Keys::None, "server", dbsize)
+        .doc("Return the number of keys in the selected database", "1.0.0")
+        .tips(&["request_policy:all_shards", "response_policy:agg_sum"]),
+    cmd("info", -1, LOADING | STALE | ALL_SHARDS, Keys::None, "server", info)
+        .doc("Get information and statistics about the server", "1.0.0")
+        .tips(&["nondeterministic_output", "request_policy:all_shards", "response_policy:special"]),
+    cmd("config", -2, 0, Keys::None, "server", container)
+        .doc("A container for server configuration commands", "2.0.0")
+        .subs(CONFIG_SUBCOMMANDS),
+    cmd("command", -1, LOADING | STALE, Keys::None, "server", command_all)
+        .doc("Get array of Redis command details", "2.8.13")
+        .tips(&["nondeterministic_output_order"])
+        .subs(COMMAND_SUBCOMMANDS),
+    cmd("time", 1, LOADING | STALE | FAST, Keys::None, "server", time)
+        .doc("Return the current server time", "2.6.0")
+        .tips(&["nondeterministic_output"]),
+    cmd("lastsave", 1, LOADING | STALE | FAST, Keys::None, "server", lastsave)
+        .doc("Get the UNIX time stamp of the last successful save to disk", "1.0.0")
+        .tips(&["nondeterministic_output"]),
+    cmd("shutdown", -1, ADMIN | NOSCRIPT | LOADING | STALE | NO_MULTI | ALLOW_BUSY, Keys::None, "server", shutdown)
+        .doc("Synchronously save the dataset to disk and then shut down the server", "1.0.0"),
+    cmd("monitor", 1, ADMIN | NOSCRIPT | LOADING | STALE, Keys::None, "server", monitor)
+        .doc("Listen for all requests received by the server in real time", "1.0.0"),
+    // Every shard is locked while DEBUG runs: DEBUG SLEEP freezes the
+    // keyspace as Redis's single thread does, and DEBUG OBJECT can look
+    // anywhere.
+    cmd("debug", -2, ADMIN | NOSCRIPT | LOADING | STALE | ALL_SHARDS, Keys::None, "server", debug)
+        .doc("A container for debugging commands", "1.0.0"),
+];
+
+const CONFIG_SUBCOMMANDS: &[CommandSpec] = &[
+    cmd("config|get", -3, ADMIN | NOSCRIPT | LOADING | STALE, Keys::None, "server", config_get)
+        .doc("Get the values of configuration parameters", "2.0.0"),
+    cmd("config|set", -4, ADMIN | NOSCRIPT | LOADING | STALE, Keys::None, "server", config_set)
+        .doc("Set configuration parameters to the given values", "2.0.0")
+        .tips(&["request_policy:all_nodes", "response_policy:all_succeeded"]),
+    // Locks every shard to zero the per-database expiry counters.
+    cmd("config|resetstat", 2, ADMIN | NOSCRIPT | LOADING | STALE | ALL_SHARDS, Keys::None, "server", config_resetstat)
+        .doc("Reset the stats returned by INFO", "2.0.0")
+        .tips(&["request_policy:all_nodes", "response_policy:all_succeeded"]),
+    cmd("config|rewrite", 2, ADMIN | NOSCRIPT | LOADING | STALE, Keys::None, "server", config_rewrite)
+        .doc("Rewrite the configuration file with the in memory configuration", "2.8.0")
+        .tips(&["request_policy:all_nodes", "response_policy:all_succeeded"]),
+    cmd("config|help", 2, LOADING | STALE, Keys::None, "server", config_help)
+        .doc("Show helpful text about the different subcommands", "5.0.0"),
+];
+
+const COMMAND_SUBCOMMANDS: &[CommandSpec] = &[
+    cmd("command|count", 2, LOADING | STALE, Keys::None, "server", command_count)
+        .doc("Get total number of Redis commands", "2.8.13"),
+    cmd("command|docs", -2, LOADING | STALE, Keys::None, "server", command_docs)
+        .doc("Get array of specific Redis command documentation", "7.0.0")
+        .tips(&["nondeterministic_output_order"]),
+    cmd("command|getkeys", -4, LOADING | STALE, Keys::None, "server", command_getkeys)
+        .doc("Extract keys given a full Redis command", "2.8.13"),
+    cmd("command|getkeysandflags", -4, LOADING | STALE, Keys::None, "server", command_getkeysandflags)
+        .doc("Extract keys and access flags given a full Redis command", "7.0.0"),
+    cmd("command|help", 2, LOADING | STALE, Keys::None, "server", command_help)
+        .doc("Show helpful text about the different subcommands", "5.0.0"),
+    cmd("command|info", -2, LOADING | STALE, Keys::None, "server", command_info)
+        .doc("Get array of specific Redis command details, or all when no argument is given.", "2.8.13")
+        .tips(&["nondeterministic_output_order"]),
+    cmd("command|list", -2, LOADING | STALE, Keys::None, "server", command_list)
+        .doc("Get an array of Redis command names", "7.0.0")
+        .tips(&["nondeterministic_output_order"]),
+];
+
+/// Client names may not contain spaces, newlines or special characters.
+pub fn validate_client_name(name: &[u8]) -> CmdResult {
+    if name.iter().any(|&b| !(b'!'..=b'~').contains(&b)) {
+        return Err(CmdError::other("ERR Client names cannot contain spaces, newlines or special characters."));
+    }
+    Ok(())
+}
+
+/// The handler of a container command. The dispatcher always picks a
+/// subcommand (or answers an error) first, so this never runs.
+pub fn container(_ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
+    Err(CmdError::Arity(String::from_utf8_lossy(argv[0]).to_ascii_lowercase()))
+}
+
+/// Redis's `addReplyHelp`: a header naming the command, the lines, and
+/// the HELP entry every container has.
+pub fn reply_help(ctx: &mut Ctx<'_>, command: &[u8], lines: &[&str]) {
+    let name = String::from_utf8_lossy(command).to_ascii_uppercase();
+    ctx.out.array(lines.len() + 3);
+    ctx.out.simple(&format!("{name} <subcommand> [<arg> [value] [opt] ...]. Subcommands are:"));
+    for line in lines {
+        ctx.out.simple(line);
+    }
+    ctx.out.simple("HELP");
+    ctx.out.simple("    Prints this help.");
+}
+
+fn dbsize(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
+    let db = ctx.dbs.selected;
+    let n: usize = ctx.dbs.shards().map(|s| s.db(db).len()).sum();
+    ctx.out.int(n as i64);
+    Ok(())
+}
+
+fn time(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
+    let us = unix_us();
+    ctx.out.array(2);
+    ctx.out.bulk_int((us / 1_000_000) as i64);
+    ctx.out.bulk_int((us % 1_000_000) as i64);
+    Ok(())
+}
+
+fn lastsave(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
+    ctx.out.int(ctx.server.lastsave_s.load(Ordering::Relaxed) as i64);
+    Ok(())
+}
+
+/// SHUTDOWN [NOSAVE|SAVE] [NOW] [FORCE] [ABORT]. Keel keeps nothing on disk
+/// yet, so there is nothing to save and no shutdown ever waits: ABORT
+/// always finds none in progress, and SAVE fails (as a failed save does in
+/// Redis) unless FORCE says to stop anyway.
+fn shutdown(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
+    let (mut nosave, mut save, mut force, mut abort, mut any) = (false, false, false, false, false);
+    for arg in &argv[1..] {
+        if eq(arg, "nosave") {
+            nosave = true;
+        } else if eq(arg, "save") {
+            save = true;
+        } else if eq(arg, "now") {
+        } else if eq(arg, "force") {
+            force = true;
+        } else if eq(arg, "abort") {
+            abort = true;
+            continue;
+        } else {
+            return Err(CmdError::Syntax);
+        }
+        any = true;
+    }
+    if (abort && any) || (nosave && save) {
+        return Err(CmdError::Syntax);
+    }
+    if abort {
+        return Err(CmdError::other("ERR No shutdown in progress."));
+    }
+    if save {
+        if !force {
+            tracing::warn!("SHUTDOWN SAVE refused: this Keel build cannot save the dataset to disk");
+            return Err(CmdError::other("ERR Errors trying to SHUTDOWN. Check logs."));
+        }
+        tracing::warn!("SHUTDOWN SAVE FORCE: no save is possible in this build; exiting without one");
+    }
+    tracing::warn!("User requested shutdown...");
+    ctx.client.close_after_reply = true;
+    ctx.server.request_shutdown();
+    Ok(())
+}
+
+fn monitor(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
+    if ctx.client.info.monitor.load(Ordering::Relaxed) {
+        return Ok(());
+    }
+    let Some((_, worker)) = ctx.server.clients.get(ctx.client.id) else {
+        return Ok(());
+    };
+    ctx.client.info.monitor.store(true, Ordering::Relaxed);
+    ctx.server.clients.add_monitor(ctx.client.id, worker);
+    ctx.out.ok();
+    Ok(())
+}
+
+// ---------------------------------------------------------------- INFO
+
+/// INFO's sections in output order; `true` for those "default" includes.
+const SECTIONS: &[(&str, bool)] = &[
+    ("server", true),
+    ("clients", true),
+    ("memory", true),
+    ("persistence", true),
+    ("stats", true),
+    ("replication", true),
+    ("cpu", true),
+    ("modules", true),
+    ("commandstats", false),
+    ("errorstats", true),
+    ("latencystats", false),
+    ("cluster", true),
+    ("keyspace", true),
+];
+
+/// Which sections an INFO request names, following Redis's rules: none
+/// means "default"; "all" is every section but modules' own; "everything"
+/// is all of them; names are case-insensitive; unknown names add nothing.
+fn selected_sections(args: &[&[u8]]) -> Vec<&'static str> {
+    let mut all = false;
+    let mut named: Vec<&'static str> = Vec::new();
+    let mut add_default = args.is_empty();
+    for arg in args {
+        let arg = String::from_utf8_lossy(arg).to_ascii_lowercase();
+        match arg.as_str() {
+            "default" => add_default = true,
+            "all" | "everything" => all = true,
+            // Redis names the modules section "module_list" in its default set.
+            "module_list" => named.push("modules"),
+            name => named.extend(SECTIONS.iter().filter(|(s, _)| *s == name).map(|(s, _)| *s)),
+        }
+    }
+    SECTIONS
+        .iter()
+        .filter(|(name, default)| all || (add_default && *default) || named.contains(name))
+        .map(|(name, _)| *name)
+        .collect()
+}
+
+fn info(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
+    let sections = selected_sections(&argv[1..]);
+    let mut text = String::new();
+    for (i, section) in sections.iter().enumerate() {
+        if i > 0 {
+            text.push_str("\r\n");
+        }
+        write_section(ctx, section, &mut text);
+    }
+    ctx.out.verbatim("txt", text.as_bytes());
+    Ok(())
+}
+
+/// `key:value\r\n`.
+macro_rules! field {
+    ($out:expr, $name:expr, $value:expr) => {
+        let _ = write!($out, "{}:{}\r\n", $name, $value);
+    };
+}
+
+fn write_section(ctx: &mut Ctx<'_>, section: &str, out: &mut String) {
+    let server = ctx.server;
+    let now_ms = unix_ms();
+    match section {
+        "server" => {
+            let config = server.config.read();
+            let uptime = server.started.elapsed().as_secs();
+            out.push_str("# Server\r\n");
+            field!(out, "redis_version", REDIS_VERSION);
+            field!(out, "redis_git_sha1", "00000000");
+            field!(out, "redis_git_dirty", 0);
+            field!(out, "redis_build_id", "0");
+            field!(out, "redis_mode", "standalone");
+            field!(out, "os", uname());
+            field!(out, "arch_bits", usize::BITS);
+            field!(out, "monotonic_clock", "POSIX clock_gettime");
+            field!(out, "multiplexing_api", "epoll");
+            field!(out, "atomicvar_api", "c11-builtin");
+            field!(out, "gcc_version", "0.0.0");
+            field!(out, "process_id", std::process::id());
+            field!(out, "process_supervised", "no");
+            field!(out, "run_id", server.run_id);
+            field!(out, "tcp_port", server.port);
+            field!(out, "server_time_usec", unix_us());
+            field!(out, "uptime_in_seconds", uptime);
+            field!(out, "uptime_in_days", uptime / 86_400);
+            field!(out, "hz", config.hz);
+            field!(out, "configured_hz", config.hz);
+            field!(out, "lru_clock", server.lru_s());
+            let exe = std::env::current_exe().map(|p| p.display().to_string()).unwrap_or_default();
+            field!(out, "executable", exe);
+            let file = config.config_file.as_ref().map(|p| p.display().to_string()).unwrap_or_default();
+            field!(out, "config_file", file);
+            field!(out, "io_threads_active", 0);
+            field!(out, "keel_version", env!("CARGO_PKG_VERSION"));
+            field!(out, "keel_threads", server.thread_count);
+        }
+        "clients" => {
+            let clients = server.clients.list();
+            let max_in = clients.iter().map(|(c, _)| c.qbuf.load(Ordering::Relaxed)).max().unwrap_or(0);
+            let max_out = clients.iter().map(|(c, _)| c.obl.load(Ordering::Relaxed)).max().unwrap_or(0);
+            let blocked = clients.iter().filter(|(c, _)| c.blocked.load(Ordering::Relaxed)).count();
+            out.push_str("# Clients\r\n");
+            field!(out, "connected_clients", clients.len());
+            field!(out, "cluster_connections", 0);
+            field!(out, "maxclients", server.config.read().maxclients);
+            field!(out, "client_recent_max_input_buffer", max_in);
+            field!(out, "client_recent_max_output_buffer", max_out);
+            field!(out, "blocked_clients", blocked);
+            field!(out, "tracking_clients", 0);
+            field!(out, "clients_in_timeout_table", 0);
+        }
+        "memory" => write_memory(ctx, out),
+        "persistence" => {
+            let appendonly = server.config.read().appendonly;
+            out.push_str("# Persistence\r\n");
+            for (name, value) in [
+                ("loading", "0"),
+                ("async_loading", "0"),
+                ("current_cow_peak", "0"),
+                ("current_cow_size", "0"),
+                ("current_cow_size_age", "0"),
+                ("current_fork_perc", "0.00"),
+                ("current_save_keys_processed", "0"),
+                ("current_save_keys_total", "0"),
+            ] {
+                field!(out, name, value);
+            }
+            field!(out, "rdb_changes_since_last_save", server.dirty.load(Ordering::Relaxed));
+            field!(out, "rdb_bgsave_in_progress", 0);
+            field!(out, "rdb_last_save_time", server.lastsave_s.load(Ordering::Relaxed));
+            for (name, value) in [
+                ("rdb_last_bgsave_status", "ok"),
+                ("rdb_last_bgsave_time_sec", "-1"),
+                ("rdb_current_bgsave_time_sec", "-1"),
+                ("rdb_saves", "0"),
+                ("rdb_last_cow_size", "0"),
+                ("rdb_last_load_keys_expired", "0"),
+                ("rdb_last_load_keys_loaded", "0"),
+                ("aof_enabled", if appendonly { "1" } else { "0" }),
+                ("aof_rewrite_in_progress", "0"),
+                ("aof_rewrite_scheduled", "0"),
+                ("aof_last_rewrite_time_sec", "-1"),
+                ("aof_current_rewrite_time_sec", "-1"),
+                ("aof_last_bgrewrite_status", "ok"),
+                ("aof_rewrites", "0"),
+                ("aof_rewrites_consecutive_failures", "0"),
+                ("aof_last_write_status", "ok"),
+                ("aof_last_cow_size", "0"),
+                ("module_fork_in_progress", "0"),
+                ("module_fork_last_cow_size", "0"),
+            ] {
+                field!(out, name, value);
+            }
+        }
+        "stats" => {
+            let meter = server.meter.lock();
+            let errors: u64 = server.errorstats.lock().values().sum();
+            let expired: u64 = ctx.dbs.shards().flat_map(|s| s.dbs.iter()).map(|d| d.expired_keys).sum();
+            out.push_str("# Stats\r\n");
+            field!(out, "total_connections_received", server.total(|w| &w.connections_received));
+            field!(out, "total_commands_processed", server.total(|w| &w.total_commands));
+            field!(out, "instantaneous_ops_per_sec", meter.rate(Metric::Commands));
+            field!(out, "total_net_input_bytes", server.total(|w| &w.net_input_bytes));
+            field!(out, "total_net_output_bytes", server.total(|w| &w.net_output_bytes));
+            field!(out, "total_net_repl_input_bytes", 0);
+            field!(out, "total_net_repl_output_bytes", 0);
+            field!(out, "instantaneous_input_kbps", format!("{:.2}", meter.rate(Metric::NetInput) as f64 / 1024.0));
+            field!(out, "instantaneous_output_kbps", format!("{:.2}", meter.rate(Metric::NetOutput) as f64 / 1024.0));
+            field!(out, "instantaneous_input_repl_kbps", "0.00");
+            field!(out, "instantaneous_output_repl_kbps", "0.00");
+            field!(out, "rejected_connections", server.total(|w| &w.rejected_connections));
+            field!(out, "sync_full", 0);
+            field!(out, "sync_partial_ok", 0);
+            field!(out, "sync_partial_err", 0);
+            field!(out, "expired_keys", expired);
+            field!(out, "expired_stale_perc", "0.00");
+            field!(out, "expired_time_cap_reached_count", 0);
+            field!(out, "expire_cycle_cpu_milliseconds", 0);
+            field!(out, "evicted_keys", 0);
+            field!(out, "evicted_clients", 0);
+            field!(out, "total_eviction_exceeded_time", 0);
+            field!(out, "current_eviction_exceeded_time", 0);
+            field!(out, "keyspace_hits", server.total(|w| &w.keyspace_hits));
+            field!(out, "keyspace_misses", server.total(|w| &w.keyspace_misses));
+            for name in [
+                "pubsub_channels",
+                "pubsub_patterns",
+                "pubsubshard_channels",
+                "latest_fork_usec",
+                "total_forks",
+                "migrate_cached_sockets",
+                "slave_expires_tracked_keys",
+                "active_defrag_hits",
+                "active_defrag_misses",
+                "active_defrag_key_hits",
+                "active_defrag_key_misses",
+                "total_active_defrag_time",
+                "current_active_defrag_time",
+                "tracking_total_keys",
+                "tracking_total_items",
+                "tracking_total_prefixes",
+                "unexpected_error_replies",
+            ] {
+                field!(out, name, 0);
+            }
+            field!(out, "total_error_replies", errors);
+            field!(out, "dump_payload_sanitizations", 0);
+            field!(out, "total_reads_processed", server.total(|w| &w.reads_processed));
+            field!(out, "total_writes_processed", server.total(|w| &w.writes_processed));
+            field!(out, "io_threaded_reads_processed", 0);
+            field!(out, "io_threaded_writes_processed", 0);
+            field!(out, "reply_buffer_shrinks", 0);
+            field!(out, "reply_buffer_expands", 0);
+        }
+        "replication" => {
+            out.push_str("# Replication\r\n");
+            field!(out, "role", "master");
+            field!(out, "connected_slaves", 0);
+            field!(out, "master_failover_state", "no-failover");
+            field!(out, "master_replid", server.replid);
+            field!(out, "master_replid2", "0000000000000000000000000000000000000000");
+            field!(out, "master_repl_offset", 0);
+            field!(out, "second_repl_offset", -1);
+            field!(out, "repl_backlog_active", 0);
+            field!(out, "repl_backlog_size", 1_048_576);
+            field!(out, "repl_backlog_first_byte_offset", 0);
+            field!(out, "repl_backlog_histlen", 0);
+        }
+        "cpu" => {
+            out.push_str("# CPU\r\n");
+            let (sys, user) = rusage(libc::RUSAGE_SELF);
+            field!(out, "used_cpu_sys", sys);
+            field!(out, "used_cpu_user", user);
+            let (sys, user) = rusage(libc::RUSAGE_CHILDREN);
+            field!(out, "used_cpu_sys_children", sys);
+            field!(out, "used_cpu_user_children", user);
+            let (sys, user) = rusage(libc::RUSAGE_THREAD);
+            field!(out, "used_cpu_sys_main_thread", sys);
+            field!(out, "used_cpu_user_main_thread", user);
+        }
+        "modules" => out.push_str("# Modules\r\n"),
+        "commandstats" => {
+            out.push_str("# Commandstats\r\n");
+            for (index, spec) in table().all.iter().enumerate() {
+                let sum = |f: fn(&crate::server::CommandStats) -> &std::sync::atomic::AtomicU64| -> u64 {
+                    server.workers.iter().map(|w| f(&w.commands[index]).load(Ordering::Relaxed)).sum()
+                };
+                let calls = sum(|c| &c.calls);
+                let rejected = sum(|c| &c.rejected_calls);
+                let failed = sum(|c| &c.failed_calls);
+                if calls == 0 && rejected == 0 && failed == 0 {
+                    continue;
+                }
+                let usec = sum(|c| &c.usec);
+                let per_call = if calls == 0 { 0.0 } else { usec as f64 / calls as f64 };
+                let _ = write!(
+                    out,
+                    "cmdstat_{}:calls={calls},usec={usec},usec_per_call={per_call:.2},rejected_calls={rejected},failed_calls={failed}\r\n",
+                    safe_info_string(spec.name)
+                );
+            }
+        }
+        "errorstats" => {
+            out.push_str("# Errorstats\r\n");
+            for (prefix, count) in server.errorstats.lock().iter() {
+                let _ = write!(out, "errorstat_{}:count={count}\r\n", safe_info_string(prefix));
+            }
+        }
+        // Keel keeps no latency histograms, so it reports none, as Redis
+        // does with latency-tracking off.
+        "latencystats" => out.push_str("# Latencystats\r\n"),
+        "cluster" => {
+            out.push_str("# Cluster\r\n");
+            field!(out, "cluster_enabled", 0);
+        }
+        "keyspace" => {
+            out.push_str("# Keyspace\r\n");
+            for (db, keys, expires, avg_ttl) in keyspace_summary(ctx, now_ms) {
+                let _ = write!(out, "db{db}:keys={keys},expires={expires},avg_ttl={avg_ttl}\r\n");
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Per database with keys: (index, keys, keys with a TTL, mean TTL left in
+/// ms), summed over the shards (which the INFO command holds locked).
+fn keyspace_summary(ctx: &mut Ctx<'_>, now_ms: u64) -> Vec<(usize, usize, usize, u64)> {
+    let databases = ctx.server.keyspace.databases();
+    let mut rows = vec![(0usize, 0usize, 0u128); databases];
+    for shard in ctx.dbs.shards() {
+        for (i, db) in shard.dbs.iter().enumerate() {
+            let expires = db.expires_len();
+            rows[i].0 += db.len();
+            rows[i].1 += expires;
+            if expires > 0 {
+                rows[i].2 += u128::from(db.avg_ttl_ms(now_ms)) * expires as u128;
+            }
+        }
+    }
+    rows.into_iter()
+        .enumerate()
+        .filter(|(_, (keys, expires, _))| *keys > 0 || *expires > 0)
+        .map(|(i, (keys, expires, weighted))| {
+            let avg = if expires == 0 { 0 } else { (weighted / expires as u128) as u64 };
+            (i, keys, expires, avg)
+        })
+        .collect()
+}
+
+fn write_memory(ctx: &mut Ctx<'_>, out: &mut String) {
+    let server = ctx.server;
+    let dataset: u64 = ctx.dbs.shards().flat_map(|s| s.dbs.iter()).map(|d| d.memory_usage() as u64).sum();
+    // Connection buffers are the other big user of memory.
+    let clients: u64 = server
+        .clients
+        .list()
+        .iter()
+        .map(|(c, _)| {
+            c.qbuf.load(Ordering::Relaxed) + c.qbuf_free.load(Ordering::Relaxed) + c.rbs.load(Ordering::Relaxed)
+        })
+        .sum();
+    let used = dataset + clients;
+    let peak = server.peak_memory.fetch_max(used, Ordering::Relaxed).max(used);
+    let rss = rss_bytes();
+    let total_system = total_system_memory();
+    let (maxmemory, policy) = {
+        let config = server.config.read();
+        (config.maxmemory, config.maxmemory_policy.clone())
+    };
+    let ratio = |a: u64, b: u64| if b == 0 { 0.0 } else { a as f64 / b as f64 };
+    out.push_str("# Memory\r\n");
+    field!(out, "used_memory", used);
+    field!(out, "used_memory_human", bytes_to_human(used));
+    field!(out, "used_memory_rss", rss);
+    field!(out, "used_memory_rss_human", bytes_to_human(rss));
+    field!(out, "used_memory_peak", peak);
+    field!(out, "used_memory_peak_human", bytes_to_human(peak));
+    field!(out, "used_memory_peak_perc", format!("{:.2}%", ratio(used, peak) * 100.0));
+    field!(out, "used_memory_overhead", clients);
+    field!(out, "used_memory_startup", 0);
+    field!(out, "used_memory_dataset", dataset);
+    field!(out, "used_memory_dataset_perc", format!("{:.2}%", ratio(dataset, used) * 100.0));
+    field!(out, "allocator_allocated", used);
+    field!(out, "allocator_active", used);
+    field!(out, "allocator_resident", rss);
+    field!(out, "total_system_memory", total_system);
+    field!(out, "total_system_memory_human", bytes_to_human(total_system));
+    field!(out, "used_memory_lua", 0);
+    field!(out, "used_memory_vm_eval", 0);
+    field!(out, "used_memory_lua_human", "0B");
+    field!(out, "used_memory_scripts_eval", 0);
+    field!(out, "number_of_cached_scripts", 0);
+    field!(out, "number_of_functions", 0);
+    field!(out, "number_of_libraries", 0);
+    field!(out, "used_memory_vm_functions", 0);
+    field!(out, "used_memory_vm_total", 0);
+    field!(out, "used_memory_vm_total_human", "0B");
+    field!(out, "used_memory_functions", 0);
+    field!(out, "used_memory_scripts", 0);
+    field!(out, "used_memory_scripts_human", "0B");
+    field!(out, "maxmemory", maxmemory);
+    field!(out, "maxmemory_human", bytes_to_human(maxmemory));
+    field!(out, "maxmemory_policy", policy);
+    field!(out, "allocator_frag_ratio", "1.00");
+    field!(out, "allocator_frag_bytes", 0);
+    field!(out, "allocator_rss_ratio", format!("{:.2}", ratio(rss, used)));
+    field!(out, "allocator_rss_bytes", rss as i64 - used as i64);
+    field!(out, "rss_overhead_ratio", "1.00");
+    field!(out, "rss_overhead_bytes", 0);
+    field!(out, "mem_fragmentation_ratio", format!("{:.2}", ratio(rss, used)));
+    field!(out, "mem_fragmentation_bytes", rss as i64 - used as i64);
+    field!(out, "mem_not_counted_for_evict", 0);
+    field!(out, "mem_replication_backlog", 0);
+    field!(out, "mem_total_replication_buffers", 0);
+    field!(out, "mem_clients_slaves", 0);
+    field!(out, "mem_clients_normal", clients);
+    field!(out, "mem_cluster_links", 0);
+    field!(out, "mem_aof_buffer", 0);
+    field!(out, "mem_allocator", "libc");
+    field!(out, "active_defrag_running", 0);
+    field!(out, "lazyfree_pending_objects", 0);
+    field!(out, "lazyfreed_objects", 0);
+}
+
+/// Redis's `getSafeInfoString`: INFO's separators become `_`.
+fn safe_info_string(s: &str) -> String {
+    s.chars().map(|c| if matches!(c, '#' | ':' | '\n' | '\r') { '_' } else { c }).collect()
+}
+
+/// Redis's `bytesToHuman`.
+pub fn bytes_to_human(n: u64) -> String {
+    let n_f = n as f64;
+    const UNITS: [(f64, char); 5] = [
+        (1024.0, 'K'),
+        (1024.0 * 1024.0, 'M'),
+        (1024.0 * 1024.0 * 1024.0, 'G'),
+        (1024.0 * 1024.0 * 1024.0 * 1024.0, 'T'),
+        (1024.0 * 1024.0 * 1024.0 * 1024.0 * 1024.0, 'P'),
+    ];
+    if n < 1024 {
+        return format!("{n}B");
+    }
+    for (i, (size, unit)) in UNITS.iter().enumerate() {
+        let next = UNITS.get(i + 1).map(|u| u.0).unwrap_or(f64::INFINITY);
+        if n_f < next {
+            return format!("{:.2}{unit}", n_f / size);
+        }
+    }
+    format!("{n}B")
+}
+
+fn uname() -> String {
+    // SAFETY: `uname` fills the zeroed struct; its fields are NUL-terminated.
+    unsafe {
+        let mut name: libc::utsname = std::mem::zeroed();
+        if libc::uname(&mut name) != 0 {
+            return String::new();
+        }
+        let field = |f: &[libc::c_char]| std::ffi::CStr::from_ptr(f.as_ptr()).to_string_lossy().into_owned();
+        format!("{} {} {}", field(&name.sysname), field(&name.release), field(&name.machine))
+    }
+}
+
+/// (system, user) CPU time as Redis prints it: `seconds.micros`.
+fn rusage(who: libc::c_int) -> (String, String) {
+    // SAFETY: `getrusage` fills the zeroed struct.
+    let ru = unsafe {
+        let mut ru: libc::rusage = std::mem::zeroed();
+        libc::getrusage(who, &mut ru);
+        ru
+    };
+    let fmt = |t: libc::timeval| format!("{}.{:06}", t.tv_sec, t.tv_usec);
+    (fmt(ru.ru_stime), fmt(ru.ru_utime))
+}
+
+/// Resident set size from /proc/self/statm (pages) times the page size.
+fn rss_bytes() -> u64 {
+    let pages = std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1).and_then(|p| p.parse::<u64>().ok()))
+        .unwrap_or(0);
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    pages * page.max(0) as u64
+}
+
+fn total_system_memory() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let (pages, page) = unsafe { (libc::sysconf(libc::_SC_PHYS_PAGES), libc::sysconf(libc::_SC_PAGESIZE)) };
+    pages.max(0) as u64 * page.max(0) as u64
+}
+
+// ---------------------------------------------------------------- CONFIG
+
+fn config_help(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
+    reply_help(
+        ctx,
+        argv[0],
+        &[
+            "GET <pattern>",
+            "    Return parameters matching the glob-like <pattern> and their values.",
+            "SET <directive> <value>",
+            "    Set the configuration <directive> to <value>.",
+            "RESETSTAT",
+            "    Reset statistics reported by the INFO command.",
+            "REWRITE",
+            "    Rewrite the configuration file.",
+        ],
+    );
+    Ok(())
+}
+
+/// CONFIG GET pattern [pattern ...]: a name without glob characters is
+/// looked up exactly and reported as the client spelled it; a pattern
+/// matches directive names case-insensitively. Each directive once.
+fn config_get(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
+    let config = ctx.server.config.read();
+    let mut found: Vec<(String, &'static str, String)> = Vec::new();
+    for arg in &argv[2..] {
+        if !arg.iter().any(|b| matches!(b, b'[' | b'*' | b'?')) {
+            let name = String::from_utf8_lossy(arg).into_owned();
+            if let Some(d) = crate::config::find(&name) {
+                if !found.iter().any(|(_, n, _)| *n == d.name) {
+                    found.push((name, d.name, config.get(d.name).unwrap_or_default()));
+                }
+            }
+            continue;
+        }
+        for (name, value) in config.matching(arg) {
+            if !found.iter().any(|(_, n, _)| *n == name) {
+                found.push((name.to_string(), name, value));
+            }
+        }
+    }
+    drop(config);
+    ctx.out.map(found.len());
+    for (name, _, value) in found {
+        ctx.out.bulk(name.as_bytes());
+        ctx.out.bulk(value.as_bytes());
+    }
+    Ok(())
+}
+
+/// CONFIG SET name value [name value ...]: all or nothing.
+fn config_set(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
+    use crate::config::ConfigError;
+    if !argv.len().is_multiple_of(2) {
+        return Err(CmdError::Syntax);
+    }
+    let pairs: Vec<(String, String)> = argv[2..]
+        .chunks(2)
+        .map(|p| (String::from_utf8_lossy(p[0]).into_owned(), String::from_utf8_lossy(p[1]).into_owned()))
+        .collect();
+    let failed = |arg: &str, why: &str| {
+        CmdError::other(format!("ERR CONFIG SET failed (possibly related to argument '{arg}') - {why}"))
+    };
+    // First every name must be known, settable and given once.
+    if let Some((name, _)) = pairs.iter().find(|(n, _)| crate::config::find(n).is_none()) {
+        return Err(CmdError::other(format!("ERR Unknown option or number of arguments for CONFIG SET - '{name}'")));
+    }
+    let mut seen: Vec<&'static str> = Vec::new();
+    for (name, _) in &pairs {
+        let Some(d) = crate::config::find(name) else { continue };
+        if !d.mutable {
+            return Err(failed(name, "can't set immutable config"));
+        }
+        if seen.contains(&d.name) {
+            return Err(failed(name, "duplicate parameter"));
+        }
+        seen.push(d.name);
+    }
+    let mut config = ctx.server.config.write();
+    let mut next = config.clone();
+    for (name, value) in &pairs {
+        let canonical = crate::config::find(name).map(|d| d.name).unwrap_or("");
+        match next.set_at_runtime(name, value) {
+            Ok(()) => {}
+            Err(ConfigError::Invalid(why)) => return Err(failed(canonical, &why)),
+            Err(ConfigError::Immutable) => return Err(failed(name, "can't set immutable config")),
+            Err(ConfigError::Unknown) => return Err(failed(canonical, "Bad directive or wrong number of arguments")),
+        }
+    }
+    *config = next;
+    drop(config);
+    ctx.out.ok();
+    Ok(())
+}
+
+fn config_resetstat(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
+    let server = ctx.server;
+    for worker in &server.workers {
+        worker.reset();
+    }
+    server.errorstats.lock().clear();
+    server.meter.lock().reset();
+    server.peak_memory.store(0, Ordering::Relaxed);
+    for shard in ctx.dbs.shards() {
+        for db in shard.dbs.iter_mut() {
+            db.expired_keys = 0;
+        }
+    }
+    ctx.out.ok();
+    Ok(())
+}
+
+fn config_rewrite(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
+    let config = ctx.server.config.read();
+    let Some(path) = config.config_file.clone() else {
+        return Err(CmdError::other("ERR The server is running without a config file"));
+    };
+    match config.rewrite(&path) {
+        Ok(()) => {
+            drop(config);
+            tracing::info!("CONFIG REWRITE executed with success.");
+            ctx.out.ok();
+            Ok(())
+        }
+        Err(e) => {
+            tracing::warn!("CONFIG REWRITE failed: {e}");
+            Err(CmdError::other(format!("ERR Rewriting config file: {e}")))
+        }
+    }
+}
+
+// ---------------------------------------------------------------- COMMAND
+
+/// ACL categories in Redis's order (COMMAND INFO lists them in this order).
+const ACL_CATEGORIES: &[&str] = &[
+    "keyspace",
+    "read",
+    "write",
+    "set",
+    "sortedset",
+    "list",
+    "hash",
+    "string",
+    "bitmap",
+    "hyperloglog",
+    "geo",
+    "stream",
+    "pubsub",
+    "admin",
+    "fast",
+    "slow",
+    "blocking",
+    "dangerous",
+    "connection",
+    "transaction",
+    "scripting",
+];
+
+/// A command's ACL categories: the one its group implies plus those Redis
+/// derives from its flags (`setImplicitACLCategories`).
+pub fn acl_categories(spec: &CommandSpec) -> Vec<&'static str> {
+    let mut cats: Vec<&str> = Vec::new();
+    let group = match spec.group {
+        "generic" => Some("keyspace"),
+        "string" => Some("string"),
+        "list" => Some("list"),
+        "hash" => Some("hash"),
+        "set" => Some("set"),
+        "sorted_set" | "sortedset" | "zset" => Some("sortedset"),
+        "bitmap" => Some("bitmap"),
+        "hyperloglog" => Some("hyperloglog"),
+        "geo" => Some("geo"),
+        "stream" => Some("stream"),
+        "pubsub" => Some("pubsub"),
+        "transactions" | "transaction" => Some("transaction"),
+        "scripting" => Some("scripting"),
+        "connection" => Some("connection"),
+        _ => None,
+    };
+    cats.extend(group);
+    if spec.name == "dbsize" || spec.name == "flushdb" || spec.name == "flushall" {
+        cats.push("keyspace");
+    }
+    if spec.has(flags::WRITE) {
+        cats.push("write");
+    }
+    if spec.has(flags::READONLY) && group != Some("scripting") {
+        cats.push("read");
+    }
+    if spec.has(flags::ADMIN) {
+        cats.extend(["admin", "dangerous"]);
+    }
+    if spec.has(flags::PUBSUB) {
+        cats.push("pubsub");
+    }
+    if spec.has(flags::FAST) {
+        cats.push("fast");
+    } else {
+        cats.push("slow");
+    }
+    if spec.has(flags::BLOCKING) {
+        cats.push("blocking");
+    }
+    if matches!(spec.name, "flushdb" | "flushall" | "info" | "lastsave" | "keys" | "swapdb" | "sort") {
+        cats.push("dangerous");
+    }
+    ACL_CATEGORIES.iter().copied().filter(|c| cats.contains(c)).collect()
+}
+
+/// Redis's flag names in its output order, `movablekeys` included.
+fn flag_names(spec: &CommandSpec) -> Vec<&'static str> {
+    const ORDER: &[(u32, &str)] = &[
+        (flags::WRITE, "write"),
+        (flags::READONLY, "readonly"),
+        (flags::DENYOOM, "denyoom"),
+        (flags::ADMIN, "admin"),
+        (flags::PUBSUB, "pubsub"),
+        (flags::NOSCRIPT, "noscript"),
+        (flags::BLOCKING, "blocking"),
+        (flags::LOADING, "loading"),
+        (flags::STALE, "stale"),
+        (flags::SKIP_MONITOR, "skip_monitor"),
+        (flags::SKIP_SLOWLOG, "skip_slowlog"),
+        (flags::FAST, "fast"),
+        (flags::NO_AUTH, "no_auth"),
+        (flags::NO_MULTI, "no_multi"),
+    ];
+    let mut names: Vec<&str> = ORDER.iter().filter(|(f, _)| spec.has(*f)).map(|(_, n)| *n).collect();
+    if matches!(spec.keys, Keys::Custom(_)) {
+        names.push("movablekeys");
+    }
+    if spec.has(flags::ALLOW_BUSY) {
+        names.push("allow_busy");
+    }
+    names
+}
+
+/// The key-access flags Keel reports for a command's keys: Redis's per-key
+/// flags are finer (OW, RM, insert, delete...); Keel knows only whether the
+/// command writes.
+fn key_flags(spec: &CommandSpec) -> &'static [&'static str] {
+    if spec.has(flags::WRITE) {
+        &["RW", "update"]
+    } else {
+        &["RO", "access"]
+    }
+}
+
+fn reply_command_info(ctx: &mut Ctx<'_>, spec: &CommandSpec) {
+    let (first, last, step) = spec.legacy_key_range();
+    ctx.out.array(10);
+    ctx.out.bulk(spec.name.as_bytes());
+    ctx.out.int(i64::from(spec.arity));
+    let names = flag_names(spec);
+    ctx.out.set(names.len());
+    for n in names {
+        ctx.out.simple(n);
+    }
+    ctx.out.int(first);
+    ctx.out.int(last);
+    ctx.out.int(step);
+    let cats = acl_categories(spec);
+    ctx.out.set(cats.len());
+    for c in cats {
+        ctx.out.simple(&format!("@{c}"));
+    }
+    ctx.out.set(spec.tips.len());
+    for tip in spec.tips {
+        ctx.out.bulk(tip.as_bytes());
+    }
+    reply_key_specs(ctx, spec);
+    if spec.subcommands.is_empty() {
+        ctx.out.set(0);
+    } else {
+        ctx.out.array(spec.subcommands.len());
+        for sub in spec.subcommands {
+            reply_command_info(ctx, sub);
+        }
+    }
+}
+
+fn reply_key_specs(ctx: &mut Ctx<'_>, spec: &CommandSpec) {
+    let out = &mut ctx.out;
+    match spec.keys {
+        Keys::None => out.set(0),
+        Keys::Range { first, last, step } => {
+            out.set(1);
+            out.map(3);
+            out.bulk(b"flags");
+            let kf = key_flags(spec);
+            out.set(kf.len());
+            for f in kf {
+                out.simple(f);
+            }
+            out.bulk(b"begin_search");
+            out.map(2);
+            out.bulk(b"type");
+            out.bulk(b"index");
+            out.bulk(b"spec");
+            out.map(1);
+            out.bulk(b"index");
+            out.int(first as i64);
+            out.bulk(b"find_keys");
+            out.map(2);
+            out.bulk(b"type");
+            out.bulk(b"range");
+            out.bulk(b"spec");
+            out.map(3);
+            out.bulk(b"lastkey");
+            out.int(if last < 0 { last as i64 } else { last as i64 - first as i64 });
+            out.bulk(b"keystep");
+            out.int(step as i64);
+            out.bulk(b"limit");
+            out.int(0);
+        }
+        Keys::Custom(_) => {
+            out.set(1);
+            out.map(3);
+            out.bulk(b"flags");
+            let kf = key_flags(spec);
+            out.set(kf.len());
+            for f in kf {
+                out.simple(f);
+            }
+            for part in [&b"begin_search"[..], b"find_keys"] {
+                out.bulk(part);
+                out.map(2);
+                out.bulk(b"type");
+                out.bulk(b"unknown");
+                out.bulk(b"spec");
+                out.map(0);
+            }
+        }
+    }
+}
+
+fn reply_command_docs(ctx: &mut Ctx<'_>, spec: &CommandSpec) {
+    let mut len = 2;
+    if !spec.summary.is_empty() {
+        len += 1;
+    }
+    if !spec.subcommands.is_empty() {
+        len += 1;
+    }
+    ctx.out.map(len);
+    if !spec.summary.is_empty() {
+        ctx.out.bulk(b"summary");
+        ctx.out.bulk(spec.summary.as_bytes());
+    }
+    ctx.out.bulk(b"since");
+    ctx.out.bulk(spec.since.as_bytes());
+    ctx.out.bulk(b"group");
+    ctx.out.bulk(spec.group.as_bytes());
+    if !spec.subcommands.is_empty() {
+        ctx.out.bulk(b"subcommands");
+        ctx.out.map(spec.subcommands.len());
+        for sub in spec.subcommands {
+            ctx.out.bulk(sub.name.as_bytes());
+            reply_command_docs(ctx, sub);
+        }
+    }
+}
+
+/// A command by its full name: "get", or "config|get" for a subcommand.
+fn lookup_full_name(name: &[u8]) -> Option<&'static CommandSpec> {
+    let mut parts = name.splitn(2, |&b| b == b'|');
+    let (_, parent) = table().lookup(parts.next()?)?;
+    match parts.next() {
+        None => Some(parent),
+        Some(sub) => parent.subcommand(sub).map(|(_, s)| s),
+    }
+}
+
+fn command_all(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
+    let commands = &table().commands;
+    ctx.out.array(commands.len());
+    for spec in commands {
+        reply_command_info(ctx, spec);
+    }
+    Ok(())
+}
+
+fn command_count(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
+    ctx.out.int(table().commands.len() as i64);
+    Ok(())
+}
+
+fn command_info(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
+    if argv.len() == 2 {
+        return command_all(ctx, argv);
+    }
+    ctx.out.array(argv.len() - 2);
+    for name in &argv[2..] {
+        match lookup_full_name(name) {
+            Some(spec) => reply_command_info(ctx, spec),
+            None => ctx.out.null(),
+        }
+    }
+    Ok(())
+}
+
+fn command_docs(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
+    let specs: Vec<&CommandSpec> = if argv.len() == 2 {
+        table().commands.clone()
+    } else {
+        argv[2..].iter().filter_map(|n| lookup_full_name(n)).collect()
+    };
+    ctx.out.map(specs.len());
+    for spec in specs {
+        ctx.out.bulk(spec.name.as_bytes());
+        reply_command_docs(ctx, spec);
+    }
+    Ok(())
+}
+
+/// The keys of the command `argv[2..]` names, or Redis's error.
+fn getkeys(argv: &[&[u8]]) -> Result<(&'static CommandSpec, Vec<usize>), CmdError> {
+    let inner = &argv[2..];
+    let Some((_, parent)) = table().lookup(inner[0]) else {
+        return Err(CmdError::other("ERR Invalid command specified"));
+    };
+    let spec = match (parent.subcommands.is_empty(), inner.get(1)) {
+        (false, Some(sub)) => match parent.subcommand(sub) {
+            Some((_, s)) => s,
+            None => return Err(CmdError::other("ERR Invalid command specified")),
+        },
+        _ => parent,
+    };
+    if matches!(spec.keys, Keys::None) {
+        return Err(CmdError::other("ERR The command has no key arguments"));
+    }
+    if !spec.arity_ok(inner.len()) {
+        return Err(CmdError::other("ERR Invalid number of arguments specified for command"));
+    }
+    let keys = spec.key_indexes(inner).to_vec();
+    if keys.is_empty() {
+        return Err(CmdError::other("ERR Invalid arguments specified for command"));
+    }
+    Ok((spec, keys))
+}
+
+fn command_getkeys(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
+    let (_, keys) = getkeys(argv)?;
+    ctx.out.array(keys.len());
+    for i in keys {
+        ctx.out.bulk(argv[2 + i]);
+    }
+    Ok(())
+}
+
+fn command_getkeysandflags(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
+    let (spec, keys) = getkeys(argv)?;
+    ctx.out.array(keys.len());
+    for i in keys {
+        ctx.out.array(2);
+        ctx.out.bulk(argv[2 + i]);
+        let kf = key_flags(spec);
+        ctx.out.set(kf.len());
+        for f in kf {
+            ctx.out.simple(f);
+        }
+    }
+    Ok(())
+}
+
+fn command_list(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
+    enum Filter<'a> {
+        None,
+        Module,
+        AclCat(String),
+        Pattern(&'a [u8]),
+    }
+    let mut filter = Filter::None;
+    let mut i = 2;
+    while i < argv.len() {
+        if eq(argv[i], "filterby") && argv.len() - 1 - i == 2 {
+            let arg = argv[i + 2];
+            filter = if eq(argv[i + 1], "module") {
+                Filter::Module
+            } else if eq(argv[i + 1], "aclcat") {
+                Filter::AclCat(String::from_utf8_lossy(arg).to_ascii_lowercase())
+            } else if eq(argv[i + 1], "pattern") {
+                Filter::Pattern(arg)
+            } else {
+                return Err(CmdError::Syntax);
+            };
+            i += 3;
+        } else {
+            return Err(CmdError::Syntax);
+        }
+    }
+    let names: Vec<&str> = table()
+        .commands
+        .iter()
+        .flat_map(|c| std::iter::once(*c).chain(c.subcommands.iter()))
+        .filter(|spec| match &filter {
+            Filter::None => true,
+            // Keel loads no modules.
+            Filter::Module => false,
+            Filter::AclCat(cat) => acl_categories(spec).contains(&cat.as_str()),
+            Filter::Pattern(p) => crate::glob::matches(p, spec.name.as_bytes(), true),
+        })
+        .map(|spec| spec.name)
+        .collect();
+    ctx.out.array(names.len());
+    for n in names {
+        ctx.out.bulk(n.as_bytes());
+    }
+    Ok(())
+}
+
+fn command_help(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
+    reply_help(
+        ctx,
+        argv[0],
+        &[
+            "(no subcommand)",
+            "    Return details about all Redis commands.",
+            "COUNT",
+            "    Return the total number of commands in this Redis server.",
+            "LIST",
+            "    Return a list of all commands in this Redis server.",
+            "INFO [<command-name> ...]",
+            "    Return details about multiple Redis commands.",
+            "    If no command names are given, documentation details for all",
+            "    commands are returned.",
+            "DOCS [<command-name> ...]",
+            "    Return documentation details about multiple Redis commands.",
+            "    If no command names are given, documentation details for all",
+            "    commands are returned.",
+            "GETKEYS <full-command>",
+            "    Return the keys from a full Redis command.",
+            "GETKEYSANDFLAGS <full-command>",
+            "    Return the keys and the access flags from a full Redis command.",
+        ],
+    );
+    Ok(())
+}
+
+// ---------------------------------------------------------------- DEBUG
+
+/// Whether `enable-debug-command` lets this client run DEBUG.
+fn debug_allowed(ctx: &Ctx<'_>) -> bool {
+    match ctx.server.config.read().enable_debug_command.as_str() {
+        "yes" => true,
+        "local" => {
+            let addr = &ctx.client.info.addr;
+            ctx.client.info.unix || addr.starts_with("127.") || addr.starts_with("::1")
+        }
+        _ => false,
+    }
+}
+
+fn debug(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
+    if !debug_allowed(ctx) {
+        return Err(CmdError::other(
+            "ERR DEBUG command not allowed. If the enable-debug-command option is set to \"local\", you can run it \
+             from a local connection, otherwise you need to set this option in the configuration file, and then \
+             restart the server.",
+        ));
+    }
+    let sub = argv[1];
+    match argv.len() {
+        2 if eq(sub, "help") => {
+            reply_help(
+                ctx,
+                argv[0],
+                &[
+                    "LOG <message>",
+                    "    Write <message> to the server log.",
+                    "OBJECT <key>",
+                    "    Show low level info about the `key` and associated value.",
+                    "PROTOCOL <type>",
+                    "    Reply with a test value of the specified type. <type> can be: string,",
+                    "    integer, double, bignum, null, array, set, map, attrib, push, verbatim,",
+                    "    true, false.",
+                    "SET-ACTIVE-EXPIRE <0|1>",
+                    "    Setting it to 0 disables expiring keys in background when they are not",
+                    "    accessed (otherwise the Redis behavior). Setting it to 1 reenables back the",
+                    "    default.",
+                    "SLEEP <seconds>",
+                    "    Stop the server for <seconds>. Decimals allowed.",
+                ],
+            );
+            Ok(())
+        }
+        3 if eq(sub, "sleep") => {
+            let secs = parse_strtod(argv[2]);
+            let micros = (secs * 1_000_000.0) as i64;
+            if micros > 0 {
+                // Every shard stays locked meanwhile: the keyspace freezes.
+                std::thread::sleep(std::time::Duration::from_micros(micros as u64));
+            }
+            ctx.out.ok();
+            Ok(())
+        }
+        3 if eq(sub, "set-active-expire") => {
+            let on = parse_atoi(argv[2]) != 0;
+            ctx.server.active_expire.store(on, Ordering::Relaxed);
+            ctx.out.ok();
+            Ok(())
+        }
+        3 if eq(sub, "log") => {
+            tracing::warn!("DEBUG LOG: {}", String::from_utf8_lossy(argv[2]));
+            ctx.out.ok();
+            Ok(())
+        }
+        3 if eq(sub, "object") => debug_object(ctx, argv[2]),
+        3 if eq(sub, "protocol") => debug_protocol(ctx, argv[2]),
+        _ => Err(CmdError::other(format!(
+            "ERR unknown subcommand or wrong number of arguments for '{}'. Try {} HELP.",
+            String::from_utf8_lossy(&sub[..sub.len().min(128)]),
+            String::from_utf8_lossy(argv[0]).to_ascii_uppercase()
+        ))),
+    }
+}
+
+fn debug_object(ctx: &mut Ctx<'_>, key: &[u8]) -> CmdResult {
+    let lru_now = ctx.lru_s;
+    let db = ctx.dbs.of(key);
+    let Some(entry) = db.peek(key) else {
+        return Err(CmdError::NoSuchKey);
+    };
+    let address = entry as *const keel_engine::Entry as usize;
+    let line = format!(
+        "Value at:0x{address:x} refcount:1 encoding:{} serializedlength:{} lru:{} lru_seconds_idle:{}",
+        entry.value.encoding(),
+        entry.value.heap_size().max(1),
+        entry.access_s,
+        lru_now.saturating_sub(entry.access_s)
+    );
+    ctx.out.simple(&line);
+    Ok(())
+}
+
+fn debug_protocol(ctx: &mut Ctx<'_>, kind: &[u8]) -> CmdResult {
+    let kind = String::from_utf8_lossy(kind).to_ascii_lowercase();
+    let out = &mut ctx.out;
+    match kind.as_str() {
+        "string" => out.bulk(b"Hello World"),
+        "integer" => out.int(12345),
+        // Redis's own test value, not an approximation of pi.
+        #[allow(clippy::approx_constant)]
+        "double" => out.double(3.141),
+        "bignum" => out.big_number("1234567999999999999999999999999999999"),
+        "null" => out.null(),
+        "array" | "set" => {
+            if kind == "array" {
+                out.array(3);
+            } else {
+                out.set(3);
+            }
+            for j in 0..3 {
+                out.int(j);
+            }
+        }
+        "map" => {
+            out.map(3);
+            for j in 0..3 {
+                out.int(j);
+                out.boolean(j == 1);
+            }
+        }
+        "attrib" => {
+            if out.resp3 {
+                // An attribute (RESP3 `|`) precedes the real reply.
+                out.buf.extend_from_slice(b"|1\r\n");
+                out.bulk(b"key-popularity");
+                out.array(2);
+                out.bulk(b"key:123");
+                out.int(90);
+            }
+            out.bulk(b"Some real reply following the attribute");
+        }
+        "push" => {
+            if !out.resp3 {
+                return Err(CmdError::other("ERR RESP2 is not supported by this command"));
+            }
+            out.push(2);
+            out.bulk(b"server-cpu-usage");
+            out.int(42);
+            out.bulk(b"Some real reply following the push reply");
+        }
+        "true" => out.boolean(true),
+        "false" => out.boolean(false),
+        "verbatim" => out.verbatim("txt", b"This is a verbatim\nstring"),
+        _ => {
+            return Err(CmdError::other(
+                "ERR Wrong protocol type name. Please use one of the following: \
+                 string|integer|double|bignum|null|array|set|map|attrib|push|verbatim|true|false",
+            ))
+        }
+    }
+    Ok(())
+}
+
+/// C's `strtod` leniency: the longest numeric prefix, 0 if none.
+fn parse_strtod(arg: &[u8]) -> f64 {
+    let s = String::from_utf8_lossy(arg);
+    let s = s.trim_start();
+    (1..=s.len()).rev().find_map(|n| s.get(..n).and_then(|p| p.parse::<f64>().ok())).unwrap_or(0.0)
+}
+
+/// C's `atoi`: optional sign and leading digits, 0 if none.
+fn parse_atoi(arg: &[u8]) -> i64 {
+    let s = String::from_utf8_lossy(arg);
+    let s = s.trim_start();
+    let (sign, digits) = match s.strip_prefix('-') {
+        Some(rest) => (-1, rest),
+        None => (1, s.strip_prefix('+').unwrap_or(s)),
+    };
+    let end = digits.find(|c: char| !c.is_ascii_digit()).unwrap_or(digits.len());
+    digits[..end].parse::<i64>().map(|n| sign * n).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sections_follow_redis_selection_rules() {
+        let default = selected_sections(&[]);
+        assert!(default.contains(&"server") && default.contains(&"keyspace"));
+        assert!(!default.contains(&"commandstats") && !default.contains(&"latencystats"));
+        assert_eq!(selected_sections(&[b"CPU"]), ["cpu"]);
+        assert_eq!(selected_sections(&[b"cpu", b"sentinel"]), ["cpu"]);
+        let all = selected_sections(&[b"cpu", b"all"]);
+        assert_eq!(all.len(), SECTIONS.len());
+        assert_eq!(all.iter().filter(|s| **s == "cpu").count(), 1);
+        let cpu_default = selected_sections(&[b"cpu", b"default"]);
+        assert_eq!(cpu_default, selected_sections(&[]));
+    }
+
+    #[test]
+    fn human_sizes_match_redis() {
+        assert_eq!(bytes_to_human(0), "0B");
+        assert_eq!(bytes_to_human(1023), "1023B");
+        assert_eq!(bytes_to_human(1024), "1.00K");
+        assert_eq!(bytes_to_human(1536 * 1024), "1.50M");
+        assert_eq!(bytes_to_human(3 << 30), "3.00G");
+    }
+
+    #[test]
+    fn c_number_parsing_is_lenient() {
+        assert_eq!(parse_strtod(b"0.5"), 0.5);
+        assert_eq!(parse_strtod(b"2abc"), 2.0);
+        assert_eq!(parse_strtod(b"x"), 0.0);
+        assert_eq!(parse_atoi(b"1"), 1);
+        assert_eq!(parse_atoi(b"0"), 0);
+        assert_eq!(parse_atoi(b"12x"), 12);
+        assert_eq!(parse_atoi(b"no"), 0);
+    }
+
+    #[test]
+    fn every_command_name_is_lowercase_and_subcommands_are_qualified() {
+        for spec in &table().commands {
+            assert_eq!(spec.name, spec.name.to_ascii_lowercase());
+            for sub in spec.subcommands {
+                assert!(sub.name.starts_with(&format!("{}|", spec.name)), "{}", sub.name);
+            }
+        }
+    }
+}

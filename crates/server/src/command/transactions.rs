@@ -1,0 +1,143 @@
+//! MULTI/EXEC/DISCARD/WATCH/UNWATCH.
+//!
+//! EXEC locks, in ascending order, every shard that any queued command or
+//! watched key lives in, checks the watches, and runs the queue under those
+//! locks: the transaction is atomic across shards and no other client can
+//! observe it half done.
+
+use std::sync::atomic::Ordering;
+
+use smallvec::SmallVec;
+
+use super::{cmd, flags::*, range, resolve, run, CmdError, CmdResult, CommandSpec, Ctx, Keys};
+use crate::client::{Client, Multi};
+use crate::server::Server;
+
+pub static COMMANDS: &[CommandSpec] = &[
+    cmd("multi", 1, NOSCRIPT | LOADING | STALE | FAST | ALLOW_BUSY, Keys::None, "transactions", multi),
+    cmd("exec", 1, NOSCRIPT | LOADING | STALE | SKIP_SLOWLOG, Keys::None, "transactions", exec),
+    cmd("discard", 1, NOSCRIPT | LOADING | STALE | FAST | ALLOW_BUSY, Keys::None, "transactions", discard),
+    cmd("watch", -2, NOSCRIPT | LOADING | STALE | FAST | ALLOW_BUSY, range(1, -1, 1), "transactions", watch),
+    cmd("unwatch", 1, NOSCRIPT | LOADING | STALE | FAST | ALLOW_BUSY, Keys::None, "transactions", unwatch),
+];
+
+fn multi(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
+    if ctx.client.multi.is_some() {
+        return Err(CmdError::other("ERR MULTI calls can not be nested"));
+    }
+    ctx.client.multi = Some(Multi::default());
+    ctx.client.info.in_multi.store(true, Ordering::Relaxed);
+    ctx.out.ok();
+    Ok(())
+}
+
+fn discard(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
+    if ctx.client.multi.is_none() {
+        return Err(CmdError::other("ERR DISCARD without MULTI"));
+    }
+    discard_state(ctx.server, ctx.client);
+    ctx.out.ok();
+    Ok(())
+}
+
+/// Leaves MULTI and drops every watch.
+pub fn discard_state(server: &Server, client: &mut Client) {
+    client.multi = None;
+    client.info.in_multi.store(false, Ordering::Relaxed);
+    client.info.multi_len.store(0, Ordering::Relaxed);
+    unwatch_all(server, client);
+}
+
+fn watch(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
+    if ctx.client.multi.is_some() {
+        return Err(CmdError::other("ERR WATCH inside MULTI is not allowed"));
+    }
+    let db = ctx.client.db;
+    for key in &argv[1..] {
+        if ctx.client.watching.iter().any(|(d, k)| *d == db && **k == **key) {
+            continue;
+        }
+        ctx.dbs.of(key).watch(key, &ctx.client.watch_flag, ctx.now_ms);
+        ctx.client.watching.push((db, (*key).into()));
+    }
+    ctx.out.ok();
+    Ok(())
+}
+
+fn unwatch(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
+    unwatch_all(ctx.server, ctx.client);
+    ctx.out.ok();
+    Ok(())
+}
+
+/// Drops every watch of `client`, taking each shard's lock briefly.
+pub fn unwatch_all(server: &Server, client: &mut Client) {
+    for (db, key) in client.watching.drain(..) {
+        let mut locked = server.keyspace.lock_one(server.keyspace.shard_of_key(&key));
+        locked.shard_for(&server.keyspace, &key).db(db).unwatch(&key, &client.watch_flag);
+    }
+    client.watch_flag.store(false, Ordering::Release);
+}
+
+fn exec(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
+    let Some(multi) = ctx.client.multi.take() else {
+        return Err(CmdError::other("ERR EXEC without MULTI"));
+    };
+    ctx.client.info.in_multi.store(false, Ordering::Relaxed);
+    ctx.client.info.multi_len.store(0, Ordering::Relaxed);
+    if multi.aborted {
+        unwatch_all(ctx.server, ctx.client);
+        return Err(CmdError::other("EXECABORT Transaction discarded because of previous errors."));
+    }
+    let queued: Vec<Vec<&[u8]>> = multi.queued.iter().map(|argv| argv.iter().map(Vec::as_slice).collect()).collect();
+
+    // Every shard the transaction can touch, locked once, in order.
+    let keyspace = ctx.dbs.keyspace;
+    let mut all = false;
+    let mut shards: SmallVec<[usize; 4]> = SmallVec::new();
+    for argv in &queued {
+        if let Ok((_, spec)) = resolve(argv) {
+            all |= spec.has(ALL_SHARDS);
+            shards.extend(spec.key_indexes(argv).iter().map(|&i| keyspace.shard_of_key(argv[i])));
+        }
+    }
+    shards.extend(ctx.client.watching.iter().map(|(_, k)| keyspace.shard_of_key(k)));
+    ctx.dbs.locked = if all { keyspace.lock_all() } else { keyspace.lock(&mut shards) };
+
+    let touched = ctx.client.watch_flag.load(Ordering::Acquire);
+    let now = ctx.now_ms;
+    // A watched key that expired after WATCH (and was not deleted yet, so
+    // nothing signalled it) aborts too; one already expired at WATCH time
+    // does not (Redis 7.0 `isWatchedKeyExpired`).
+    let flag = ctx.client.watch_flag.clone();
+    let expired = ctx.client.watching.clone().iter().any(|(db, key)| {
+        ctx.dbs.of_in(*db, key).watched_key_expired(key, &flag, now)
+    });
+    if touched || expired {
+        ctx.dbs.locked = keyspace.lock(&mut SmallVec::new());
+        unwatch_all(ctx.server, ctx.client);
+        ctx.out.null_array();
+        return Ok(());
+    }
+
+    // Watches end here, while their shards are held: a queued UNWATCH or
+    // WATCH-related command then finds nothing left to lock.
+    for (db, key) in std::mem::take(&mut ctx.client.watching) {
+        ctx.dbs.of_in(db, &key).unwatch(&key, &flag);
+    }
+    flag.store(false, Ordering::Release);
+
+    ctx.out.array(queued.len());
+    for argv in &queued {
+        let result = match resolve(argv) {
+            Ok((index, spec)) => run(ctx, index, spec, argv),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = result {
+            let text = e.to_string();
+            ctx.server.count_error(&text);
+            ctx.out.error(&text);
+        }
+    }
+    Ok(())
+}

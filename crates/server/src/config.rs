@@ -1,0 +1,631 @@
+//! Configuration: Redis's directive names and defaults, read from a
+//! redis.conf-style file and `--directive value` flags, and served by
+//! CONFIG GET/SET/REWRITE from the same table so that the three can never
+//! disagree.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use thiserror::Error;
+
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum ConfigError {
+    #[error("Bad directive or wrong number of arguments")]
+    Unknown,
+    #[error("{0}")]
+    Invalid(String),
+    #[error("can't set immutable config")]
+    Immutable,
+}
+
+/// A failure while reading the configuration at start-up, with where it was.
+#[derive(Debug, Error)]
+#[error("*** FATAL CONFIG FILE ERROR ***\n>>> {origin}: '{line}'\n{reason}")]
+pub struct StartupConfigError {
+    pub origin: String,
+    pub line: String,
+    pub reason: ConfigError,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AppendFsync {
+    Always,
+    EverySec,
+    No,
+}
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub bind: Vec<String>,
+    pub port: u16,
+    pub unixsocket: Option<PathBuf>,
+    pub unixsocketperm: u32,
+    /// Worker threads; 0 means one per core.
+    pub threads: usize,
+    pub databases: usize,
+    pub requirepass: Option<Vec<u8>>,
+    pub maxclients: usize,
+    pub timeout_s: u64,
+    pub tcp_keepalive_s: u64,
+    pub tcp_backlog: i32,
+    pub proto_max_bulk_len: usize,
+    pub client_query_buffer_limit: usize,
+    pub hz: u32,
+    pub dir: PathBuf,
+    pub dbfilename: String,
+    pub appendonly: bool,
+    pub appendfsync: AppendFsync,
+    pub appendfilename: String,
+    pub appenddirname: String,
+    pub save: String,
+    pub loglevel: String,
+    pub logfile: String,
+    pub pidfile: String,
+    pub daemonize: bool,
+    pub enable_debug_command: String,
+    pub lazyfree_lazy_user_del: bool,
+    pub lazyfree_lazy_user_flush: bool,
+    pub lazyfree_lazy_expire: bool,
+    pub lazyfree_lazy_server_del: bool,
+    pub maxmemory: u64,
+    pub maxmemory_policy: String,
+    pub slowlog_log_slower_than: i64,
+    pub slowlog_max_len: u64,
+    pub latency_tracking: bool,
+    /// The file the configuration was read from, absolute (CONFIG REWRITE
+    /// writes it back; INFO config_file shows it).
+    pub config_file: Option<PathBuf>,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            bind: vec!["127.0.0.1".into(), "-::1".into()],
+            port: 6379,
+            unixsocket: None,
+            unixsocketperm: 0,
+            threads: 0,
+            databases: 16,
+            requirepass: None,
+            maxclients: 10_000,
+            timeout_s: 0,
+            tcp_keepalive_s: 300,
+            tcp_backlog: 511,
+            proto_max_bulk_len: 512 << 20,
+            client_query_buffer_limit: 1 << 30,
+            hz: 10,
+            dir: PathBuf::from("."),
+            dbfilename: "dump.rdb".into(),
+            // The append-only log arrives with the durability issue; until
+            // then Keel says plainly that it keeps nothing on disk.
+            appendonly: false,
+            appendfsync: AppendFsync::Always,
+            appendfilename: "appendonly.aof".into(),
+            appenddirname: "appendonlydir".into(),
+            // No snapshots yet (they arrive with the RDB issue).
+            save: String::new(),
+            loglevel: "notice".into(),
+            logfile: String::new(),
+            pidfile: String::new(),
+            daemonize: false,
+            enable_debug_command: "no".into(),
+            lazyfree_lazy_user_del: false,
+            lazyfree_lazy_user_flush: false,
+            lazyfree_lazy_expire: false,
+            lazyfree_lazy_server_del: false,
+            maxmemory: 0,
+            maxmemory_policy: "noeviction".into(),
+            slowlog_log_slower_than: 10_000,
+            slowlog_max_len: 128,
+            latency_tracking: true,
+            config_file: None,
+        }
+    }
+}
+
+type Getter = fn(&Config) -> String;
+type Setter = fn(&mut Config, &[&str]) -> Result<(), ConfigError>;
+
+/// One directive: its Redis name, whether CONFIG SET may change it at run
+/// time, and how to read and write it.
+pub struct Directive {
+    pub name: &'static str,
+    pub mutable: bool,
+    get: Getter,
+    set: Setter,
+}
+
+fn one<'a>(args: &[&'a str]) -> Result<&'a str, ConfigError> {
+    match args {
+        [v] => Ok(v),
+        _ => Err(ConfigError::Unknown),
+    }
+}
+
+pub fn parse_bool(v: &str) -> Result<bool, ConfigError> {
+    match v.to_ascii_lowercase().as_str() {
+        "yes" => Ok(true),
+        "no" => Ok(false),
+        _ => Err(ConfigError::Invalid("argument must be 'yes' or 'no'".into())),
+    }
+}
+
+/// Redis's memory notation: 1k = 1000, 1kb = 1024, up to gb.
+pub fn parse_memory(v: &str) -> Result<u64, ConfigError> {
+    let lower = v.to_ascii_lowercase();
+    let split = lower.find(|c: char| !c.is_ascii_digit() && c != '-').unwrap_or(lower.len());
+    let (digits, unit) = lower.split_at(split);
+    let mul: u64 = match unit {
+        "" | "b" => 1,
+        "k" => 1000,
+        "kb" => 1024,
+        "m" => 1000 * 1000,
+        "mb" => 1024 * 1024,
+        "g" => 1000 * 1000 * 1000,
+        "gb" => 1024 * 1024 * 1024,
+        _ => return Err(ConfigError::Invalid("argument must be a memory value".into())),
+    };
+    digits
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(mul))
+        .ok_or_else(|| ConfigError::Invalid("argument must be a memory value".into()))
+}
+
+fn parse_num<T>(v: &str, min: T, max: T) -> Result<T, ConfigError>
+where
+    T: TryInto<i128> + TryFrom<i128> + Copy + std::fmt::Display,
+{
+    // Parsed wide first so that an out-of-range number reports the range,
+    // as Redis does, rather than a parse failure.
+    let n: i128 = v
+        .parse()
+        .map_err(|_| ConfigError::Invalid("argument couldn't be parsed into an integer".into()))?;
+    let (lo, hi): (i128, i128) = (min.try_into().unwrap_or(i128::MIN), max.try_into().unwrap_or(i128::MAX));
+    if n < lo || n > hi {
+        return Err(ConfigError::Invalid(format!("argument must be between {min} and {max} inclusive")));
+    }
+    T::try_from(n).map_err(|_| ConfigError::Invalid(format!("argument must be between {min} and {max} inclusive")))
+}
+
+fn yes_no(b: bool) -> String {
+    if b { "yes" } else { "no" }.into()
+}
+
+/// Builds a `Directive` for a field of a simple kind.
+macro_rules! directive {
+    ($name:literal, $mutable:expr, bool, $field:ident) => {
+        Directive {
+            name: $name,
+            mutable: $mutable,
+            get: |c| yes_no(c.$field),
+            set: |c, a| {
+                c.$field = parse_bool(one(a)?)?;
+                Ok(())
+            },
+        }
+    };
+    ($name:literal, $mutable:expr, num($min:expr, $max:expr), $field:ident) => {
+        Directive {
+            name: $name,
+            mutable: $mutable,
+            get: |c| c.$field.to_string(),
+            set: |c, a| {
+                c.$field = parse_num(one(a)?, $min, $max)?;
+                Ok(())
+            },
+        }
+    };
+    ($name:literal, $mutable:expr, memory, $field:ident) => {
+        Directive {
+            name: $name,
+            mutable: $mutable,
+            get: |c| c.$field.to_string(),
+            set: |c, a| {
+                c.$field = parse_memory(one(a)?)?.try_into().map_err(|_| ConfigError::Invalid("argument too large".into()))?;
+                Ok(())
+            },
+        }
+    };
+    ($name:literal, $mutable:expr, string, $field:ident) => {
+        Directive {
+            name: $name,
+            mutable: $mutable,
+            get: |c| c.$field.to_string(),
+            set: |c, a| {
+                c.$field = one(a)?.into();
+                Ok(())
+            },
+        }
+    };
+    ($name:literal, $mutable:expr, enum [$($v:literal),+], $field:ident) => {
+        Directive {
+            name: $name,
+            mutable: $mutable,
+            get: |c| c.$field.to_string(),
+            set: |c, a| {
+                let v = one(a)?.to_ascii_lowercase();
+                if ![$($v),+].contains(&v.as_str()) {
+                    return Err(ConfigError::Invalid("argument(s) must be one of the following: ".to_string() + &[$($v),+].join(", ")));
+                }
+                c.$field = v;
+                Ok(())
+            },
+        }
+    };
+}
+
+pub static DIRECTIVES: &[Directive] = &[
+    Directive {
+        name: "bind",
+        mutable: false,
+        get: |c| c.bind.join(" "),
+        set: |c, a| {
+            if a.is_empty() {
+                return Err(ConfigError::Unknown);
+            }
+            c.bind = a.iter().map(|s| s.to_string()).collect();
+            Ok(())
+        },
+    },
+    directive!("port", false, num(0, 65535), port),
+    Directive {
+        name: "unixsocket",
+        mutable: false,
+        get: |c| c.unixsocket.as_ref().map(|p| p.display().to_string()).unwrap_or_default(),
+        set: |c, a| {
+            let v = one(a)?;
+            c.unixsocket = (!v.is_empty()).then(|| PathBuf::from(v));
+            Ok(())
+        },
+    },
+    Directive {
+        name: "unixsocketperm",
+        mutable: false,
+        get: |c| format!("{:o}", c.unixsocketperm),
+        set: |c, a| {
+            c.unixsocketperm = u32::from_str_radix(one(a)?, 8)
+                .map_err(|_| ConfigError::Invalid("argument couldn't be parsed into an integer".into()))?;
+            Ok(())
+        },
+    },
+    directive!("threads", false, num(0, 1024), threads),
+    directive!("databases", false, num(1, 1 << 20), databases),
+    Directive {
+        name: "requirepass",
+        mutable: true,
+        get: |c| c.requirepass.as_deref().map(|p| String::from_utf8_lossy(p).into_owned()).unwrap_or_default(),
+        set: |c, a| {
+            let v = one(a)?;
+            c.requirepass = (!v.is_empty()).then(|| v.as_bytes().to_vec());
+            Ok(())
+        },
+    },
+    directive!("maxclients", true, num(1, 1 << 20), maxclients),
+    directive!("timeout", true, num(0, i32::MAX as u64), timeout_s),
+    directive!("tcp-keepalive", true, num(0, i32::MAX as u64), tcp_keepalive_s),
+    directive!("tcp-backlog", false, num(0, i32::MAX), tcp_backlog),
+    directive!("proto-max-bulk-len", true, memory, proto_max_bulk_len),
+    directive!("client-query-buffer-limit", true, memory, client_query_buffer_limit),
+    directive!("hz", true, num(1, 500), hz),
+    Directive {
+        name: "dir",
+        mutable: true,
+        get: |c| std::fs::canonicalize(&c.dir).unwrap_or_else(|_| c.dir.clone()).display().to_string(),
+        set: |c, a| {
+            let dir = Path::new(one(a)?);
+            if !dir.is_dir() {
+                return Err(ConfigError::Invalid(format!("No such file or directory: {}", dir.display())));
+            }
+            c.dir = dir.to_path_buf();
+            Ok(())
+        },
+    },
+    directive!("dbfilename", true, string, dbfilename),
+    Directive {
+        name: "appendonly",
+        mutable: true,
+        get: |c| yes_no(c.appendonly),
+        set: |c, a| {
+            if parse_bool(one(a)?)? {
+                return Err(ConfigError::Invalid(
+                    "appendonly yes is not supported yet: this Keel build has no append-only file".into(),
+                ));
+            }
+            c.appendonly = false;
+            Ok(())
+        },
+    },
+    Directive {
+        name: "appendfsync",
+        mutable: true,
+        get: |c| {
+            match c.appendfsync {
+                AppendFsync::Always => "always",
+                AppendFsync::EverySec => "everysec",
+                AppendFsync::No => "no",
+            }
+            .into()
+        },
+        set: |c, a| {
+            c.appendfsync = match one(a)?.to_ascii_lowercase().as_str() {
+                "always" => AppendFsync::Always,
+                "everysec" => AppendFsync::EverySec,
+                "no" => AppendFsync::No,
+                _ => {
+                    return Err(ConfigError::Invalid(
+                        "argument(s) must be one of the following: always, everysec, no".into(),
+                    ))
+                }
+            };
+            Ok(())
+        },
+    },
+    directive!("appendfilename", false, string, appendfilename),
+    directive!("appenddirname", false, string, appenddirname),
+    Directive {
+        name: "save",
+        mutable: true,
+        get: |c| c.save.clone(),
+        set: |c, a| {
+            let joined = a.join(" ");
+            let parts: Vec<&str> = joined.split_whitespace().collect();
+            if !parts.len().is_multiple_of(2) || parts.iter().any(|p| p.parse::<u64>().is_err()) {
+                return Err(ConfigError::Invalid("Invalid save parameters".into()));
+            }
+            if !parts.is_empty() {
+                return Err(ConfigError::Invalid(
+                    "save rules are not supported yet: this Keel build does not write snapshots".into(),
+                ));
+            }
+            c.save = parts.join(" ");
+            Ok(())
+        },
+    },
+    directive!("loglevel", true, enum ["debug", "verbose", "notice", "warning", "nothing"], loglevel),
+    directive!("logfile", false, string, logfile),
+    directive!("pidfile", false, string, pidfile),
+    directive!("daemonize", false, bool, daemonize),
+    directive!("enable-debug-command", false, enum ["yes", "no", "local"], enable_debug_command),
+    directive!("lazyfree-lazy-user-del", true, bool, lazyfree_lazy_user_del),
+    directive!("lazyfree-lazy-user-flush", true, bool, lazyfree_lazy_user_flush),
+    directive!("lazyfree-lazy-expire", true, bool, lazyfree_lazy_expire),
+    directive!("lazyfree-lazy-server-del", true, bool, lazyfree_lazy_server_del),
+    directive!("maxmemory", true, memory, maxmemory),
+    directive!("maxmemory-policy", true, enum ["noeviction", "allkeys-lru", "allkeys-lfu", "allkeys-random", "volatile-lru", "volatile-lfu", "volatile-random", "volatile-ttl"], maxmemory_policy),
+    directive!("slowlog-log-slower-than", true, num(-1, i64::MAX), slowlog_log_slower_than),
+    directive!("slowlog-max-len", true, num(0, u64::MAX), slowlog_max_len),
+    directive!("latency-tracking", true, bool, latency_tracking),
+];
+
+pub fn find(name: &str) -> Option<&'static Directive> {
+    DIRECTIVES.iter().find(|d| d.name.eq_ignore_ascii_case(name))
+}
+
+impl Config {
+    /// Applies one directive at start-up (immutable ones allowed).
+    pub fn apply(&mut self, name: &str, args: &[&str]) -> Result<(), ConfigError> {
+        let d = find(name).ok_or(ConfigError::Unknown)?;
+        (d.set)(self, args)
+    }
+
+    /// CONFIG SET: only mutable directives; all-or-nothing is the caller's.
+    pub fn set_at_runtime(&mut self, name: &str, value: &str) -> Result<(), ConfigError> {
+        let d = find(name).ok_or(ConfigError::Unknown)?;
+        if !d.mutable {
+            return Err(ConfigError::Immutable);
+        }
+        let args: Vec<&str> = if d.name == "save" || d.name == "bind" {
+            value.split_whitespace().collect()
+        } else {
+            vec![value]
+        };
+        (d.set)(self, &args)
+    }
+
+    pub fn get(&self, name: &str) -> Option<String> {
+        find(name).map(|d| (d.get)(self))
+    }
+
+    /// Directives whose names match a glob pattern (CONFIG GET).
+    pub fn matching<'a>(&'a self, pattern: &'a [u8]) -> impl Iterator<Item = (&'static str, String)> + 'a {
+        DIRECTIVES
+            .iter()
+            .filter(move |d| crate::glob::matches(pattern, d.name.as_bytes(), true))
+            .map(move |d| (d.name, (d.get)(self)))
+    }
+
+    /// Reads a redis.conf-style file, then `--directive value ...` flags,
+    /// as redis-server does: flags become lines appended to the file.
+    pub fn load(args: &[String]) -> Result<Config, StartupConfigError> {
+        let mut config = Config::default();
+        let mut rest = args;
+        if let Some(first) = args.first().filter(|a| !a.starts_with("--")) {
+            let text = std::fs::read_to_string(first).map_err(|e| StartupConfigError {
+                origin: first.clone(),
+                line: String::new(),
+                reason: ConfigError::Invalid(format!("Fatal error, can't open config file '{first}': {e}")),
+            })?;
+            for (n, line) in text.lines().enumerate() {
+                config.apply_line(line).map_err(|reason| StartupConfigError {
+                    origin: format!("'{first}' line {}", n + 1),
+                    line: line.into(),
+                    reason,
+                })?;
+            }
+            rest = &args[1..];
+            let path = PathBuf::from(first);
+            config.config_file = Some(std::fs::canonicalize(&path).unwrap_or(path));
+        }
+        let mut line = String::new();
+        let flush = |line: &mut String, config: &mut Config| -> Result<(), StartupConfigError> {
+            if line.is_empty() {
+                return Ok(());
+            }
+            let taken = std::mem::take(line);
+            config.apply_line(&taken).map_err(|reason| StartupConfigError {
+                origin: "command line".into(),
+                line: taken,
+                reason,
+            })
+        };
+        for arg in rest {
+            if let Some(name) = arg.strip_prefix("--") {
+                flush(&mut line, &mut config)?;
+                line.push_str(name);
+            } else {
+                if line.is_empty() {
+                    return Err(StartupConfigError {
+                        origin: "command line".into(),
+                        line: arg.clone(),
+                        reason: ConfigError::Invalid("argument without a directive".into()),
+                    });
+                }
+                line.push(' ');
+                let _ = write!(line, "\"{}\"", arg.replace('\\', "\\\\").replace('"', "\\\""));
+            }
+        }
+        flush(&mut line, &mut config)?;
+        Ok(config)
+    }
+
+    fn apply_line(&mut self, line: &str) -> Result<(), ConfigError> {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            return Ok(());
+        }
+        let words = split_config_line(line).ok_or_else(|| ConfigError::Invalid("Unbalanced quotes in configuration line".into()))?;
+        let Some((name, args)) = words.split_first() else {
+            return Ok(());
+        };
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        // A directive named on a line with no value means "empty" for
+        // strings (e.g. `--save ''` arrives as `save ""`).
+        self.apply(name, &args)
+    }
+
+    /// CONFIG REWRITE: the directives that differ from the defaults, in
+    /// the file's own order where it has them.
+    pub fn rewrite(&self, path: &Path) -> std::io::Result<()> {
+        let defaults = Config::default();
+        let old = std::fs::read_to_string(path).unwrap_or_default();
+        let mut out = String::new();
+        let mut written = std::collections::HashSet::new();
+        for line in old.lines() {
+            let name = line.split_whitespace().next().unwrap_or("");
+            match find(name) {
+                Some(d) if !line.trim_start().starts_with('#') => {
+                    if written.insert(d.name) {
+                        let _ = writeln!(out, "{} {}", d.name, quote((d.get)(self)));
+                    }
+                }
+                _ => {
+                    let _ = writeln!(out, "{line}");
+                }
+            }
+        }
+        for d in DIRECTIVES {
+            if !written.contains(d.name) && (d.get)(self) != (d.get)(&defaults) {
+                let _ = writeln!(out, "{} {}", d.name, quote((d.get)(self)));
+            }
+        }
+        let tmp = path.with_extension("tmp-rewrite");
+        std::fs::write(&tmp, out)?;
+        std::fs::rename(tmp, path)
+    }
+}
+
+fn quote(v: String) -> String {
+    if v.is_empty() || v.contains(|c: char| c.is_whitespace() || c == '"') {
+        format!("\"{}\"", v.replace('\\', "\\\\").replace('"', "\\\""))
+    } else {
+        v
+    }
+}
+
+/// Splits a configuration line into words with Redis's quoting rules
+/// (double quotes with backslash escapes, single quotes verbatim).
+fn split_config_line(line: &str) -> Option<Vec<String>> {
+    let mut words = Vec::new();
+    let mut chars = line.chars().peekable();
+    loop {
+        while chars.peek().is_some_and(|c| c.is_whitespace()) {
+            chars.next();
+        }
+        let Some(&first) = chars.peek() else {
+            return Some(words);
+        };
+        let mut word = String::new();
+        if first == '"' || first == '\'' {
+            chars.next();
+            loop {
+                match chars.next()? {
+                    '\\' if first == '"' => match chars.next()? {
+                        'n' => word.push('\n'),
+                        't' => word.push('\t'),
+                        'r' => word.push('\r'),
+                        c => word.push(c),
+                    },
+                    c if c == first => break,
+                    c => word.push(c),
+                }
+            }
+            if chars.peek().is_some_and(|c| !c.is_whitespace()) {
+                return None;
+            }
+        } else {
+            while let Some(&c) = chars.peek() {
+                if c.is_whitespace() {
+                    break;
+                }
+                word.push(c);
+                chars.next();
+            }
+        }
+        words.push(word);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(s: &[&str]) -> Vec<String> {
+        s.iter().map(|a| a.to_string()).collect()
+    }
+
+    #[test]
+    fn flags_override_defaults() {
+        let c = Config::load(&args(&["--port", "7000", "--appendonly", "no", "--save", ""])).expect("valid");
+        assert_eq!(c.port, 7000);
+        assert!(!c.appendonly);
+        assert_eq!(c.save, "");
+    }
+
+    #[test]
+    fn bad_directives_fail_with_the_line_and_reason() {
+        let err = Config::load(&args(&["--port", "99999"])).expect_err("out of range");
+        assert!(err.to_string().contains("port \"99999\""), "{err}");
+        assert!(err.to_string().contains("between 0 and 65535"), "{err}");
+        let err = Config::load(&args(&["--no-such-thing", "1"])).expect_err("unknown");
+        assert!(err.to_string().contains("Bad directive"), "{err}");
+    }
+
+    #[test]
+    fn memory_values_use_redis_units() {
+        assert_eq!(parse_memory("1kb"), Ok(1024));
+        assert_eq!(parse_memory("1k"), Ok(1000));
+        assert_eq!(parse_memory("2gb"), Ok(2 << 30));
+        assert!(parse_memory("1xb").is_err());
+    }
+
+    #[test]
+    fn quoted_words_split_as_redis_does() {
+        assert_eq!(split_config_line(r#"save "" "#), Some(vec![String::new()]).map(|mut v| {
+            v.insert(0, "save".into());
+            v
+        }));
+        assert_eq!(split_config_line(r#"a "b c" 'd'"#), Some(vec!["a".into(), "b c".into(), "d".into()]));
+        assert_eq!(split_config_line(r#"a "b"c"#), None);
+    }
+}

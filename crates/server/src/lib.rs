@@ -1,0 +1,100 @@
+//! The Keel server: configuration, worker threads with their event loops,
+//! per-connection state, and the command table with every command's
+//! implementation. The keyspace itself lives in `keel-engine`; the wire
+//! format in `keel-protocol`.
+//!
+//! A request flows: socket -> [`worker`] reads into the connection's buffer
+//! -> `keel_protocol::parse_request` -> [`command::execute`] looks the
+//! command up in the one table, locks the shards its keys live in, runs the
+//! handler, and appends the reply -> the worker writes the reply.
+
+pub mod client;
+pub mod command;
+pub mod config;
+pub mod glob;
+pub mod lazyfree;
+pub mod server;
+pub mod worker;
+
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+
+use crate::config::Config;
+use crate::server::Server;
+use crate::worker::{Listeners, Worker};
+
+/// Binds every listener, starts the workers, and blocks until shutdown.
+pub fn run(config: Config) -> io::Result<()> {
+    let threads = match config.threads {
+        0 => std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+        n => n,
+    };
+    let mut per_worker: Vec<Listeners> = (0..threads).map(|_| Listeners { tcp: Vec::new(), unix: None }).collect();
+    if config.port != 0 {
+        for addr in &config.bind {
+            let (optional, addr) = match addr.strip_prefix('-') {
+                Some(rest) => (true, rest),
+                None => (false, addr.as_str()),
+            };
+            let ip: IpAddr = match addr {
+                "*" => "0.0.0.0".parse().map_err(io::Error::other)?,
+                "::*" => "::".parse().map_err(io::Error::other)?,
+                a => a.parse().map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("bind {a}: {e}")))?,
+            };
+            let sockaddr = SocketAddr::new(ip, config.port);
+            for listeners in per_worker.iter_mut() {
+                match reuseport_listener(sockaddr, config.tcp_backlog) {
+                    Ok(l) => listeners.tcp.push(l),
+                    Err(e) if optional => {
+                        tracing::warn!("could not bind optional address {sockaddr}: {e}");
+                        break;
+                    }
+                    Err(e) => return Err(io::Error::new(e.kind(), format!("could not bind {sockaddr}: {e}"))),
+                }
+            }
+        }
+    }
+    if let Some(path) = &config.unixsocket {
+        let _ = std::fs::remove_file(path);
+        let listener = mio::net::UnixListener::bind(path)?;
+        if config.unixsocketperm != 0 {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(config.unixsocketperm))?;
+        }
+        per_worker[0].unix = Some(listener);
+    }
+    let server = Arc::new(Server::new(config, threads, command::table().commands.len()));
+    let mut workers = Vec::new();
+    for (index, listeners) in per_worker.into_iter().enumerate() {
+        workers.push(Worker::new(index, server.clone(), listeners)?);
+    }
+    *server.mailboxes.write() = workers.iter().map(Worker::mailbox).collect();
+    tracing::info!("Keel ready to accept connections on port {} with {threads} threads", server.port);
+    let handles: Vec<_> = workers
+        .into_iter()
+        .enumerate()
+        .map(|(i, w)| std::thread::Builder::new().name(format!("keel-worker-{i}")).spawn(move || w.run()))
+        .collect::<io::Result<_>>()?;
+    for h in handles {
+        let _ = h.join();
+    }
+    if let Some(path) = &server.config.read().unixsocket {
+        let _ = std::fs::remove_file(path);
+    }
+    Ok(())
+}
+
+fn reuseport_listener(addr: SocketAddr, backlog: i32) -> io::Result<mio::net::TcpListener> {
+    use socket2::{Domain, Socket, Type};
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
+    socket.set_reuse_address(true)?;
+    socket.set_reuse_port(true)?;
+    if addr.is_ipv6() {
+        socket.set_only_v6(true)?;
+    }
+    socket.bind(&addr.into())?;
+    socket.listen(backlog)?;
+    socket.set_nonblocking(true)?;
+    Ok(mio::net::TcpListener::from_std(socket.into()))
+}

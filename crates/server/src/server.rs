@@ -1,0 +1,289 @@
+//! The state every worker thread shares, and start-up: binding listeners
+//! and spawning one worker per thread.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use keel_engine::Keyspace;
+use parking_lot::{Mutex, RwLock};
+
+use crate::client::{Clients, Message};
+use crate::config::Config;
+
+/// Counters of one command, kept per worker so that threads never share a
+/// cache line on the hot path; INFO sums them.
+#[derive(Default)]
+pub struct CommandStats {
+    pub calls: AtomicU64,
+    pub usec: AtomicU64,
+    pub rejected_calls: AtomicU64,
+    pub failed_calls: AtomicU64,
+}
+
+/// One worker's counters. Only its own thread writes them.
+pub struct WorkerStats {
+    pub commands: Box<[CommandStats]>,
+    pub total_commands: AtomicU64,
+    pub net_input_bytes: AtomicU64,
+    pub net_output_bytes: AtomicU64,
+    pub keyspace_hits: AtomicU64,
+    pub keyspace_misses: AtomicU64,
+    pub connections_received: AtomicU64,
+    pub rejected_connections: AtomicU64,
+    /// Socket reads and writes (INFO total_reads_processed/total_writes_processed).
+    pub reads_processed: AtomicU64,
+    pub writes_processed: AtomicU64,
+}
+
+impl WorkerStats {
+    fn new(commands: usize) -> WorkerStats {
+        WorkerStats {
+            commands: (0..commands).map(|_| CommandStats::default()).collect(),
+            total_commands: AtomicU64::new(0),
+            net_input_bytes: AtomicU64::new(0),
+            net_output_bytes: AtomicU64::new(0),
+            keyspace_hits: AtomicU64::new(0),
+            keyspace_misses: AtomicU64::new(0),
+            connections_received: AtomicU64::new(0),
+            rejected_connections: AtomicU64::new(0),
+            reads_processed: AtomicU64::new(0),
+            writes_processed: AtomicU64::new(0),
+        }
+    }
+
+    /// CONFIG RESETSTAT: zeroes every counter.
+    pub fn reset(&self) {
+        for c in self.commands.iter() {
+            c.calls.store(0, Ordering::Relaxed);
+            c.usec.store(0, Ordering::Relaxed);
+            c.rejected_calls.store(0, Ordering::Relaxed);
+            c.failed_calls.store(0, Ordering::Relaxed);
+        }
+        for counter in [
+            &self.total_commands,
+            &self.net_input_bytes,
+            &self.net_output_bytes,
+            &self.keyspace_hits,
+            &self.keyspace_misses,
+            &self.connections_received,
+            &self.rejected_connections,
+            &self.reads_processed,
+            &self.writes_processed,
+        ] {
+            counter.store(0, Ordering::Relaxed);
+        }
+    }
+
+    pub fn hit(&self, hit: bool) {
+        let counter = if hit { &self.keyspace_hits } else { &self.keyspace_misses };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// A worker's inbox: other threads push, then wake its poll loop.
+pub struct Mailbox {
+    pub queue: Mutex<Vec<Message>>,
+    pub waker: mio::Waker,
+}
+
+impl Mailbox {
+    pub fn send(&self, message: Message) {
+        self.queue.lock().push(message);
+        // A failed wake means the poller is gone: the server is stopping.
+        let _ = self.waker.wake();
+    }
+}
+
+pub struct Server {
+    pub config: RwLock<Config>,
+    pub keyspace: Keyspace,
+    pub clients: Clients,
+    pub workers: Vec<Arc<WorkerStats>>,
+    pub mailboxes: RwLock<Vec<Arc<Mailbox>>>,
+    pub errorstats: Mutex<BTreeMap<String, u64>>,
+    pub started: Instant,
+    pub run_id: String,
+    /// The replication ID (INFO master_replid); distinct from `run_id` as
+    /// in Redis.
+    pub replid: String,
+    /// Writes since the last save (INFO rdb_changes_since_last_save).
+    pub dirty: AtomicU64,
+    pub lastsave_s: AtomicU64,
+    pub shutdown: AtomicBool,
+    /// Seconds since start, refreshed by the cron: the LRU clock.
+    pub lru_clock: AtomicU32,
+    /// CLIENT PAUSE: until this Unix ms, and whether writes only.
+    pub pause_until_ms: AtomicU64,
+    pub pause_writes_only: AtomicBool,
+    pub thread_count: usize,
+    pub port: u16,
+    /// The active expiry cycle runs (DEBUG SET-ACTIVE-EXPIRE 0 stops it).
+    pub active_expire: AtomicBool,
+    /// INFO's instantaneous_ops_per_sec and friends, sampled by a cron.
+    pub meter: Mutex<Meter>,
+    /// Highest used_memory seen (INFO used_memory_peak).
+    pub peak_memory: AtomicU64,
+}
+
+/// Samples of the running totals taken every ~100 ms; the instantaneous
+/// rates are the mean over the last `METER_SAMPLES` intervals, as Redis
+/// computes them.
+pub struct Meter {
+    last_ms: u64,
+    last: [u64; 3],
+    samples: [[u64; METER_SAMPLES]; 3],
+    next: usize,
+}
+
+const METER_SAMPLES: usize = 16;
+
+/// What the meter tracks: commands, input bytes, output bytes.
+#[derive(Clone, Copy)]
+pub enum Metric {
+    Commands = 0,
+    NetInput = 1,
+    NetOutput = 2,
+}
+
+impl Meter {
+    fn new() -> Meter {
+        Meter { last_ms: 0, last: [0; 3], samples: [[0; METER_SAMPLES]; 3], next: 0 }
+    }
+
+    /// Records the totals at `now_ms`; ignored if called within 100 ms of
+    /// the previous sample (every worker's cron calls it).
+    pub fn sample(&mut self, now_ms: u64, totals: [u64; 3]) {
+        if self.last_ms == 0 {
+            self.last_ms = now_ms;
+            self.last = totals;
+            return;
+        }
+        let elapsed = now_ms.saturating_sub(self.last_ms);
+        if elapsed < 100 {
+            return;
+        }
+        for (m, &total) in totals.iter().enumerate() {
+            let delta = total.saturating_sub(self.last[m]);
+            self.samples[m][self.next] = delta * 1000 / elapsed;
+        }
+        self.next = (self.next + 1) % METER_SAMPLES;
+        self.last_ms = now_ms;
+        self.last = totals;
+    }
+
+    /// Per-second rate of `metric`.
+    pub fn rate(&self, metric: Metric) -> u64 {
+        self.samples[metric as usize].iter().sum::<u64>() / METER_SAMPLES as u64
+    }
+
+    /// CONFIG RESETSTAT.
+    pub fn reset(&mut self) {
+        *self = Meter::new();
+    }
+}
+
+/// The Redis version Keel reports to clients that check it (HELLO, INFO).
+pub const REDIS_VERSION: &str = "7.0.15";
+
+pub fn unix_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+pub fn unix_us() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_micros() as u64).unwrap_or(0)
+}
+
+impl Server {
+    /// `_command_count` is kept for callers; the statistics are sized from
+    /// the command table, subcommands included.
+    pub fn new(config: Config, thread_count: usize, _command_count: usize) -> Server {
+        let command_count = crate::command::table().stat_count();
+        // Enough shards that two threads rarely want the same lock at the
+        // same instant, few enough that ALL_SHARDS commands stay cheap.
+        let shards = (thread_count * 16).next_power_of_two().clamp(16, 1024);
+        let keyspace = Keyspace::new(shards, config.databases);
+        let random_hex = || -> String {
+            use rand::Rng;
+            let mut rng = rand::thread_rng();
+            (0..40).map(|_| char::from_digit(rng.gen_range(0..16), 16).unwrap_or('0')).collect()
+        };
+        let run_id = random_hex();
+        let replid = random_hex();
+        let port = config.port;
+        Server {
+            config: RwLock::new(config),
+            keyspace,
+            clients: Clients::default(),
+            workers: (0..thread_count).map(|_| Arc::new(WorkerStats::new(command_count))).collect(),
+            mailboxes: RwLock::new(Vec::new()),
+            errorstats: Mutex::new(BTreeMap::new()),
+            started: Instant::now(),
+            run_id,
+            replid,
+            dirty: AtomicU64::new(0),
+            lastsave_s: AtomicU64::new(unix_ms() / 1000),
+            shutdown: AtomicBool::new(false),
+            lru_clock: AtomicU32::new(0),
+            pause_until_ms: AtomicU64::new(0),
+            pause_writes_only: AtomicBool::new(false),
+            thread_count,
+            port,
+            active_expire: AtomicBool::new(true),
+            meter: Mutex::new(Meter::new()),
+            peak_memory: AtomicU64::new(0),
+        }
+    }
+
+    pub fn lru_s(&self) -> u32 {
+        self.lru_clock.load(Ordering::Relaxed)
+    }
+
+    pub fn count_error(&self, text: &str) {
+        let prefix = crate::command::CmdError::prefix(text).to_string();
+        *self.errorstats.lock().entry(prefix).or_insert(0) += 1;
+    }
+
+    /// Whether CLIENT PAUSE is in effect at `now_ms`, and for writes only.
+    /// 0 in `pause_until_ms` means no pause, so that the common case costs
+    /// one atomic load and no clock read.
+    pub fn paused(&self, now_ms: impl FnOnce() -> u64) -> Option<bool> {
+        let until = self.pause_until_ms.load(Ordering::Acquire);
+        if until == 0 {
+            return None;
+        }
+        if until <= now_ms() {
+            // Expired: clear it unless another pause replaced it meanwhile.
+            let _ = self.pause_until_ms.compare_exchange(until, 0, Ordering::AcqRel, Ordering::Relaxed);
+            return None;
+        }
+        Some(self.pause_writes_only.load(Ordering::Relaxed))
+    }
+
+    /// Tells every worker to look at its paused connections again.
+    pub fn broadcast(&self, message: impl Fn() -> Message) {
+        for mailbox in self.mailboxes.read().iter() {
+            mailbox.send(message());
+        }
+    }
+
+    /// Sums of every worker's counters.
+    pub fn total(&self, counter: impl Fn(&WorkerStats) -> &AtomicU64) -> u64 {
+        self.workers.iter().map(|w| counter(w).load(Ordering::Relaxed)).sum()
+    }
+
+    /// Starts an orderly stop: every worker leaves its loop at its next wake.
+    pub fn request_shutdown(&self) {
+        self.shutdown.store(true, Ordering::SeqCst);
+        for mailbox in self.mailboxes.read().iter() {
+            let _ = mailbox.waker.wake();
+        }
+    }
+
+    pub fn send(&self, worker: usize, message: Message) {
+        if let Some(mailbox) = self.mailboxes.read().get(worker) {
+            mailbox.send(message);
+        }
+    }
+}

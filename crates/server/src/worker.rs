@@ -1,0 +1,565 @@
+//! A worker thread: one mio event loop that accepts connections, reads
+//! requests, executes them to completion against the locked shards, and
+//! writes the replies. Every worker accepts on its own SO_REUSEPORT
+//! listener, so the kernel spreads connections without a hand-off.
+
+use std::io::{self, Read, Write};
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use mio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
+use mio::{Events, Interest, Poll, Token};
+use slab::Slab;
+
+use crate::client::{Client, ClientInfo, Message};
+use crate::command;
+use crate::server::{unix_ms, Mailbox, Server, WorkerStats};
+
+const WAKER: Token = Token(usize::MAX - 1);
+const TCP_LISTENER: Token = Token(usize::MAX - 2);
+const UNIX_LISTENER: Token = Token(usize::MAX - 3);
+
+/// Read granularity; the buffer grows past it only for a request that
+/// does not fit.
+const READ_CHUNK: usize = 16 * 1024;
+/// Replies are flushed when this much is pending even mid-pipeline, so a
+/// huge pipeline does not buffer all its replies.
+const WRITE_HIGH_WATER: usize = 256 * 1024;
+
+enum Stream {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+impl Stream {
+    fn source(&mut self) -> &mut dyn mio::event::Source {
+        match self {
+            Stream::Tcp(s) => s,
+            Stream::Unix(s) => s,
+        }
+    }
+}
+
+impl Read for Stream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.read(buf),
+            Stream::Unix(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Stream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.write(buf),
+            Stream::Unix(s) => s.write(buf),
+        }
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+struct Conn {
+    stream: Stream,
+    client: Client,
+    /// Bytes read and not yet parsed live in `rbuf[rstart..rend]`.
+    rbuf: Vec<u8>,
+    rstart: usize,
+    rend: usize,
+    wbuf: Vec<u8>,
+    wpos: usize,
+    /// CLIENT PAUSE holds this connection's next request: its input stays
+    /// buffered until the pause ends (cron or `Message::Resume` looks).
+    paused: bool,
+}
+
+pub struct Listeners {
+    pub tcp: Vec<TcpListener>,
+    pub unix: Option<UnixListener>,
+}
+
+pub struct Worker {
+    index: usize,
+    server: Arc<Server>,
+    stats: Arc<WorkerStats>,
+    poll: Poll,
+    mailbox: Arc<Mailbox>,
+    conns: Slab<Conn>,
+    listeners: Listeners,
+    /// Some connection may be held by CLIENT PAUSE (saves scanning every
+    /// connection on every loop turn).
+    any_paused: bool,
+}
+
+impl Worker {
+    pub fn new(index: usize, server: Arc<Server>, mut listeners: Listeners) -> io::Result<Worker> {
+        let poll = Poll::new()?;
+        for (i, l) in listeners.tcp.iter_mut().enumerate() {
+            poll.registry().register(l, Token(TCP_LISTENER.0 - 2 * i), Interest::READABLE)?;
+        }
+        if let Some(l) = listeners.unix.as_mut() {
+            poll.registry().register(l, UNIX_LISTENER, Interest::READABLE)?;
+        }
+        let waker = mio::Waker::new(poll.registry(), WAKER)?;
+        let mailbox = Arc::new(Mailbox { queue: Default::default(), waker });
+        let stats = server.workers[index].clone();
+        Ok(Worker { index, server, stats, poll, mailbox, conns: Slab::new(), listeners, any_paused: false })
+    }
+
+    pub fn mailbox(&self) -> Arc<Mailbox> {
+        self.mailbox.clone()
+    }
+
+    pub fn run(mut self) {
+        let mut events = Events::with_capacity(1024);
+        let mut next_cron = Instant::now();
+        loop {
+            if self.server.shutdown.load(Ordering::Relaxed) {
+                return;
+            }
+            let mut timeout = next_cron.saturating_duration_since(Instant::now());
+            // Wake when a pause that holds one of our clients runs out,
+            // rather than up to a cron period later.
+            if self.any_paused {
+                let until = self.server.pause_until_ms.load(Ordering::Acquire);
+                let left = Duration::from_millis(until.saturating_sub(unix_ms()));
+                timeout = timeout.min(left);
+            }
+            if let Err(e) = self.poll.poll(&mut events, Some(timeout)) {
+                if e.kind() != io::ErrorKind::Interrupted {
+                    tracing::error!("poll failed: {e}");
+                    return;
+                }
+            }
+            for event in events.iter() {
+                match event.token() {
+                    WAKER => self.drain_mailbox(),
+                    UNIX_LISTENER => self.accept_unix(),
+                    t if t.0 <= TCP_LISTENER.0 && t.0 > TCP_LISTENER.0 - 2 * 64 && (TCP_LISTENER.0 - t.0).is_multiple_of(2) => {
+                        self.accept_tcp((TCP_LISTENER.0 - t.0) / 2)
+                    }
+                    Token(key) => self.serve(key),
+                }
+            }
+            if self.server.shutdown.load(Ordering::Relaxed) {
+                return;
+            }
+            self.resume_if_unpaused();
+            if Instant::now() >= next_cron {
+                let hz = self.server.config.read().hz.max(1);
+                next_cron = Instant::now() + Duration::from_millis(1000 / u64::from(hz));
+                self.cron();
+            }
+        }
+    }
+
+    fn accept_tcp(&mut self, which: usize) {
+        loop {
+            let accepted = self.listeners.tcp[which].accept();
+            match accepted {
+                Ok((stream, peer)) => {
+                    let _ = stream.set_nodelay(true);
+                    let keepalive = self.server.config.read().tcp_keepalive_s;
+                    if keepalive > 0 {
+                        let sock = socket2::SockRef::from(&stream);
+                        let _ = sock.set_tcp_keepalive(
+                            &socket2::TcpKeepalive::new().with_time(Duration::from_secs(keepalive)),
+                        );
+                    }
+                    let laddr = stream.local_addr().map(|a| fmt_addr(&a)).unwrap_or_default();
+                    self.add_conn(Stream::Tcp(stream), fmt_addr(&peer), laddr, false);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) => {
+                    tracing::warn!("accept failed: {e}");
+                    return;
+                }
+            }
+        }
+    }
+
+    fn accept_unix(&mut self) {
+        loop {
+            let Some(listener) = self.listeners.unix.as_ref() else { return };
+            match listener.accept() {
+                Ok((stream, _)) => {
+                    let path = self.server.config.read().unixsocket.clone().unwrap_or_default();
+                    let path = path.display().to_string();
+                    self.add_conn(Stream::Unix(stream), format!("{path}:0"), path, true);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) => {
+                    tracing::warn!("accept failed: {e}");
+                    return;
+                }
+            }
+        }
+    }
+
+    fn add_conn(&mut self, mut stream: Stream, addr: String, laddr: String, unix: bool) {
+        self.stats.connections_received.fetch_add(1, Ordering::Relaxed);
+        let (maxclients, needs_auth) = {
+            let config = self.server.config.read();
+            (config.maxclients, config.requirepass.is_some())
+        };
+        if self.server.clients.connected.load(Ordering::Relaxed) >= maxclients {
+            let _ = stream.write_all(b"-ERR max number of clients reached\r\n");
+            self.stats.rejected_connections.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let fd = match &stream {
+            Stream::Tcp(s) => std::os::fd::AsRawFd::as_raw_fd(s),
+            Stream::Unix(s) => std::os::fd::AsRawFd::as_raw_fd(s),
+        };
+        let now = unix_ms();
+        let info = Arc::new(ClientInfo {
+            id: self.server.clients.next_id(),
+            addr,
+            laddr,
+            fd,
+            created_ms: now,
+            last_interaction_ms: now.into(),
+            last_cmd: 0.into(),
+            db: 0.into(),
+            resp: 2.into(),
+            name: Default::default(),
+            kill: false.into(),
+            multi_len: 0.into(),
+            in_multi: false.into(),
+            monitor: false.into(),
+            qbuf: 0.into(),
+            obl: 0.into(),
+            no_evict: false.into(),
+            unix,
+            blocked: false.into(),
+            qbuf_free: 0.into(),
+            rbs: 0.into(),
+            multi_mem: 0.into(),
+        });
+        let entry = self.conns.vacant_entry();
+        let token = Token(entry.key());
+        if let Err(e) = self.poll.registry().register(stream.source(), token, Interest::READABLE | Interest::WRITABLE)
+        {
+            tracing::warn!("register failed: {e}");
+            return;
+        }
+        self.server.clients.register(info.clone(), self.index);
+        entry.insert(Conn {
+            stream,
+            client: Client::new(info, !needs_auth),
+            rbuf: vec![0; READ_CHUNK],
+            rstart: 0,
+            rend: 0,
+            wbuf: Vec::new(),
+            wpos: 0,
+            paused: false,
+        });
+    }
+
+    fn drain_mailbox(&mut self) {
+        let messages = std::mem::take(&mut *self.mailbox.queue.lock());
+        for message in messages {
+            match message {
+                Message::Deliver { client, bytes } => {
+                    if let Some(key) = self.conns.iter().find(|(_, c)| c.client.id == client).map(|(k, _)| k) {
+                        self.conns[key].wbuf.extend_from_slice(&bytes);
+                        self.flush(key);
+                    }
+                }
+                Message::CheckKills => {
+                    let killed: Vec<usize> = self
+                        .conns
+                        .iter()
+                        .filter(|(_, c)| c.client.info.kill.load(Ordering::Relaxed))
+                        .map(|(k, _)| k)
+                        .collect();
+                    for key in killed {
+                        self.close(key);
+                    }
+                }
+                Message::Resume => self.resume_if_unpaused(),
+            }
+        }
+    }
+
+    /// Reads what the socket has, executes every complete request, and
+    /// writes the replies.
+    fn serve(&mut self, key: usize) {
+        let (limits, query_limit) = {
+            let config = self.server.config.read();
+            (
+                keel_protocol::Limits {
+                    max_bulk_len: config.proto_max_bulk_len,
+                    ..keel_protocol::Limits::default()
+                },
+                config.client_query_buffer_limit,
+            )
+        };
+        let Some(conn) = self.conns.get_mut(key) else { return };
+        let mut eof = false;
+        loop {
+            if conn.rend == conn.rbuf.len() {
+                if conn.rstart > 0 {
+                    conn.rbuf.copy_within(conn.rstart..conn.rend, 0);
+                    conn.rend -= conn.rstart;
+                    conn.rstart = 0;
+                } else {
+                    let grown = conn.rbuf.len() * 2;
+                    conn.rbuf.resize(grown, 0);
+                }
+            }
+            match conn.stream.read(&mut conn.rbuf[conn.rend..]) {
+                Ok(0) => {
+                    eof = true;
+                    break;
+                }
+                Ok(n) => {
+                    conn.rend += n;
+                    self.stats.reads_processed.fetch_add(1, Ordering::Relaxed);
+                    self.stats.net_input_bytes.fetch_add(n as u64, Ordering::Relaxed);
+                    if conn.rend - conn.rstart > query_limit {
+                        tracing::warn!("closing client that reached max query buffer length");
+                        eof = true;
+                        break;
+                    }
+                    // Execute as we go so that a deep pipeline is not
+                    // buffered whole before the first reply.
+                    if conn.rend == conn.rbuf.len() {
+                        process(&self.server, &self.stats, conn, &limits);
+                        if conn.wbuf.len() - conn.wpos >= WRITE_HIGH_WATER && write_out(conn, &self.stats).is_err() {
+                            eof = true;
+                            break;
+                        }
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => {
+                    eof = true;
+                    break;
+                }
+            }
+        }
+        process(&self.server, &self.stats, conn, &limits);
+        self.any_paused |= conn.paused;
+        conn.client.info.qbuf.store((conn.rend - conn.rstart) as u64, Ordering::Relaxed);
+        conn.client.info.qbuf_free.store((conn.rbuf.len() - conn.rend) as u64, Ordering::Relaxed);
+        conn.client.info.rbs.store(conn.wbuf.capacity() as u64, Ordering::Relaxed);
+        if conn.rstart == conn.rend {
+            conn.rstart = 0;
+            conn.rend = 0;
+            if conn.rbuf.len() > 4 * READ_CHUNK {
+                conn.rbuf = vec![0; READ_CHUNK];
+            }
+        }
+        if eof {
+            self.close(key);
+            return;
+        }
+        self.flush(key);
+    }
+
+    /// Runs the input that paused connections hold, once no pause holds
+    /// them any more.
+    fn resume_if_unpaused(&mut self) {
+        // A pause only ever widens (longer, or WRITE to ALL) until it ends,
+        // so nothing held can go while one is in effect.
+        if !self.any_paused || self.server.paused(unix_ms).is_some() {
+            return;
+        }
+        self.any_paused = false;
+        let paused: Vec<usize> = self.conns.iter().filter(|(_, c)| c.paused).map(|(k, _)| k).collect();
+        let limits = self.limits();
+        for key in paused {
+            let Some(conn) = self.conns.get_mut(key) else { continue };
+            conn.paused = false;
+            conn.client.info.blocked.store(false, Ordering::Relaxed);
+            process(&self.server, &self.stats, conn, &limits);
+            self.any_paused |= conn.paused;
+            self.flush(key);
+        }
+    }
+
+    fn limits(&self) -> keel_protocol::Limits {
+        let config = self.server.config.read();
+        keel_protocol::Limits { max_bulk_len: config.proto_max_bulk_len, ..keel_protocol::Limits::default() }
+    }
+
+    fn flush(&mut self, key: usize) {
+        let Some(conn) = self.conns.get_mut(key) else { return };
+        let failed = write_out(conn, &self.stats).is_err();
+        let done = conn.wpos == conn.wbuf.len();
+        if failed || (done && (conn.client.close_after_reply || conn.client.info.kill.load(Ordering::Relaxed))) {
+            self.close(key);
+        }
+    }
+
+    fn close(&mut self, key: usize) {
+        if let Some(mut conn) = self.conns.try_remove(key) {
+            let _ = self.poll.registry().deregister(conn.stream.source());
+            command::transactions::unwatch_all(&self.server, &mut conn.client);
+            self.server.clients.unregister(conn.client.id);
+        }
+    }
+
+    /// Periodic chores: expire keys in the shards this worker looks after,
+    /// advance rehashing, close idle clients.
+    fn cron(&mut self) {
+        let now = unix_ms();
+        self.server.lru_clock.store(self.server.started.elapsed().as_secs() as u32, Ordering::Relaxed);
+        let shards = self.server.keyspace.shard_count();
+        let workers = self.server.thread_count;
+        // Bounded work per shard per tick. Active expiry repeats while a
+        // pass finds many expired keys (Redis's adaptive cycle), within a
+        // quarter of the tick spread over this worker's shards, as Redis
+        // gives its slow cycle 25% of the CPU.
+        let active_expire = self.server.active_expire.load(Ordering::Relaxed);
+        let hz = u64::from(self.server.config.read().hz.max(1));
+        let own_shards = (shards / workers.max(1)).max(1) as u64;
+        let shard_budget = Duration::from_micros(250_000 / hz / own_shards);
+        for index in (self.index..shards).step_by(workers) {
+            if let Some(mut shard) = self.server.keyspace.try_lock_shard(index) {
+                let deadline = Instant::now() + shard_budget;
+                for db in shard.dbs.iter_mut() {
+                    if !db.is_empty() {
+                        if active_expire {
+                            db.active_expire_cycle(now, deadline);
+                        }
+                        db.rehash_step(100);
+                    }
+                }
+            }
+        }
+        let totals = [
+            self.server.total(|w| &w.total_commands),
+            self.server.total(|w| &w.net_input_bytes),
+            self.server.total(|w| &w.net_output_bytes),
+        ];
+        self.server.meter.lock().sample(now, totals);
+        let timeout_s = self.server.config.read().timeout_s;
+        if timeout_s > 0 {
+            // As Redis: monitors and clients held by a pause never time out.
+            let idle: Vec<usize> = self
+                .conns
+                .iter()
+                .filter(|(_, c)| {
+                    !c.paused
+                        && !c.client.info.monitor.load(Ordering::Relaxed)
+                        && now.saturating_sub(c.client.info.last_interaction_ms.load(Ordering::Relaxed))
+                            > timeout_s * 1000
+                })
+                .map(|(k, _)| k)
+                .collect();
+            for key in idle {
+                self.close(key);
+            }
+        }
+    }
+}
+
+/// Parses and executes every complete request in the read buffer.
+fn process(server: &Server, stats: &WorkerStats, conn: &mut Conn, limits: &keel_protocol::Limits) {
+    if conn.client.close_after_reply {
+        conn.rstart = conn.rend;
+        return;
+    }
+    if conn.paused {
+        return;
+    }
+    let unauthenticated = !conn.client.authenticated;
+    let limits = keel_protocol::Limits { unauthenticated, ..*limits };
+    while conn.rstart < conn.rend {
+        match keel_protocol::parse_request(&conn.rbuf[conn.rstart..conn.rend], &limits) {
+            Ok(Some((request, consumed))) => {
+                let argv: smallvec::SmallVec<[&[u8]; 8]> = request.argv.iter().map(|a| &**a).collect();
+                if !argv.is_empty() && held_by_pause(server, &conn.client, &argv) {
+                    conn.paused = true;
+                    conn.client.info.blocked.store(true, Ordering::Relaxed);
+                    return;
+                }
+                if !argv.is_empty() {
+                    command::execute(server, stats, &mut conn.client, &mut conn.wbuf, &argv);
+                }
+                conn.rstart += consumed;
+                if conn.client.close_after_reply {
+                    conn.rstart = conn.rend;
+                    return;
+                }
+            }
+            Ok(None) => return,
+            Err(e) => {
+                let text = format!("ERR {e}");
+                server.count_error(&text);
+                keel_protocol::ReplyWriter::new(&mut conn.wbuf, conn.client.resp3).error(&text);
+                conn.client.close_after_reply = true;
+                conn.rstart = conn.rend;
+                return;
+            }
+        }
+    }
+}
+
+/// Whether CLIENT PAUSE holds this request back: under `ALL` every
+/// command that would run, under `WRITE` those that may write (EXEC of a
+/// transaction with a write included), as Redis 7.0 decides. Requests
+/// that fail to resolve are answered at once.
+fn held_by_pause(server: &Server, client: &Client, argv: &[&[u8]]) -> bool {
+    let Some(writes_only) = server.paused(unix_ms) else { return false };
+    let Ok((_, spec)) = command::resolve(argv) else { return false };
+    if !writes_only {
+        return true;
+    }
+    if may_replicate(spec) {
+        return true;
+    }
+    spec.name == "exec"
+        && client.multi.as_ref().is_some_and(|m| {
+            m.queued.iter().any(|q| {
+                let argv: Vec<&[u8]> = q.iter().map(Vec::as_slice).collect();
+                command::resolve(&argv).is_ok_and(|(_, s)| may_replicate(s))
+            })
+        })
+}
+
+/// Redis's `CMD_WRITE | CMD_MAY_REPLICATE`: writes, and the commands that
+/// feed the replication stream without writing keys.
+fn may_replicate(spec: &command::CommandSpec) -> bool {
+    spec.has(command::flags::WRITE)
+        || matches!(spec.name, "publish" | "spublish" | "pfcount" | "eval" | "evalsha" | "fcall")
+}
+
+fn write_out(conn: &mut Conn, stats: &WorkerStats) -> io::Result<()> {
+    while conn.wpos < conn.wbuf.len() {
+        match conn.stream.write(&conn.wbuf[conn.wpos..]) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => {
+                conn.wpos += n;
+                stats.writes_processed.fetch_add(1, Ordering::Relaxed);
+                stats.net_output_bytes.fetch_add(n as u64, Ordering::Relaxed);
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    if conn.wpos == conn.wbuf.len() {
+        conn.wbuf.clear();
+        conn.wpos = 0;
+        if conn.wbuf.capacity() > 1 << 20 {
+            conn.wbuf = Vec::new();
+        }
+    }
+    conn.client.info.obl.store((conn.wbuf.len() - conn.wpos) as u64, Ordering::Relaxed);
+    Ok(())
+}
+
+fn fmt_addr(addr: &SocketAddr) -> String {
+    match addr {
+        SocketAddr::V4(a) => format!("{}:{}", a.ip(), a.port()),
+        SocketAddr::V6(a) => format!("{}:{}", a.ip(), a.port()),
+    }
+}

@@ -1,0 +1,357 @@
+//! Black-box tests of the server commands: INFO, CONFIG, COMMAND, TIME,
+//! LASTSAVE, SHUTDOWN, MONITOR, DEBUG.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{bulk, err, int, ok, Client, Frame, Server};
+
+fn text(frame: Frame) -> String {
+    match frame {
+        Frame::Bulk(b) | Frame::Simple(b) => String::from_utf8(b).expect("utf8"),
+        Frame::Verbatim { text, .. } => String::from_utf8(text).expect("utf8"),
+        other => panic!("expected text, got {other:?}"),
+    }
+}
+
+/// The value of `field` in an INFO reply.
+fn info_field(c: &mut Client, section: &str, field: &str) -> String {
+    let info = text(c.send(&["INFO", section]));
+    info.lines()
+        .find_map(|l| l.strip_prefix(&format!("{field}:")).map(str::to_string))
+        .unwrap_or_else(|| panic!("no {field} in {info}"))
+}
+
+fn strings(frame: Frame) -> Vec<String> {
+    match frame {
+        Frame::Array(items) | Frame::Set(items) => items.into_iter().map(text).collect(),
+        other => panic!("expected array, got {other:?}"),
+    }
+}
+
+#[test]
+fn info_sections_follow_redis_selection() {
+    let server = Server::start(&[]);
+    let mut c = server.client();
+    let default = text(c.cmd("INFO"));
+    for needle in ["# Server", "redis_version:7.0.15", "keel_version:", "used_memory:", "used_cpu_user:", "role:master"] {
+        assert!(default.contains(needle), "{needle} missing");
+    }
+    assert!(!default.contains("rejected_calls"), "default has no commandstats");
+    assert!(default.contains("# Errorstats"));
+    for arg in ["all", "everything"] {
+        let all = text(c.send(&["INFO", arg]));
+        assert!(all.contains("rejected_calls") && all.contains("# Latencystats"), "{arg}");
+    }
+    let cpu = text(c.send(&["info", "CPU"]));
+    assert!(cpu.starts_with("# CPU\r\n") && cpu.contains("used_cpu_sys_main_thread:"));
+    assert!(!cpu.contains("used_memory"));
+    let two = text(c.send(&["INFO", "cpu", "all"]));
+    assert_eq!(two.matches("used_cpu_user_children").count(), 1);
+    let cpu_default = text(c.send(&["INFO", "cpu", "default"]));
+    assert!(cpu_default.contains("master_repl_offset") && !cpu_default.contains("rejected_calls"));
+    // Sections are separated by one blank line, as Redis does.
+    let two = text(c.send(&["INFO", "server", "clients"]));
+    assert!(two.contains("\r\n\r\n# Clients\r\n"));
+    assert_eq!(text(c.send(&["INFO", "nosuchsection"])), "");
+}
+
+#[test]
+fn info_reports_live_counters() {
+    let server = Server::start(&[]);
+    let mut c = server.client();
+    assert_eq!(info_field(&mut c, "server", "tcp_port"), server.port.to_string());
+    assert!(info_field(&mut c, "server", "process_id").parse::<u32>().is_ok());
+    assert_eq!(info_field(&mut c, "clients", "connected_clients"), "1");
+    let mut other = server.client();
+    assert_eq!(other.cmd("PING"), common::simple("PONG"));
+    assert_eq!(info_field(&mut c, "clients", "connected_clients"), "2");
+
+    assert_eq!(c.cmd("SET k v"), ok());
+    assert_eq!(c.cmd("SET t v EX 100"), ok());
+    assert_eq!(c.cmd("GET k"), bulk("v"));
+    assert_eq!(c.cmd("GET nokey"), Frame::Null);
+    assert_eq!(info_field(&mut c, "stats", "keyspace_hits"), "1");
+    assert_eq!(info_field(&mut c, "stats", "keyspace_misses"), "1");
+    let db0 = info_field(&mut c, "keyspace", "db0");
+    assert!(db0.starts_with("keys=2,expires=1,avg_ttl="), "{db0}");
+    let avg: u64 = db0.rsplit('=').next().and_then(|v| v.parse().ok()).expect("avg_ttl");
+    assert!(avg > 90_000 && avg <= 100_000, "{avg}");
+    assert_eq!(info_field(&mut c, "persistence", "rdb_changes_since_last_save"), "2");
+    assert_eq!(info_field(&mut c, "persistence", "aof_enabled"), "0");
+    assert_eq!(info_field(&mut c, "persistence", "loading"), "0");
+
+    let processed: u64 = info_field(&mut c, "stats", "total_commands_processed").parse().expect("int");
+    assert!(processed >= 10, "{processed}");
+    let used: u64 = info_field(&mut c, "memory", "used_memory").parse().expect("int");
+    let rss: u64 = info_field(&mut c, "memory", "used_memory_rss").parse().expect("int");
+    assert!(used > 0 && rss > 0);
+
+    // Command and error statistics, with subcommands named parent|sub.
+    assert!(matches!(c.cmd("CONFIG GET nosuch"), Frame::Array(_) | Frame::Map(_)));
+    assert!(matches!(c.cmd("NOSUCHCOMMAND"), Frame::Error(_)));
+    assert!(matches!(c.cmd("SET k v XX NX"), Frame::Error(_)));
+    let stats = text(c.send(&["INFO", "commandstats"]));
+    assert!(stats.contains("cmdstat_config|get:calls=1,"), "{stats}");
+    let set = stats.lines().find(|l| l.starts_with("cmdstat_set:")).expect("set stats");
+    assert!(set.starts_with("cmdstat_set:calls=3,usec=") && set.ends_with(",rejected_calls=0,failed_calls=1"), "{set}");
+    let errors = text(c.send(&["INFO", "errorstats"]));
+    assert!(errors.contains("errorstat_ERR:count=2"), "{errors}");
+    assert_eq!(info_field(&mut c, "stats", "total_error_replies"), "2");
+
+    assert_eq!(c.cmd("CONFIG RESETSTAT"), ok());
+    let stats = text(c.send(&["INFO", "commandstats"]));
+    assert!(!stats.contains("cmdstat_set"), "{stats}");
+    assert_eq!(info_field(&mut c, "stats", "keyspace_hits"), "0");
+    assert!(!text(c.send(&["INFO", "errorstats"])).contains("errorstat_"));
+}
+
+#[test]
+fn info_is_verbatim_in_resp3() {
+    let server = Server::start(&[]);
+    let mut c = server.client();
+    assert!(matches!(c.cmd("HELLO 3"), Frame::Map(_)));
+    match c.cmd("INFO server") {
+        Frame::Verbatim { format, text } => {
+            assert_eq!(format, b"txt");
+            assert!(text.starts_with(b"# Server"));
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn config_get_matches_patterns_and_names() {
+    let server = Server::start(&[]);
+    let mut c = server.client();
+    let port = server.port.to_string();
+    // An exact name is echoed as spelled.
+    assert_eq!(c.cmd("CONFIG GET PORT"), Frame::Array(vec![bulk("PORT"), bulk(&port)]));
+    let reply = strings(c.send(&["CONFIG", "GET", "port", "maxclients", "port"]));
+    assert_eq!(reply, ["port", &port, "maxclients", "10000"]);
+    let reply = strings(c.send(&["CONFIG", "GET", "max*"]));
+    assert!(reply.chunks(2).all(|p| p[0].starts_with("max")) && reply.contains(&"maxclients".to_string()));
+    assert_eq!(c.cmd("CONFIG GET nosuch"), Frame::Array(vec![]));
+    assert_eq!(c.cmd("CONFIG GET"), err("ERR wrong number of arguments for 'config|get' command"));
+    assert!(matches!(c.cmd("HELLO 3"), Frame::Map(_)));
+    assert_eq!(c.cmd("CONFIG GET timeout"), Frame::Map(vec![(bulk("timeout"), bulk("0"))]));
+}
+
+#[test]
+fn config_set_is_atomic_with_redis_errors() {
+    let server = Server::start(&[]);
+    let mut c = server.client();
+    assert_eq!(c.cmd("CONFIG SET timeout 30 maxclients 50"), ok());
+    assert_eq!(strings(c.cmd("CONFIG GET timeout")), ["timeout", "30"]);
+    assert_eq!(c.cmd("CONFIG SET foo bar"), err("ERR Unknown option or number of arguments for CONFIG SET - 'foo'"));
+    assert_eq!(c.cmd("CONFIG SET timeout"), err("ERR wrong number of arguments for 'config|set' command"));
+    assert_eq!(c.cmd("CONFIG SET timeout 1 hz"), err("ERR syntax error"));
+    assert_eq!(
+        c.cmd("CONFIG SET maxclients abc"),
+        err("ERR CONFIG SET failed (possibly related to argument 'maxclients') - argument couldn't be parsed into an integer")
+    );
+    assert_eq!(
+        c.cmd("CONFIG SET timeout 1 TIMEOUT 2"),
+        err("ERR CONFIG SET failed (possibly related to argument 'TIMEOUT') - duplicate parameter")
+    );
+    assert_eq!(
+        c.cmd("CONFIG SET port 1234"),
+        err("ERR CONFIG SET failed (possibly related to argument 'port') - can't set immutable config")
+    );
+    // One bad value and nothing changes.
+    assert!(matches!(c.cmd("CONFIG SET timeout 99 maxclients nope"), Frame::Error(_)));
+    assert_eq!(strings(c.cmd("CONFIG GET timeout")), ["timeout", "30"]);
+    assert!(matches!(c.cmd("CONFIG SET appendonly yes"), Frame::Error(_)));
+    assert_eq!(c.cmd("CONFIG SET appendonly no"), ok());
+    let help = strings(c.cmd("CONFIG HELP"));
+    assert_eq!(help[0], "CONFIG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:");
+    assert_eq!(help.last().map(String::as_str), Some("    Prints this help."));
+    assert_eq!(c.cmd("CONFIG NOPE"), err("ERR unknown subcommand 'NOPE'. Try CONFIG HELP."));
+}
+
+#[test]
+fn config_rewrite_needs_and_updates_the_file() {
+    let server = Server::start(&[]);
+    let mut c = server.client();
+    assert_eq!(c.cmd("CONFIG REWRITE"), err("ERR The server is running without a config file"));
+    drop(c);
+    drop(server);
+
+    let dir = std::env::temp_dir().join(format!("keel-rewrite-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let file = dir.join("keel.conf");
+    let port = common::free_port();
+    std::fs::write(&file, format!("# my settings\nport {port}\nthreads 2\ntimeout 0\n")).expect("write");
+    let server = Server::spawn_with(env!("CARGO_BIN_EXE_keel-server").into(), vec![file.display().to_string()], port);
+    let mut c = server.client();
+    assert!(info_field(&mut c, "server", "config_file").ends_with("keel.conf"));
+    assert_eq!(c.cmd("CONFIG SET timeout 77 maxclients 123"), ok());
+    assert_eq!(c.cmd("CONFIG REWRITE"), ok());
+    let rewritten = std::fs::read_to_string(&file).expect("read");
+    assert!(rewritten.starts_with("# my settings\n"), "{rewritten}");
+    assert!(rewritten.contains("\ntimeout 77\n") && rewritten.contains("maxclients 123"), "{rewritten}");
+    assert!(rewritten.contains(&format!("port {port}")));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn command_introspection_comes_from_the_table() {
+    let server = Server::start(&[]);
+    let mut c = server.client();
+    let Frame::Integer(count) = c.cmd("COMMAND COUNT") else { panic!("count") };
+    let Frame::Array(all) = c.cmd("COMMAND") else { panic!("all") };
+    assert_eq!(all.len() as i64, count);
+    let Frame::Array(info) = c.cmd("COMMAND INFO get nosuch config|get") else { panic!("info") };
+    assert_eq!(info.len(), 3);
+    let Frame::Array(get) = &info[0] else { panic!("get") };
+    assert_eq!(get.len(), 10);
+    assert_eq!(get[0], bulk("get"));
+    assert_eq!(get[1], int(2));
+    assert_eq!(get[2], Frame::Array(vec![common::simple("readonly"), common::simple("fast")]));
+    assert_eq!(&get[3..6], &[int(1), int(1), int(1)]);
+    assert_eq!(
+        get[6],
+        Frame::Array(vec![common::simple("@read"), common::simple("@string"), common::simple("@fast")])
+    );
+    assert_eq!(info[1], Frame::Null);
+    let Frame::Array(config_get) = &info[2] else { panic!("config|get") };
+    assert_eq!(config_get[0], bulk("config|get"));
+    assert_eq!(config_get[1], int(-3));
+
+    let Frame::Array(config) = c.cmd("COMMAND INFO config") else { panic!("config") };
+    let Frame::Array(parts) = &config[0] else { panic!("parts") };
+    let Frame::Array(subs) = &parts[9] else { panic!("subcommands") };
+    assert!(subs.len() >= 5);
+
+    assert_eq!(c.cmd("COMMAND GETKEYS set k v"), Frame::Array(vec![bulk("k")]));
+    assert_eq!(c.cmd("COMMAND GETKEYS ping"), err("ERR wrong number of arguments for 'command|getkeys' command"));
+    assert_eq!(c.cmd("COMMAND GETKEYS ping x y"), err("ERR The command has no key arguments"));
+    assert_eq!(c.cmd("COMMAND GETKEYS nosuch x y"), err("ERR Invalid command specified"));
+    assert_eq!(c.cmd("COMMAND GETKEYS get a b"), err("ERR Invalid number of arguments specified for command"));
+
+    let listed = strings(c.cmd("COMMAND LIST"));
+    assert!(listed.contains(&"client|kill".to_string()) && listed.contains(&"get".to_string()));
+    let pattern = strings(c.cmd("COMMAND LIST FILTERBY PATTERN config*"));
+    assert!(pattern.iter().all(|n| n.starts_with("config")) && pattern.len() >= 6);
+    let cat = strings(c.cmd("COMMAND LIST FILTERBY ACLCAT string"));
+    assert!(cat.contains(&"get".to_string()) && !cat.contains(&"ping".to_string()));
+    assert_eq!(c.cmd("COMMAND LIST FILTERBY MODULE x"), Frame::Array(vec![]));
+    assert_eq!(c.cmd("COMMAND LIST FILTERBY x y"), err("ERR syntax error"));
+
+    let Frame::Array(docs) = c.cmd("COMMAND DOCS get") else { panic!("docs") };
+    assert_eq!(docs[0], bulk("get"));
+    let Frame::Array(fields) = &docs[1] else { panic!("doc map") };
+    assert!(fields.contains(&bulk("group")) && fields.contains(&bulk("since")));
+}
+
+#[test]
+fn time_and_lastsave() {
+    let server = Server::start(&[]);
+    let mut c = server.client();
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_secs();
+    let t = strings(c.cmd("TIME"));
+    let secs: u64 = t[0].parse().expect("secs");
+    let micros: u64 = t[1].parse().expect("micros");
+    assert!(secs.abs_diff(now) <= 2 && micros < 1_000_000);
+    let Frame::Integer(last) = c.cmd("LASTSAVE") else { panic!("lastsave") };
+    assert!((last as u64).abs_diff(now) <= 60);
+}
+
+#[test]
+fn shutdown_stops_the_server() {
+    let mut server = Server::start(&[]);
+    let mut c = server.client();
+    assert_eq!(c.cmd("SHUTDOWN ABORT"), err("ERR No shutdown in progress."));
+    assert_eq!(c.cmd("SHUTDOWN NOSAVE SAVE"), err("ERR syntax error"));
+    assert_eq!(c.cmd("SHUTDOWN bogus"), err("ERR syntax error"));
+    assert_eq!(c.cmd("SHUTDOWN SAVE"), err("ERR Errors trying to SHUTDOWN. Check logs."));
+    assert!(matches!(c.cmd("MULTI"), Frame::Simple(_)));
+    assert!(matches!(c.cmd("SHUTDOWN"), Frame::Error(_)), "SHUTDOWN is no-multi");
+    assert!(matches!(c.cmd("DISCARD"), Frame::Simple(_)));
+    let mut other = server.client();
+    c.write_command(&["SHUTDOWN", "NOSAVE"]);
+    assert!(c.read_to_close().is_empty(), "no reply to a successful SHUTDOWN");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while server.alive() {
+        assert!(Instant::now() < deadline, "server still running");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(other.read_to_close().is_empty());
+}
+
+#[test]
+fn monitor_streams_commands_from_every_worker() {
+    let server = Server::start(&[]);
+    let mut m = server.client();
+    assert_eq!(m.cmd("MONITOR"), ok());
+    // Several clients so that some land on the other worker thread.
+    for i in 0..4 {
+        let mut c = server.client();
+        assert_eq!(c.send(&["SET", &format!("key{i}"), "va\"l"]), ok());
+        let line = text(m.read());
+        assert!(line.contains(&format!("\"SET\" \"key{i}\" \"va\\\"l\"")), "{line}");
+        assert!(line.contains("[0 127.0.0.1:"), "{line}");
+    }
+    // A monitor is a replica to Redis: no keyspace access.
+    assert_eq!(m.cmd("GET x"), err("ERR Replica can't interact with the keyspace"));
+}
+
+#[test]
+fn debug_commands() {
+    let server = Server::start(&["--enable-debug-command", "yes"]);
+    let mut c = server.client();
+    assert_eq!(c.cmd("SET k 12345"), ok());
+    let object = text(c.cmd("DEBUG OBJECT k"));
+    assert!(object.starts_with("Value at:0x") && object.contains(" encoding:int "), "{object}");
+    assert_eq!(c.cmd("DEBUG OBJECT nokey"), err("ERR no such key"));
+    assert_eq!(c.cmd("DEBUG LOG hello"), ok());
+    assert_eq!(c.cmd("DEBUG SET-ACTIVE-EXPIRE 0"), ok());
+    assert_eq!(c.cmd("DEBUG SET-ACTIVE-EXPIRE 1"), ok());
+    assert_eq!(
+        c.cmd("DEBUG NOPE"),
+        err("ERR unknown subcommand or wrong number of arguments for 'NOPE'. Try DEBUG HELP.")
+    );
+    assert_eq!(c.cmd("DEBUG PROTOCOL string"), bulk("Hello World"));
+    assert_eq!(c.cmd("DEBUG PROTOCOL true"), int(1));
+    assert!(matches!(c.cmd("HELLO 3"), Frame::Map(_)));
+    assert_eq!(c.cmd("DEBUG PROTOCOL bignum"), Frame::BigNumber(b"1234567999999999999999999999999999999".to_vec()));
+    assert_eq!(c.cmd("DEBUG PROTOCOL false"), Frame::Boolean(false));
+
+    // DEBUG SLEEP freezes keyed commands on every worker.
+    let mut other: Vec<Client> = (0..4).map(|_| server.client()).collect();
+    c.write_command(&["DEBUG", "SLEEP", "0.5"]);
+    std::thread::sleep(Duration::from_millis(50));
+    let started = Instant::now();
+    for o in other.iter_mut() {
+        assert_eq!(o.cmd("GET k"), bulk("12345"));
+    }
+    assert!(started.elapsed() >= Duration::from_millis(300), "{:?}", started.elapsed());
+    assert_eq!(c.read(), ok());
+}
+
+#[test]
+fn debug_is_refused_unless_enabled() {
+    let server = Server::start(&[]);
+    let mut c = server.client();
+    let Frame::Error(e) = c.cmd("DEBUG SLEEP 0") else { panic!("allowed") };
+    assert!(e.starts_with(b"ERR DEBUG command not allowed."));
+}
+
+#[test]
+fn active_expiry_can_be_switched_off() {
+    let server = Server::start(&["--enable-debug-command", "yes", "--hz", "100"]);
+    let mut c = server.client();
+    assert_eq!(c.cmd("DEBUG SET-ACTIVE-EXPIRE 0"), ok());
+    for i in 0..20 {
+        assert_eq!(c.send(&["SET", &format!("e{i}"), "v", "PX", "10"]), ok());
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(info_field(&mut c, "stats", "expired_keys"), "0");
+    assert_eq!(c.cmd("DEBUG SET-ACTIVE-EXPIRE 1"), ok());
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while info_field(&mut c, "stats", "expired_keys") != "20" {
+        assert!(Instant::now() < deadline, "keys not expired");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

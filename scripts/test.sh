@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Runs every test of the workspace on a fresh Debian machine: installs what
+# the tests talk to (Debian's redis-server for differential tests, memcached
+# and chromium for keel-bench's tests), then the whole cargo test suite.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need=()
+command -v redis-server >/dev/null || need+=(redis-server)
+command -v redis-cli >/dev/null || need+=(redis-tools)
+command -v memcached >/dev/null || need+=(memcached)
+command -v chromium >/dev/null || need+=(chromium)
+if [ ${#need[@]} -gt 0 ]; then
+    sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo="sudo"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+
+cargo test --workspace --all-targets --locked "$@"
