@@ -95,6 +95,12 @@ impl Db {
         self.get(key, now_ms).is_some()
     }
 
+    /// Changes an entry's bookkeeping without expiring it or signalling
+    /// watchers (the journal stamps written entries with their position).
+    pub fn peek_mut(&mut self, key: &[u8]) -> Option<&mut Entry> {
+        self.data.keys.get_mut(key)
+    }
+
     /// Looks at an entry without expiring it (for WATCH and admin paths).
     pub fn peek(&self, key: &[u8]) -> Option<&Entry> {
         self.data.keys.get(key)

@@ -18,6 +18,13 @@ use crate::slot::{key_slot, SLOTS};
 pub struct Shard {
     pub index: usize,
     pub dbs: Box<[Db]>,
+    /// Journal position of the last removal of a key here: a reply that
+    /// reports a key missing depends on it.
+    pub removed_lsn: u64,
+    /// Journal position of the last write that touched the shard as a
+    /// whole (FLUSHALL, SWAPDB, MOVE...): every reply from the shard
+    /// depends on it.
+    pub floor_lsn: u64,
 }
 
 impl Shard {
@@ -62,7 +69,7 @@ impl Keyspace {
         let shards = (0..shards)
             .map(|index| {
                 let dbs = (0..databases).map(|_| Db::default()).collect();
-                Mutex::new(Shard { index, dbs })
+                Mutex::new(Shard { index, dbs, removed_lsn: 0, floor_lsn: 0 })
             })
             .collect();
         Keyspace { shards, shift, databases }

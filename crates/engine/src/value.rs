@@ -157,13 +157,16 @@ pub struct Entry {
     pub expire_at_ms: u64,
     /// Last access, in seconds of the server's LRU clock (OBJECT IDLETIME).
     pub access_s: u32,
+    /// Position in the journal of the last write to this key: a reply that
+    /// shows this entry may leave only once the journal is durable there.
+    pub lsn: u64,
 }
 
 pub const NO_EXPIRY: u64 = 0;
 
 impl Entry {
     pub fn new(value: Value, access_s: u32) -> Entry {
-        Entry { value, expire_at_ms: NO_EXPIRY, access_s }
+        Entry { value, expire_at_ms: NO_EXPIRY, access_s, lsn: 0 }
     }
 
     pub fn has_expiry(&self) -> bool {

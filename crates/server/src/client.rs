@@ -61,6 +61,41 @@ pub struct ClientInfo {
     pub multi_mem: AtomicU64,
 }
 
+impl ClientInfo {
+    pub fn new(id: u64, addr: String, laddr: String, fd: i32, unix: bool) -> ClientInfo {
+        let now = crate::server::unix_ms();
+        ClientInfo {
+            id,
+            addr,
+            laddr,
+            fd,
+            created_ms: now,
+            last_interaction_ms: now.into(),
+            last_cmd: 0.into(),
+            db: 0.into(),
+            resp: 2.into(),
+            name: Default::default(),
+            kill: false.into(),
+            multi_len: 0.into(),
+            in_multi: false.into(),
+            monitor: false.into(),
+            qbuf: 0.into(),
+            obl: 0.into(),
+            no_evict: false.into(),
+            unix,
+            blocked: false.into(),
+            qbuf_free: 0.into(),
+            rbs: 0.into(),
+            multi_mem: 0.into(),
+        }
+    }
+
+    /// A client with no connection (the journal's replay at start).
+    pub fn detached(id: u64) -> ClientInfo {
+        ClientInfo::new(id, String::new(), String::new(), -1, false)
+    }
+}
+
 pub struct Client {
     pub id: u64,
     pub db: usize,
@@ -104,6 +139,8 @@ pub enum Message {
     Deliver { client: u64, bytes: Vec<u8> },
     /// Look at the kill flags of your clients.
     CheckKills,
+    /// The journal became durable further: release the replies waiting.
+    Durable,
     /// A CLIENT PAUSE ended early (CLIENT UNPAUSE, or a shorter pause
     /// replaced it): run the input your paused connections hold.
     Resume,

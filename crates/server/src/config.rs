@@ -55,6 +55,7 @@ pub struct Config {
     pub dbfilename: String,
     pub appendonly: bool,
     pub appendfsync: AppendFsync,
+    pub aof_load_truncated: bool,
     pub appendfilename: String,
     pub appenddirname: String,
     pub save: String,
@@ -96,10 +97,10 @@ impl Default for Config {
             hz: 10,
             dir: PathBuf::from("."),
             dbfilename: "dump.rdb".into(),
-            // The append-only log arrives with the durability issue; until
-            // then Keel says plainly that it keeps nothing on disk.
-            appendonly: false,
+            // Durable by default: every acknowledged write is on disk.
+            appendonly: true,
             appendfsync: AppendFsync::Always,
+            aof_load_truncated: true,
             appendfilename: "appendonly.aof".into(),
             appenddirname: "appendonlydir".into(),
             // No snapshots yet (they arrive with the RDB issue).
@@ -322,23 +323,14 @@ pub static DIRECTIVES: &[Directive] = &[
         },
     },
     directive!("dbfilename", true, string, dbfilename),
-    Directive {
-        name: "appendonly",
-        mutable: true,
-        get: |c| yes_no(c.appendonly),
-        set: |c, a| {
-            if parse_bool(one(a)?)? {
-                return Err(ConfigError::Invalid(
-                    "appendonly yes is not supported yet: this Keel build has no append-only file".into(),
-                ));
-            }
-            c.appendonly = false;
-            Ok(())
-        },
-    },
+    // Switching the log on or off, or its fsync policy, at run time needs
+    // a rewrite of the whole dataset, which Keel does not have yet: both
+    // are fixed at start (CONFIG SET answers that they are immutable).
+    directive!("appendonly", false, bool, appendonly),
+    directive!("aof-load-truncated", true, bool, aof_load_truncated),
     Directive {
         name: "appendfsync",
-        mutable: true,
+        mutable: false,
         get: |c| {
             match c.appendfsync {
                 AppendFsync::Always => "always",

@@ -11,6 +11,7 @@
 pub mod client;
 pub mod command;
 pub mod config;
+pub mod durability;
 pub mod glob;
 pub mod lazyfree;
 pub mod server;
@@ -43,6 +44,15 @@ pub fn run(config: Config) -> io::Result<()> {
                 a => a.parse().map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("bind {a}: {e}")))?,
             };
             let sockaddr = SocketAddr::new(ip, config.port);
+            // SO_REUSEPORT would let a second server join this port's group
+            // silently; a plain bind first fails as Redis does if it is taken.
+            if let Err(e) = probe_bind(sockaddr) {
+                if optional {
+                    tracing::warn!("could not bind optional address {sockaddr}: {e}");
+                    continue;
+                }
+                return Err(io::Error::new(e.kind(), format!("could not bind {sockaddr}: {e}")));
+            }
             for listeners in per_worker.iter_mut() {
                 match reuseport_listener(sockaddr, config.tcp_backlog) {
                     Ok(l) => listeners.tcp.push(l),
@@ -64,12 +74,34 @@ pub fn run(config: Config) -> io::Result<()> {
         }
         per_worker[0].unix = Some(listener);
     }
-    let server = Arc::new(Server::new(config, threads, command::table().commands.len()));
+    let (journal, replay) = match durability::open(&config).map_err(io::Error::other)? {
+        Some((journal, replay)) => (Some(Arc::new(journal)), Some(replay)),
+        None => (None, None),
+    };
+    let server = Arc::new(Server::new(config, threads, command::table().commands.len(), journal));
+    if let Some(replay) = replay {
+        let started = std::time::Instant::now();
+        server.loading.store(true, std::sync::atomic::Ordering::Relaxed);
+        let count = durability::replay(&server, replay).map_err(io::Error::other)?;
+        server.loading.store(false, std::sync::atomic::Ordering::Relaxed);
+        tracing::info!("DB loaded from append only file: {count} commands in {:?}", started.elapsed());
+    }
     let mut workers = Vec::new();
     for (index, listeners) in per_worker.into_iter().enumerate() {
         workers.push(Worker::new(index, server.clone(), listeners)?);
     }
-    *server.mailboxes.write() = workers.iter().map(Worker::mailbox).collect();
+    let mailboxes: Vec<_> = workers.iter().map(Worker::mailbox).collect();
+    *server.mailboxes.write() = mailboxes.clone();
+    if let Some(journal) = server.journal.as_ref().filter(|_| server.gate_replies) {
+        // Each durable advance wakes the workers holding replies for it.
+        journal.on_durable(Box::new(move |_lsn| {
+            for mailbox in &mailboxes {
+                if mailbox.awaiting_durable.load(std::sync::atomic::Ordering::Acquire) {
+                    mailbox.send(client::Message::Durable);
+                }
+            }
+        }));
+    }
     tracing::info!("Keel ready to accept connections on port {} with {threads} threads", server.port);
     let handles: Vec<_> = workers
         .into_iter()
@@ -83,6 +115,19 @@ pub fn run(config: Config) -> io::Result<()> {
         let _ = std::fs::remove_file(path);
     }
     Ok(())
+}
+
+/// Binds `addr` with SO_REUSEADDR only (a port in TIME_WAIT is fine, a
+/// port another server listens on is not), then lets it go.
+fn probe_bind(addr: SocketAddr) -> io::Result<()> {
+    use socket2::{Domain, Socket, Type};
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
+    socket.set_reuse_address(true)?;
+    if addr.is_ipv6() {
+        socket.set_only_v6(true)?;
+    }
+    socket.bind(&addr.into())?;
+    socket.listen(1)
 }
 
 fn reuseport_listener(addr: SocketAddr, backlog: i32) -> io::Result<mio::net::TcpListener> {

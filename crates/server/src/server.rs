@@ -86,6 +86,9 @@ impl WorkerStats {
 pub struct Mailbox {
     pub queue: Mutex<Vec<Message>>,
     pub waker: mio::Waker,
+    /// Set while the worker holds replies until the journal is durable, so
+    /// that durable advances wake only workers that care.
+    pub awaiting_durable: AtomicBool,
 }
 
 impl Mailbox {
@@ -119,6 +122,12 @@ pub struct Server {
     pub pause_writes_only: AtomicBool,
     pub thread_count: usize,
     pub port: u16,
+    /// The one stream of changes, when `appendonly` is on.
+    pub journal: Option<Arc<keel_journal::Journal>>,
+    /// Whether replies wait for the journal to be durable (`appendfsync always`).
+    pub gate_replies: bool,
+    /// True while the journal is replayed at start (no logging then).
+    pub loading: AtomicBool,
     /// The active expiry cycle runs (DEBUG SET-ACTIVE-EXPIRE 0 stops it).
     pub active_expire: AtomicBool,
     /// INFO's instantaneous_ops_per_sec and friends, sampled by a cron.
@@ -198,7 +207,13 @@ pub fn unix_us() -> u64 {
 impl Server {
     /// `_command_count` is kept for callers; the statistics are sized from
     /// the command table, subcommands included.
-    pub fn new(config: Config, thread_count: usize, _command_count: usize) -> Server {
+    pub fn new(
+        config: Config,
+        thread_count: usize,
+        _command_count: usize,
+        journal: Option<Arc<keel_journal::Journal>>,
+    ) -> Server {
+        let gate_replies = journal.is_some() && config.appendfsync == crate::config::AppendFsync::Always;
         let command_count = crate::command::table().stat_count();
         // Enough shards that two threads rarely want the same lock at the
         // same instant, few enough that ALL_SHARDS commands stay cheap.
@@ -230,6 +245,9 @@ impl Server {
             pause_writes_only: AtomicBool::new(false),
             thread_count,
             port,
+            journal,
+            gate_replies,
+            loading: AtomicBool::new(false),
             active_expire: AtomicBool::new(true),
             meter: Mutex::new(Meter::new()),
             peak_memory: AtomicU64::new(0),

@@ -3,6 +3,7 @@
 //! writes the replies. Every worker accepts on its own SO_REUSEPORT
 //! listener, so the kernel spreads connections without a hand-off.
 
+use std::collections::VecDeque;
 use std::io::{self, Read, Write};
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -75,6 +76,12 @@ struct Conn {
     /// CLIENT PAUSE holds this connection's next request: its input stays
     /// buffered until the pause ends (cron or `Message::Resume` looks).
     paused: bool,
+    /// Replies that may not leave before the journal is durable at a
+    /// position: (offset in `wbuf` where the reply starts, position), in
+    /// reply order. Only the prefix before the first unmet one is written.
+    gate: VecDeque<(usize, u64)>,
+    /// In the worker's list of connections waiting for durability.
+    gated: bool,
 }
 
 pub struct Listeners {
@@ -93,6 +100,8 @@ pub struct Worker {
     /// Some connection may be held by CLIENT PAUSE (saves scanning every
     /// connection on every loop turn).
     any_paused: bool,
+    /// Connections holding replies until the journal is durable.
+    gated: Vec<usize>,
 }
 
 impl Worker {
@@ -105,9 +114,9 @@ impl Worker {
             poll.registry().register(l, UNIX_LISTENER, Interest::READABLE)?;
         }
         let waker = mio::Waker::new(poll.registry(), WAKER)?;
-        let mailbox = Arc::new(Mailbox { queue: Default::default(), waker });
+        let mailbox = Arc::new(Mailbox { queue: Default::default(), waker, awaiting_durable: false.into() });
         let stats = server.workers[index].clone();
-        Ok(Worker { index, server, stats, poll, mailbox, conns: Slab::new(), listeners, any_paused: false })
+        Ok(Worker { index, server, stats, poll, mailbox, conns: Slab::new(), listeners, any_paused: false, gated: Vec::new() })
     }
 
     pub fn mailbox(&self) -> Arc<Mailbox> {
@@ -257,6 +266,8 @@ impl Worker {
             wbuf: Vec::new(),
             wpos: 0,
             paused: false,
+            gate: VecDeque::new(),
+            gated: false,
         });
     }
 
@@ -282,6 +293,7 @@ impl Worker {
                     }
                 }
                 Message::Resume => self.resume_if_unpaused(),
+                Message::Durable => self.release_durable(),
             }
         }
     }
@@ -330,7 +342,9 @@ impl Worker {
                     // buffered whole before the first reply.
                     if conn.rend == conn.rbuf.len() {
                         process(&self.server, &self.stats, conn, &limits);
-                        if conn.wbuf.len() - conn.wpos >= WRITE_HIGH_WATER && write_out(conn, &self.stats).is_err() {
+                        if conn.wbuf.len() - conn.wpos >= WRITE_HIGH_WATER
+                            && write_out(conn, &self.stats, durable_lsn(&self.server)).is_err()
+                        {
                             eof = true;
                             break;
                         }
@@ -391,10 +405,33 @@ impl Worker {
 
     fn flush(&mut self, key: usize) {
         let Some(conn) = self.conns.get_mut(key) else { return };
-        let failed = write_out(conn, &self.stats).is_err();
+        let failed = write_out(conn, &self.stats, durable_lsn(&self.server)).is_err();
         let done = conn.wpos == conn.wbuf.len();
         if failed || (done && (conn.client.close_after_reply || conn.client.info.kill.load(Ordering::Relaxed))) {
             self.close(key);
+            return;
+        }
+        if !conn.gate.is_empty() && !conn.gated {
+            conn.gated = true;
+            self.gated.push(key);
+            self.mailbox.awaiting_durable.store(true, Ordering::SeqCst);
+            // A durable advance between the write above and the flag would
+            // wake nobody: look once more now that the flag is up.
+            if durable_lsn(&self.server) >= conn.gate.front().map_or(0, |g| g.1) {
+                self.release_durable();
+            }
+        }
+    }
+
+    /// Writes the replies the journal's durable position now allows.
+    fn release_durable(&mut self) {
+        let waiting = std::mem::take(&mut self.gated);
+        self.mailbox.awaiting_durable.store(false, Ordering::SeqCst);
+        for key in waiting {
+            if let Some(conn) = self.conns.get_mut(key) {
+                conn.gated = false;
+                self.flush(key);
+            }
         }
     }
 
@@ -410,6 +447,10 @@ impl Worker {
     /// advance rehashing, close idle clients.
     fn cron(&mut self) {
         let now = unix_ms();
+        // A safety net for a durable wake-up that raced with the flag.
+        if !self.gated.is_empty() {
+            self.release_durable();
+        }
         self.server.lru_clock.store(self.server.started.elapsed().as_secs() as u32, Ordering::Relaxed);
         let shards = self.server.keyspace.shard_count();
         let workers = self.server.thread_count;
@@ -482,7 +523,11 @@ fn process(server: &Server, stats: &WorkerStats, conn: &mut Conn, limits: &keel_
                     return;
                 }
                 if !argv.is_empty() {
-                    command::execute(server, stats, &mut conn.client, &mut conn.wbuf, &argv);
+                    let start = conn.wbuf.len();
+                    let lsn = command::execute(server, stats, &mut conn.client, &mut conn.wbuf, &argv);
+                    if server.gate_replies && lsn > 0 && conn.wbuf.len() > start {
+                        conn.gate.push_back((start, lsn));
+                    }
                 }
                 conn.rstart += consumed;
                 if conn.client.close_after_reply {
@@ -532,9 +577,23 @@ fn may_replicate(spec: &command::CommandSpec) -> bool {
         || matches!(spec.name, "publish" | "spublish" | "pfcount" | "eval" | "evalsha" | "fcall")
 }
 
-fn write_out(conn: &mut Conn, stats: &WorkerStats) -> io::Result<()> {
-    while conn.wpos < conn.wbuf.len() {
-        match conn.stream.write(&conn.wbuf[conn.wpos..]) {
+/// Where the journal is durable; everything when replies are not gated.
+fn durable_lsn(server: &Server) -> u64 {
+    match server.journal.as_deref() {
+        Some(journal) if server.gate_replies => journal.durable_lsn(),
+        _ => u64::MAX,
+    }
+}
+
+/// Writes what may leave of the output buffer: everything before the first
+/// reply that waits for a journal position beyond `durable`.
+fn write_out(conn: &mut Conn, stats: &WorkerStats, durable: u64) -> io::Result<()> {
+    while conn.gate.front().is_some_and(|&(_, lsn)| lsn <= durable) {
+        conn.gate.pop_front();
+    }
+    let limit = conn.gate.front().map_or(conn.wbuf.len(), |&(start, _)| start);
+    while conn.wpos < limit {
+        match conn.stream.write(&conn.wbuf[conn.wpos..limit]) {
             Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
             Ok(n) => {
                 conn.wpos += n;

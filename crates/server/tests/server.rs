@@ -79,7 +79,7 @@ fn info_reports_live_counters() {
     let avg: u64 = db0.rsplit('=').next().and_then(|v| v.parse().ok()).expect("avg_ttl");
     assert!(avg > 90_000 && avg <= 100_000, "{avg}");
     assert_eq!(info_field(&mut c, "persistence", "rdb_changes_since_last_save"), "2");
-    assert_eq!(info_field(&mut c, "persistence", "aof_enabled"), "0");
+    assert_eq!(info_field(&mut c, "persistence", "aof_enabled"), "1");
     assert_eq!(info_field(&mut c, "persistence", "loading"), "0");
 
     let processed: u64 = info_field(&mut c, "stats", "total_commands_processed").parse().expect("int");
@@ -162,8 +162,8 @@ fn config_set_is_atomic_with_redis_errors() {
     // One bad value and nothing changes.
     assert!(matches!(c.cmd("CONFIG SET timeout 99 maxclients nope"), Frame::Error(_)));
     assert_eq!(strings(c.cmd("CONFIG GET timeout")), ["timeout", "30"]);
-    assert!(matches!(c.cmd("CONFIG SET appendonly yes"), Frame::Error(_)));
-    assert_eq!(c.cmd("CONFIG SET appendonly no"), ok());
+    // Fixed at start until log rewrites exist.
+    assert!(matches!(c.cmd("CONFIG SET appendonly no"), Frame::Error(_)));
     let help = strings(c.cmd("CONFIG HELP"));
     assert_eq!(help[0], "CONFIG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:");
     assert_eq!(help.last().map(String::as_str), Some("    Prints this help."));

@@ -323,6 +323,11 @@ pub struct Ctx<'a> {
     pub now_ms: u64,
     /// The LRU clock in seconds, for entries' access time.
     pub lru_s: u32,
+    /// Changes the running command made (its share of `dirty`); a Cell so
+    /// that handlers holding shared borrows can count.
+    pub changes: std::cell::Cell<u64>,
+    /// What the command logs to the journal and what its reply depends on.
+    pub durability: crate::durability::Pending,
 }
 
 /// Locks what `spec` needs for `argv`.
@@ -416,15 +421,17 @@ fn runs_inside_multi(spec: &CommandSpec) -> bool {
     matches!(spec.name, "exec" | "discard" | "multi" | "watch" | "quit" | "reset")
 }
 
-/// Executes one request and appends its reply to `wbuf`.
-pub fn execute(server: &Server, stats: &WorkerStats, client: &mut Client, wbuf: &mut Vec<u8>, argv: &[&[u8]]) {
+/// Executes one request and appends its reply to `wbuf`. Returns the
+/// journal position the reply depends on (0: none).
+pub fn execute(server: &Server, stats: &WorkerStats, client: &mut Client, wbuf: &mut Vec<u8>, argv: &[&[u8]]) -> u64 {
+    let mut lsn = 0;
     let reply_start = wbuf.len();
     let now_ms = crate::server::unix_ms();
     client.info.last_interaction_ms.store(now_ms, Ordering::Relaxed);
     if client.reply == ReplyMode::SkipNext {
         client.reply = ReplyMode::Skipping;
     }
-    if let Err(e) = dispatch(server, stats, client, wbuf, argv, now_ms) {
+    if let Err(e) = dispatch(server, stats, client, wbuf, argv, now_ms, &mut lsn) {
         let text = e.to_string();
         server.count_error(&text);
         ReplyWriter::new(wbuf, client.resp3).error(&text);
@@ -440,6 +447,7 @@ pub fn execute(server: &Server, stats: &WorkerStats, client: &mut Client, wbuf: 
     if client.info.kill.load(Ordering::Relaxed) {
         client.close_after_reply = true;
     }
+    lsn
 }
 
 fn dispatch(
@@ -449,6 +457,7 @@ fn dispatch(
     wbuf: &mut Vec<u8>,
     argv: &[&[u8]],
     now_ms: u64,
+    lsn: &mut u64,
 ) -> CmdResult {
     let resolved = resolve(argv);
     if let Some(multi) = client.multi.as_mut() {
@@ -495,8 +504,13 @@ fn dispatch(
         client,
         now_ms,
         lru_s: server.lru_s(),
+        changes: std::cell::Cell::new(0),
+        durability: Default::default(),
     };
-    run(&mut ctx, index, spec, argv)
+    crate::durability::check_writable(server, spec)?;
+    let result = run(&mut ctx, index, spec, argv);
+    *lsn = crate::durability::commit(&mut ctx);
+    result
 }
 
 /// Runs a resolved command under the locks `ctx` already holds, counting
@@ -504,6 +518,13 @@ fn dispatch(
 pub fn run(ctx: &mut Ctx<'_>, index: usize, spec: &CommandSpec, argv: &[&[u8]]) -> CmdResult {
     let started = std::time::Instant::now();
     let result = (spec.handler)(ctx, argv);
+    if ctx.changes.replace(0) > 0 {
+        if ctx.server.journal.is_some() && !ctx.server.loading.load(Ordering::Relaxed) {
+            crate::durability::record(ctx, spec, argv);
+        }
+    } else {
+        crate::durability::note_reads(ctx, spec, argv);
+    }
     let stat = &ctx.stats.commands[index];
     stat.calls.fetch_add(1, Ordering::Relaxed);
     stat.usec.fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);

@@ -171,6 +171,7 @@ fn bytes_of(s: &Str) -> Vec<u8> {
 /// INCRBYFLOAT).
 pub(crate) fn wrote(ctx: &Ctx<'_>, changes: u64) {
     ctx.server.dirty.fetch_add(changes, Ordering::Relaxed);
+    ctx.changes.set(ctx.changes.get() + changes);
 }
 
 /// `proto-max-bulk-len`: the largest string a command may build.

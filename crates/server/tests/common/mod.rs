@@ -12,22 +12,68 @@ pub use keel_protocol::frame::Frame;
 
 /// A free TCP port on loopback (bound then released; good enough for tests).
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("free port")
+    // Never hand out the same port twice in one test process: two servers
+    // racing for one port would make tests talk to the wrong server.
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    loop {
+        let port =
+            TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("free port");
+        let mut given = GIVEN.lock().expect("ports");
+        if !given.contains(&port) {
+            given.push(port);
+            return port;
+        }
+    }
 }
 
 /// A server process, killed when dropped.
 pub struct Server {
     pub port: u16,
     child: Child,
+    /// The server's `dir` (its append-only files), removed on drop.
+    pub dir: Option<PathBuf>,
+}
+
+/// A fresh empty directory under the system's temp dir.
+pub fn temp_dir(tag: &str) -> PathBuf {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("keel-test-{tag}-{}-{n}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
 }
 
 impl Server {
     /// Starts keel-server with `--port P --threads 2` and the given extra flags.
+    /// Keel runs with its durable defaults, in a fresh directory.
     pub fn start(extra: &[&str]) -> Server {
+        let dir = temp_dir("server");
+        let mut server = Server::start_in(&dir, extra);
+        server.dir = Some(dir);
+        server
+    }
+
+    /// Starts keel-server with `--dir dir` (kept on drop: crash tests
+    /// restart on it).
+    pub fn start_in(dir: &std::path::Path, extra: &[&str]) -> Server {
+        Server::start_in_with_env(dir, extra, &[])
+    }
+
+    /// `start_in` with extra environment variables (failpoints).
+    pub fn start_in_with_env(dir: &std::path::Path, extra: &[&str], env: &[(&str, &str)]) -> Server {
         let port = free_port();
         let mut args: Vec<String> = vec!["--port".into(), port.to_string(), "--threads".into(), "2".into()];
+        args.extend(["--dir".into(), dir.display().to_string()]);
         args.extend(extra.iter().map(|s| s.to_string()));
-        Server::spawn(env!("CARGO_BIN_EXE_keel-server").into(), args, port)
+        Server::spawn_env(env!("CARGO_BIN_EXE_keel-server").into(), args, port, env)
+    }
+
+    /// Kills the process with SIGKILL, as a crash would.
+    pub fn kill9(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.dir = None;
     }
 
     /// Starts Debian's redis-server, or None if it is not installed.
@@ -52,9 +98,18 @@ impl Server {
     }
 
     fn spawn(path: PathBuf, args: Vec<String>, port: u16) -> Server {
-        let child =
-            Command::new(path).args(&args).stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("spawn server");
-        let server = Server { port, child };
+        Server::spawn_env(path, args, port, &[])
+    }
+
+    fn spawn_env(path: PathBuf, args: Vec<String>, port: u16, env: &[(&str, &str)]) -> Server {
+        let child = Command::new(path)
+            .args(&args)
+            .envs(env.iter().copied())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn server");
+        let server = Server { port, child, dir: None };
         let deadline = Instant::now() + Duration::from_secs(10);
         while TcpStream::connect(("127.0.0.1", port)).is_err() {
             assert!(Instant::now() < deadline, "server did not start on port {port}");
@@ -77,6 +132,9 @@ impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        if let Some(dir) = &self.dir {
+            let _ = std::fs::remove_dir_all(dir);
+        }
     }
 }
 
@@ -112,6 +170,22 @@ impl Client {
 
     pub fn write_raw(&mut self, bytes: &[u8]) {
         self.stream.write_all(bytes).expect("write");
+    }
+
+    /// Like `send`, but None when the connection fails (crash tests).
+    pub fn try_send<A: AsRef<[u8]>>(&mut self, argv: &[A]) -> Option<Frame> {
+        self.stream.write_all(&encode(argv)).ok()?;
+        loop {
+            if let Ok(Some((frame, used))) = keel_protocol::frame::parse_frame(&self.buf) {
+                self.buf.drain(..used);
+                return Some(frame);
+            }
+            let mut chunk = [0u8; 64 * 1024];
+            match self.stream.read(&mut chunk) {
+                Ok(n) if n > 0 => self.buf.extend_from_slice(&chunk[..n]),
+                _ => return None,
+            }
+        }
     }
 
     /// Reads one reply frame.

@@ -1,0 +1,297 @@
+//! Durability over real processes: writes acknowledged under
+//! `appendfsync always` survive `kill -9` at any instant; `everysec` loses at
+//! most about the last second; a torn tail is truncated at start; a failing
+//! disk turns writes away with MISCONF and loses nothing acknowledged.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::{bulk, int, temp_dir, Client, Frame, Server};
+use rand::{Rng, SeedableRng};
+
+const WRITERS: usize = 4;
+
+/// What one writer had acknowledged: SETs `w{id}:{0..acked}` and an INCR
+/// counter, plus the instant of each acknowledgement (for everysec).
+struct Acked {
+    sets: AtomicU64,
+    incrs: AtomicU64,
+    incrs_sent: AtomicU64,
+}
+
+fn writer(port: u16, id: usize, first: u64, acked: Arc<Acked>, stop: Arc<AtomicBool>, times: Option<Arc<parking_lot_free::Times>>) {
+    let mut client = Client::connect(port);
+    let mut i = first;
+    while !stop.load(Ordering::Relaxed) {
+        let key = format!("w{id}:{i}");
+        match client.try_send(&["SET", &key, &format!("v{i}")]) {
+            Some(Frame::Simple(_)) => {
+                acked.sets.store(i + 1, Ordering::SeqCst);
+                if let Some(t) = &times {
+                    t.record(id, i);
+                }
+            }
+            _ => return,
+        }
+        acked.incrs_sent.fetch_add(1, Ordering::SeqCst);
+        match client.try_send(&["INCR", &format!("counter:{id}")]) {
+            Some(Frame::Integer(_)) => {
+                acked.incrs.fetch_add(1, Ordering::SeqCst);
+            }
+            _ => return,
+        }
+        i += 1;
+    }
+}
+
+/// Acknowledgement instants per writer, to tell which writes are older
+/// than the everysec window.
+mod parking_lot_free {
+    use std::sync::Mutex;
+    use std::time::Instant;
+
+    pub struct Times(pub Mutex<Vec<Vec<(u64, Instant)>>>);
+
+    impl Times {
+        pub fn record(&self, id: usize, i: u64) {
+            if let Ok(mut t) = self.0.lock() {
+                t[id].push((i, Instant::now()));
+            }
+        }
+    }
+}
+
+/// Checks that keys `w{id}:{from..to}` hold their values.
+fn check_sets(client: &mut Client, id: usize, from: u64, to: u64) {
+    let mut i = from;
+    while i < to {
+        let end = (i + 500).min(to);
+        let keys: Vec<String> = (i..end).map(|n| format!("w{id}:{n}")).collect();
+        let mut argv = vec!["MGET".to_string()];
+        argv.extend(keys.iter().cloned());
+        let Frame::Array(values) = client.send(&argv) else { panic!("MGET") };
+        for (n, v) in (i..end).zip(values) {
+            assert_eq!(v, bulk(&format!("v{n}")), "acknowledged write w{id}:{n} lost");
+        }
+        i = end;
+    }
+}
+
+#[test]
+fn kill_9_never_loses_an_acknowledged_write() {
+    let dir = temp_dir("crash");
+    let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+    let mut durable_sets = [0u64; WRITERS];
+    let mut durable_incrs = [0u64; WRITERS];
+    for cycle in 0..30 {
+        let server = Server::start_in(&dir, &[]);
+        let mut check = server.client();
+        for id in 0..WRITERS {
+            check_sets(&mut check, id, 0, durable_sets[id]);
+            let Frame::Integer(n) = check.send(&["INCRBY", &format!("counter:{id}"), "0"]) else { panic!("counter") };
+            assert!(n as u64 >= durable_incrs[id], "cycle {cycle}: counter {id} = {n}, acknowledged {}", durable_incrs[id]);
+            // Unacknowledged INCRs may or may not have landed; continue from what is there.
+            durable_incrs[id] = n as u64;
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let acked: Vec<Arc<Acked>> = (0..WRITERS)
+            .map(|_| Arc::new(Acked { sets: AtomicU64::new(0), incrs: AtomicU64::new(0), incrs_sent: AtomicU64::new(0) }))
+            .collect();
+        let handles: Vec<_> = (0..WRITERS)
+            .map(|id| {
+                let (a, s, first) = (acked[id].clone(), stop.clone(), durable_sets[id]);
+                a.sets.store(first, Ordering::SeqCst);
+                let port = server.port;
+                thread::spawn(move || writer(port, id, first, a, s, None))
+            })
+            .collect();
+        thread::sleep(Duration::from_millis(rng.gen_range(50..300)));
+        server.kill9();
+        stop.store(true, Ordering::Relaxed);
+        for h in handles {
+            let _ = h.join();
+        }
+        for id in 0..WRITERS {
+            durable_sets[id] = acked[id].sets.load(Ordering::SeqCst);
+            durable_incrs[id] += acked[id].incrs.load(Ordering::SeqCst);
+        }
+    }
+    let server = Server::start_in(&dir, &[]);
+    let mut check = server.client();
+    let mut total = 0;
+    for id in 0..WRITERS {
+        check_sets(&mut check, id, 0, durable_sets[id]);
+        total += durable_sets[id];
+    }
+    assert!(total > 0, "the writers never got an acknowledgement");
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn everysec_loses_at_most_about_a_second() {
+    let dir = temp_dir("everysec");
+    for _cycle in 0..2 {
+        let server = Server::start_in(&dir, &["--appendfsync", "everysec"]);
+        let stop = Arc::new(AtomicBool::new(false));
+        let times = Arc::new(parking_lot_free::Times(std::sync::Mutex::new(vec![Vec::new(); WRITERS])));
+        let first = {
+            let mut c = server.client();
+            let Frame::Integer(n) = c.send(&["DBSIZE"]) else { panic!("dbsize") };
+            n as u64 * 1000
+        };
+        let handles: Vec<_> = (0..WRITERS)
+            .map(|id| {
+                let a = Arc::new(Acked { sets: AtomicU64::new(0), incrs: AtomicU64::new(0), incrs_sent: AtomicU64::new(0) });
+                let (s, t, port) = (stop.clone(), times.clone(), server.port);
+                thread::spawn(move || writer(port, id, first, a, s, Some(t)))
+            })
+            .collect();
+        thread::sleep(Duration::from_millis(3000));
+        let killed_at = Instant::now();
+        server.kill9();
+        stop.store(true, Ordering::Relaxed);
+        for h in handles {
+            let _ = h.join();
+        }
+        let server = Server::start_in(&dir, &["--appendfsync", "everysec"]);
+        let mut check = server.client();
+        let times = times.0.lock().expect("times");
+        for (id, acks) in times.iter().enumerate() {
+            // Everything acknowledged more than two seconds before the crash.
+            let old: Vec<u64> = acks.iter().filter(|(_, t)| killed_at - *t > Duration::from_secs(2)).map(|(i, _)| *i).collect();
+            if let (Some(&lo), Some(&hi)) = (old.first(), old.last()) {
+                check_sets(&mut check, id, lo, hi + 1);
+            }
+        }
+        drop(server);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_torn_tail_is_truncated_at_start() {
+    let dir = temp_dir("torn");
+    {
+        let server = Server::start_in(&dir, &[]);
+        let mut c = server.client();
+        assert_eq!(c.cmd("SET a 1"), common::ok());
+        assert_eq!(c.cmd("SET b 2"), common::ok());
+        server.kill9();
+    }
+    let incr = std::fs::read_dir(dir.join("appendonlydir"))
+        .expect("aof dir")
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .find(|p| p.to_string_lossy().ends_with(".incr.aof"))
+        .expect("incr file");
+    let mut bytes = std::fs::read(&incr).expect("read incr");
+    bytes.extend_from_slice(b"*3\r\n$3\r\nSET\r\n$1\r\nc\r\n$10\r\nhalf");
+    std::fs::write(&incr, bytes).expect("tear");
+    let server = Server::start_in(&dir, &[]);
+    let mut c = server.client();
+    assert_eq!(c.cmd("GET a"), bulk("1"));
+    assert_eq!(c.cmd("GET b"), bulk("2"));
+    assert_eq!(c.cmd("EXISTS c"), int(0));
+    assert_eq!(c.cmd("SET c 3"), common::ok());
+    drop(server);
+    let server = Server::start_in(&dir, &[]);
+    assert_eq!(server.client().cmd("GET c"), bulk("3"));
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_failing_disk_refuses_writes_then_recovers_without_loss() {
+    let dir = temp_dir("faults");
+    let mut acked = Vec::new();
+    {
+        // The 30th and 31st writes of the log fail with ENOSPC.
+        let server = Server::start_in_with_env(&dir, &[], &[("KEEL_JOURNAL_FAILPOINT", "write-enospc:30:2")]);
+        let mut c = server.client();
+        assert_eq!(c.cmd("SET k0 v0"), common::ok());
+        // A prober writes beside the main writer: while the log cannot be
+        // written, its writes are refused and its reads still answered.
+        let stop = Arc::new(AtomicBool::new(false));
+        let prober = {
+            let (stop, port) = (stop.clone(), server.port);
+            thread::spawn(move || {
+                let mut p = Client::connect(port);
+                let mut refused = false;
+                while !stop.load(Ordering::Relaxed) {
+                    if let Frame::Error(e) = p.send(&["SET", "probe", "x"]) {
+                        let text = String::from_utf8_lossy(&e).to_string();
+                        assert!(text.starts_with("MISCONF"), "{text}");
+                        assert_eq!(p.send(&["GET", "k0"]), bulk("v0"));
+                        refused = true;
+                    }
+                    thread::sleep(Duration::from_millis(5));
+                }
+                refused
+            })
+        };
+        acked.push(0);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let mut i = 1;
+        while Instant::now() < deadline && acked.len() <= 100 {
+            match c.send(&["SET", &format!("k{i}"), &format!("v{i}")]) {
+                Frame::Simple(_) => acked.push(i),
+                Frame::Error(e) => assert!(e.starts_with(b"MISCONF"), "{}", String::from_utf8_lossy(&e)),
+                other => panic!("unexpected {other:?}"),
+            }
+            i += 1;
+        }
+        stop.store(true, Ordering::Relaxed);
+        assert!(prober.join().expect("prober"), "the failing disk never refused a write");
+        assert!(acked.len() > 100, "writes did not resume after the disk recovered");
+        server.kill9();
+    }
+    let server = Server::start_in(&dir, &[]);
+    let mut c = server.client();
+    for i in acked {
+        assert_eq!(c.send(&["GET", &format!("k{i}")]), bulk(&format!("v{i}")), "acknowledged k{i} lost");
+    }
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn keel_and_redis_read_each_others_append_only_files() {
+    let dir = temp_dir("interop");
+    {
+        let server = Server::start_in(&dir, &[]);
+        let mut c = server.client();
+        c.cmd("SET plain value");
+        c.cmd("SET ttl v PX 100000");
+        c.cmd("INCRBY n 41");
+        c.cmd("INCR n");
+        c.cmd("SELECT 3");
+        c.cmd("SET other db3");
+        server.kill9();
+    }
+    let flags = ["--dir", dir.to_str().expect("utf8 dir"), "--appendonly", "yes", "--aof-use-rdb-preamble", "no"];
+    let Some(redis) = Server::start_redis(&flags) else { return };
+    let mut r = redis.client();
+    assert_eq!(r.cmd("GET plain"), bulk("value"));
+    assert_eq!(r.cmd("GET n"), bulk("42"));
+    let Frame::Integer(ttl) = r.cmd("PTTL ttl") else { panic!("pttl") };
+    assert!(ttl > 0 && ttl <= 100_000);
+    r.cmd("SELECT 3");
+    assert_eq!(r.cmd("GET other"), bulk("db3"));
+    // Redis writes on; Keel reads what Redis wrote.
+    assert_eq!(r.cmd("SET from-redis yes"), common::ok());
+    r.write_command(&["SHUTDOWN", "NOSAVE"]);
+    r.read_to_close();
+    drop(redis);
+    let server = Server::start_in(&dir, &[]);
+    let mut c = server.client();
+    assert_eq!(c.cmd("GET plain"), bulk("value"));
+    c.cmd("SELECT 3");
+    assert_eq!(c.cmd("GET from-redis"), bulk("yes"));
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
