@@ -70,9 +70,6 @@ pub struct Config {
     pub lazyfree_lazy_server_del: bool,
     pub maxmemory: u64,
     pub maxmemory_policy: String,
-    pub slowlog_log_slower_than: i64,
-    pub slowlog_max_len: u64,
-    pub latency_tracking: bool,
     /// The file the configuration was read from, absolute (CONFIG REWRITE
     /// writes it back; INFO config_file shows it).
     pub config_file: Option<PathBuf>,
@@ -116,9 +113,6 @@ impl Default for Config {
             lazyfree_lazy_server_del: false,
             maxmemory: 0,
             maxmemory_policy: "noeviction".into(),
-            slowlog_log_slower_than: 10_000,
-            slowlog_max_len: 128,
-            latency_tracking: true,
             config_file: None,
         }
     }
@@ -374,20 +368,43 @@ pub static DIRECTIVES: &[Directive] = &[
             Ok(())
         },
     },
-    directive!("loglevel", true, enum ["debug", "verbose", "notice", "warning", "nothing"], loglevel),
+    // Fixed at start: the log filter is installed once.
+    directive!("loglevel", false, enum ["debug", "verbose", "notice", "warning", "nothing"], loglevel),
     directive!("logfile", false, string, logfile),
     directive!("pidfile", false, string, pidfile),
-    directive!("daemonize", false, bool, daemonize),
+    Directive {
+        name: "daemonize",
+        mutable: false,
+        get: |c| yes_no(c.daemonize),
+        set: |c, a| {
+            if parse_bool(one(a)?)? {
+                return Err(ConfigError::Invalid(
+                    "daemonize yes is not supported: run keel-server under a service manager".into(),
+                ));
+            }
+            c.daemonize = false;
+            Ok(())
+        },
+    },
     directive!("enable-debug-command", false, enum ["yes", "no", "local"], enable_debug_command),
     directive!("lazyfree-lazy-user-del", true, bool, lazyfree_lazy_user_del),
     directive!("lazyfree-lazy-user-flush", true, bool, lazyfree_lazy_user_flush),
     directive!("lazyfree-lazy-expire", true, bool, lazyfree_lazy_expire),
     directive!("lazyfree-lazy-server-del", true, bool, lazyfree_lazy_server_del),
-    directive!("maxmemory", true, memory, maxmemory),
+    Directive {
+        name: "maxmemory",
+        mutable: true,
+        get: |c| c.maxmemory.to_string(),
+        set: |c, a| {
+            // No eviction yet: a limit Keel would not enforce is refused.
+            if parse_memory(one(a)?)? != 0 {
+                return Err(ConfigError::Invalid("maxmemory is not supported yet: Keel does not evict".into()));
+            }
+            c.maxmemory = 0;
+            Ok(())
+        },
+    },
     directive!("maxmemory-policy", true, enum ["noeviction", "allkeys-lru", "allkeys-lfu", "allkeys-random", "volatile-lru", "volatile-lfu", "volatile-random", "volatile-ttl"], maxmemory_policy),
-    directive!("slowlog-log-slower-than", true, num(-1, i64::MAX), slowlog_log_slower_than),
-    directive!("slowlog-max-len", true, num(0, u64::MAX), slowlog_max_len),
-    directive!("latency-tracking", true, bool, latency_tracking),
 ];
 
 pub fn find(name: &str) -> Option<&'static Directive> {

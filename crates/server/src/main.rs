@@ -27,11 +27,34 @@ fn main() -> ExitCode {
         "nothing" => "off",
         _ => "info",
     };
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| filter.into()))
-        .with_writer(std::io::stderr)
-        .init();
-    match keel_server::run(config) {
+    let env_filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| filter.into());
+    if config.logfile.is_empty() {
+        tracing_subscriber::fmt().with_env_filter(env_filter).with_writer(std::io::stderr).init();
+    } else {
+        let file = match std::fs::OpenOptions::new().create(true).append(true).open(&config.logfile) {
+            Ok(f) => f,
+            Err(e) => {
+                eprintln!("Can't open the log file: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        tracing_subscriber::fmt()
+            .with_env_filter(env_filter)
+            .with_ansi(false)
+            .with_writer(std::sync::Mutex::new(file))
+            .init();
+    }
+    let pidfile = (!config.pidfile.is_empty()).then(|| std::path::PathBuf::from(&config.pidfile));
+    if let Some(path) = &pidfile {
+        if let Err(e) = std::fs::write(path, format!("{}\n", std::process::id())) {
+            tracing::warn!("Failed to write PID file {}: {e}", path.display());
+        }
+    }
+    let result = keel_server::run(config);
+    if let Some(path) = &pidfile {
+        let _ = std::fs::remove_file(path);
+    }
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("keel-server: {e}");

@@ -151,7 +151,7 @@ impl Worker {
                     t if t.0 <= TCP_LISTENER.0 && t.0 > TCP_LISTENER.0 - 2 * 64 && (TCP_LISTENER.0 - t.0).is_multiple_of(2) => {
                         self.accept_tcp((TCP_LISTENER.0 - t.0) / 2)
                     }
-                    Token(key) => self.serve(key),
+                    Token(key) => self.serve(key, event.is_read_closed()),
                 }
             }
             if self.server.shutdown.load(Ordering::Relaxed) {
@@ -300,7 +300,13 @@ impl Worker {
 
     /// Reads what the socket has, executes every complete request, and
     /// writes the replies.
-    fn serve(&mut self, key: usize) {
+    ///
+    /// A read that leaves room in the buffer has drained the socket: under
+    /// edge-triggered polling, data that arrives later raises a new event, so
+    /// the extra read that would only answer EAGAIN is skipped (one syscall
+    /// fewer per request). A peer that half-closed raised its only event
+    /// already (`read_closed`), so then reading goes on to the end.
+    fn serve(&mut self, key: usize, read_closed: bool) {
         let (limits, query_limit) = {
             let config = self.server.config.read();
             (
@@ -348,6 +354,8 @@ impl Worker {
                             eof = true;
                             break;
                         }
+                    } else if !read_closed {
+                        break;
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,

@@ -87,7 +87,7 @@ pub static COMMANDS: &[CommandSpec] = &[
             "3.2.1",
         )
         .tips(&["request_policy:multi_shard", "response_policy:agg_sum"]),
-    cmd("object", -2, 0, Keys::None, "generic", container)
+    cmd("object", -2, 0, Keys::None, "generic", super::server::container)
         .doc("A container for object introspection commands", "2.2.3")
         .subs(OBJECT_SUBCOMMANDS),
     cmd("swapdb", 3, WRITE | FAST | ALL_SHARDS, Keys::None, "server", swapdb).doc("Swaps two Redis databases", "4.0.0"),
@@ -681,10 +681,6 @@ fn persist(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
 
 /// The parent of OBJECT's subcommands: the dispatcher always picks a
 /// subcommand (or answers an error) first, so this never runs.
-fn container(_ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
-    Err(CmdError::Arity(String::from_utf8_lossy(argv[0]).to_ascii_lowercase()))
-}
-
 /// Redis's `objectCommandLookup`: no expiry of the access time, a hit or
 /// miss counted; a missing key answers null.
 fn object_lookup<'c>(ctx: &'c mut Ctx<'_>, key: &[u8]) -> Option<&'c Entry> {

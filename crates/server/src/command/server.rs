@@ -9,6 +9,9 @@ use super::{cmd, flags, flags::*, table, CmdError, CmdResult, CommandSpec, Ctx, 
 use crate::server::{unix_ms, unix_us, Metric, REDIS_VERSION};
 
 pub static COMMANDS: &[CommandSpec] = &[
+    cmd("function", -2, 0, Keys::None, "scripting", container)
+        .doc("A container for function commands", "7.0.0")
+        .subs(FUNCTION_SUBCOMMANDS),
     cmd("dbsize", 1, READONLY | FAST | ALL_SHARDS, Keys::None, "server", dbsize)
         .doc("Return the number of keys in the selected database", "1.0.0")
         .tips(&["request_policy:all_shards", "response_policy:agg_sum"]),
@@ -81,6 +84,57 @@ pub fn validate_client_name(name: &[u8]) -> CmdResult {
     if name.iter().any(|&b| !(b'!'..=b'~').contains(&b)) {
         return Err(CmdError::other("ERR Client names cannot contain spaces, newlines or special characters."));
     }
+    Ok(())
+}
+
+/// Keel has no scripting yet, so its function library is always empty:
+/// FLUSH and LIST answer truthfully about that empty library (Redis's test
+/// framework sends FUNCTION FLUSH before every test file); LOAD and the
+/// rest are not registered and answer "unknown subcommand".
+const FUNCTION_SUBCOMMANDS: &[CommandSpec] = &[
+    cmd("function|flush", -2, WRITE | NOSCRIPT, Keys::None, "scripting", function_flush)
+        .doc("Deleting all functions", "7.0.0"),
+    cmd("function|list", -2, NOSCRIPT, Keys::None, "scripting", function_list)
+        .doc("List information about all the functions", "7.0.0"),
+    cmd("function|help", 2, LOADING | STALE, Keys::None, "scripting", function_help)
+        .doc("Show helpful text about the different subcommands", "7.0.0"),
+];
+
+fn function_flush(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
+    match argv {
+        [_, _] => {}
+        [_, _, mode] if eq(mode, "async") || eq(mode, "sync") => {}
+        [_, _, _] => return Err(CmdError::other("ERR FUNCTION FLUSH only supports SYNC|ASYNC option")),
+        _ => return Err(CmdError::Arity("function|flush".into())),
+    }
+    ctx.out.ok();
+    Ok(())
+}
+
+fn function_list(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
+    let mut rest = &argv[2..];
+    while let Some((option, tail)) = rest.split_first() {
+        rest = match tail {
+            _ if eq(option, "withcode") => tail,
+            [_pattern, after @ ..] if eq(option, "libraryname") => after,
+            _ => return Err(CmdError::other(format!("ERR Unknown argument {}", String::from_utf8_lossy(option)))),
+        };
+    }
+    ctx.out.array(0);
+    Ok(())
+}
+
+fn function_help(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
+    reply_help(
+        ctx,
+        b"FUNCTION",
+        &[
+            "LIST [LIBRARYNAME <pattern>] [WITHCODE]",
+            "    Return general information on all the libraries (Keel has no scripting yet: none).",
+            "FLUSH [ASYNC|SYNC]",
+            "    Delete all the libraries (Keel's library is always empty).",
+        ],
+    );
     Ok(())
 }
 
@@ -297,7 +351,7 @@ fn write_section(ctx: &mut Ctx<'_>, section: &str, out: &mut String) {
             let appendonly = server.config.read().appendonly;
             out.push_str("# Persistence\r\n");
             for (name, value) in [
-                ("loading", "0"),
+                ("loading", if server.loading.load(Ordering::Relaxed) { "1" } else { "0" }),
                 ("async_loading", "0"),
                 ("current_cow_peak", "0"),
                 ("current_cow_size", "0"),
@@ -327,12 +381,42 @@ fn write_section(ctx: &mut Ctx<'_>, section: &str, out: &mut String) {
                 ("aof_last_bgrewrite_status", "ok"),
                 ("aof_rewrites", "0"),
                 ("aof_rewrites_consecutive_failures", "0"),
-                ("aof_last_write_status", "ok"),
                 ("aof_last_cow_size", "0"),
                 ("module_fork_in_progress", "0"),
                 ("module_fork_last_cow_size", "0"),
             ] {
                 field!(out, name, value);
+            }
+            match server.journal.as_deref() {
+                None => {
+                    field!(out, "aof_last_write_status", "ok");
+                }
+                Some(journal) => {
+                    let s = journal.stats();
+                    field!(out, "aof_last_write_status", if s.aof_last_write_status_ok { "ok" } else { "err" });
+                    field!(out, "aof_current_size", s.aof_current_size);
+                    field!(out, "aof_base_size", s.aof_base_size);
+                    field!(out, "aof_pending_rewrite", 0);
+                    field!(out, "aof_buffer_length", s.pending_bytes);
+                    field!(out, "aof_pending_bio_fsync", 0);
+                    field!(out, "aof_delayed_fsync", s.aof_delayed_fsync);
+                    // Keel's own: the journal's positions and group commit.
+                    field!(out, "keel_aof_appended_lsn", s.appended_lsn);
+                    field!(out, "keel_aof_durable_lsn", s.durable_lsn);
+                    field!(out, "keel_aof_fsyncs", s.fsync_count);
+                    field!(out, "keel_aof_fsync_p50_us", s.fsync_latency_p50_us);
+                    field!(out, "keel_aof_fsync_p99_us", s.fsync_latency_p99_us);
+                    field!(out, "keel_aof_fsync_max_us", s.fsync_latency_max_us);
+                    field!(out, "keel_aof_batches", s.batch_count);
+                    field!(out, "keel_aof_batch_records_avg", format!("{:.2}", s.batch_records_avg));
+                    field!(out, "keel_aof_batch_records_max", s.batch_records_max);
+                    field!(out, "keel_aof_batch_bytes_avg", format!("{:.0}", s.batch_bytes_avg));
+                    field!(out, "keel_aof_write_errors", s.write_errors);
+                    field!(out, "keel_aof_fsync_errors", s.fsync_errors);
+                    if let Some(e) = &s.last_error {
+                        field!(out, "keel_aof_last_error", e);
+                    }
+                }
             }
         }
         "stats" => {

@@ -26,6 +26,17 @@ pub fn free_port() -> u16 {
     }
 }
 
+/// Where a test server's log goes: `$TMPDIR/keel-test-logs/<port>.log`,
+/// kept so that a failure can be read afterwards.
+fn server_log(port: u16) -> Stdio {
+    let dir = std::env::temp_dir().join("keel-test-logs");
+    let _ = std::fs::create_dir_all(&dir);
+    match std::fs::File::create(dir.join(format!("{port}.log"))) {
+        Ok(f) => Stdio::from(f),
+        Err(_) => Stdio::null(),
+    }
+}
+
 /// A server process, killed when dropped.
 pub struct Server {
     pub port: u16,
@@ -106,16 +117,28 @@ impl Server {
             .args(&args)
             .envs(env.iter().copied())
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(server_log(port))
             .spawn()
             .expect("spawn server");
-        let server = Server { port, child, dir: None };
+        let mut server = Server { port, child, dir: None };
         let deadline = Instant::now() + Duration::from_secs(10);
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        // Listening is not enough: the port must be answered by this very
+        // process (its INFO process_id), not by another test's server.
+        let pid = server.child.id().to_string();
+        loop {
+            assert!(server.alive(), "server on port {port} exited at start (port taken?)");
             assert!(Instant::now() < deadline, "server did not start on port {port}");
+            if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                let info = Client::connect(port).send(&["INFO", "server"]);
+                // Behind requirepass INFO is refused: nothing to verify then.
+                let Frame::Bulk(text) = info else { return server };
+                let text = String::from_utf8_lossy(&text);
+                let answered_by = text.lines().find_map(|l| l.strip_prefix("process_id:")).unwrap_or("");
+                assert_eq!(answered_by.trim(), pid, "port {port} is answered by another process");
+                return server;
+            }
             std::thread::sleep(Duration::from_millis(10));
         }
-        server
     }
 
     pub fn client(&self) -> Client {
