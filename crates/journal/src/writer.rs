@@ -192,7 +192,15 @@ pub(crate) struct Writer {
     last_delayed_count: Option<Instant>,
     /// An empty buffer with capacity, to swap in for the next batch.
     spare: Vec<u8>,
+    /// Under `everysec`/`no`, after a write the writer lingers briefly
+    /// without asking to be woken, so that appenders under load do not pay
+    /// a wake-up (a futex syscall) per record and each write(2) carries many
+    /// records, as Redis writes once per event-loop turn.
+    linger: bool,
 }
+
+/// How long the writer gathers after a write when no reply waits for it.
+const LINGER: std::time::Duration = std::time::Duration::from_micros(500);
 
 /// `write(2)` until all of `buf` is written; on failure also says how many
 /// bytes did reach the file.
@@ -223,6 +231,7 @@ impl Writer {
             must_resync: false,
             last_delayed_count: None,
             spare: Vec::new(),
+            linger: false,
         }
     }
 
@@ -265,6 +274,10 @@ impl Writer {
             if !g.buf.is_empty() || g.shutdown || g.sync_request > self.synced || syncer_failed {
                 break;
             }
+            if std::mem::take(&mut self.linger) {
+                inner.writer_cv.wait_for(&mut g, LINGER);
+                continue;
+            }
             g.writer_sleeping = true;
             if self.inner.policy == FsyncPolicy::EverySec && !self.retained.is_empty() {
                 // Wake up now and then to let go of what the fsync thread
@@ -279,6 +292,7 @@ impl Writer {
             }
         }
         if !g.buf.is_empty() {
+            self.linger = self.inner.policy != FsyncPolicy::Always;
             let fresh = std::mem::take(&mut self.spare);
             let bytes = std::mem::replace(&mut g.buf, fresh);
             let batch = Batch { start: g.start, records: g.records, bytes };

@@ -63,7 +63,7 @@ pub fn replay(server: &Server, replay: Replay) -> Result<u64, String> {
         client.db = db;
         let args: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
         reply.clear();
-        command::execute(server, stats, &mut client, &mut reply, &args);
+        command::execute(server, stats, &mut client, &mut reply, &args, crate::server::unix_ms());
         if reply.first() == Some(&b'-') {
             tracing::warn!(
                 "journal command {} failed on replay: {}",
@@ -79,18 +79,52 @@ pub fn replay(server: &Server, replay: Replay) -> Result<u64, String> {
 /// Records the effect of a command that changed the keyspace: the commands
 /// to log (in `ctx.log`) and what to stamp (in `ctx.stamps`). Runs under
 /// the command's locks, after its handler, so it sees the result.
+///
+/// Outside a transaction the common case costs no copy besides the
+/// journal's own: a command logged as it came is appended straight from
+/// its arguments and its keys are stamped at once.
 pub fn record(ctx: &mut Ctx<'_>, spec: &CommandSpec, argv: &[&[u8]]) {
     let db = ctx.dbs.selected;
-    let keys = spec.key_indexes(argv);
     let whole_shards = spec.has(command::flags::ALL_SHARDS) || matches!(spec.name, "move" | "copy" | "swapdb");
+    if !ctx.durability.in_transaction && logged_as_is(spec, argv) {
+        let Some(journal) = ctx.server.journal.as_deref() else { return };
+        let lsn = journal.append(db, argv);
+        ctx.durability.write_lsn = lsn;
+        if whole_shards {
+            ctx.dbs.shards().for_each(|s| s.floor_lsn = lsn);
+        }
+        for i in spec.key_indexes(argv) {
+            stamp_key(ctx, db, argv[i], lsn);
+        }
+        return;
+    }
     if whole_shards {
         ctx.durability.stamps.push(Stamp::Shards);
     }
-    for &i in &keys {
+    for i in spec.key_indexes(argv) {
         ctx.durability.stamps.push(Stamp::Key { db, key: argv[i].to_vec() });
     }
     let propagated = propagate(ctx, spec, argv);
     ctx.durability.log.extend(propagated.into_iter().map(|a| (db, a)));
+}
+
+/// Whether `propagate` would log `argv` unchanged.
+fn logged_as_is(spec: &CommandSpec, argv: &[&[u8]]) -> bool {
+    match spec.name {
+        // A plain SET key value has nothing relative to rewrite.
+        "set" => argv.len() == 3,
+        "setex" | "psetex" | "incrbyfloat" | "getex" | "expire" | "pexpire" | "expireat" | "pexpireat" | "getdel"
+        | "flushall" | "flushdb" => false,
+        _ => true,
+    }
+}
+
+fn stamp_key(ctx: &mut Ctx<'_>, db: usize, key: &[u8], lsn: Lsn) {
+    let shard = ctx.dbs.locked.shard_for(ctx.dbs.keyspace, key);
+    match shard.db(db).peek_mut(key) {
+        Some(entry) => entry.lsn = lsn,
+        None => shard.removed_lsn = lsn,
+    }
 }
 
 fn owned(argv: &[&[u8]]) -> Vec<Vec<u8>> {
@@ -142,7 +176,7 @@ pub fn commit(ctx: &mut Ctx<'_>) -> Lsn {
     let Some(journal) = ctx.server.journal.as_deref() else { return 0 };
     let state = &mut ctx.durability;
     if state.log.is_empty() {
-        return state.read_lsn;
+        return state.read_lsn.max(state.write_lsn);
     }
     let lsn = if state.log.len() == 1 {
         let (db, argv) = &state.log[0];
@@ -154,16 +188,10 @@ pub fn commit(ctx: &mut Ctx<'_>) -> Lsn {
     for stamp in std::mem::take(&mut state.stamps) {
         match stamp {
             Stamp::Shards => ctx.dbs.shards().for_each(|s| s.floor_lsn = lsn),
-            Stamp::Key { db, key } => {
-                let shard = ctx.dbs.locked.shard_for(ctx.dbs.keyspace, &key);
-                match shard.db(db).peek_mut(&key) {
-                    Some(entry) => entry.lsn = lsn,
-                    None => shard.removed_lsn = lsn,
-                }
-            }
+            Stamp::Key { db, key } => stamp_key(ctx, db, &key, lsn),
         }
     }
-    lsn.max(ctx.durability.read_lsn)
+    lsn.max(ctx.durability.read_lsn).max(ctx.durability.write_lsn)
 }
 
 /// Notes the journal position the keys a command read depend on, when
@@ -205,7 +233,12 @@ pub fn check_writable(server: &Server, spec: &CommandSpec) -> Result<(), command
 /// Per-command durability state carried in `Ctx`.
 #[derive(Default)]
 pub struct Pending {
+    /// Records gathered for one append (a transaction's, or rewritten ones).
     pub log: Vec<(usize, Vec<Vec<u8>>)>,
     pub stamps: Vec<Stamp>,
+    /// What the reply depends on: keys read, and a record already appended.
     pub read_lsn: Lsn,
+    pub write_lsn: Lsn,
+    /// Inside EXEC: everything goes into one MULTI/EXEC unit at the end.
+    pub in_transaction: bool,
 }

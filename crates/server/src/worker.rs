@@ -521,6 +521,8 @@ fn process(server: &Server, stats: &WorkerStats, conn: &mut Conn, limits: &keel_
     }
     let unauthenticated = !conn.client.authenticated;
     let limits = keel_protocol::Limits { unauthenticated, ..*limits };
+    let now_ms = unix_ms();
+    conn.client.info.last_interaction_ms.store(now_ms, Ordering::Relaxed);
     while conn.rstart < conn.rend {
         match keel_protocol::parse_request(&conn.rbuf[conn.rstart..conn.rend], &limits) {
             Ok(Some((request, consumed))) => {
@@ -532,7 +534,7 @@ fn process(server: &Server, stats: &WorkerStats, conn: &mut Conn, limits: &keel_
                 }
                 if !argv.is_empty() {
                     let start = conn.wbuf.len();
-                    let lsn = command::execute(server, stats, &mut conn.client, &mut conn.wbuf, &argv);
+                    let lsn = command::execute(server, stats, &mut conn.client, &mut conn.wbuf, &argv, now_ms);
                     if server.gate_replies && lsn > 0 && conn.wbuf.len() > start {
                         conn.gate.push_back((start, lsn));
                     }

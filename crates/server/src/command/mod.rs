@@ -224,7 +224,9 @@ pub const KEY1: Keys = Keys::Range { first: 1, last: 1, step: 1 };
 pub struct Table {
     /// Top-level commands, in table order (COMMAND COUNT counts these).
     pub commands: Vec<&'static CommandSpec>,
-    by_name: HashMap<&'static str, usize>,
+    /// foldhash: command lookup runs once per request; SipHash's DoS
+    /// resistance buys nothing for a fixed set of names.
+    by_name: HashMap<&'static str, usize, foldhash::fast::FixedState>,
     /// Every command and subcommand: `commands` first, then each
     /// container's subcommands. Indexes into this are "stat indexes": the
     /// per-command statistics and a client's last command use them.
@@ -421,13 +423,20 @@ fn runs_inside_multi(spec: &CommandSpec) -> bool {
     matches!(spec.name, "exec" | "discard" | "multi" | "watch" | "quit" | "reset")
 }
 
-/// Executes one request and appends its reply to `wbuf`. Returns the
-/// journal position the reply depends on (0: none).
-pub fn execute(server: &Server, stats: &WorkerStats, client: &mut Client, wbuf: &mut Vec<u8>, argv: &[&[u8]]) -> u64 {
+/// Executes one request at time `now_ms` (read once per batch of
+/// pipelined requests: a clock read per command is measurable) and appends
+/// its reply to `wbuf`. Returns the journal position the reply depends on
+/// (0: none).
+pub fn execute(
+    server: &Server,
+    stats: &WorkerStats,
+    client: &mut Client,
+    wbuf: &mut Vec<u8>,
+    argv: &[&[u8]],
+    now_ms: u64,
+) -> u64 {
     let mut lsn = 0;
     let reply_start = wbuf.len();
-    let now_ms = crate::server::unix_ms();
-    client.info.last_interaction_ms.store(now_ms, Ordering::Relaxed);
     if client.reply == ReplyMode::SkipNext {
         client.reply = ReplyMode::Skipping;
     }

@@ -128,6 +128,7 @@ fn exec(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
     flag.store(false, Ordering::Release);
 
     ctx.out.array(queued.len());
+    ctx.durability.in_transaction = true;
     for argv in &queued {
         let result = match resolve(argv) {
             Ok((index, spec)) => run(ctx, index, spec, argv),
@@ -139,5 +140,6 @@ fn exec(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
             ctx.out.error(&text);
         }
     }
+    ctx.durability.in_transaction = false;
     Ok(())
 }

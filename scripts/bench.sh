@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Measures Keel against redis-server under the seeds' workloads, alternating
+# the two servers run by run, each server pinned to core 1 and the load
+# generator to core 0, and prints the median of the runs as a Markdown row.
+#
+#   scripts/bench.sh <memtier_benchmark> <workload> <persistence> [runs] [seconds]
+#
+# workload: w1 (100 connections, 50/50 GET/SET, random 100-1000 B values,
+#   random keys) or w2-<size>-<sets>:<gets> (70 clients, pipeline 20, e.g.
+#   w2-100-1:1). persistence: off, everysec or always. Keel is
+#   target/release/keel-server (build it first), Redis /usr/bin/redis-server.
+# KEEL_THREADS (default 1) sets Keel's --threads.
+set -euo pipefail
+memtier=$1 workload=$2 persistence=$3 runs=${4:-3} seconds=${5:-10}
+cd "$(dirname "$0")/.."
+keel=target/release/keel-server
+work=$(mktemp -d)
+trap 'kill $(jobs -p) 2>/dev/null; wait; rm -rf "$work"' EXIT
+
+case $persistence in
+    off) keel_flags=(--appendonly no); redis_flags=(--appendonly no) ;;
+    everysec|always)
+        keel_flags=(--appendonly yes --appendfsync "$persistence")
+        redis_flags=(--appendonly yes --appendfsync "$persistence" --aof-use-rdb-preamble no) ;;
+    *) echo "persistence: off|everysec|always" >&2; exit 2 ;;
+esac
+case $workload in
+    w1) load=(-t 1 -c 100 --ratio 1:1 --data-size-range 100-1000 -R --key-pattern R:R --key-maximum 1000000) ;;
+    w2-*)
+        IFS=- read -r _ size ratio <<<"$workload"
+        load=(-t 1 -c 70 --pipeline 20 -d "$size" --ratio "$ratio" --key-pattern R:R --key-maximum 1000000) ;;
+    *) echo "workload: w1 | w2-<size>-<sets>:<gets>" >&2; exit 2 ;;
+esac
+
+start() { # name port -> starts the server in its own directory
+    local dir=$work/$1-$2; mkdir -p "$dir"
+    if [ "$1" = keel ]; then
+        taskset -c 1 "$keel" --port "$2" --threads "${KEEL_THREADS:-1}" --dir "$dir" --save '' "${keel_flags[@]}" >"$dir/log" 2>&1 &
+    else
+        taskset -c 1 redis-server --port "$2" --dir "$dir" --save '' "${redis_flags[@]}" >"$dir/log" 2>&1 &
+    fi
+    for _ in $(seq 100); do redis-cli -p "$2" ping >/dev/null 2>&1 && return; sleep 0.05; done
+    echo "$1 did not start" >&2; exit 1
+}
+measure() { # port -> "ops avg p99"
+    taskset -c 0 "$memtier" -s 127.0.0.1 -p "$1" "${load[@]}" --test-time "$seconds" \
+        --hide-histogram --print-percentiles 50,99 2>/dev/null | awk '/^Totals/ {print $2, $5, $7}'
+}
+median() { sort -g | awk '{a[NR]=$0} END {print a[int((NR+1)/2)]}'; }
+
+start keel 7701; start redis 7702
+for r in $(seq "$runs"); do
+    measure 7701 >>"$work/keel"
+    measure 7702 >>"$work/redis"
+done
+for s in keel redis; do
+    for col in 1 2 3; do awk -v c=$col '{print $c}' "$work/$s" | median; done | paste -sd' ' >"$work/$s.median"
+done
+read -r ko ka kp <"$work/keel.median"; read -r ro ra rp <"$work/redis.median"
+ratio=$(awk -v k="$ko" -v r="$ro" 'BEGIN {printf "%.2f", k / r}')
+echo "| $workload | $persistence | $ko | $ka | $kp | $ro | $ra | $rp | ${ratio}x |"
