@@ -132,12 +132,12 @@ fn release(entry: Entry, lazy: bool) {
 /// Redis's `lookupKeyRead`: expires if due, counts a hit or miss, and
 /// refreshes the access time.
 fn lookup_read<'d>(ctx_stats: &crate::server::WorkerStats, db: &'d mut Db, key: &[u8], now_ms: u64, lru_s: u32) -> Option<&'d mut Entry> {
-    let entry = db.get_mut(key, now_ms);
+    let mut entry = db.get_mut(key, now_ms);
     ctx_stats.hit(entry.is_some());
-    entry.map(|e| {
+    if let Some(e) = entry.as_deref_mut() {
         e.access_s = lru_s;
-        e
-    })
+    }
+    entry
 }
 
 /// Redis's `lookupKeyReadWithFlags(LOOKUP_NOTOUCH)`: as `lookup_read`
@@ -151,10 +151,11 @@ fn lookup_read_notouch<'d>(ctx_stats: &crate::server::WorkerStats, db: &'d mut D
 /// Redis's `lookupKeyWrite`: expires if due, refreshes the access time,
 /// counts nothing.
 fn lookup_write<'d>(db: &'d mut Db, key: &[u8], now_ms: u64, lru_s: u32) -> Option<&'d mut Entry> {
-    db.get_mut(key, now_ms).map(|e| {
+    let mut entry = db.get_mut(key, now_ms);
+    if let Some(e) = entry.as_deref_mut() {
         e.access_s = lru_s;
-        e
-    })
+    }
+    entry
 }
 
 /// Redis's `getIntFromObjectOrReply`: an integer that fits an `int`.
@@ -889,6 +890,7 @@ pub fn keyspace_info<'s>(
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -542,7 +542,8 @@ fn write_section(ctx: &mut Ctx<'_>, section: &str, out: &mut String) {
         }
         "keyspace" => {
             out.push_str("# Keyspace\r\n");
-            for (db, keys, expires, avg_ttl) in keyspace_summary(ctx, now_ms) {
+            let databases = ctx.server.keyspace.databases();
+            for (db, keys, expires, avg_ttl) in super::keys::keyspace_info(ctx.dbs.shards(), databases, now_ms) {
                 let _ = write!(out, "db{db}:keys={keys},expires={expires},avg_ttl={avg_ttl}\r\n");
             }
         }
@@ -550,30 +551,6 @@ fn write_section(ctx: &mut Ctx<'_>, section: &str, out: &mut String) {
     }
 }
 
-/// Per database with keys: (index, keys, keys with a TTL, mean TTL left in
-/// ms), summed over the shards (which the INFO command holds locked).
-fn keyspace_summary(ctx: &mut Ctx<'_>, now_ms: u64) -> Vec<(usize, usize, usize, u64)> {
-    let databases = ctx.server.keyspace.databases();
-    let mut rows = vec![(0usize, 0usize, 0u128); databases];
-    for shard in ctx.dbs.shards() {
-        for (i, db) in shard.dbs.iter().enumerate() {
-            let expires = db.expires_len();
-            rows[i].0 += db.len();
-            rows[i].1 += expires;
-            if expires > 0 {
-                rows[i].2 += u128::from(db.avg_ttl_ms(now_ms)) * expires as u128;
-            }
-        }
-    }
-    rows.into_iter()
-        .enumerate()
-        .filter(|(_, (keys, expires, _))| *keys > 0 || *expires > 0)
-        .map(|(i, (keys, expires, weighted))| {
-            let avg = if expires == 0 { 0 } else { (weighted / expires as u128) as u64 };
-            (i, keys, expires, avg)
-        })
-        .collect()
-}
 
 fn write_memory(ctx: &mut Ctx<'_>, out: &mut String) {
     let server = ctx.server;
@@ -646,8 +623,8 @@ fn write_memory(ctx: &mut Ctx<'_>, out: &mut String) {
     field!(out, "mem_aof_buffer", 0);
     field!(out, "mem_allocator", "libc");
     field!(out, "active_defrag_running", 0);
-    field!(out, "lazyfree_pending_objects", 0);
-    field!(out, "lazyfreed_objects", 0);
+    field!(out, "lazyfree_pending_objects", crate::lazyfree::pending_objects());
+    field!(out, "lazyfreed_objects", crate::lazyfree::freed_objects());
 }
 
 /// Redis's `getSafeInfoString`: INFO's separators become `_`.
