@@ -23,7 +23,7 @@ struct Acked {
     incrs_sent: AtomicU64,
 }
 
-fn writer(port: u16, id: usize, first: u64, acked: Arc<Acked>, stop: Arc<AtomicBool>, times: Option<Arc<parking_lot_free::Times>>) {
+fn writer(port: u16, id: usize, first: u64, acked: Arc<Acked>, stop: Arc<AtomicBool>, times: Option<Arc<times::Times>>) {
     let mut client = Client::connect(port);
     let mut i = first;
     while !stop.load(Ordering::Relaxed) {
@@ -50,7 +50,7 @@ fn writer(port: u16, id: usize, first: u64, acked: Arc<Acked>, stop: Arc<AtomicB
 
 /// Acknowledgement instants per writer, to tell which writes are older
 /// than the everysec window.
-mod parking_lot_free {
+mod times {
     use std::sync::Mutex;
     use std::time::Instant;
 
@@ -87,6 +87,8 @@ fn kill_9_never_loses_an_acknowledged_write() {
     let mut rng = rand::rngs::StdRng::seed_from_u64(7);
     let mut durable_sets = [0u64; WRITERS];
     let mut durable_incrs = [0u64; WRITERS];
+    // Every INCR ever sent: a counter above it was replayed twice.
+    let mut sent_incrs = [0u64; WRITERS];
     for cycle in 0..30 {
         let server = Server::start_in(&dir, &[]);
         let mut check = server.client();
@@ -94,6 +96,7 @@ fn kill_9_never_loses_an_acknowledged_write() {
             check_sets(&mut check, id, 0, durable_sets[id]);
             let Frame::Integer(n) = check.send(&["INCRBY", &format!("counter:{id}"), "0"]) else { panic!("counter") };
             assert!(n as u64 >= durable_incrs[id], "cycle {cycle}: counter {id} = {n}, acknowledged {}", durable_incrs[id]);
+            assert!(n as u64 <= sent_incrs[id], "cycle {cycle}: counter {id} = {n}, only {} sent", sent_incrs[id]);
             // Unacknowledged INCRs may or may not have landed; continue from what is there.
             durable_incrs[id] = n as u64;
         }
@@ -115,17 +118,18 @@ fn kill_9_never_loses_an_acknowledged_write() {
         for h in handles {
             let _ = h.join();
         }
-        for id in 0..WRITERS {
-            durable_sets[id] = acked[id].sets.load(Ordering::SeqCst);
-            durable_incrs[id] += acked[id].incrs.load(Ordering::SeqCst);
+        for (id, acked) in acked.iter().enumerate() {
+            durable_sets[id] = acked.sets.load(Ordering::SeqCst);
+            durable_incrs[id] += acked.incrs.load(Ordering::SeqCst);
+            sent_incrs[id] += acked.incrs_sent.load(Ordering::SeqCst);
         }
     }
     let server = Server::start_in(&dir, &[]);
     let mut check = server.client();
     let mut total = 0;
-    for id in 0..WRITERS {
-        check_sets(&mut check, id, 0, durable_sets[id]);
-        total += durable_sets[id];
+    for (id, &acked) in durable_sets.iter().enumerate() {
+        check_sets(&mut check, id, 0, acked);
+        total += acked;
     }
     assert!(total > 0, "the writers never got an acknowledgement");
     drop(server);
@@ -138,7 +142,7 @@ fn everysec_loses_at_most_about_a_second() {
     for _cycle in 0..2 {
         let server = Server::start_in(&dir, &["--appendfsync", "everysec"]);
         let stop = Arc::new(AtomicBool::new(false));
-        let times = Arc::new(parking_lot_free::Times(std::sync::Mutex::new(vec![Vec::new(); WRITERS])));
+        let times = Arc::new(times::Times(std::sync::Mutex::new(vec![Vec::new(); WRITERS])));
         let first = {
             let mut c = server.client();
             let Frame::Integer(n) = c.send(&["DBSIZE"]) else { panic!("dbsize") };
