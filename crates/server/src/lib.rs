@@ -1,12 +1,14 @@
 //! The Keel server: configuration, worker threads with their event loops,
 //! per-connection state, and the command table with every command's
 //! implementation. The keyspace itself lives in `keel-engine`; the wire
-//! format in `keel-protocol`.
+//! format in `keel-protocol`; the append-only log in `keel-journal`.
 //!
 //! A request flows: socket -> [`worker`] reads into the connection's buffer
 //! -> `keel_protocol::parse_request` -> [`command::execute`] looks the
 //! command up in the one table, locks the shards its keys live in, runs the
-//! handler, and appends the reply -> the worker writes the reply.
+//! handler, appends the reply and, for a write, the journal record
+//! ([`durability`]) -> the worker writes the replies the journal's durable
+//! position allows.
 
 pub mod client;
 pub mod command;
