@@ -224,31 +224,7 @@ impl Worker {
             Stream::Tcp(s) => std::os::fd::AsRawFd::as_raw_fd(s),
             Stream::Unix(s) => std::os::fd::AsRawFd::as_raw_fd(s),
         };
-        let now = unix_ms();
-        let info = Arc::new(ClientInfo {
-            id: self.server.clients.next_id(),
-            addr,
-            laddr,
-            fd,
-            created_ms: now,
-            last_interaction_ms: now.into(),
-            last_cmd: 0.into(),
-            db: 0.into(),
-            resp: 2.into(),
-            name: Default::default(),
-            kill: false.into(),
-            multi_len: 0.into(),
-            in_multi: false.into(),
-            monitor: false.into(),
-            qbuf: 0.into(),
-            obl: 0.into(),
-            no_evict: false.into(),
-            unix,
-            blocked: false.into(),
-            qbuf_free: 0.into(),
-            rbs: 0.into(),
-            multi_mem: 0.into(),
-        });
+        let info = Arc::new(ClientInfo::new(self.server.clients.next_id(), addr, laddr, fd, unix));
         let entry = self.conns.vacant_entry();
         let token = Token(entry.key());
         if let Err(e) = self.poll.registry().register(stream.source(), token, Interest::READABLE | Interest::WRITABLE)
