@@ -55,6 +55,35 @@ pub use stats::JournalStats;
 use writer::{Gather, Inner, Syncer, Writer};
 
 /// File-level hooks for tests and fault injection.
+/// Entry points for the fuzz targets in `fuzz/`: the journal's own parsers
+/// (its record reader and the manifest), which read files a crash or a
+/// user may have damaged.
+pub mod fuzzing {
+    use crate::resp::{Item, Mode, RecordReader};
+
+    /// Reads every record of `bytes` in both modes; returns how many
+    /// commands were read before the end or the first error. Must never
+    /// panic, and must not read past `bytes`.
+    pub fn read_records(bytes: &[u8]) -> usize {
+        let mut commands = 0;
+        for mode in [Mode::Full, Mode::Skim] {
+            let mut reader = RecordReader::new(bytes, bytes.len() as u64);
+            while let Ok(Some(item)) = reader.next_item(mode) {
+                if matches!(item, Item::Command(_)) {
+                    commands += 1;
+                }
+                assert!(reader.position() <= bytes.len() as u64, "reader went past its input");
+            }
+        }
+        commands
+    }
+
+    /// Parses `bytes` as a manifest; true if it was accepted.
+    pub fn parse_manifest(bytes: &[u8]) -> bool {
+        crate::manifest::Manifest::parse(bytes).is_ok()
+    }
+}
+
 pub mod testing {
     pub use crate::file::{Failpoints, Fault, FaultyFiles, FileFactory, LogFile, Op, StdFiles};
 }
