@@ -12,38 +12,21 @@ use super::parse::{eq, i64_arg};
 use super::strings::{string_of, string_of_mut, wrote};
 use super::{cmd, flags::*, range, CmdError, CmdResult, CommandSpec, Ctx, KEY1};
 
-const fn doc(spec: CommandSpec, summary: &'static str, since: &'static str) -> CommandSpec {
-    CommandSpec { summary, since, ..spec }
-}
-
 pub static COMMANDS: &[CommandSpec] = &[
-    doc(
-        cmd("setbit", 4, WRITE | DENYOOM, KEY1, "bitmap", setbit),
-        "Sets or clears the bit at offset in the string value stored at key",
-        "2.2.0",
-    ),
-    doc(
-        cmd("getbit", 3, READONLY | FAST, KEY1, "bitmap", getbit),
-        "Returns the bit value at offset in the string value stored at key",
-        "2.2.0",
-    ),
-    doc(cmd("bitcount", -2, READONLY, KEY1, "bitmap", bitcount), "Count set bits in a string", "2.6.0"),
-    doc(cmd("bitpos", -3, READONLY, KEY1, "bitmap", bitpos), "Find first bit set or clear in a string", "2.8.7"),
-    doc(
-        cmd("bitop", -4, WRITE | DENYOOM, range(2, -1, 1), "bitmap", bitop),
-        "Perform bitwise operations between strings",
-        "2.6.0",
-    ),
-    doc(
-        cmd("bitfield", -2, WRITE | DENYOOM, KEY1, "bitmap", bitfield),
-        "Perform arbitrary bitfield integer operations on strings",
-        "3.2.0",
-    ),
-    doc(
-        cmd("bitfield_ro", -2, READONLY | FAST, KEY1, "bitmap", bitfield_ro),
-        "Perform arbitrary bitfield integer operations on strings. Read-only variant of BITFIELD",
-        "6.0.0",
-    ),
+    cmd("setbit", 4, WRITE | DENYOOM, KEY1, "bitmap", setbit)
+        .doc("Sets or clears the bit at offset in the string value stored at key", "2.2.0"),
+    cmd("getbit", 3, READONLY | FAST, KEY1, "bitmap", getbit)
+        .doc("Returns the bit value at offset in the string value stored at key", "2.2.0"),
+    cmd("bitcount", -2, READONLY, KEY1, "bitmap", bitcount)
+        .doc("Count set bits in a string", "2.6.0"),
+    cmd("bitpos", -3, READONLY, KEY1, "bitmap", bitpos)
+        .doc("Find first bit set or clear in a string", "2.8.7"),
+    cmd("bitop", -4, WRITE | DENYOOM, range(2, -1, 1), "bitmap", bitop)
+        .doc("Perform bitwise operations between strings", "2.6.0"),
+    cmd("bitfield", -2, WRITE | DENYOOM, KEY1, "bitmap", bitfield)
+        .doc("Perform arbitrary bitfield integer operations on strings", "3.2.0"),
+    cmd("bitfield_ro", -2, READONLY | FAST, KEY1, "bitmap", bitfield_ro)
+        .doc("Perform arbitrary bitfield integer operations on strings. Read-only variant of BITFIELD", "6.0.0"),
 ];
 
 // ---------------------------------------------------------------------------

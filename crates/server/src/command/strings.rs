@@ -23,94 +23,51 @@ use self::long_double::{IncrFloatError, LongDouble, Parsed};
 use super::parse::{eq, i64_arg};
 use super::{cmd, flags::*, range, CmdError, CmdResult, CommandSpec, Ctx, KEY1};
 
-/// A table entry with COMMAND DOCS' summary and first version.
-const fn doc(spec: CommandSpec, summary: &'static str, since: &'static str) -> CommandSpec {
-    CommandSpec { summary, since, ..spec }
-}
-
 pub static COMMANDS: &[CommandSpec] = &[
-    doc(cmd("get", 2, READONLY | FAST, KEY1, "string", get), "Get the value of a key", "1.0.0"),
-    doc(cmd("set", -3, WRITE | DENYOOM, KEY1, "string", set), "Set the string value of a key", "1.0.0"),
-    doc(
-        cmd("setnx", 3, WRITE | DENYOOM | FAST, KEY1, "string", setnx),
-        "Set the value of a key, only if the key does not exist",
-        "1.0.0",
-    ),
-    doc(cmd("setex", 4, WRITE | DENYOOM, KEY1, "string", setex), "Set the value and expiration of a key", "2.0.0"),
-    doc(
-        cmd("psetex", 4, WRITE | DENYOOM, KEY1, "string", psetex),
-        "Set the value and expiration in milliseconds of a key",
-        "2.6.0",
-    ),
-    doc(
-        cmd("getset", 3, WRITE | DENYOOM | FAST, KEY1, "string", getset),
-        "Set the string value of a key and return its old value",
-        "1.0.0",
-    ),
-    doc(cmd("getdel", 2, WRITE | FAST, KEY1, "string", getdel), "Get the value of a key and delete the key", "6.2.0"),
-    doc(
-        cmd("getex", -2, WRITE | FAST, KEY1, "string", getex),
-        "Get the value of a key and optionally set its expiration",
-        "6.2.0",
-    ),
-    doc(
-        cmd("mget", -2, READONLY | FAST, range(1, -1, 1), "string", mget),
-        "Get the values of all the given keys",
-        "1.0.0",
-    ),
-    doc(
-        cmd("mset", -3, WRITE | DENYOOM, range(1, -1, 2), "string", mset),
-        "Set multiple keys to multiple values",
-        "1.0.1",
-    ),
-    doc(
-        cmd("msetnx", -3, WRITE | DENYOOM, range(1, -1, 2), "string", msetnx),
-        "Set multiple keys to multiple values, only if none of the keys exist",
-        "1.0.1",
-    ),
-    doc(cmd("append", 3, WRITE | DENYOOM | FAST, KEY1, "string", append), "Append a value to a key", "2.0.0"),
-    doc(
-        cmd("strlen", 2, READONLY | FAST, KEY1, "string", strlen),
-        "Get the length of the value stored in a key",
-        "2.2.0",
-    ),
-    doc(
-        cmd("incr", 2, WRITE | DENYOOM | FAST, KEY1, "string", incr),
-        "Increment the integer value of a key by one",
-        "1.0.0",
-    ),
-    doc(
-        cmd("decr", 2, WRITE | DENYOOM | FAST, KEY1, "string", decr),
-        "Decrement the integer value of a key by one",
-        "1.0.0",
-    ),
-    doc(
-        cmd("incrby", 3, WRITE | DENYOOM | FAST, KEY1, "string", incrby),
-        "Increment the integer value of a key by the given amount",
-        "1.0.0",
-    ),
-    doc(
-        cmd("decrby", 3, WRITE | DENYOOM | FAST, KEY1, "string", decrby),
-        "Decrement the integer value of a key by the given number",
-        "1.0.0",
-    ),
-    doc(
-        cmd("incrbyfloat", 3, WRITE | DENYOOM | FAST, KEY1, "string", incrbyfloat),
-        "Increment the float value of a key by the given amount",
-        "2.6.0",
-    ),
-    doc(
-        cmd("getrange", 4, READONLY, KEY1, "string", getrange),
-        "Get a substring of the string stored at a key",
-        "2.4.0",
-    ),
-    doc(cmd("substr", 4, READONLY, KEY1, "string", getrange), "Get a substring of the string stored at a key", "1.0.0"),
-    doc(
-        cmd("setrange", 4, WRITE | DENYOOM, KEY1, "string", setrange),
-        "Overwrite part of a string at key starting at the specified offset",
-        "2.2.0",
-    ),
-    doc(cmd("lcs", -3, READONLY, range(1, 2, 1), "string", lcs), "Find longest common substring", "7.0.0"),
+    cmd("get", 2, READONLY | FAST, KEY1, "string", get)
+        .doc("Get the value of a key", "1.0.0"),
+    cmd("set", -3, WRITE | DENYOOM, KEY1, "string", set)
+        .doc("Set the string value of a key", "1.0.0"),
+    cmd("setnx", 3, WRITE | DENYOOM | FAST, KEY1, "string", setnx)
+        .doc("Set the value of a key, only if the key does not exist", "1.0.0"),
+    cmd("setex", 4, WRITE | DENYOOM, KEY1, "string", setex)
+        .doc("Set the value and expiration of a key", "2.0.0"),
+    cmd("psetex", 4, WRITE | DENYOOM, KEY1, "string", psetex)
+        .doc("Set the value and expiration in milliseconds of a key", "2.6.0"),
+    cmd("getset", 3, WRITE | DENYOOM | FAST, KEY1, "string", getset)
+        .doc("Set the string value of a key and return its old value", "1.0.0"),
+    cmd("getdel", 2, WRITE | FAST, KEY1, "string", getdel)
+        .doc("Get the value of a key and delete the key", "6.2.0"),
+    cmd("getex", -2, WRITE | FAST, KEY1, "string", getex)
+        .doc("Get the value of a key and optionally set its expiration", "6.2.0"),
+    cmd("mget", -2, READONLY | FAST, range(1, -1, 1), "string", mget)
+        .doc("Get the values of all the given keys", "1.0.0"),
+    cmd("mset", -3, WRITE | DENYOOM, range(1, -1, 2), "string", mset)
+        .doc("Set multiple keys to multiple values", "1.0.1"),
+    cmd("msetnx", -3, WRITE | DENYOOM, range(1, -1, 2), "string", msetnx)
+        .doc("Set multiple keys to multiple values, only if none of the keys exist", "1.0.1"),
+    cmd("append", 3, WRITE | DENYOOM | FAST, KEY1, "string", append)
+        .doc("Append a value to a key", "2.0.0"),
+    cmd("strlen", 2, READONLY | FAST, KEY1, "string", strlen)
+        .doc("Get the length of the value stored in a key", "2.2.0"),
+    cmd("incr", 2, WRITE | DENYOOM | FAST, KEY1, "string", incr)
+        .doc("Increment the integer value of a key by one", "1.0.0"),
+    cmd("decr", 2, WRITE | DENYOOM | FAST, KEY1, "string", decr)
+        .doc("Decrement the integer value of a key by one", "1.0.0"),
+    cmd("incrby", 3, WRITE | DENYOOM | FAST, KEY1, "string", incrby)
+        .doc("Increment the integer value of a key by the given amount", "1.0.0"),
+    cmd("decrby", 3, WRITE | DENYOOM | FAST, KEY1, "string", decrby)
+        .doc("Decrement the integer value of a key by the given number", "1.0.0"),
+    cmd("incrbyfloat", 3, WRITE | DENYOOM | FAST, KEY1, "string", incrbyfloat)
+        .doc("Increment the float value of a key by the given amount", "2.6.0"),
+    cmd("getrange", 4, READONLY, KEY1, "string", getrange)
+        .doc("Get a substring of the string stored at a key", "2.4.0"),
+    cmd("substr", 4, READONLY, KEY1, "string", getrange)
+        .doc("Get a substring of the string stored at a key", "1.0.0"),
+    cmd("setrange", 4, WRITE | DENYOOM, KEY1, "string", setrange)
+        .doc("Overwrite part of a string at key starting at the specified offset", "2.2.0"),
+    cmd("lcs", -3, READONLY, range(1, 2, 1), "string", lcs)
+        .doc("Find longest common substring", "7.0.0"),
 ];
 
 // ---------------------------------------------------------------------------
