@@ -1,10 +1,11 @@
 //! One logical database (SELECT 0..15) inside one shard: its keys, the
-//! subset that carries a TTL, and the clients WATCHing its keys.
+//! subset that carries a TTL, the clients WATCHing its keys and the
+//! clients blocked on them (BLPOP and friends).
 //!
 //! Every write goes through a method here, so that expiry bookkeeping and
 //! WATCH invalidation cannot be forgotten by a command.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -43,6 +44,13 @@ pub struct Db {
     watched: HashMap<Key, Vec<Watcher>>,
     /// Keys removed because their time ran out (INFO stats expired_keys).
     pub expired_keys: u64,
+    /// Clients blocked on each key, by client id, first blocked first.
+    pub blocked: HashMap<Key, VecDeque<u64>>,
+    /// Keys with blocked clients that came into existence since the server
+    /// last served them (Redis's `signalKeyAsReady`). A blocked key is
+    /// always absent (or of another type), so creation is the only event
+    /// that can make it servable.
+    pub ready: Vec<Key>,
 }
 
 /// Samples per pass of [`Db::active_expire_cycle`] (Redis samples 20 per
@@ -120,6 +128,9 @@ impl Db {
             entry.expire_at_ms = NO_EXPIRY;
             self.data.expires.remove(key);
         }
+        if inserted {
+            self.signal_created(key);
+        }
         self.signal_modified(key);
     }
 
@@ -130,7 +141,8 @@ impl Db {
             Some(old) if old.has_expiry() && !has_expiry => {
                 self.data.expires.remove(key);
             }
-            _ => {}
+            Some(_) => {}
+            None => self.signal_created(key),
         }
         if has_expiry && !self.data.expires.contains_key(key) {
             self.data.expires.insert(key.into(), ());
@@ -243,6 +255,13 @@ impl Db {
         }
     }
 
+    /// Queues `key` for serving if clients are blocked on it.
+    fn signal_created(&mut self, key: &[u8]) {
+        if !self.blocked.is_empty() && self.blocked.contains_key(key) && !self.ready.iter().any(|k| &k[..] == key) {
+            self.ready.push(key.into());
+        }
+    }
+
     /// SWAPDB within one shard: exchanges the contents of `a` and `b`,
     /// signalling the watchers of both as Redis does. Watches stay with
     /// their database number, as clients stay in the database they chose.
@@ -250,6 +269,10 @@ impl Db {
         a.touch_all_watched(Some(&b.data), now_ms);
         b.touch_all_watched(Some(&a.data), now_ms);
         std::mem::swap(&mut a.data, &mut b.data);
+        for db in [a, b] {
+            let keys: Vec<Key> = db.blocked.keys().filter(|k| db.data.keys.contains_key(&k[..])).cloned().collect();
+            keys.iter().for_each(|k| db.signal_created(k));
+        }
     }
 
     /// Starts watching `key` for the client owning `flag`. A key that is

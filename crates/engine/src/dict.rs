@@ -242,6 +242,18 @@ impl<K, V, S: Default> Default for Dict<K, V, S> {
     }
 }
 
+/// A copy with the same hasher (COPY, and snapshots of collections):
+/// rebuilt by insertion, so the copy is not mid-rehash.
+impl<K: Hash + Eq + Clone, V: Clone, S: BuildHasher + Clone> Clone for Dict<K, V, S> {
+    fn clone(&self) -> Self {
+        let mut copy = Dict::with_hasher(self.hasher.clone());
+        for (k, v) in self.iter() {
+            copy.insert(k.clone(), v.clone());
+        }
+        copy
+    }
+}
+
 impl<K, V, S> fmt::Debug for Dict<K, V, S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Dict")
@@ -1024,9 +1036,11 @@ mod tests {
         }
         assert_eq!(d.buckets(), INITIAL_BUCKETS, "{d:?}");
         // One non-empty bucket plus at most ten empty ones; a chain is a few
-        // nodes with a random hash.
+        // nodes with a random hash (the longest of a million chains at load
+        // factor 1 is about 10, and foldhash on sequential integers reaches
+        // the high teens now and then).
         assert!(max.buckets_visited <= 1 + EMPTY_VISITS_PER_BUCKET, "{max:?}");
-        assert!(max.nodes_moved <= 16, "{max:?}");
+        assert!(max.nodes_moved <= 32, "{max:?}");
         assert!(max.nodes_moved >= 1);
         eprintln!("max work of one op over {N} inserts and removes: {max:?}");
     }

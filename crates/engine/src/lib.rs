@@ -4,15 +4,23 @@
 //! - [`dict`]: a hash table that grows and shrinks incrementally and
 //!   supports SCAN's reverse-binary cursor.
 //! - [`value`]: what a key holds, and Redis's encodings for it.
+//! - [`listpack`]: the compact encoding of small collections.
+//! - [`hash`], [`list`], [`set`], [`zset`]: the collection types, each in
+//!   its compact and its big encoding.
 //! - [`db`]: one numbered database inside a shard: keys, TTLs, WATCH.
 //! - [`keyspace`]: the shards and how commands lock them.
 
 pub mod db;
 pub mod dict;
+pub mod hash;
 pub mod keyspace;
+pub mod list;
+pub mod listpack;
+pub mod set;
 pub mod slot;
 pub mod value;
+pub mod zset;
 
 pub use db::{Db, Key, WatchFlag};
 pub use keyspace::{Keyspace, Locked, Shard};
-pub use value::{Entry, Str, Value};
+pub use value::{EncodingLimits, Entry, Hash, List, Set, Str, Value, ZSet};

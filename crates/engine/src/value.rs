@@ -1,5 +1,10 @@
 //! Values held by the keyspace and the encodings Redis reports for them.
 
+pub use crate::hash::Hash;
+pub use crate::list::List;
+pub use crate::set::Set;
+pub use crate::zset::ZSet;
+
 /// Redis keeps strings that are canonical integers as a machine word
 /// (`int`), short ones in one allocation with their header (`embstr`) and
 /// the rest as growable buffers (`raw`). Keel keeps the same three shapes:
@@ -121,11 +126,15 @@ pub fn parse_canonical_i64(bytes: &[u8]) -> Option<i64> {
     }
 }
 
-/// Every type a key can hold. Collections arrive with their own issue; the
-/// enum is the seam they plug into.
-#[derive(Debug, Clone, PartialEq)]
+/// Every type a key can hold. Each variant is at most 24 bytes, so that a
+/// `Value` stays 32 bytes in every dict node; big encodings are boxed.
+#[derive(Debug, Clone)]
 pub enum Value {
     Str(Str),
+    List(List),
+    Hash(Hash),
+    Set(Set),
+    ZSet(ZSet),
 }
 
 impl Value {
@@ -133,24 +142,79 @@ impl Value {
     pub fn type_name(&self) -> &'static str {
         match self {
             Value::Str(_) => "string",
+            Value::List(_) => "list",
+            Value::Hash(_) => "hash",
+            Value::Set(_) => "set",
+            Value::ZSet(_) => "zset",
         }
     }
 
+    /// The encoding OBJECT ENCODING answers, with Redis 7.0's names.
     pub fn encoding(&self) -> &'static str {
         match self {
             Value::Str(s) => s.encoding(),
+            Value::List(l) => l.encoding(),
+            Value::Hash(h) => h.encoding(),
+            Value::Set(s) => s.encoding(),
+            Value::ZSet(z) => z.encoding(),
         }
     }
 
+    /// Heap bytes owned by the value (memory accounting, lazy-free effort).
     pub fn heap_size(&self) -> usize {
         match self {
             Value::Str(s) => s.heap_size(),
+            Value::List(l) => l.heap_size(),
+            Value::Hash(h) => h.heap_size(),
+            Value::Set(s) => s.heap_size(),
+            Value::ZSet(z) => z.heap_size(),
+        }
+    }
+
+    /// Elements held: 1 for a string, the member count for a collection
+    /// (lazy-free effort: about one allocation per element when big).
+    pub fn element_count(&self) -> usize {
+        match self {
+            Value::Str(_) => 1,
+            Value::List(l) => l.len(),
+            Value::Hash(h) => h.len(),
+            Value::Set(s) => s.len(),
+            Value::ZSet(z) => z.len(),
+        }
+    }
+}
+
+/// Where small collections switch to their big encodings: Redis's
+/// directives (`hash-max-listpack-entries`, ...) with Redis's defaults.
+/// Conversions go one way, small to big, as in Redis.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EncodingLimits {
+    pub hash_max_listpack_entries: usize,
+    pub hash_max_listpack_value: usize,
+    pub set_max_intset_entries: usize,
+    pub zset_max_listpack_entries: usize,
+    pub zset_max_listpack_value: usize,
+    /// Positive: entries per list node; -1..-5: node size 4, 8, 16, 32, 64 KiB.
+    pub list_max_listpack_size: i64,
+    pub list_compress_depth: usize,
+}
+
+impl Default for EncodingLimits {
+    fn default() -> Self {
+        EncodingLimits {
+            hash_max_listpack_entries: 128,
+            hash_max_listpack_value: 64,
+            set_max_intset_entries: 512,
+            zset_max_listpack_entries: 128,
+            zset_max_listpack_value: 64,
+            list_max_listpack_size: -2,
+            list_compress_depth: 0,
         }
     }
 }
 
 /// What the keyspace stores per key.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct Entry {
     pub value: Value,
     /// Absolute expiry in Unix milliseconds; `NO_EXPIRY` when the key persists.
@@ -181,6 +245,11 @@ impl Entry {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn values_stay_32_bytes() {
+        assert!(std::mem::size_of::<Value>() <= 32, "{}", std::mem::size_of::<Value>());
+    }
 
     #[test]
     fn canonical_integers_match_string2ll() {

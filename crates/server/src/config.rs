@@ -70,6 +70,8 @@ pub struct Config {
     pub lazyfree_lazy_server_del: bool,
     pub maxmemory: u64,
     pub maxmemory_policy: String,
+    /// The `*-max-listpack-*` thresholds of the collection encodings.
+    pub encoding: keel_engine::EncodingLimits,
     /// The file the configuration was read from, absolute (CONFIG REWRITE
     /// writes it back; INFO config_file shows it).
     pub config_file: Option<PathBuf>,
@@ -113,6 +115,7 @@ impl Default for Config {
             lazyfree_lazy_server_del: false,
             maxmemory: 0,
             maxmemory_policy: "noeviction".into(),
+            encoding: Default::default(),
             config_file: None,
         }
     }
@@ -189,61 +192,61 @@ fn yes_no(b: bool) -> String {
 
 /// Builds a `Directive` for a field of a simple kind.
 macro_rules! directive {
-    ($name:literal, $mutable:expr, bool, $field:ident) => {
+    ($name:literal, $mutable:expr, bool, $($field:ident).+) => {
         Directive {
             name: $name,
             mutable: $mutable,
-            get: |c| yes_no(c.$field),
+            get: |c| yes_no(c.$($field).+),
             set: |c, a| {
-                c.$field = parse_bool(one(a)?)?;
+                c.$($field).+ = parse_bool(one(a)?)?;
                 Ok(())
             },
         }
     };
-    ($name:literal, $mutable:expr, num($min:expr, $max:expr), $field:ident) => {
+    ($name:literal, $mutable:expr, num($min:expr, $max:expr), $($field:ident).+) => {
         Directive {
             name: $name,
             mutable: $mutable,
-            get: |c| c.$field.to_string(),
+            get: |c| c.$($field).+.to_string(),
             set: |c, a| {
-                c.$field = parse_num(one(a)?, $min, $max)?;
+                c.$($field).+ = parse_num(one(a)?, $min, $max)?;
                 Ok(())
             },
         }
     };
-    ($name:literal, $mutable:expr, memory, $field:ident) => {
+    ($name:literal, $mutable:expr, memory, $($field:ident).+) => {
         Directive {
             name: $name,
             mutable: $mutable,
-            get: |c| c.$field.to_string(),
+            get: |c| c.$($field).+.to_string(),
             set: |c, a| {
-                c.$field = parse_memory(one(a)?)?.try_into().map_err(|_| ConfigError::Invalid("argument too large".into()))?;
+                c.$($field).+ = parse_memory(one(a)?)?.try_into().map_err(|_| ConfigError::Invalid("argument too large".into()))?;
                 Ok(())
             },
         }
     };
-    ($name:literal, $mutable:expr, string, $field:ident) => {
+    ($name:literal, $mutable:expr, string, $($field:ident).+) => {
         Directive {
             name: $name,
             mutable: $mutable,
-            get: |c| c.$field.to_string(),
+            get: |c| c.$($field).+.to_string(),
             set: |c, a| {
-                c.$field = one(a)?.into();
+                c.$($field).+ = one(a)?.into();
                 Ok(())
             },
         }
     };
-    ($name:literal, $mutable:expr, enum [$($v:literal),+], $field:ident) => {
+    ($name:literal, $mutable:expr, enum [$($v:literal),+], $($field:ident).+) => {
         Directive {
             name: $name,
             mutable: $mutable,
-            get: |c| c.$field.to_string(),
+            get: |c| c.$($field).+.to_string(),
             set: |c, a| {
                 let v = one(a)?.to_ascii_lowercase();
                 if ![$($v),+].contains(&v.as_str()) {
                     return Err(ConfigError::Invalid("argument(s) must be one of the following: ".to_string() + &[$($v),+].join(", ")));
                 }
-                c.$field = v;
+                c.$($field).+ = v;
                 Ok(())
             },
         }
@@ -391,6 +394,20 @@ pub static DIRECTIVES: &[Directive] = &[
     directive!("lazyfree-lazy-user-flush", true, bool, lazyfree_lazy_user_flush),
     directive!("lazyfree-lazy-expire", true, bool, lazyfree_lazy_expire),
     directive!("lazyfree-lazy-server-del", true, bool, lazyfree_lazy_server_del),
+    // Collection encodings, each under its Redis 7 name and the ziplist
+    // name it replaced (Redis accepts both; CONFIG GET * lists both).
+    directive!("hash-max-listpack-entries", true, num(0, i64::MAX as usize), encoding.hash_max_listpack_entries),
+    directive!("hash-max-ziplist-entries", true, num(0, i64::MAX as usize), encoding.hash_max_listpack_entries),
+    directive!("hash-max-listpack-value", true, num(0, i64::MAX as usize), encoding.hash_max_listpack_value),
+    directive!("hash-max-ziplist-value", true, num(0, i64::MAX as usize), encoding.hash_max_listpack_value),
+    directive!("set-max-intset-entries", true, num(0, i64::MAX as usize), encoding.set_max_intset_entries),
+    directive!("zset-max-listpack-entries", true, num(0, i64::MAX as usize), encoding.zset_max_listpack_entries),
+    directive!("zset-max-ziplist-entries", true, num(0, i64::MAX as usize), encoding.zset_max_listpack_entries),
+    directive!("zset-max-listpack-value", true, num(0, i64::MAX as usize), encoding.zset_max_listpack_value),
+    directive!("zset-max-ziplist-value", true, num(0, i64::MAX as usize), encoding.zset_max_listpack_value),
+    directive!("list-max-listpack-size", true, num(i32::MIN as i64, i32::MAX as i64), encoding.list_max_listpack_size),
+    directive!("list-max-ziplist-size", true, num(i32::MIN as i64, i32::MAX as i64), encoding.list_max_listpack_size),
+    directive!("list-compress-depth", true, num(0, i32::MAX as usize), encoding.list_compress_depth),
     Directive {
         name: "maxmemory",
         mutable: true,

@@ -86,7 +86,8 @@ pub fn replay(server: &Server, replay: Replay) -> Result<u64, String> {
 pub fn record(ctx: &mut Ctx<'_>, spec: &CommandSpec, argv: &[&[u8]]) {
     let db = ctx.dbs.selected;
     let whole_shards = spec.has(command::flags::ALL_SHARDS) || matches!(spec.name, "move" | "copy" | "swapdb");
-    if !ctx.durability.in_transaction && logged_as_is(spec, argv) {
+    let replaced = ctx.durability.replaced.take();
+    if replaced.is_none() && !ctx.durability.in_transaction && logged_as_is(spec, argv) {
         let Some(journal) = ctx.server.journal.as_deref() else { return };
         let lsn = journal.append(db, argv);
         ctx.durability.write_lsn = lsn;
@@ -104,7 +105,10 @@ pub fn record(ctx: &mut Ctx<'_>, spec: &CommandSpec, argv: &[&[u8]]) {
     for i in spec.key_indexes(argv) {
         ctx.durability.stamps.push(Stamp::Key { db, key: argv[i].to_vec() });
     }
-    let propagated = propagate(ctx, spec, argv);
+    let propagated = match replaced {
+        Some(commands) => commands,
+        None => propagate(ctx, spec, argv),
+    };
     ctx.durability.log.extend(propagated.into_iter().map(|a| (db, a)));
 }
 
@@ -241,4 +245,6 @@ pub struct Pending {
     pub write_lsn: Lsn,
     /// Inside EXEC: everything goes into one MULTI/EXEC unit at the end.
     pub in_transaction: bool,
+    /// What the running command logs instead of itself (`Ctx::propagate_as`).
+    pub replaced: Option<Vec<Vec<Vec<u8>>>>,
 }

@@ -76,10 +76,11 @@ fn dropper() -> Option<&'static Dropper> {
 pub fn free_effort(value: &Value) -> usize {
     match value {
         Value::Str(_) => 1 + value.heap_size() / BYTES_PER_EFFORT,
-        // Collections: one allocation per few elements at least; their
-        // heap size is the best measure every type offers.
-        #[allow(unreachable_patterns)]
-        _ => value.heap_size() / 64,
+        // A compact encoding is one allocation; a list one per node.
+        _ if matches!(value.encoding(), "listpack" | "intset") => 1,
+        Value::List(_) => 1 + value.heap_size() / 8192,
+        // Tables and skiplists: an allocation or more per element.
+        _ => value.element_count(),
     }
 }
 

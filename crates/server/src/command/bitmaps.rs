@@ -9,7 +9,7 @@ use keel_engine::value::{Str, Value};
 use keel_engine::Db;
 
 use super::parse::{eq, i64_arg};
-use super::strings::{string_of, string_of_mut, wrote};
+use super::strings::{string_of, string_of_mut};
 use super::{cmd, flags::*, range, CmdError, CmdResult, CommandSpec, Ctx, KEY1};
 
 pub static COMMANDS: &[CommandSpec] = &[
@@ -265,7 +265,7 @@ fn setbit(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
             *byte &= !mask;
         }
         db.signal_modified(key);
-        wrote(ctx, 1);
+        ctx.wrote(1);
     }
     ctx.out.int(i64::from(old));
     Ok(())
@@ -437,7 +437,7 @@ fn bitop(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     if max_len == 0 {
         if db.get(dest, now).is_some() {
             db.remove(dest);
-            wrote(ctx, 1);
+            ctx.wrote(1);
         }
         ctx.out.int(0);
         return Ok(());
@@ -468,7 +468,7 @@ fn bitop(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
         }
     }
     db.set(dest, Value::Str(Str::raw(result)), false, lru);
-    wrote(ctx, 1);
+    ctx.wrote(1);
     ctx.out.int(max_len as i64);
     Ok(())
 }
@@ -629,7 +629,7 @@ fn bitfield_generic(ctx: &mut Ctx<'_>, argv: &[&[u8]], read_only: bool) -> CmdRe
     }
     if changes > 0 {
         db.signal_modified(key);
-        wrote(ctx, changes);
+        ctx.wrote(changes);
     }
     Ok(())
 }

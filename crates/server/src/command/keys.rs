@@ -116,12 +116,6 @@ const OBJECT_SUBCOMMANDS: &[CommandSpec] = &[
         .doc("Show helpful text about the different subcommands", "6.2.0"),
 ];
 
-/// Every key write of this module ends here (see the module doc): the
-/// count goes to `server.dirty`, and the append-only log will hook in.
-fn wrote(ctx: &Ctx<'_>, changes: u64) {
-    super::strings::wrote(ctx, changes);
-}
-
 /// Frees a removed entry, in the background if `lazy` and it is big.
 fn release(entry: Entry, lazy: bool) {
     if lazy {
@@ -208,7 +202,7 @@ fn del_generic(ctx: &mut Ctx<'_>, argv: &[&[u8]], lazy: bool) -> CmdResult {
         }
     }
     if deleted > 0 {
-        wrote(ctx, deleted);
+        ctx.wrote(deleted);
     }
     ctx.out.int(deleted as i64);
     Ok(())
@@ -440,7 +434,7 @@ fn rename_generic(ctx: &mut Ctx<'_>, argv: &[&[u8]], nx: bool) -> CmdResult {
         return Err(CmdError::NoSuchKey);
     };
     ctx.dbs.of(dst).insert_entry(dst, entry);
-    wrote(ctx, 1);
+    ctx.wrote(1);
     if nx {
         ctx.out.int(1);
     } else {
@@ -469,7 +463,7 @@ fn move_(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
         return Ok(());
     };
     dst.insert_entry(key, entry);
-    wrote(ctx, 1);
+    ctx.wrote(1);
     ctx.out.int(1);
     Ok(())
 }
@@ -516,7 +510,7 @@ fn copy(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     let mut copied = Entry::new(value, lru);
     copied.expire_at_ms = expire_at_ms;
     dst_db.insert_entry(dst, copied);
-    wrote(ctx, 1);
+    ctx.wrote(1);
     ctx.out.int(1);
     Ok(())
 }
@@ -609,7 +603,7 @@ fn expire_generic(ctx: &mut Ctx<'_>, argv: &[&[u8]], relative: bool, seconds: bo
         // Logged as PEXPIREAT key `when`.
         db.set_expire(key, when as u64, now);
     }
-    wrote(ctx, 1);
+    ctx.wrote(1);
     ctx.out.int(1);
     Ok(())
 }
@@ -673,7 +667,7 @@ fn persist(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
         return Ok(());
     }
     // Logged as PERSIST key.
-    wrote(ctx, 1);
+    ctx.wrote(1);
     ctx.out.int(1);
     Ok(())
 }
@@ -804,7 +798,7 @@ fn swapdb(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
         }
     }
     // Logged as SWAPDB a b.
-    wrote(ctx, 1);
+    ctx.wrote(1);
     ctx.out.ok();
     Ok(())
 }
@@ -844,7 +838,7 @@ fn flushdb(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     let selected = ctx.dbs.selected;
     let removed = empty(ctx, Some(selected), lazy);
     // Logged as FLUSHDB even when nothing was removed (Redis forces it).
-    wrote(ctx, removed);
+    ctx.wrote(removed);
     ctx.out.ok();
     Ok(())
 }
@@ -855,7 +849,7 @@ fn flushall(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     // Logged as FLUSHALL even when nothing was removed. Redis also writes
     // an RDB here when `save` points are configured: the snapshot code
     // hooks in at this point.
-    wrote(ctx, removed);
+    ctx.wrote(removed);
     ctx.out.ok();
     Ok(())
 }

@@ -7,10 +7,15 @@
 
 pub mod bitmaps;
 pub mod connection;
+pub mod hashes;
 pub mod keys;
+pub mod lists;
 pub mod server;
+pub mod sets;
+pub mod sort;
 pub mod strings;
 pub mod transactions;
+pub mod zsets;
 
 use std::collections::HashMap;
 use std::sync::OnceLock;
@@ -267,6 +272,11 @@ pub fn table() -> &'static Table {
             keys::COMMANDS,
             strings::COMMANDS,
             bitmaps::COMMANDS,
+            lists::COMMANDS,
+            hashes::COMMANDS,
+            sets::COMMANDS,
+            zsets::COMMANDS,
+            sort::COMMANDS,
             transactions::COMMANDS,
         ]
         .iter()
@@ -330,6 +340,30 @@ pub struct Ctx<'a> {
     pub changes: std::cell::Cell<u64>,
     /// What the command logs to the journal and what its reply depends on.
     pub durability: crate::durability::Pending,
+}
+
+impl Ctx<'_> {
+    /// Every write of every command ends here: `changes` is what Redis adds
+    /// to `server.dirty` (INFO rdb_changes_since_last_save), and a non-zero
+    /// count makes `run` record the command in the journal.
+    pub fn wrote(&self, changes: u64) {
+        self.server.dirty.fetch_add(changes, Ordering::Relaxed);
+        self.changes.set(self.changes.get() + changes);
+    }
+
+    /// Where small collections switch encodings (the `*-max-listpack-*`
+    /// directives), as configured now.
+    pub fn encoding_limits(&self) -> keel_engine::EncodingLimits {
+        self.server.config.read().encoding
+    }
+
+    /// Replaces what the running command logs to the journal (and later
+    /// sends to replicas): for commands whose effect is not reproduced by
+    /// replaying them as they came (SPOP picks at random, a blocking pop
+    /// served later logs the pop it made).
+    pub fn propagate_as(&mut self, commands: Vec<Vec<Vec<u8>>>) {
+        self.durability.replaced = Some(commands);
+    }
 }
 
 /// Locks what `spec` needs for `argv`.
@@ -534,6 +568,7 @@ pub fn run(ctx: &mut Ctx<'_>, index: usize, spec: &CommandSpec, argv: &[&[u8]]) 
     } else {
         crate::durability::note_reads(ctx, spec, argv);
     }
+    ctx.durability.replaced = None;
     let stat = &ctx.stats.commands[index];
     stat.calls.fetch_add(1, Ordering::Relaxed);
     stat.usec.fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);

@@ -13,7 +13,6 @@
 
 pub mod long_double;
 
-use std::sync::atomic::Ordering;
 
 use keel_engine::value::{Str, Value, EMBSTR_MAX_LEN};
 use keel_engine::{Db, Entry};
@@ -118,17 +117,6 @@ pub fn reply_str(out: &mut ReplyWriter<'_>, s: &Str) {
 /// The owned bytes of a string (GET-then-write commands keep the old value).
 fn bytes_of(s: &Str) -> Vec<u8> {
     s.as_bytes(&mut itoa::Buffer::new()).to_vec()
-}
-
-/// Every write of the string and bit commands ends here: `changes` is what
-/// Redis adds to `server.dirty` (INFO rdb_changes_since_last_save). This is
-/// also the one place where the append-only log will record the command,
-/// rewritten as Redis propagates it (SET ... PXAT for relative expiries,
-/// DEL for GETDEL, PEXPIREAT/PERSIST/DEL for GETEX, SET ... KEEPTTL for
-/// INCRBYFLOAT).
-pub(crate) fn wrote(ctx: &Ctx<'_>, changes: u64) {
-    ctx.server.dirty.fetch_add(changes, Ordering::Relaxed);
-    ctx.changes.set(ctx.changes.get() + changes);
 }
 
 /// `proto-max-bulk-len`: the largest string a command may build.
@@ -293,7 +281,7 @@ fn set_generic(ctx: &mut Ctx<'_>, req: SetRequest<'_>) -> Result<bool, CmdError>
         // stores it and lets the next access expire it: same replies).
         db.set_expire(req.key, at, now);
     }
-    wrote(ctx, 1);
+    ctx.wrote(1);
     Ok(true)
 }
 
@@ -378,7 +366,7 @@ fn getdel(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     };
     reply_str(&mut ctx.out, s);
     db.remove(key);
-    wrote(ctx, 1);
+    ctx.wrote(1);
     Ok(())
 }
 
@@ -401,9 +389,9 @@ fn getex(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     if let Some(at) = at {
         // An EXAT/PXAT already past deletes the key; set_expire does that.
         db.set_expire(key, at, now);
-        wrote(ctx, 1);
+        ctx.wrote(1);
     } else if o.persist && db.persist(key) {
-        wrote(ctx, 1);
+        ctx.wrote(1);
     }
     Ok(())
 }
@@ -436,7 +424,7 @@ fn mset_generic(ctx: &mut Ctx<'_>, argv: &[&[u8]], nx: bool, name: &str) -> Resu
     for pair in argv[1..].chunks(2) {
         ctx.dbs.of(pair[0]).set(pair[0], Value::Str(Str::from_bytes(pair[1])), false, lru);
     }
-    wrote(ctx, (argv.len() as u64 - 1) / 2);
+    ctx.wrote((argv.len() as u64 - 1) / 2);
     Ok(true)
 }
 
@@ -474,7 +462,7 @@ fn append(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
             total
         }
     };
-    wrote(ctx, 1);
+    ctx.wrote(1);
     ctx.out.int(total as i64);
     Ok(())
 }
@@ -516,7 +504,7 @@ fn incr_decr(ctx: &mut Ctx<'_>, key: &[u8], by: i64) -> CmdResult {
         }
         None => db.set(key, Value::Str(Str::Int(value)), false, lru),
     }
-    wrote(ctx, 1);
+    ctx.wrote(1);
     ctx.out.int(value);
     Ok(())
 }
@@ -585,7 +573,7 @@ fn incrbyfloat(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
         }
         None => db.set(key, Value::Str(value), false, lru),
     }
-    wrote(ctx, 1);
+    ctx.wrote(1);
     ctx.out.bulk(text.as_bytes());
     Ok(())
 }
@@ -676,7 +664,7 @@ fn setrange(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
         db.set(key, Value::Str(Str::raw(bytes)), false, lru);
         len
     };
-    wrote(ctx, 1);
+    ctx.wrote(1);
     ctx.out.int(len as i64);
     Ok(())
 }
