@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 
 pub use keel_protocol::frame::Frame;
 
+pub mod diff;
+
 /// A free TCP port on loopback (bound then released; good enough for tests).
 pub fn free_port() -> u16 {
     // Never hand out the same port twice in one test process: two servers
