@@ -285,6 +285,27 @@ pub fn parse_cursor(arg: &[u8]) -> Result<u64, CmdError> {
     Ok(if negative { v.wrapping_neg() } else { v })
 }
 
+/// The options of HSCAN, SSCAN and ZSCAN after `key cursor`: COUNT (at
+/// least 1, default 10) and MATCH (`None` for no pattern or "*").
+pub(crate) fn parse_member_scan_options<'a>(options: &[&'a [u8]]) -> Result<(usize, Option<&'a [u8]>), CmdError> {
+    let mut count = 10usize;
+    let mut pattern = None;
+    for pair in options.chunks(2) {
+        match pair {
+            [name, value] if eq(name, "count") => {
+                let n = i64_arg(value)?;
+                if n < 1 {
+                    return Err(CmdError::Syntax);
+                }
+                count = usize::try_from(n).unwrap_or(usize::MAX);
+            }
+            [name, value] if eq(name, "match") => pattern = (*value != b"*").then_some(*value),
+            _ => return Err(CmdError::Syntax),
+        }
+    }
+    Ok((count, pattern))
+}
+
 fn scan(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     let cursor = parse_cursor(argv[1])?;
     let mut count: i64 = 10;
