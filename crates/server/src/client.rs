@@ -109,6 +109,11 @@ pub struct Client {
     /// QUIT, or a protocol error: close once the pending replies are written.
     pub close_after_reply: bool,
     pub info: Arc<ClientInfo>,
+    /// The worker thread that owns the connection.
+    pub worker: usize,
+    /// Waiting in a blocking pop: the worker holds the client's further
+    /// requests until the wait ends.
+    pub blocked: Option<Arc<crate::blocking::Waiter>>,
 }
 
 impl Client {
@@ -124,6 +129,8 @@ impl Client {
             reply: ReplyMode::On,
             close_after_reply: false,
             info,
+            worker: 0,
+            blocked: None,
         }
     }
 
@@ -141,6 +148,9 @@ pub enum Message {
     CheckKills,
     /// The journal became durable further: release the replies waiting.
     Durable,
+    /// A blocked client's wait ended (served, or CLIENT UNBLOCK): its
+    /// reply, which may leave once the journal is durable at `lsn`.
+    Unblock { client: u64, reply: Vec<u8>, lsn: u64 },
     /// A CLIENT PAUSE ended early (CLIENT UNPAUSE, or a shorter pause
     /// replaced it): run the input your paused connections hold.
     Resume,

@@ -8,8 +8,10 @@
 //! command up in the one table, locks the shards its keys live in, runs the
 //! handler, appends the reply and, for a write, the journal record
 //! ([`durability`]) -> the worker writes the replies the journal's durable
-//! position allows.
+//! position allows. A command that creates a key some client is blocked
+//! on then serves that client ([`blocking`]).
 
+pub mod blocking;
 pub mod client;
 pub mod command;
 pub mod config;

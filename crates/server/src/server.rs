@@ -103,6 +103,8 @@ pub struct Server {
     pub config: RwLock<Config>,
     pub keyspace: Keyspace,
     pub clients: Clients,
+    /// Clients waiting in blocking pops.
+    pub blocking: crate::blocking::Registry,
     pub workers: Vec<Arc<WorkerStats>>,
     pub mailboxes: RwLock<Vec<Arc<Mailbox>>>,
     pub errorstats: Mutex<BTreeMap<String, u64>>,
@@ -231,6 +233,7 @@ impl Server {
             config: RwLock::new(config),
             keyspace,
             clients: Clients::default(),
+            blocking: Default::default(),
             workers: (0..thread_count).map(|_| Arc::new(WorkerStats::new(command_count))).collect(),
             mailboxes: RwLock::new(Vec::new()),
             errorstats: Mutex::new(BTreeMap::new()),

@@ -102,6 +102,8 @@ pub struct Worker {
     any_paused: bool,
     /// Connections holding replies until the journal is durable.
     gated: Vec<usize>,
+    /// Connections whose client waits in a blocking pop.
+    blocked: Vec<usize>,
 }
 
 impl Worker {
@@ -116,7 +118,18 @@ impl Worker {
         let waker = mio::Waker::new(poll.registry(), WAKER)?;
         let mailbox = Arc::new(Mailbox { queue: Default::default(), waker, awaiting_durable: false.into() });
         let stats = server.workers[index].clone();
-        Ok(Worker { index, server, stats, poll, mailbox, conns: Slab::new(), listeners, any_paused: false, gated: Vec::new() })
+        Ok(Worker {
+            index,
+            server,
+            stats,
+            poll,
+            mailbox,
+            conns: Slab::new(),
+            listeners,
+            any_paused: false,
+            gated: Vec::new(),
+            blocked: Vec::new(),
+        })
     }
 
     pub fn mailbox(&self) -> Arc<Mailbox> {
@@ -138,6 +151,10 @@ impl Worker {
                 let left = Duration::from_millis(until.saturating_sub(unix_ms()));
                 timeout = timeout.min(left);
             }
+            // Blocking timeouts are to the millisecond.
+            if let Some(deadline) = self.next_block_deadline() {
+                timeout = timeout.min(Duration::from_millis(deadline.saturating_sub(unix_ms())));
+            }
             if let Err(e) = self.poll.poll(&mut events, Some(timeout)) {
                 if e.kind() != io::ErrorKind::Interrupted {
                     tracing::error!("poll failed: {e}");
@@ -158,6 +175,9 @@ impl Worker {
                 return;
             }
             self.resume_if_unpaused();
+            if !self.blocked.is_empty() {
+                self.expire_blocked();
+            }
             if Instant::now() >= next_cron {
                 let hz = self.server.config.read().hz.max(1);
                 next_cron = Instant::now() + Duration::from_millis(1000 / u64::from(hz));
@@ -225,6 +245,8 @@ impl Worker {
             Stream::Unix(s) => std::os::fd::AsRawFd::as_raw_fd(s),
         };
         let info = Arc::new(ClientInfo::new(self.server.clients.next_id(), addr, laddr, fd, unix));
+        let mut client = Client::new(info.clone(), !needs_auth);
+        client.worker = self.index;
         let entry = self.conns.vacant_entry();
         let token = Token(entry.key());
         if let Err(e) = self.poll.registry().register(stream.source(), token, Interest::READABLE | Interest::WRITABLE)
@@ -235,7 +257,7 @@ impl Worker {
         self.server.clients.register(info.clone(), self.index);
         entry.insert(Conn {
             stream,
-            client: Client::new(info, !needs_auth),
+            client,
             rbuf: vec![0; READ_CHUNK],
             rstart: 0,
             rend: 0,
@@ -252,9 +274,14 @@ impl Worker {
         for message in messages {
             match message {
                 Message::Deliver { client, bytes } => {
-                    if let Some(key) = self.conns.iter().find(|(_, c)| c.client.id == client).map(|(k, _)| k) {
+                    if let Some(key) = self.conn_of(client) {
                         self.conns[key].wbuf.extend_from_slice(&bytes);
                         self.flush(key);
+                    }
+                }
+                Message::Unblock { client, reply, lsn } => {
+                    if let Some(key) = self.conn_of(client) {
+                        self.unblock(key, &reply, lsn);
                     }
                 }
                 Message::CheckKills => {
@@ -344,6 +371,9 @@ impl Worker {
         }
         process(&self.server, &self.stats, conn, &limits);
         self.any_paused |= conn.paused;
+        if conn.client.blocked.is_some() && !self.blocked.contains(&key) {
+            self.blocked.push(key);
+        }
         conn.client.info.qbuf.store((conn.rend - conn.rstart) as u64, Ordering::Relaxed);
         conn.client.info.qbuf_free.store((conn.rbuf.len() - conn.rend) as u64, Ordering::Relaxed);
         conn.client.info.rbs.store(conn.wbuf.capacity() as u64, Ordering::Relaxed);
@@ -378,8 +408,67 @@ impl Worker {
             conn.client.info.blocked.store(false, Ordering::Relaxed);
             process(&self.server, &self.stats, conn, &limits);
             self.any_paused |= conn.paused;
+            if conn.client.blocked.is_some() && !self.blocked.contains(&key) {
+                self.blocked.push(key);
+            }
             self.flush(key);
         }
+    }
+
+    fn conn_of(&self, client: u64) -> Option<usize> {
+        self.conns.iter().find(|(_, c)| c.client.id == client).map(|(k, _)| k)
+    }
+
+    /// The earliest deadline of this worker's blocked clients.
+    fn next_block_deadline(&self) -> Option<u64> {
+        self.blocked
+            .iter()
+            .filter_map(|&k| self.conns.get(k)?.client.blocked.as_ref().map(|w| w.deadline_ms))
+            .filter(|&d| d > 0)
+            .min()
+    }
+
+    /// Answers the blocked clients whose timeout has passed. One being
+    /// served right now has lost nothing: its reply is on the way.
+    fn expire_blocked(&mut self) {
+        let now = unix_ms();
+        let due: Vec<usize> = self
+            .blocked
+            .iter()
+            .copied()
+            .filter(|&k| {
+                self.conns.get(k).and_then(|c| c.client.blocked.as_ref()).is_some_and(|w| w.deadline_ms > 0 && w.deadline_ms <= now)
+            })
+            .collect();
+        for key in due {
+            let waiter = self.conns[key].client.blocked.clone().expect("filtered on blocked");
+            if waiter.claim() {
+                self.unblock(key, &crate::blocking::timeout_reply(waiter.resp3), 0);
+            }
+        }
+    }
+
+    /// Ends the wait of the client on `key` with `reply` (gated on `lsn`),
+    /// then runs the requests it sent meanwhile.
+    fn unblock(&mut self, key: usize, reply: &[u8], lsn: u64) {
+        let Some(conn) = self.conns.get_mut(key) else { return };
+        let Some(waiter) = conn.client.blocked.take() else { return };
+        conn.client.info.blocked.store(false, Ordering::Relaxed);
+        self.blocked.retain(|&k| k != key);
+        crate::blocking::forget(&self.server, &waiter);
+        let start = conn.wbuf.len();
+        conn.wbuf.extend_from_slice(reply);
+        if self.server.gate_replies && lsn > 0 {
+            conn.gate.push_back((start, lsn));
+        }
+        let limits = self.limits();
+        let conn = &mut self.conns[key];
+        process(&self.server, &self.stats, conn, &limits);
+        self.any_paused |= conn.paused;
+        if conn.client.blocked.is_some() {
+            self.blocked.push(key);
+        }
+        self.flush(key);
     }
 
     fn limits(&self) -> keel_protocol::Limits {
@@ -422,6 +511,13 @@ impl Worker {
     fn close(&mut self, key: usize) {
         if let Some(mut conn) = self.conns.try_remove(key) {
             let _ = self.poll.registry().deregister(conn.stream.source());
+            if let Some(waiter) = conn.client.blocked.take() {
+                // Whether or not a server is serving it right now, the
+                // client is gone: its queue places go.
+                waiter.claim();
+                crate::blocking::forget(&self.server, &waiter);
+                self.blocked.retain(|&k| k != key);
+            }
             command::transactions::unwatch_all(&self.server, &mut conn.client);
             self.server.clients.unregister(conn.client.id);
         }
@@ -473,6 +569,7 @@ impl Worker {
                 .iter()
                 .filter(|(_, c)| {
                     !c.paused
+                        && c.client.blocked.is_none()
                         && !c.client.info.monitor.load(Ordering::Relaxed)
                         && now.saturating_sub(c.client.info.last_interaction_ms.load(Ordering::Relaxed))
                             > timeout_s * 1000
@@ -492,7 +589,7 @@ fn process(server: &Server, stats: &WorkerStats, conn: &mut Conn, limits: &keel_
         conn.rstart = conn.rend;
         return;
     }
-    if conn.paused {
+    if conn.paused || conn.client.blocked.is_some() {
         return;
     }
     let unauthenticated = !conn.client.authenticated;
@@ -518,6 +615,9 @@ fn process(server: &Server, stats: &WorkerStats, conn: &mut Conn, limits: &keel_
                 conn.rstart += consumed;
                 if conn.client.close_after_reply {
                     conn.rstart = conn.rend;
+                    return;
+                }
+                if conn.client.blocked.is_some() {
                     return;
                 }
             }

@@ -47,6 +47,8 @@ const CLIENT_SUBCOMMANDS: &[CommandSpec] = &[
         .doc("Instruct the server whether to reply to commands", "3.2.0"),
     cmd("client|setname", 3, CLIENT_FLAGS, Keys::None, "connection", client_setname)
         .doc("Set the current connection name", "2.6.9"),
+    cmd("client|unblock", -3, ADMIN | CLIENT_FLAGS, Keys::None, "connection", client_unblock)
+        .doc("Unblock a client blocked in a blocking command from a different connection", "5.0.0"),
     cmd("client|unpause", 2, ADMIN | CLIENT_FLAGS, Keys::None, "connection", client_unpause)
         .doc("Resume processing of clients that were paused", "6.2.0"),
 ];
@@ -240,6 +242,8 @@ fn client_help(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
             "      Return clients of specified type.",
             "UNPAUSE",
             "    Stop the current client pause, resuming traffic.",
+            "UNBLOCK <clientid> [TIMEOUT|ERROR]",
+            "    Unblock the specified blocked client.",
             "PAUSE <timeout> [WRITE|ALL]",
             "    Suspend all, or just write, clients for <timeout> milliseconds.",
             "REPLY (ON|OFF|SKIP)",
@@ -546,6 +550,37 @@ fn client_pause(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
         }
     }
     ctx.out.ok();
+    Ok(())
+}
+
+/// CLIENT UNBLOCK id [TIMEOUT|ERROR]: ends another client's blocking pop
+/// as a timeout would, or with an error. Answers 1 if it was blocked.
+fn client_unblock(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
+    let id = super::parse::i64_arg(argv[2])?;
+    let error = match argv.get(3) {
+        None => false,
+        Some(a) if eq(a, "timeout") => false,
+        Some(a) if eq(a, "error") => true,
+        Some(_) => return Err(CmdError::other("ERR CLIENT UNBLOCK reason should be TIMEOUT or ERROR")),
+    };
+    if argv.len() > 4 {
+        return Err(CmdError::Syntax);
+    }
+    let waiter = u64::try_from(id).ok().and_then(|id| ctx.server.blocking.get(id));
+    match waiter {
+        Some(w) if w.claim() => {
+            let reply = if error {
+                let mut out = Vec::new();
+                keel_protocol::ReplyWriter::new(&mut out, w.resp3).error("UNBLOCKED client unblocked via CLIENT UNBLOCK");
+                out
+            } else {
+                crate::blocking::timeout_reply(w.resp3)
+            };
+            ctx.server.send(w.worker, Message::Unblock { client: w.client, reply, lsn: 0 });
+            ctx.out.int(1);
+        }
+        _ => ctx.out.int(0),
+    }
     Ok(())
 }
 

@@ -340,9 +340,40 @@ pub struct Ctx<'a> {
     pub changes: std::cell::Cell<u64>,
     /// What the command logs to the journal and what its reply depends on.
     pub durability: crate::durability::Pending,
+    /// Whether a blocking command may block (not when serving a blocked
+    /// client, nor inside EXEC: see `can_block`).
+    pub may_block: bool,
 }
 
-impl Ctx<'_> {
+impl<'a> Ctx<'a> {
+    pub fn new(
+        server: &'a Server,
+        stats: &'a WorkerStats,
+        client: &'a mut Client,
+        wbuf: &'a mut Vec<u8>,
+        locked: Locked<'a>,
+        now_ms: u64,
+    ) -> Ctx<'a> {
+        Ctx {
+            server,
+            stats,
+            out: ReplyWriter::new(wbuf, client.resp3),
+            dbs: Dbs { keyspace: &server.keyspace, locked, selected: client.db },
+            client,
+            now_ms,
+            lru_s: server.lru_s(),
+            changes: std::cell::Cell::new(0),
+            durability: Default::default(),
+            may_block: true,
+        }
+    }
+
+    /// Whether a blocking command that finds nothing may block the client;
+    /// inside a transaction it answers at once, as Redis does.
+    pub fn can_block(&self) -> bool {
+        self.may_block && !self.durability.in_transaction
+    }
+
     /// Every write of every command ends here: `changes` is what Redis adds
     /// to `server.dirty` (INFO rdb_changes_since_last_save), and a non-zero
     /// count makes `run` record the command in the journal.
@@ -539,20 +570,18 @@ fn dispatch(
         feed_monitors(server, client, argv);
     }
     let locked = lock_for(&server.keyspace, spec, argv);
-    let mut ctx = Ctx {
-        server,
-        stats,
-        out: ReplyWriter::new(wbuf, client.resp3),
-        dbs: Dbs { keyspace: &server.keyspace, locked, selected: client.db },
-        client,
-        now_ms,
-        lru_s: server.lru_s(),
-        changes: std::cell::Cell::new(0),
-        durability: Default::default(),
-    };
+    let mut ctx = Ctx::new(server, stats, client, wbuf, locked, now_ms);
     crate::durability::check_writable(server, spec)?;
     let result = run(&mut ctx, index, spec, argv);
     *lsn = crate::durability::commit(&mut ctx);
+    if server.blocking.any() {
+        let ready = crate::blocking::take_ready(&mut ctx);
+        // Serving takes the locks each served command needs: ours go first.
+        drop(ctx);
+        if !ready.is_empty() {
+            crate::blocking::serve(server, stats, ready);
+        }
+    }
     result
 }
 

@@ -1,0 +1,294 @@
+//! Blocking pops (BLPOP, BRPOP, BLMOVE, BRPOPLPUSH, BLMPOP, BZPOPMIN,
+//! BZPOPMAX, BZMPOP): how a client waits for a key, and how it is served.
+//!
+//! # Waiting
+//!
+//! A blocking command that finds nothing to pop calls [`block`] while it
+//! still holds the locks of its keys: the client's id joins the FIFO queue
+//! of each key in that key's `Db::blocked`, and a [`Waiter`] describing the
+//! wait goes into the server-wide [`Registry`]. Checking for data and
+//! queueing happen under the same locks, so no push can slip in between.
+//! The worker that owns the connection then parks it (its next requests
+//! stay buffered) until the wait ends.
+//!
+//! # Serving
+//!
+//! A blocked key is always absent (or holds another type), so the only
+//! event that can serve it is the key's creation, which `Db` notices and
+//! queues in `Db::ready`. After every command the dispatcher takes those
+//! ready keys ([`take_ready`]) and, once its own locks are released,
+//! [`serve`]s them: for each key, first blocked first served, the waiter's
+//! command runs again on its behalf, narrowed to the ready key and unable
+//! to block, under the locks that narrowed command needs. Its reply (and
+//! the journal position that reply depends on) travels to the owning
+//! worker in a `Message::Unblock`. A served BLMOVE may create its
+//! destination: the keys that makes ready are served in the same pass.
+//! Running the real command keeps one implementation of every pop, and its
+//! journal record is the non-blocking command it amounts to (the handlers
+//! call `Ctx::propagate_as`).
+//!
+//! # Ending a wait exactly once
+//!
+//! A wait ends by being served, by its timeout, by CLIENT UNBLOCK or by
+//! the client going away, and these can race across threads. Whoever
+//! flips `Waiter::done` first owns the ending; the others back off. The
+//! owning worker then removes the client from its keys' queues
+//! ([`forget`]); a server that meets a finished waiter's id in a queue
+//! meanwhile just drops it.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use keel_engine::Key;
+use keel_protocol::ReplyWriter;
+use parking_lot::Mutex;
+
+use crate::client::{Client, ClientInfo, Message};
+use crate::command::{self, CmdError, Ctx};
+use crate::server::{Server, WorkerStats};
+
+/// One client's wait.
+#[derive(Debug)]
+pub struct Waiter {
+    pub client: u64,
+    /// The worker that owns the connection.
+    pub worker: usize,
+    pub db: usize,
+    pub resp3: bool,
+    /// The blocking command as the client sent it.
+    pub argv: Vec<Vec<u8>>,
+    /// The keys it waits on, without repeats.
+    pub keys: Vec<Key>,
+    /// Unix ms at which the wait times out; 0 waits forever.
+    pub deadline_ms: u64,
+    /// Set by whoever ends the wait (see the module doc).
+    done: AtomicBool,
+}
+
+impl Waiter {
+    /// Claims the ending of the wait; false if someone else has.
+    pub fn claim(&self) -> bool {
+        !self.done.swap(true, Ordering::AcqRel)
+    }
+
+    /// The type a key must hold to serve this wait.
+    fn serves_on(&self) -> &'static str {
+        if self.argv[0].get(1).is_some_and(|c| c.eq_ignore_ascii_case(&b'z')) {
+            "zset"
+        } else {
+            "list"
+        }
+    }
+}
+
+/// Every client currently blocked, by id.
+#[derive(Default)]
+pub struct Registry {
+    waiters: Mutex<HashMap<u64, Arc<Waiter>>>,
+    count: AtomicUsize,
+}
+
+impl Registry {
+    /// Whether any client is blocked: one relaxed load, so that commands
+    /// pay nothing for blocking support while nobody blocks.
+    pub fn any(&self) -> bool {
+        self.count.load(Ordering::Relaxed) > 0
+    }
+
+    /// INFO's blocked_clients.
+    pub fn count(&self) -> usize {
+        self.count.load(Ordering::Relaxed)
+    }
+
+    pub fn get(&self, client: u64) -> Option<Arc<Waiter>> {
+        self.waiters.lock().get(&client).cloned()
+    }
+}
+
+/// Redis 7.0's timeout argument of the blocking commands: seconds as a
+/// float, 0 for ever. Returns the absolute deadline in Unix ms (0: none).
+pub fn parse_timeout(arg: &[u8], now_ms: u64) -> Result<u64, CmdError> {
+    let secs = command::parse::parse_f64(arg)
+        .ok_or_else(|| CmdError::other("ERR timeout is not a float or out of range"))?;
+    // Redis converts with a C cast, which turns anything out of range
+    // into a negative number: it then reports "negative", and so do we.
+    let ms = (secs * 1000.0).ceil();
+    if !(0.0..9.2e18).contains(&ms) {
+        return Err(CmdError::other("ERR timeout is negative"));
+    }
+    Ok(if ms == 0.0 { 0 } else { now_ms.saturating_add(ms as u64) })
+}
+
+/// Blocks the running client on `keys` until `deadline_ms` (0: for ever).
+/// The caller has found every key empty and replies nothing.
+pub fn block(ctx: &mut Ctx<'_>, argv: &[&[u8]], keys: &[&[u8]], deadline_ms: u64) {
+    let mut unique: Vec<Key> = Vec::with_capacity(keys.len());
+    for key in keys {
+        if !unique.iter().any(|k| &k[..] == *key) {
+            unique.push((*key).into());
+        }
+    }
+    let db = ctx.dbs.selected;
+    for key in &unique {
+        ctx.dbs.of(key).blocked.entry(key.clone()).or_default().push_back(ctx.client.id);
+    }
+    let waiter = Arc::new(Waiter {
+        client: ctx.client.id,
+        worker: ctx.client.worker,
+        db,
+        resp3: ctx.client.resp3,
+        argv: argv.iter().map(|a| a.to_vec()).collect(),
+        keys: unique,
+        deadline_ms,
+        done: AtomicBool::new(false),
+    });
+    let registry = &ctx.server.blocking;
+    registry.waiters.lock().insert(ctx.client.id, waiter.clone());
+    registry.count.fetch_add(1, Ordering::Relaxed);
+    ctx.client.info.blocked.store(true, Ordering::Relaxed);
+    ctx.client.blocked = Some(waiter);
+}
+
+/// Removes a finished wait from the queues of its keys and from the
+/// registry. Called by the worker that owns the client, never under locks.
+pub fn forget(server: &Server, waiter: &Waiter) {
+    for key in &waiter.keys {
+        let mut locked = server.keyspace.lock_one(server.keyspace.shard_of_key(key));
+        let db = locked.shard_for(&server.keyspace, key).db(waiter.db);
+        if let Some(queue) = db.blocked.get_mut(key) {
+            queue.retain(|&id| id != waiter.client);
+            if queue.is_empty() {
+                db.blocked.remove(key);
+            }
+        }
+    }
+    if server.blocking.waiters.lock().remove(&waiter.client).is_some() {
+        server.blocking.count.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// The reply of a wait that timed out (Redis answers a null array to
+/// every blocking pop, BLMOVE included).
+pub fn timeout_reply(resp3: bool) -> Vec<u8> {
+    let mut out = Vec::new();
+    ReplyWriter::new(&mut out, resp3).null_array();
+    out
+}
+
+/// Takes the keys the running command made ready, with their database.
+pub fn take_ready(ctx: &mut Ctx<'_>) -> Vec<(usize, Key)> {
+    let mut ready = Vec::new();
+    for shard in ctx.dbs.shards() {
+        for (index, db) in shard.dbs.iter_mut().enumerate() {
+            ready.extend(db.ready.drain(..).map(|k| (index, k)));
+        }
+    }
+    ready
+}
+
+/// Serves the clients blocked on `ready`, and on the keys that serving
+/// them makes ready in turn (see the module doc).
+pub fn serve(server: &Server, stats: &WorkerStats, ready: Vec<(usize, Key)>) {
+    let mut work: VecDeque<(usize, Key)> = ready.into();
+    while let Some((db, key)) = work.pop_front() {
+        loop {
+            match serve_first(server, stats, db, &key) {
+                Served::Done(more) => work.extend(more),
+                Served::Stale => {}
+                Served::Nothing => break,
+            }
+        }
+    }
+}
+
+enum Served {
+    /// A waiter was served; these keys became ready meanwhile.
+    Done(Vec<(usize, Key)>),
+    /// The first waiter had already finished: dropped from the queue.
+    Stale,
+    /// No waiter, or the key holds nothing that serves the first one.
+    Nothing,
+}
+
+/// Serves the first client waiting on `key`, if the key can serve it.
+fn serve_first(server: &Server, stats: &WorkerStats, db: usize, key: &[u8]) -> Served {
+    let keyspace = &server.keyspace;
+    let waiter = {
+        let mut locked = keyspace.lock_one(keyspace.shard_of_key(key));
+        let queue = locked.shard_for(keyspace, key).db(db).blocked.get(key);
+        let Some(&first) = queue.and_then(|q| q.front()) else { return Served::Nothing };
+        match server.blocking.get(first) {
+            Some(w) if !w.done.load(Ordering::Acquire) => w,
+            _ => {
+                pop_front_if(locked.shard_for(keyspace, key).db(db), key, first);
+                return Served::Stale;
+            }
+        }
+    };
+    // The waiter's command, narrowed to this key, under its own locks
+    // (BLMOVE also locks its destination, maybe on another shard).
+    let argv = narrow(&waiter.argv, key);
+    let args: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
+    let Ok((index, spec)) = command::resolve(&args) else { return Served::Nothing };
+    let now_ms = crate::server::unix_ms();
+    let locked = command::lock_for(keyspace, spec, &args);
+    let info = Arc::new(ClientInfo::detached(waiter.client));
+    let mut client = Client::new(info, true);
+    client.db = db;
+    client.resp3 = waiter.resp3;
+    let mut reply = Vec::new();
+    let mut ctx = Ctx::new(server, stats, &mut client, &mut reply, locked, now_ms);
+    ctx.may_block = false;
+    let servable = ctx.dbs.of(key).get(key, now_ms).is_some_and(|e| e.value.type_name() == waiter.serves_on());
+    if !servable {
+        return Served::Nothing;
+    }
+    if !waiter.claim() {
+        pop_front_if(ctx.dbs.of(key), key, waiter.client);
+        return Served::Stale;
+    }
+    pop_front_if(ctx.dbs.of(key), key, waiter.client);
+    if let Err(e) = command::run(&mut ctx, index, spec, &args) {
+        let text = e.to_string();
+        server.count_error(&text);
+        ctx.out.error(&text);
+    }
+    let lsn = crate::durability::commit(&mut ctx);
+    let more = take_ready(&mut ctx);
+    drop(ctx);
+    server.send(waiter.worker, Message::Unblock { client: waiter.client, reply, lsn });
+    Served::Done(more)
+}
+
+/// The blocking command `argv`, reduced to wait on `key` alone: what runs
+/// when `key` becomes ready.
+fn narrow(argv: &[Vec<u8>], key: &[u8]) -> Vec<Vec<u8>> {
+    let name = argv[0].to_ascii_lowercase();
+    match name.as_slice() {
+        // CMD key... timeout
+        b"blpop" | b"brpop" | b"bzpopmin" | b"bzpopmax" => {
+            vec![argv[0].clone(), key.to_vec(), argv[argv.len() - 1].clone()]
+        }
+        // CMD timeout numkeys key... rest
+        b"blmpop" | b"bzmpop" => {
+            let numkeys: usize = std::str::from_utf8(&argv[2]).ok().and_then(|n| n.parse().ok()).unwrap_or(0);
+            let mut out = vec![argv[0].clone(), argv[1].clone(), b"1".to_vec(), key.to_vec()];
+            out.extend(argv.iter().skip(3 + numkeys).cloned());
+            out
+        }
+        // BLMOVE and BRPOPLPUSH wait on their one source key.
+        _ => argv.to_vec(),
+    }
+}
+
+fn pop_front_if(db: &mut keel_engine::Db, key: &[u8], client: u64) {
+    if let Some(queue) = db.blocked.get_mut(key) {
+        if queue.front() == Some(&client) {
+            queue.pop_front();
+        }
+        if queue.is_empty() {
+            db.blocked.remove(key);
+        }
+    }
+}
