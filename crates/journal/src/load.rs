@@ -325,6 +325,10 @@ pub struct Replay {
     done: bool,
     warnings: Vec<String>,
     commands: u64,
+    /// Sizes of every file to replay, and of those already replayed
+    /// (INFO loading_total_bytes / loading_loaded_bytes).
+    total_bytes: u64,
+    finished_bytes: u64,
 }
 
 impl std::fmt::Debug for Replay {
@@ -339,7 +343,10 @@ impl std::fmt::Debug for Replay {
 
 impl Replay {
     pub(crate) fn new(dir: PathBuf, files: Vec<(String, u64)>, warnings: Vec<String>) -> Replay {
+        let total_bytes = files.iter().map(|(_, len)| len).sum();
         Replay {
+            total_bytes,
+            finished_bytes: 0,
             dir,
             files: files.into_iter(),
             current: None,
@@ -355,6 +362,16 @@ impl Replay {
     /// torn tail, an upgraded old-style AOF), one line each.
     pub fn warnings(&self) -> &[String] {
         &self.warnings
+    }
+
+    /// Bytes of every file to replay.
+    pub fn total_bytes(&self) -> u64 {
+        self.total_bytes
+    }
+
+    /// Bytes replayed so far.
+    pub fn loaded_bytes(&self) -> u64 {
+        self.finished_bytes + self.current.as_ref().map_or(0, |(_, reader)| reader.position())
     }
 
     /// Commands yielded so far (SELECTs not counted).
@@ -428,6 +445,7 @@ impl Iterator for Replay {
                     corrupt(reader.position(), "end of file inside a MULTI/EXEC transaction")
                 }
                 Ok(None) => {
+                    self.finished_bytes += reader.position();
                     self.current = None;
                     continue;
                 }

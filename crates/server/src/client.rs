@@ -111,6 +111,9 @@ pub struct Client {
     pub info: Arc<ClientInfo>,
     /// The worker thread that owns the connection.
     pub worker: usize,
+    /// The journal's replay at start: runs while other clients are told
+    /// -LOADING.
+    pub is_loader: bool,
     /// Waiting in a blocking pop: the worker holds the client's further
     /// requests until the wait ends.
     pub blocked: Option<Arc<crate::blocking::Waiter>>,
@@ -130,6 +133,7 @@ impl Client {
             close_after_reply: false,
             info,
             worker: 0,
+            is_loader: false,
             blocked: None,
         }
     }

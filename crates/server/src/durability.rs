@@ -55,11 +55,18 @@ pub fn open(config: &Config) -> Result<Option<(Journal, Replay)>, JournalError> 
 pub fn replay(server: &Server, replay: Replay) -> Result<u64, String> {
     let info = Arc::new(ClientInfo::detached(0));
     let mut client = Client::new(info, true);
+    client.is_loader = true;
     let stats = &server.workers[0];
+    let progress = &server.load_progress;
+    progress.total_bytes.store(replay.total_bytes(), Ordering::Relaxed);
     let mut reply = Vec::new();
     let mut count = 0u64;
-    for item in replay {
+    let mut replay = replay;
+    while let Some(item) = replay.next() {
         let (db, argv) = item.map_err(|e| e.to_string())?;
+        if count % 1024 == 0 {
+            progress.loaded_bytes.store(replay.loaded_bytes(), Ordering::Relaxed);
+        }
         client.db = db;
         let args: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
         reply.clear();

@@ -83,13 +83,9 @@ pub fn run(config: Config) -> io::Result<()> {
         None => (None, None),
     };
     let server = Arc::new(Server::new(config, threads, command::table().commands.len(), journal));
-    if let Some(replay) = replay {
-        let started = std::time::Instant::now();
-        server.loading.store(true, std::sync::atomic::Ordering::Relaxed);
-        let count = durability::replay(&server, replay).map_err(io::Error::other)?;
-        server.loading.store(false, std::sync::atomic::Ordering::Relaxed);
-        tracing::info!("DB loaded from append only file: {count} commands in {:?}", started.elapsed());
-    }
+    // Clients are served from the start: while the journal replays they
+    // are answered -LOADING (commands flagged `loading` still run).
+    server.loading.store(replay.is_some(), std::sync::atomic::Ordering::Relaxed);
     let mut workers = Vec::new();
     for (index, listeners) in per_worker.into_iter().enumerate() {
         workers.push(Worker::new(index, server.clone(), listeners)?);
@@ -112,6 +108,24 @@ pub fn run(config: Config) -> io::Result<()> {
         .enumerate()
         .map(|(i, w)| std::thread::Builder::new().name(format!("keel-worker-{i}")).spawn(move || w.run()))
         .collect::<io::Result<_>>()?;
+    if let Some(replay) = replay {
+        let started = std::time::Instant::now();
+        server.load_progress.started_s.store(server::unix_ms() / 1000, std::sync::atomic::Ordering::Relaxed);
+        let loaded = durability::replay(&server, replay);
+        server.loading.store(false, std::sync::atomic::Ordering::Relaxed);
+        match loaded {
+            Ok(count) => tracing::info!("DB loaded from append only file: {count} commands in {:?}", started.elapsed()),
+            Err(e) => {
+                tracing::error!("{e}");
+                server.shutdown.store(true, std::sync::atomic::Ordering::Relaxed);
+                server.broadcast(|| client::Message::CheckKills);
+                for h in handles {
+                    let _ = h.join();
+                }
+                return Err(io::Error::other(e));
+            }
+        }
+    }
     for h in handles {
         let _ = h.join();
     }

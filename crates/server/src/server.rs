@@ -22,6 +22,15 @@ pub struct CommandStats {
     pub failed_calls: AtomicU64,
 }
 
+/// Progress of loading the dataset at start.
+#[derive(Default)]
+pub struct LoadProgress {
+    /// Unix seconds when loading began.
+    pub started_s: AtomicU64,
+    pub total_bytes: AtomicU64,
+    pub loaded_bytes: AtomicU64,
+}
+
 /// One worker's counters. Only its own thread writes them.
 pub struct WorkerStats {
     pub commands: Box<[CommandStats]>,
@@ -130,6 +139,8 @@ pub struct Server {
     pub gate_replies: bool,
     /// True while the journal is replayed at start (no logging then).
     pub loading: AtomicBool,
+    /// How far the journal's replay at start has come (INFO loading_*).
+    pub load_progress: LoadProgress,
     /// The active expiry cycle runs (DEBUG SET-ACTIVE-EXPIRE 0 stops it).
     pub active_expire: AtomicBool,
     /// INFO's instantaneous_ops_per_sec and friends, sampled by a cron.
@@ -251,6 +262,7 @@ impl Server {
             journal,
             gate_replies,
             loading: AtomicBool::new(false),
+            load_progress: LoadProgress::default(),
             active_expire: AtomicBool::new(true),
             meter: Mutex::new(Meter::new()),
             peak_memory: AtomicU64::new(0),

@@ -561,6 +561,10 @@ fn dispatch(
         stats.commands[index].rejected_calls.fetch_add(1, Ordering::Relaxed);
         return Err(CmdError::other("NOAUTH Authentication required."));
     }
+    if server.loading.load(Ordering::Relaxed) && !client.is_loader && !spec.has(flags::LOADING) {
+        stats.commands[index].rejected_calls.fetch_add(1, Ordering::Relaxed);
+        return Err(CmdError::other("LOADING Keel is loading the dataset in memory"));
+    }
     // A MONITOR client is a replica to Redis: it may not touch keys.
     if client.info.monitor.load(Ordering::Relaxed) && spec.has(flags::WRITE | flags::READONLY) {
         stats.commands[index].rejected_calls.fetch_add(1, Ordering::Relaxed);

@@ -418,6 +418,21 @@ fn write_section(ctx: &mut Ctx<'_>, section: &str, out: &mut String) {
                     }
                 }
             }
+            if server.loading.load(Ordering::Relaxed) {
+                // Redis's loading progress fields, shown while loading.
+                let p = &server.load_progress;
+                let (total, loaded) = (p.total_bytes.load(Ordering::Relaxed), p.loaded_bytes.load(Ordering::Relaxed));
+                let started = p.started_s.load(Ordering::Relaxed);
+                let elapsed = (crate::server::unix_ms() / 1000).saturating_sub(started).max(1);
+                let perc = if total == 0 { 0.0 } else { loaded as f64 * 100.0 / total as f64 };
+                let eta = if loaded == 0 { 1 } else { (total.saturating_sub(loaded)) / (loaded / elapsed).max(1) };
+                field!(out, "loading_start_time", started);
+                field!(out, "loading_total_bytes", total);
+                field!(out, "loading_rdb_used_mem", 0);
+                field!(out, "loading_loaded_bytes", loaded);
+                field!(out, "loading_loaded_perc", format!("{perc:.2}"));
+                field!(out, "loading_eta_seconds", eta);
+            }
         }
         "stats" => {
             let meter = server.meter.lock();

@@ -137,6 +137,17 @@ impl Server {
                 let text = String::from_utf8_lossy(&text);
                 let answered_by = text.lines().find_map(|l| l.strip_prefix("process_id:")).unwrap_or("");
                 assert_eq!(answered_by.trim(), pid, "port {port} is answered by another process");
+                // Serving starts before the journal is replayed (others
+                // get -LOADING meanwhile): wait for the data.
+                let loading = || {
+                    let info = Client::connect(port).send(&["INFO", "persistence"]);
+                    matches!(info, Frame::Bulk(t) if String::from_utf8_lossy(&t).contains("loading:1"))
+                };
+                while loading() {
+                    assert!(server.alive(), "server on port {port} exited while loading");
+                    assert!(Instant::now() < deadline, "server on port {port} still loading");
+                    std::thread::sleep(Duration::from_millis(5));
+                }
                 return server;
             }
             std::thread::sleep(Duration::from_millis(10));
