@@ -351,9 +351,9 @@ fn dirty_counts_match_redis() {
     let (_s, mut c) = keel();
     let dirty = |c: &mut Client| -> i64 {
         let Frame::Bulk(text) = c.cmd("INFO persistence") else { panic!() };
-        let text = String::from_utf8(text).unwrap();
-        let line = text.lines().find_map(|l| l.strip_prefix("rdb_changes_since_last_save:")).unwrap();
-        line.trim().parse().unwrap()
+        let text = String::from_utf8(text).expect("utf-8");
+        let line = text.lines().find_map(|l| l.strip_prefix("rdb_changes_since_last_save:")).expect("field");
+        line.trim().parse().expect("number")
     };
     let base = dirty(&mut c);
     c.cmd("RPUSH l a b c d e f");
@@ -400,9 +400,9 @@ fn keyspace_hits_and_misses() {
     let (_s, mut c) = keel();
     let stats = |c: &mut Client| -> (i64, i64) {
         let Frame::Bulk(text) = c.cmd("INFO stats") else { panic!() };
-        let text = String::from_utf8(text).unwrap();
+        let text = String::from_utf8(text).expect("utf-8");
         let get = |name: &str| -> i64 {
-            text.lines().find_map(|l| l.strip_prefix(name)).unwrap().trim().parse().unwrap()
+            text.lines().find_map(|l| l.strip_prefix(name)).expect("field").trim().parse().expect("number")
         };
         (get("keyspace_hits:"), get("keyspace_misses:"))
     };
