@@ -78,7 +78,8 @@ pub fn free_effort(value: &Value) -> usize {
         Value::Str(_) => 1 + value.heap_size() / BYTES_PER_EFFORT,
         // A compact encoding is one allocation; a list one per node.
         _ if matches!(value.encoding(), "listpack" | "intset") => 1,
-        Value::List(_) => 1 + value.heap_size() / 8192,
+        // Redis's effort for a quicklist: its node count (O(1)).
+        Value::List(l) => l.node_count(),
         // Tables and skiplists: an allocation or more per element.
         _ => value.element_count(),
     }

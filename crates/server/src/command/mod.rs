@@ -141,6 +141,10 @@ pub struct CommandSpec {
     pub subcommands: &'static [CommandSpec],
     /// Redis's command tips (COMMAND INFO, e.g. "nondeterministic_output").
     pub tips: &'static [&'static str],
+    /// For `Keys::Custom` commands whose first key has a fixed position
+    /// (SORT, ZUNIONSTORE): the (first, last, step) COMMAND INFO shows.
+    /// Otherwise they show (0, 0, 0), as Redis does for numkeys forms.
+    pub fixed_first_key: bool,
 }
 
 impl CommandSpec {
@@ -177,6 +181,11 @@ impl CommandSpec {
         CommandSpec { subcommands, ..self }
     }
 
+    /// Marks a `Keys::Custom` command whose first key is always argument 1.
+    pub const fn fixed_first_key(self) -> CommandSpec {
+        CommandSpec { fixed_first_key: true, ..self }
+    }
+
     /// Adds Redis's command tips.
     pub const fn tips(self, tips: &'static [&'static str]) -> CommandSpec {
         CommandSpec { tips, ..self }
@@ -201,7 +210,8 @@ impl CommandSpec {
         match self.keys {
             Keys::None => (0, 0, 0),
             Keys::Range { first, last, step } => (first as i64, last as i64, step as i64),
-            Keys::Custom(_) => (1, 1, 1),
+            Keys::Custom(_) if self.fixed_first_key => (1, 1, 1),
+            Keys::Custom(_) => (0, 0, 0),
         }
     }
 }
@@ -215,7 +225,19 @@ pub const fn cmd(
     group: &'static str,
     handler: Handler,
 ) -> CommandSpec {
-    CommandSpec { name, arity, flags, keys, group, summary: "", since: "1.0.0", handler, subcommands: &[], tips: &[] }
+    CommandSpec {
+        name,
+        arity,
+        flags,
+        keys,
+        group,
+        summary: "",
+        since: "1.0.0",
+        handler,
+        subcommands: &[],
+        tips: &[],
+        fixed_first_key: false,
+    }
 }
 
 /// Keys from `first` to `last` (negative counts from the end) every `step`.
