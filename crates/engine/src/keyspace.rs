@@ -14,6 +14,7 @@ use smallvec::SmallVec;
 
 use crate::db::Db;
 use crate::slot::{key_slot, SLOTS};
+use crate::snapshot::SnapshotPhase;
 
 pub struct Shard {
     pub index: usize,
@@ -25,9 +26,18 @@ pub struct Shard {
     /// whole (FLUSHALL, SWAPDB, MOVE...): every reply from the shard
     /// depends on it.
     pub floor_lsn: u64,
+    /// Where this shard stands in a point-in-time snapshot
+    /// (`crate::snapshot`, which holds the methods that drive it).
+    pub(crate) snapshot: SnapshotPhase,
 }
 
 impl Shard {
+    /// An empty shard of `databases` databases.
+    pub fn new(index: usize, databases: usize) -> Shard {
+        let dbs = (0..databases).map(|_| Db::default()).collect();
+        Shard { index, dbs, removed_lsn: 0, floor_lsn: 0, snapshot: SnapshotPhase::Idle }
+    }
+
     pub fn db(&mut self, index: usize) -> &mut Db {
         &mut self.dbs[index]
     }
@@ -66,12 +76,7 @@ impl Keyspace {
     pub fn new(shards: usize, databases: usize) -> Keyspace {
         assert!(shards.is_power_of_two() && shards <= SLOTS, "shard count {shards}");
         let shift = (SLOTS / shards).trailing_zeros();
-        let shards = (0..shards)
-            .map(|index| {
-                let dbs = (0..databases).map(|_| Db::default()).collect();
-                Mutex::new(Shard { index, dbs, removed_lsn: 0, floor_lsn: 0 })
-            })
-            .collect();
+        let shards = (0..shards).map(|index| Mutex::new(Shard::new(index, databases))).collect();
         Keyspace { shards, shift, databases }
     }
 
