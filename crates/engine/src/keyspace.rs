@@ -116,6 +116,36 @@ impl Keyspace {
         Locked { guards, all: true }
     }
 
+    /// Step 1 of a snapshot (`crate::snapshot`): on each shard in turn,
+    /// pauses new resizes of the key tables and finishes the ones under way,
+    /// holding the shard's lock for one `Shard::finish_rehash_step` of
+    /// `budget` buckets at a time, so clients wait at most one step.
+    pub fn prepare_snapshot(&self, budget: usize) {
+        for shard in self.shards.iter() {
+            loop {
+                // The guard is dropped at the end of this statement: other
+                // threads get the shard between steps.
+                let more = shard.lock().finish_rehash_step(budget);
+                if !more {
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Step 2 of a snapshot, the instant S: with every shard locked, calls
+    /// `Shard::begin_snapshot` on each, then `at_s` (with the locks still
+    /// held: the place to read the journal position that S corresponds to),
+    /// and returns what `at_s` returns. O(shards x databases) under the
+    /// locks after `prepare_snapshot`.
+    pub fn begin_snapshot<T>(&self, at_s: impl FnOnce(&mut Locked<'_>) -> T) -> T {
+        let mut all = self.lock_all();
+        for shard in all.iter_mut() {
+            shard.begin_snapshot();
+        }
+        at_s(&mut all)
+    }
+
     /// Tries a shard without waiting (for background chores that must
     /// never queue behind clients).
     pub fn try_lock_shard(&self, index: usize) -> Option<MutexGuard<'_, Shard>> {
