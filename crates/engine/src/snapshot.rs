@@ -295,8 +295,8 @@ pub struct SnapshotStats {
 }
 
 impl Db {
-    /// The snapshot parts of this database: its contents and the flushed
-    /// ones, with their number at S.
+    /// The contents of this database that the running snapshot has not
+    /// finished with: the live ones and those flushed during it.
     fn snapshot_parts(&self) -> impl Iterator<Item = &DbData> {
         std::iter::once(&self.data).chain(self.detached.iter()).filter(|d| d.snap.is_some())
     }
@@ -870,6 +870,13 @@ mod tests {
             assert_eq!(emitted, at_s.len(), "some key emitted twice");
             assert!(got == at_s, "snapshot differs from the state at S");
         });
+    }
+
+    #[test]
+    fn leftovers_can_be_dropped_on_another_thread() {
+        fn send<T: Send + 'static>() {}
+        send::<SnapshotLeftovers>();
+        send::<DbData>();
     }
 
     #[test]
