@@ -4,12 +4,21 @@
 //!
 //! Every write goes through a method here, so that expiry bookkeeping and
 //! WATCH invalidation cannot be forgotten by a command.
+//!
+//! The same holds for snapshots (`crate::snapshot`): while one runs, every
+//! write method here first keeps the key's entry as it was when the
+//! snapshot began ([`Db::preserve`]), so that deletions nobody names (lazy
+//! expiry on a read, the active expiry cycle) and MOVE, RENAME, FLUSHDB and
+//! SWAPDB need nothing from the caller. The exceptions are `get_mut` and
+//! `peek_mut`: reads use `get_mut` too (to refresh the access time), so a
+//! command that mutates an entry through them calls `preserve` first.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use crate::dict::Dict;
+use crate::snapshot::DbSnapshot;
 use crate::value::{Entry, Value, NO_EXPIRY};
 
 pub type Key = Box<[u8]>;
@@ -30,12 +39,18 @@ struct Watcher {
 /// The part of a database that SWAPDB exchanges.
 #[derive(Default)]
 pub struct DbData {
-    keys: Dict<Key, Entry>,
+    pub(crate) keys: Dict<Key, Entry>,
     /// Keys that have an expiry, so the active cycle samples only those
     /// (Redis keeps the same second table).
-    expires: Dict<Key, ()>,
+    pub(crate) expires: Dict<Key, ()>,
     /// Where the active expiry cycle resumes its scan of `expires`.
     expire_cursor: u64,
+    /// The running snapshot's state for these contents, until it has
+    /// emitted them all. It lives with the contents rather than with the
+    /// database number so that SWAPDB carries it along (it knows which
+    /// database the contents were at the snapshot's instant) and FLUSHDB
+    /// can hand both over together ([`Db::take_all`]).
+    pub(crate) snap: Option<Box<DbSnapshot>>,
 }
 
 #[derive(Default)]
@@ -51,6 +66,9 @@ pub struct Db {
     /// always absent (or of another type), so creation is the only event
     /// that can make it servable.
     pub ready: Vec<Key>,
+    /// Contents flushed (FLUSHDB, FLUSHALL) while the snapshot still had to
+    /// emit them: the snapshot owns them now and frees them as it goes.
+    pub(crate) detached: Vec<DbData>,
 }
 
 /// Samples per pass of [`Db::active_expire_cycle`] (Redis samples 20 per
@@ -117,6 +135,7 @@ impl Db {
     /// Stores `value` under `key`. The TTL is kept when `keep_ttl`, else
     /// removed, as SET does.
     pub fn set(&mut self, key: &[u8], value: Value, keep_ttl: bool, access_s: u32) {
+        self.preserve(key);
         let (entry, inserted) = self.data.keys.entry_or_insert_with(
             key,
             || key.into(),
@@ -136,6 +155,7 @@ impl Db {
 
     /// Inserts a whole entry (value and TTL), replacing any old one.
     pub fn insert_entry(&mut self, key: &[u8], entry: Entry) {
+        self.preserve(key);
         let has_expiry = entry.has_expiry();
         match self.data.keys.insert(key.into(), entry) {
             Some(old) if old.has_expiry() && !has_expiry => {
@@ -151,6 +171,7 @@ impl Db {
     }
 
     pub fn remove(&mut self, key: &[u8]) -> Option<Entry> {
+        self.preserve_existing(key);
         let entry = self.data.keys.remove(key)?;
         if entry.has_expiry() {
             self.data.expires.remove(key);
@@ -165,6 +186,7 @@ impl Db {
         if at_ms <= now_ms {
             return self.remove(key).is_some();
         }
+        self.preserve_existing(key);
         let Some(entry) = self.data.keys.get_mut(key) else {
             return false;
         };
@@ -179,6 +201,9 @@ impl Db {
 
     /// Removes the TTL of `key`; true if it had one.
     pub fn persist(&mut self, key: &[u8]) -> bool {
+        if self.data.snap.is_some() && self.data.keys.get(key).is_some_and(Entry::has_expiry) {
+            self.preserve(key);
+        }
         match self.data.keys.get_mut(key) {
             Some(entry) if entry.has_expiry() => {
                 entry.expire_at_ms = NO_EXPIRY;
@@ -309,9 +334,42 @@ impl Db {
     /// Removes every key (FLUSHDB, FLUSHALL), signalling watchers as Redis
     /// does. The tables are handed back so that a caller can free a big one
     /// off the serving path.
+    ///
+    /// While a snapshot still has to emit these contents, the snapshot keeps
+    /// them instead (they are what it must write, less what `saved` already
+    /// holds) and an empty `DbData` comes back: no copy, and the snapshot
+    /// frees them piece by piece as it emits them. The fresh contents that
+    /// replace them are all newer than the snapshot, so they take no part.
     pub fn take_all(&mut self) -> DbData {
         self.touch_all_watched(None, 0);
-        std::mem::take(&mut self.data)
+        let data = std::mem::take(&mut self.data);
+        if data.snap.is_some() {
+            self.detached.push(data);
+            return DbData::default();
+        }
+        data
+    }
+
+    /// Before a write to `key` while a snapshot runs: keeps `key`'s entry as
+    /// it is now (or that it is absent) for the snapshot, unless the
+    /// snapshot has already emitted it or kept it. One branch when no
+    /// snapshot is running. The write methods of `Db` call this
+    /// themselves; a caller that mutates an entry through `get_mut` or
+    /// `peek_mut` calls it first (see `Shard::preserve`).
+    #[inline]
+    pub fn preserve(&mut self, key: &[u8]) {
+        if let Some(snap) = self.data.snap.as_deref_mut() {
+            snap.preserve(&self.data.keys, key);
+        }
+    }
+
+    /// As `preserve`, for writes that change nothing when `key` is absent
+    /// (removals, TTL changes): an absent key then costs no entry.
+    #[inline]
+    fn preserve_existing(&mut self, key: &[u8]) {
+        if self.data.snap.is_some() && self.data.keys.contains_key(key) {
+            self.preserve(key);
+        }
     }
 
     /// One step of SCAN over this database (see `Dict::scan`).

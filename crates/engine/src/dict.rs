@@ -70,6 +70,18 @@
 //! and while rehashing the smaller table's bucket is visited together with
 //! all of its expansions in the larger one. Every element present for the
 //! whole scan is returned at least once; some may be returned twice.
+//!
+//! # Pausing resizes (snapshots)
+//!
+//! A point-in-time snapshot (`crate::snapshot`) walks a dict with SCAN while
+//! writes go on, and must know, for any key, whether the walk has already
+//! passed it. With a fixed bucket array that is exact and cheap
+//! ([`Dict::scan_passed`]): the reverse-binary cursor visits buckets in the
+//! order of their bit-reversed index. A resize would both break that answer
+//! and make SCAN return duplicates, so [`Dict::pause_resize`] stops any new
+//! grow or shrink from starting (Redis pauses rehashing for its safe
+//! iterators the same way). Inserts still work while paused: chains just get
+//! longer until the pause ends, and the next write or cron step resizes.
 
 use std::borrow::Borrow;
 use std::fmt;
@@ -230,6 +242,8 @@ pub struct Dict<K, V, S = DefaultHashBuilder> {
     /// While rehashing, the next bucket of `tables[0]` to migrate: every
     /// bucket of `tables[0]` below it is empty.
     rehash_idx: usize,
+    /// No grow or shrink starts while set (see "Pausing resizes").
+    resize_paused: bool,
     nodes: Arena<K, V>,
     hasher: S,
     #[cfg(test)]
@@ -284,6 +298,7 @@ impl<K, V, S> Dict<K, V, S> {
             tables: Default::default(),
             used: [0, 0],
             rehash_idx: 0,
+            resize_paused: false,
             nodes: Arena::new(),
             hasher,
             #[cfg(test)]
@@ -312,6 +327,20 @@ impl<K, V, S> Dict<K, V, S> {
     /// (including spare capacity), not what keys and values point to.
     pub fn memory_usage(&self) -> usize {
         mem::size_of::<Self>() + self.buckets() * mem::size_of::<Link>() + self.nodes.bytes()
+    }
+
+    /// Stops (`true`) or allows again (`false`) the start of any grow or
+    /// shrink. A migration already under way is not stopped: a caller that
+    /// needs bucket positions to stay put (a snapshot's scan) finishes it
+    /// with [`Dict::rehash_step`] after pausing, so that none can start in
+    /// between. Inserts still work while paused; the load factor just rises.
+    /// The pause is kept by `clear`; it does not travel with `clone`.
+    pub fn pause_resize(&mut self, paused: bool) {
+        self.resize_paused = paused;
+    }
+
+    pub fn is_resize_paused(&self) -> bool {
+        self.resize_paused
     }
 
     /// Removes every entry and frees all memory. O(n) in the drops; to free a
@@ -586,15 +615,18 @@ impl<K: Hash + Eq, V, S: BuildHasher> Dict<K, V, S> {
         if self.is_rehashing() {
             return;
         }
+        // The first table is allocated even while paused: an empty dict has
+        // no bucket positions for anyone to rely on.
         if self.tables[0].is_empty() {
             self.tables[0] = empty_table(INITIAL_BUCKETS);
-        } else if self.used[0] >= self.tables[0].len() {
+        } else if !self.resize_paused && self.used[0] >= self.tables[0].len() {
             self.start_resize();
         }
     }
 
     fn maybe_shrink(&mut self) {
         if !self.is_rehashing()
+            && !self.resize_paused
             && self.tables[0].len() > INITIAL_BUCKETS
             && self.nodes.len.saturating_mul(SHRINK_RATIO) < self.tables[0].len()
         {
@@ -731,6 +763,57 @@ impl<K: Hash + Eq, V, S: BuildHasher> Dict<K, V, S> {
             self.maybe_shrink();
         }
         self.rehash(max_buckets)
+    }
+
+    /// Whether a scan whose next cursor is `cursor` (what the last
+    /// [`Dict::scan`] call returned) has already visited the bucket that `k`
+    /// hashes to, whether or not `k` is present. Exact only while the bucket
+    /// array has stayed the same since the scan began: the caller pauses
+    /// resizes (see "Pausing resizes") before its first `scan` call.
+    ///
+    /// Why it is exact: without a rehash, `scan` visits one bucket per call,
+    /// in increasing order of the bucket index with its bits reversed
+    /// (within the mask), starting from 0; so bucket `b` has been visited
+    /// iff `reverse(b) < reverse(cursor)`. Cursor 0 means nothing visited
+    /// yet (a finished scan also returns 0: the caller must remember that it
+    /// finished). One hash and a comparison.
+    ///
+    /// Panics while a migration runs: the answer would mean nothing.
+    pub fn scan_passed<Q>(&self, k: &Q, cursor: u64) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + ?Sized,
+    {
+        assert!(!self.is_rehashing(), "scan_passed during a rehash");
+        let table = &self.tables[0];
+        if table.is_empty() {
+            return false;
+        }
+        let mask = (table.len() - 1) as u64;
+        let bucket = self.hash(k) & mask;
+        // Both have only the mask's low bits set, so comparing the full
+        // 64-bit reversals compares the reversals within the mask.
+        bucket.reverse_bits() < (cursor & mask).reverse_bits()
+    }
+
+    /// Removes and returns one entry, the most recently stored node (the
+    /// last of the arena, so no other node moves): O(1) plus one chain walk.
+    /// For draining a table piece by piece, so that freeing a big one never
+    /// stalls (a snapshot frees what it kept this way).
+    pub fn pop(&mut self) -> Option<(K, V)> {
+        if self.is_empty() {
+            return None;
+        }
+        self.step_on_op();
+        let i = self.nodes.len - 1;
+        let hash = self.hash(&self.nodes.get(i).key);
+        let (t, pos) = self.pos_of_node(hash, i);
+        let next = self.nodes.get(i).next;
+        *self.link_mut(pos) = next;
+        self.used[t] -= 1;
+        let node = self.nodes.swap_remove(i);
+        self.maybe_shrink();
+        Some((node.key, node.value))
     }
 
     /// Keeps the entries for which `f` is true. O(n): admin paths only.
@@ -1043,6 +1126,128 @@ mod tests {
         assert!(max.nodes_moved <= 32, "{max:?}");
         assert!(max.nodes_moved >= 1);
         eprintln!("max work of one op over {N} inserts and removes: {max:?}");
+    }
+
+    #[test]
+    fn scan_passed_is_exactly_what_scan_visited() {
+        for (seed, n) in [(1u64, 0u64), (2, 1), (3, 3), (4, 100), (5, 1000), (6, 3000)] {
+            let mut absent_passed = 0usize;
+            let mut rng = SmallRng::seed_from_u64(seed);
+            let mut d: Dict<u64, ()> = Dict::new();
+            for k in 0..n {
+                d.insert(k, ());
+            }
+            while d.rehash_step(100) {}
+            d.pause_resize(true);
+            let buckets = d.buckets();
+            // Probe keys, present and absent (absent ones hash to buckets too).
+            let probes: Vec<u64> = (0..n + 200).chain((0..200).map(|_| rng.gen())).collect();
+            let mut seen: HashSet<u64> = HashSet::new();
+            let mut cursor = 0;
+            loop {
+                for &p in &probes {
+                    let passed = d.scan_passed(&p, cursor);
+                    if p < n {
+                        assert_eq!(passed, seen.contains(&p), "key {p} at cursor {cursor:#x}, n {n}");
+                    } else {
+                        // An absent key shares its answer with its bucket:
+                        // inserted now, it would be returned iff not passed.
+                        absent_passed += usize::from(passed);
+                    }
+                }
+                // Writes between calls must not move anything while paused.
+                let extra = 1_000_000 + rng.gen_range(0..1_000_000u64);
+                d.insert(extra, ());
+                d.remove(&extra);
+                cursor = d.scan(cursor, |k, _| {
+                    assert!(seen.insert(*k), "key {k} returned twice");
+                });
+                if cursor == 0 {
+                    break;
+                }
+            }
+            assert_eq!(seen.len() as u64, n);
+            assert!(n < 100 || absent_passed > 0, "absent keys' buckets are passed too");
+            if n > 0 {
+                // (An empty dict allocates its first array on first insert.)
+                assert_eq!(d.buckets(), buckets);
+            }
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "rehash")]
+    fn scan_passed_refuses_a_rehashing_table() {
+        let mut d: Dict<u64, ()> = Dict::new();
+        for k in 0..5 {
+            d.insert(k, ());
+        }
+        assert!(d.is_rehashing());
+        d.scan_passed(&1, 0);
+    }
+
+    #[test]
+    fn paused_dict_neither_grows_nor_shrinks_then_resumes() {
+        let mut d: Dict<u64, u64> = Dict::new();
+        for k in 0..1000 {
+            d.insert(k, k);
+        }
+        while d.rehash_step(100) {}
+        let buckets = d.buckets();
+        d.pause_resize(true);
+        assert!(d.is_resize_paused());
+        // Growth to 8x the buckets: would have started several resizes.
+        for k in 1000..(8 * buckets as u64) {
+            d.insert(k, k);
+            assert!(!d.is_rehashing());
+        }
+        assert_eq!(d.buckets(), buckets);
+        for k in 0..(8 * buckets as u64) {
+            assert_eq!(d.get(&k), Some(&k), "lookup of {k} with long chains");
+        }
+        d.check();
+        d.pause_resize(false);
+        d.insert(u64::MAX, 0);
+        assert!(d.is_rehashing(), "first insert after the pause starts the grow");
+        while d.rehash_step(100) {}
+        assert!(d.buckets() >= d.len());
+
+        // Shrink: mass delete while paused keeps the array; the cron's step
+        // shrinks once resumed.
+        let buckets = d.buckets();
+        d.pause_resize(true);
+        d.retain(|&k, _| k < 10);
+        for _ in 0..10 {
+            assert!(!d.rehash_step(10));
+        }
+        assert_eq!(d.buckets(), buckets);
+        d.clear();
+        assert!(d.is_resize_paused(), "clear keeps the pause");
+        d.insert(1, 1);
+        d.pause_resize(false);
+        d.check();
+    }
+
+    #[test]
+    fn pop_drains_everything_once() {
+        let mut d: Dict<u64, u64> = Dict::new();
+        for k in 0..10_000 {
+            d.insert(k, k * 2);
+        }
+        for k in (0..10_000).step_by(3) {
+            d.remove(&k);
+        }
+        let mut got = HashSet::new();
+        while let Some((k, v)) = d.pop() {
+            assert_eq!(v, k * 2);
+            assert!(k % 3 != 0 && got.insert(k));
+            if got.len() % 500 == 0 {
+                d.check();
+            }
+        }
+        assert_eq!(got.len(), 10_000 - 3334);
+        assert!(d.is_empty() && d.pop().is_none());
+        d.check();
     }
 
     #[test]

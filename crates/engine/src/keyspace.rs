@@ -14,6 +14,7 @@ use smallvec::SmallVec;
 
 use crate::db::Db;
 use crate::slot::{key_slot, SLOTS};
+use crate::snapshot::SnapshotPhase;
 
 pub struct Shard {
     pub index: usize,
@@ -25,9 +26,18 @@ pub struct Shard {
     /// whole (FLUSHALL, SWAPDB, MOVE...): every reply from the shard
     /// depends on it.
     pub floor_lsn: u64,
+    /// Where this shard stands in a point-in-time snapshot
+    /// (`crate::snapshot`, which holds the methods that drive it).
+    pub(crate) snapshot: SnapshotPhase,
 }
 
 impl Shard {
+    /// An empty shard of `databases` databases.
+    pub fn new(index: usize, databases: usize) -> Shard {
+        let dbs = (0..databases).map(|_| Db::default()).collect();
+        Shard { index, dbs, removed_lsn: 0, floor_lsn: 0, snapshot: SnapshotPhase::Idle }
+    }
+
     pub fn db(&mut self, index: usize) -> &mut Db {
         &mut self.dbs[index]
     }
@@ -66,12 +76,7 @@ impl Keyspace {
     pub fn new(shards: usize, databases: usize) -> Keyspace {
         assert!(shards.is_power_of_two() && shards <= SLOTS, "shard count {shards}");
         let shift = (SLOTS / shards).trailing_zeros();
-        let shards = (0..shards)
-            .map(|index| {
-                let dbs = (0..databases).map(|_| Db::default()).collect();
-                Mutex::new(Shard { index, dbs, removed_lsn: 0, floor_lsn: 0 })
-            })
-            .collect();
+        let shards = (0..shards).map(|index| Mutex::new(Shard::new(index, databases))).collect();
         Keyspace { shards, shift, databases }
     }
 
@@ -109,6 +114,36 @@ impl Keyspace {
     pub fn lock_all(&self) -> Locked<'_> {
         let guards = self.shards.iter().map(|s| s.lock()).collect();
         Locked { guards, all: true }
+    }
+
+    /// Step 1 of a snapshot (`crate::snapshot`): on each shard in turn,
+    /// pauses new resizes of the key tables and finishes the ones under way,
+    /// holding the shard's lock for one `Shard::finish_rehash_step` of
+    /// `budget` buckets at a time, so clients wait at most one step.
+    pub fn prepare_snapshot(&self, budget: usize) {
+        for shard in self.shards.iter() {
+            loop {
+                // The guard is dropped at the end of this statement: other
+                // threads get the shard between steps.
+                let more = shard.lock().finish_rehash_step(budget);
+                if !more {
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Step 2 of a snapshot, the instant S: with every shard locked, calls
+    /// `Shard::begin_snapshot` on each, then `at_s` (with the locks still
+    /// held: the place to read the journal position that S corresponds to),
+    /// and returns what `at_s` returns. O(shards x databases) under the
+    /// locks after `prepare_snapshot`.
+    pub fn begin_snapshot<T>(&self, at_s: impl FnOnce(&mut Locked<'_>) -> T) -> T {
+        let mut all = self.lock_all();
+        for shard in all.iter_mut() {
+            shard.begin_snapshot();
+        }
+        at_s(&mut all)
     }
 
     /// Tries a shard without waiting (for background chores that must

@@ -9,6 +9,8 @@
 //!   its compact and its big encoding.
 //! - [`db`]: one numbered database inside a shard: keys, TTLs, WATCH.
 //! - [`keyspace`]: the shards and how commands lock them.
+//! - [`snapshot`]: forkless point-in-time snapshots of every shard (for
+//!   BGSAVE and AOF rewrite) while writes go on.
 
 pub mod db;
 pub mod dict;
@@ -18,6 +20,7 @@ pub mod list;
 pub mod listpack;
 pub mod set;
 pub mod slot;
+pub mod snapshot;
 pub mod value;
 pub mod zset;
 
