@@ -67,7 +67,23 @@ impl<'a> Stream<'a> {
     /// Expands one template with random choices.
     pub fn expand(&self, template: &str, rng: &mut StdRng) -> Vec<String> {
         let mut argv = Vec::new();
-        for word in template.split(' ') {
+        // Words are separated by spaces outside brackets: an alternative
+        // may hold several words (`[EX {t}|KEEPTTL]`).
+        let mut words = Vec::new();
+        let (mut depth, mut start) = (0, 0);
+        for (i, ch) in template.char_indices() {
+            match ch {
+                '[' => depth += 1,
+                ']' => depth -= 1,
+                ' ' if depth == 0 => {
+                    words.push(&template[start..i]);
+                    start = i + 1;
+                }
+                _ => {}
+            }
+        }
+        words.push(&template[start..]);
+        for word in words {
             let word = if let Some(inner) = word.strip_prefix('[').and_then(|w| w.strip_suffix(']')) {
                 let choices: Vec<&str> = inner.split('|').collect();
                 let pick = rng.gen_range(0..=choices.len());
