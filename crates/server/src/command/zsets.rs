@@ -1107,22 +1107,13 @@ impl Aggregate {
 }
 
 /// A plain set as an input of the zset algebra: each member has score 1.
-/// Reads the `Set` variants directly (intset: canonical integers, sorted).
 fn set_contains(set: &Set, member: &[u8]) -> bool {
-    match set {
-        Set::Intset(v) => parse_canonical_i64(member).is_some_and(|i| v.binary_search(&i).is_ok()),
-        Set::Table(t) => t.contains_key(member),
-    }
+    set.contains(member)
 }
 
 fn set_for_each(set: &Set, mut f: impl FnMut(&[u8])) {
-    match set {
-        Set::Intset(v) => {
-            let mut buf = itoa::Buffer::new();
-            v.iter().for_each(|i| f(buf.format(*i).as_bytes()));
-        }
-        Set::Table(t) => t.iter().for_each(|(m, ())| f(m)),
-    }
+    let mut buf = itoa::Buffer::new();
+    set.iter().for_each(|m| f(m.as_bytes(&mut buf)));
 }
 
 /// The score of `member` in an input (zset or set), if present.
