@@ -122,7 +122,8 @@ fn scan_shape(command: &str, frame: Frame) -> Frame {
 #[test]
 fn hashes_match_redis() {
     for seed in 0..4 {
-        Stream { fill: token, normalize: scan_shape, ..Stream::new(&[HASHES, HASHES, UNORDERED, AROUND]) }.run(seed, 2000);
+        Stream { fill: token, normalize: scan_shape, ..Stream::new(&[HASHES, HASHES, UNORDERED, AROUND]) }
+            .run(seed, 2000);
     }
 }
 
