@@ -547,3 +547,19 @@ fn flush_of_a_large_database_does_not_stall_other_clients_when_async() {
     assert_eq!(c.cmd("DBSIZE"), int(0));
     assert!(elapsed < Duration::from_secs(2), "FLUSHALL ASYNC took {elapsed:?}");
 }
+
+#[test]
+fn memory_usage_counts_what_a_key_holds() {
+    let server = Server::start(&[]);
+    let mut c = server.client();
+    assert_eq!(c.cmd("MEMORY USAGE missing"), Frame::Null);
+    c.cmd("SET small x");
+    c.cmd(&format!("SET big {}", "x".repeat(10_000)));
+    let (Frame::Integer(small), Frame::Integer(big)) = (c.cmd("MEMORY USAGE small"), c.cmd("MEMORY USAGE big SAMPLES 0")) else {
+        panic!("integers")
+    };
+    assert!(small > 0 && big > small && big > 10_000, "{small} {big}");
+    assert_eq!(c.cmd("MEMORY USAGE small SAMPLES -1"), err("ERR syntax error"));
+    assert_eq!(c.cmd("MEMORY USAGE small SAMPLES x"), err("ERR value is not an integer or out of range"));
+    assert_eq!(c.cmd("MEMORY USAGE small bogus"), err("ERR syntax error"));
+}

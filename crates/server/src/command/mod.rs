@@ -6,6 +6,7 @@
 //! are grouped by data type, one module each.
 
 pub mod bitmaps;
+pub mod blocking;
 pub mod connection;
 pub mod hashes;
 pub mod keys;
@@ -295,6 +296,7 @@ pub fn table() -> &'static Table {
             strings::COMMANDS,
             bitmaps::COMMANDS,
             lists::COMMANDS,
+            blocking::COMMANDS,
             hashes::COMMANDS,
             sets::COMMANDS,
             zsets::COMMANDS,

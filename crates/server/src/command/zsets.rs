@@ -81,11 +81,14 @@ pub static COMMANDS: &[CommandSpec] = &[
     cmd("zinter", -3, READONLY, Keys::Custom(numkeys_keys), G, zinter).doc("Intersect multiple sorted sets", "6.2.0"),
     cmd("zdiff", -3, READONLY, Keys::Custom(numkeys_keys), G, zdiff).doc("Subtract multiple sorted sets", "6.2.0"),
     cmd("zunionstore", -4, WRITE | DENYOOM, Keys::Custom(store_keys), G, zunionstore)
-        .doc("Add multiple sorted sets and store the resulting sorted set in a new key", "2.0.0"),
+        .doc("Add multiple sorted sets and store the resulting sorted set in a new key", "2.0.0")
+        .fixed_first_key(),
     cmd("zinterstore", -4, WRITE | DENYOOM, Keys::Custom(store_keys), G, zinterstore)
-        .doc("Intersect multiple sorted sets and store the resulting sorted set in a new key", "2.0.0"),
+        .doc("Intersect multiple sorted sets and store the resulting sorted set in a new key", "2.0.0")
+        .fixed_first_key(),
     cmd("zdiffstore", -4, WRITE | DENYOOM, Keys::Custom(store_keys), G, zdiffstore)
-        .doc("Subtract multiple sorted sets and store the resulting sorted set in a new key", "6.2.0"),
+        .doc("Subtract multiple sorted sets and store the resulting sorted set in a new key", "6.2.0")
+        .fixed_first_key(),
     cmd("zintercard", -3, READONLY, Keys::Custom(numkeys_keys), G, zintercard)
         .doc("Intersect multiple sorted sets and return the cardinality of the result", "7.0.0"),
     cmd("zscan", -3, READONLY, KEY1, G, zscan)

@@ -24,11 +24,13 @@ pub struct Stream<'a> {
     /// Extra normalisation, applied after the default one.
     pub normalize: fn(&str, Frame) -> Frame,
     pub resp3: bool,
+    /// Commands sent to both servers first, as they are.
+    pub prelude: &'a [&'a str],
 }
 
 impl<'a> Stream<'a> {
     pub fn new(families: &'a [&'a [&'a str]]) -> Stream<'a> {
-        Stream { families, fill: |_, _| None, normalize: |_, f| f, resp3: false }
+        Stream { families, fill: |_, _| None, normalize: |_, f| f, resp3: false, prelude: &[] }
     }
 
     /// Sends `commands` generated commands from `seed` to both servers and
@@ -43,6 +45,10 @@ impl<'a> Stream<'a> {
             // HELLO's map differs by design (id, version); the rest must not.
             assert!(matches!(r.cmd("HELLO 3"), Frame::Map(_)));
             assert!(matches!(k.cmd("HELLO 3"), Frame::Map(_)));
+        }
+        for line in self.prelude {
+            let argv: Vec<&str> = line.split(' ').collect();
+            assert_eq!(r.send(&argv), k.send(&argv), "prelude `{line}`");
         }
         let mut rng = StdRng::seed_from_u64(seed);
         let templates: Vec<&str> = self.families.iter().flat_map(|f| f.iter().copied()).collect();
