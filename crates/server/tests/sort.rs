@@ -77,4 +77,5 @@ fn sort_cases() {
     assert_eq!(c.cmd("EXISTS dst"), int(0));
     // COMMAND GETKEYS finds the STORE destination.
     assert_eq!(c.cmd("COMMAND GETKEYS SORT l BY w_* STORE out"), arr(&["l", "out"]));
+    assert_eq!(c.cmd("COMMAND GETKEYS SORT l STORE a STORE b"), arr(&["l", "b"]));
 }

@@ -23,14 +23,16 @@ pub static COMMANDS: &[CommandSpec] = &[
         .fixed_first_key(),
 ];
 
-/// The sorted key, and the STORE destination when there is one.
+/// The sorted key, and the STORE destination when there is one (the last
+/// STORE wins, as in Redis).
 fn sort_keys(argv: &[&[u8]]) -> SmallVec<[usize; 4]> {
     let mut keys: SmallVec<[usize; 4]> = SmallVec::from_slice(&[1]);
+    let mut store = None;
     let mut i = 2;
     while i < argv.len() {
         let left = argv.len() - i - 1;
         if eq(argv[i], "store") && left >= 1 {
-            keys.push(i + 1);
+            store = Some(i + 1);
         }
         i += if eq(argv[i], "limit") && left >= 2 {
             3
@@ -40,6 +42,7 @@ fn sort_keys(argv: &[&[u8]]) -> SmallVec<[usize; 4]> {
             1
         };
     }
+    keys.extend(store);
     keys
 }
 
