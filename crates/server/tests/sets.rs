@@ -625,3 +625,34 @@ fn sets_survive_a_restart_and_spop_is_journaled_as_redis_does() {
     drop(server);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Freeing a big collection goes to the lazy-free thread (UNLINK, and DEL
+/// under lazyfree-lazy-user-del) while a small one is freed inline.
+#[test]
+fn big_collections_are_freed_off_the_serving_path() {
+    let server = Server::start(&[]);
+    let mut c = server.client();
+    let freed = |c: &mut Client| {
+        let Frame::Bulk(info) = c.cmd("INFO memory") else { panic!("INFO") };
+        let info = String::from_utf8(info).expect("utf8");
+        let field = |name: &str| -> u64 {
+            info.lines().find_map(|l| l.strip_prefix(name)).and_then(|v| v.trim().parse().ok()).expect(name)
+        };
+        field("lazyfreed_objects:") + field("lazyfree_pending_objects:")
+    };
+    for key in ["big1", "big2"] {
+        let members: Vec<String> = (0..20_000).map(|i| format!("m{i}")).collect();
+        let mut argv = vec!["SADD", key];
+        argv.extend(members.iter().map(String::as_str));
+        assert_eq!(c.send(&argv), int(20_000));
+    }
+    c.cmd("SADD small a b c");
+    let before = freed(&mut c);
+    assert_eq!(c.cmd("UNLINK small"), int(1));
+    assert_eq!(freed(&mut c), before);
+    assert_eq!(c.cmd("UNLINK big1"), int(1));
+    assert_eq!(freed(&mut c), before + 1);
+    assert_eq!(c.cmd("CONFIG SET lazyfree-lazy-user-del yes"), Frame::Simple(b"OK".to_vec()));
+    assert_eq!(c.cmd("DEL big2"), int(1));
+    assert_eq!(freed(&mut c), before + 2);
+}
