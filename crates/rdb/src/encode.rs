@@ -39,7 +39,7 @@ impl Default for Thresholds {
     /// Redis 7.0's defaults.
     fn default() -> Thresholds {
         Thresholds {
-            hash_max_listpack_entries: 128,
+            hash_max_listpack_entries: 512,
             hash_max_listpack_value: 64,
             set_max_intset_entries: 512,
             zset_max_listpack_entries: 128,

@@ -11,12 +11,14 @@ use keel_rdb::*;
 use proptest::prelude::*;
 
 type Dataset = BTreeMap<(u64, Vec<u8>), (RdbValue, Option<u64>)>;
+/// One database's keys: key, value, expiry.
+type DbKeys<'a> = Vec<(&'a Vec<u8>, &'a RdbValue, Option<u64>)>;
 
 /// Writes `data` as Redis does: per database, SELECTDB + RESIZEDB, then the
 /// keys.
 fn write(data: &Dataset, options: WriteOptions) -> Vec<u8> {
     let mut w = RdbWriter::new(Vec::new(), options).unwrap();
-    let mut dbs: BTreeMap<u64, Vec<(&Vec<u8>, &RdbValue, Option<u64>)>> = BTreeMap::new();
+    let mut dbs: BTreeMap<u64, DbKeys> = BTreeMap::new();
     for ((db, key), (value, expire)) in data {
         dbs.entry(*db).or_default().push((key, value, *expire));
     }

@@ -260,12 +260,15 @@ pub fn every_encoding(rng: &mut Rng, tag: &str) -> Vec<(Vec<u8>, RdbValue)> {
     v.push((k("set:strings"), RdbValue::Set((0..50).map(|i| format!("member-{i}").into_bytes()).collect())));
     v.push((k("set:many-ints"), RdbValue::Set((0..600).map(|i| (i * 3).to_string().into_bytes()).collect())));
     v.push((k("hash:small"), RdbValue::Hash((0..20).map(|i| (format!("f{i}").into_bytes(), i.to_string().into_bytes())).collect())));
-    v.push((k("hash:many"), RdbValue::Hash((0..300).map(|i| (format!("field{i}").into_bytes(), rng.bytes(i % 40))).collect())));
+    v.push((k("hash:many"), RdbValue::Hash((0..600).map(|i| (format!("field{i}").into_bytes(), rng.bytes(i % 40))).collect())));
     v.push((k("hash:long-value"), RdbValue::Hash(vec![(b"f".to_vec(), b"v".repeat(65)), (b"g".to_vec(), b"1".to_vec())])));
-    let special = [(b"inf".to_vec(), f64::INFINITY), (b"-inf".to_vec(), f64::NEG_INFINITY), (b"negzero".to_vec(), -0.0), (b"zero".to_vec(), 0.0), (b"third".to_vec(), 1.0 / 3.0), (b"tiny".to_vec(), 5e-324), (b"huge".to_vec(), 1.7e308), (b"big-int".to_vec(), 9.007_199_254_740_993e15)];
+    // Redis 7.0 stores -0 in a listpack sorted set as the integer 0 (and
+    // keeps it in a skiplist), so the small one has no -0.
+    let special = [(b"inf".to_vec(), f64::INFINITY), (b"-inf".to_vec(), f64::NEG_INFINITY), (b"zero".to_vec(), 0.0), (b"third".to_vec(), 1.0 / 3.0), (b"tiny".to_vec(), 5e-324), (b"huge".to_vec(), 1.7e308), (b"big-int".to_vec(), 9.007_199_254_740_993e15)];
     v.push((k("zset:small"), RdbValue::ZSet(special.to_vec())));
     let mut zbig: Vec<(Vec<u8>, f64)> = (0..200).map(|i| (format!("m{i}").into_bytes(), (i as f64) * 1.5 - 100.0)).collect();
     zbig.extend(special.iter().cloned());
+    zbig.push((b"negzero".to_vec(), -0.0));
     v.push((k("zset:many"), RdbValue::ZSet(zbig)));
     v.push((k("zset:long-member"), RdbValue::ZSet(vec![(b"m".repeat(65), 1.0), (b"n".to_vec(), 2.0)])));
     v
