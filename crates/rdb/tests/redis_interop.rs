@@ -15,6 +15,9 @@ use common::redis::{have, Redis, Reply};
 use common::*;
 use keel_rdb::*;
 
+/// A key of a test data set: database, key, value, expiry (Unix ms).
+type Row = (u64, Vec<u8>, RdbValue, Option<u64>);
+
 fn skip() -> bool {
     if have("redis-server") {
         return false;
@@ -60,7 +63,7 @@ fn assert_redis_holds(r: &mut Redis, want: &[Key]) {
 
 /// The data set both directions use: every type in both encodings, over
 /// three databases, some keys with expiries.
-fn data_set(tag: &str) -> Vec<(u64, Vec<u8>, RdbValue, Option<u64>)> {
+fn data_set(tag: &str) -> Vec<Row> {
     let mut rng = Rng::new(42);
     let expire_base = now_ms() + 3_600_000;
     every_encoding(&mut rng, tag)
@@ -71,11 +74,11 @@ fn data_set(tag: &str) -> Vec<(u64, Vec<u8>, RdbValue, Option<u64>)> {
 }
 
 /// The database `key` is in.
-fn db_of(data: &[(u64, Vec<u8>, RdbValue, Option<u64>)], key: &str) -> u64 {
+fn db_of(data: &[Row], key: &str) -> u64 {
     data.iter().find(|d| d.1 == key.as_bytes()).unwrap().0
 }
 
-fn keys_of(data: &[(u64, Vec<u8>, RdbValue, Option<u64>)]) -> Vec<Key> {
+fn keys_of(data: &[Row]) -> Vec<Key> {
     let mut keys: Vec<Key> = data.iter().map(|(db, key, value, expire)| Key { db: *db, key: key.clone(), value: norm(value), expire_at_ms: *expire }).collect();
     keys.sort();
     keys
@@ -191,8 +194,8 @@ fn reads_what_redis_saves() {
 }
 
 /// Writes `data` to `path` with `options`.
-fn write_file(path: &Path, data: &[(u64, Vec<u8>, RdbValue, Option<u64>)], options: WriteOptions) {
-    let mut dbs: BTreeMap<u64, Vec<&(u64, Vec<u8>, RdbValue, Option<u64>)>> = BTreeMap::new();
+fn write_file(path: &Path, data: &[Row], options: WriteOptions) {
+    let mut dbs: BTreeMap<u64, Vec<&Row>> = BTreeMap::new();
     for d in data {
         dbs.entry(d.0).or_default().push(d);
     }
