@@ -30,8 +30,9 @@ pub struct Thresholds {
     /// Bytes per quicklist node (`list-max-listpack-size -2` is 8 KiB); a
     /// single larger element still gets a node of its own.
     pub list_max_listpack_bytes: usize,
-    /// Elements at least this long go into a PLAIN quicklist node of their
-    /// own rather than a listpack (Redis's `packed_threshold`, 1 GiB).
+    /// Elements at least this long (and not empty) go into a PLAIN
+    /// quicklist node of their own rather than a listpack (Redis's
+    /// `packed_threshold`, 1 GiB).
     pub list_packed_threshold: usize,
 }
 
@@ -306,8 +307,10 @@ fn quicklist_nodes(items: &[Vec<u8>], t: &Thresholds) -> Vec<(std::ops::Range<us
     let mut start = 0;
     let mut bytes = listpack::Builder::new().bytes();
     let empty = bytes;
+    // An empty element never goes PLAIN: an empty node is corrupt.
+    let plain_from = t.list_packed_threshold.max(1);
     for (i, item) in items.iter().enumerate() {
-        if item.len() >= t.list_packed_threshold {
+        if item.len() >= plain_from {
             if start < i {
                 nodes.push((start..i, false));
             }

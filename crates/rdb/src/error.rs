@@ -14,9 +14,10 @@ pub const BAD_DATA_FORMAT: &str = "Bad data format";
 
 /// What went wrong, and at which byte. Offsets count from the start of the
 /// file (for [`crate::RdbReader`]) or of the payload (for
-/// [`crate::restore_payload`]); inside an encoded blob (listpack, ziplist,
-/// ...) they point at the offending byte of the blob as it appears in the
-/// file, or at the blob itself when it was LZF-compressed.
+/// [`crate::restore_payload`]). Inside an encoded blob (listpack, ziplist,
+/// ...) they point at the offending byte of the blob in the file; when the
+/// blob was LZF-compressed, at the start of the compressed bytes plus the
+/// position in the decompressed blob.
 #[derive(Debug, Error)]
 pub enum RdbError {
     /// The underlying reader failed.

@@ -107,7 +107,8 @@ fn push_literals(out: &mut Vec<u8>, mut lit: &[u8]) {
 
 /// Decompresses `input`, which must expand to exactly `out_len` bytes.
 /// Never reads or writes out of bounds on hostile input, and allocates at
-/// most `out_len` bytes; callers bound `out_len` (see [`MAX_EXPANSION`]).
+/// most `out_len` bytes. LZF expands at most 88-fold, so a caller taking
+/// `out_len` from untrusted data can bound it by the input's length.
 pub fn decompress(input: &[u8], out_len: usize) -> Result<Vec<u8>, LzfError> {
     let mut out: Vec<u8> = Vec::with_capacity(out_len);
     let mut ip = 0;

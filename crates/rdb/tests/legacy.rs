@@ -167,7 +167,11 @@ fn what_redis_refuses_is_refused() {
     ];
     for (what, f) in cases {
         match items(&f) {
-            Err(RdbError::Corrupt { what: got, .. }) => assert!(got.contains(what), "{what}: got {got}"),
+            Err(err @ RdbError::Corrupt { .. }) => {
+                assert!(err.to_string().contains(what), "{what}: got {err}");
+                let at = err.offset().unwrap();
+                assert!((9..f.len() as u64).contains(&at), "{what}: offset {at}");
+            }
             other => panic!("{what}: got {other:?}"),
         }
     }

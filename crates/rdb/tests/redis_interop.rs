@@ -288,6 +288,7 @@ fn dump_and_restore_cross_both_ways() {
     let small = Thresholds { hash_max_listpack_entries: 2, set_max_intset_entries: 2, zset_max_listpack_entries: 2, list_max_listpack_bytes: 30, ..Thresholds::default() };
     for (key, value) in every_encoding(&mut rng, "d") {
         r.store(&key, &value);
+        assert_eq!(r.cmd(&[b"TYPE", &key]).status(), value.type_name());
         let payload = r.cmd(&[b"DUMP", &key]).bulk();
         assert_eq!(norm(&restore_payload(&payload).unwrap()), norm(&value), "{:?}", String::from_utf8_lossy(&key));
 
