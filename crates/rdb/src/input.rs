@@ -32,8 +32,8 @@ pub(crate) const ENC_INT16: u8 = 1;
 pub(crate) const ENC_INT32: u8 = 2;
 pub(crate) const ENC_LZF: u8 = 3;
 
-/// Strings are read in pieces of at most this much memory ahead of the
-/// data actually arriving, so a hostile length cannot allocate gigabytes.
+/// A string's buffer starts at most this large and grows as its bytes
+/// arrive, so a hostile length cannot allocate gigabytes.
 const MAX_PREALLOC: u64 = 64 * 1024;
 
 /// A length, or the marker of a specially encoded string.
