@@ -1,0 +1,90 @@
+//! `keel-rdb`: Redis 7.0's RDB file format (version 10) and its DUMP/RESTORE
+//! payloads, read and written over a neutral value model. It knows nothing
+//! of any server: a server converts its own values to and from
+//! [`RdbValue`].
+//!
+//! * [`RdbReader`] decodes a file one [`RdbItem`] at a time from any
+//!   `BufRead`, checking the CRC64 trailer at the end. It reads every type
+//!   and encoding Redis 7.0 can load, back to RDB version 1 (zipmaps,
+//!   ziplists, intsets, listpacks, quicklists, LZF strings), except module
+//!   values and streams, which give [`RdbError::Unsupported`].
+//! * [`RdbWriter`] encodes a file Redis 7.0 loads, choosing encodings as
+//!   Redis would from [`Thresholds`] (listpacks and intsets when small,
+//!   quicklists of listpack nodes for lists, LZF for long strings).
+//! * [`dump_payload`] and [`restore_payload`] are the `DUMP` and `RESTORE`
+//!   serialization.
+//! * [`crc64()`] and [`lzf`] are the checksum and compression underneath.
+//!
+//! The byte layouts are documented where they are encoded: the file and
+//! its opcodes in `format.rs`, lengths and strings in `input.rs`, the
+//! compact encodings in `encoded/`, LZF in [`lzf`].
+//!
+//! Hostile input gives an [`RdbError`] with the byte offset, never a panic;
+//! memory allocated ahead of data actually read is bounded.
+
+mod crc64;
+mod decode;
+mod dump;
+mod encode;
+mod encoded;
+mod error;
+mod format;
+mod input;
+pub mod lzf;
+mod num;
+mod reader;
+mod writer;
+
+pub use crate::crc64::crc64;
+pub use dump::{dump_payload, restore_payload};
+pub use encode::{EncodeOptions, Thresholds};
+pub use error::{RdbError, BAD_DATA_FORMAT, DUMP_PAYLOAD_ERROR};
+pub use format::RDB_VERSION;
+pub use reader::{ChecksumStatus, RdbItem, RdbReader};
+pub use writer::{RdbWriter, WriteOptions, REDIS_VER};
+
+/// A value, whatever encoding it had or will have in the file.
+///
+/// Order is kept as the file has it; for sets, hashes and sorted sets it
+/// carries no meaning (the writer sorts where an encoding requires it).
+/// Values the reader returns have no duplicate members or fields, no NaN
+/// scores, and are never empty collections.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RdbValue {
+    String(Vec<u8>),
+    List(Vec<Vec<u8>>),
+    Set(Vec<Vec<u8>>),
+    /// Field and value pairs.
+    Hash(Vec<(Vec<u8>, Vec<u8>)>),
+    /// Member and score pairs.
+    ZSet(Vec<(Vec<u8>, f64)>),
+}
+
+impl RdbValue {
+    /// The type as Redis's `TYPE` command names it.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            RdbValue::String(_) => "string",
+            RdbValue::List(_) => "list",
+            RdbValue::Set(_) => "set",
+            RdbValue::Hash(_) => "hash",
+            RdbValue::ZSet(_) => "zset",
+        }
+    }
+}
+
+/// A key read from a file, with the attributes stored before it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RdbEntry {
+    /// The database it belongs to (the last `SELECTDB`; 0 before any).
+    pub db: u64,
+    pub key: Vec<u8>,
+    pub value: RdbValue,
+    /// Expiry as a Unix time in milliseconds (times before 1970 read as 0).
+    pub expire_at_ms: Option<u64>,
+    /// LRU idle time in seconds, present in files saved under an LRU
+    /// `maxmemory-policy`.
+    pub idle_s: Option<u64>,
+    /// LFU counter, present in files saved under an LFU `maxmemory-policy`.
+    pub freq: Option<u8>,
+}
