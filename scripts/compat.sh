@@ -36,7 +36,12 @@ if [[ -n "${COMPAT_UNITS:-}" ]]; then read -r -a UNITS <<<"$COMPAT_UNITS"; fi
 # (the default), so Redis and Keel are held to the same no-DEBUG standard.
 REDIS_SERVER_FLAGS=(--bind 127.0.0.1 --save '' --appendonly no)
 # Keel (and any binary whose name is not *redis-server*).
-KEEL_SERVER_FLAGS=(--bind 127.0.0.1 --appendonly no)
+# --threads 1: the suite assumes that commands sent on different
+# connections run in the order they were sent (a deferred client's BLPOP
+# before another client's LPUSH), which a single-threaded Redis gives in
+# practice and a multi-threaded server does not; Keel orders each
+# connection's commands, not commands across connections.
+KEEL_SERVER_FLAGS=(--bind 127.0.0.1 --appendonly no --threads 1)
 
 # runtest arguments besides --host/--port/--single.
 # --tags: the "test-external-nodebug" CI job uses "-slow -needs:debug"; we

@@ -202,7 +202,7 @@ pub struct EncodingLimits {
 impl Default for EncodingLimits {
     fn default() -> Self {
         EncodingLimits {
-            hash_max_listpack_entries: 128,
+            hash_max_listpack_entries: 512,
             hash_max_listpack_value: 64,
             set_max_intset_entries: 512,
             zset_max_listpack_entries: 128,

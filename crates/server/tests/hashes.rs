@@ -194,17 +194,18 @@ fn wrong_type_everywhere() {
 #[test]
 fn encoding_converts_one_way() {
     let (_s, mut c) = keel();
-    fill(&mut c, "small", 128);
+    // Redis 7.0's default hash-max-listpack-entries is 512.
+    fill(&mut c, "small", 512);
     assert_eq!(c.cmd("OBJECT ENCODING small"), bulk("listpack"));
-    assert_eq!(c.cmd("HSET small f128 v"), int(1));
+    assert_eq!(c.cmd("HSET small f512 v"), int(1));
     assert_eq!(c.cmd("OBJECT ENCODING small"), bulk("hashtable"));
     // Back under the limit, a table stays a table.
     for i in 0..100 {
         c.send(&["HDEL", "small", &format!("f{i}")]);
     }
     assert_eq!(c.cmd("OBJECT ENCODING small"), bulk("hashtable"));
-    assert_eq!(c.cmd("HGET small f127"), bulk("v127"));
-    assert_eq!(c.cmd("HLEN small"), int(29));
+    assert_eq!(c.cmd("HGET small f511"), bulk("v511"));
+    assert_eq!(c.cmd("HLEN small"), int(413));
 
     let long = "x".repeat(65);
     c.send(&["HSET", "v", "a", &"x".repeat(64)]);
