@@ -70,6 +70,8 @@ pub struct Config {
     pub lazyfree_lazy_server_del: bool,
     pub maxmemory: u64,
     pub maxmemory_policy: String,
+    /// `rdbcompression`: LZF-compress strings in DUMP payloads (and RDB files).
+    pub rdbcompression: bool,
     /// The `*-max-listpack-*` thresholds of the collection encodings.
     pub encoding: keel_engine::EncodingLimits,
     /// The file the configuration was read from, absolute (CONFIG REWRITE
@@ -115,6 +117,7 @@ impl Default for Config {
             lazyfree_lazy_server_del: false,
             maxmemory: 0,
             maxmemory_policy: "noeviction".into(),
+            rdbcompression: true,
             encoding: Default::default(),
             config_file: None,
         }
@@ -320,6 +323,7 @@ pub static DIRECTIVES: &[Directive] = &[
         },
     },
     directive!("dbfilename", true, string, dbfilename),
+    directive!("rdbcompression", true, bool, rdbcompression),
     // Switching the log on or off, or its fsync policy, at run time needs
     // a rewrite of the whole dataset, which Keel does not have yet: both
     // are fixed at start (CONFIG SET answers that they are immutable).

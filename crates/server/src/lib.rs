@@ -18,6 +18,7 @@ pub mod config;
 pub mod durability;
 pub mod glob;
 pub mod lazyfree;
+pub mod rdb;
 pub mod server;
 pub mod worker;
 

@@ -22,6 +22,11 @@ pub struct CommandStats {
     pub failed_calls: AtomicU64,
 }
 
+/// Where the LRU clock starts, in seconds: far enough above zero that an
+/// access time can lie before the server started (RESTORE ... IDLETIME),
+/// far enough below `u32::MAX` for a century of uptime.
+pub const LRU_EPOCH_S: u32 = 1 << 30;
+
 /// Progress of loading the dataset at start.
 #[derive(Default)]
 pub struct LoadProgress {
@@ -126,7 +131,7 @@ pub struct Server {
     pub dirty: AtomicU64,
     pub lastsave_s: AtomicU64,
     pub shutdown: AtomicBool,
-    /// Seconds since start, refreshed by the cron: the LRU clock.
+    /// The LRU clock: `LRU_EPOCH_S` + seconds since start, refreshed by the cron.
     pub lru_clock: AtomicU32,
     /// CLIENT PAUSE: until this Unix ms, and whether writes only.
     pub pause_until_ms: AtomicU64,
@@ -254,7 +259,7 @@ impl Server {
             dirty: AtomicU64::new(0),
             lastsave_s: AtomicU64::new(unix_ms() / 1000),
             shutdown: AtomicBool::new(false),
-            lru_clock: AtomicU32::new(0),
+            lru_clock: AtomicU32::new(LRU_EPOCH_S),
             pause_until_ms: AtomicU64::new(0),
             pause_writes_only: AtomicBool::new(false),
             thread_count,

@@ -531,7 +531,10 @@ impl Worker {
         if !self.gated.is_empty() {
             self.release_durable();
         }
-        self.server.lru_clock.store(self.server.started.elapsed().as_secs() as u32, Ordering::Relaxed);
+        self.server.lru_clock.store(
+            crate::server::LRU_EPOCH_S + self.server.started.elapsed().as_secs() as u32,
+            Ordering::Relaxed,
+        );
         let shards = self.server.keyspace.shard_count();
         let workers = self.server.thread_count;
         // Bounded work per shard per tick. Active expiry repeats while a

@@ -8,6 +8,7 @@
 pub mod bitmaps;
 pub mod blocking;
 pub mod connection;
+pub mod dump;
 pub mod hashes;
 pub mod keys;
 pub mod lists;
@@ -293,6 +294,7 @@ pub fn table() -> &'static Table {
             connection::COMMANDS,
             server::COMMANDS,
             keys::COMMANDS,
+            dump::COMMANDS,
             strings::COMMANDS,
             bitmaps::COMMANDS,
             lists::COMMANDS,

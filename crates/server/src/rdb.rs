@@ -1,0 +1,98 @@
+//! The bridge between the keyspace's values and `keel-rdb`'s neutral model
+//! (DUMP/RESTORE today; snapshots to RDB files use the same conversions).
+
+use keel_engine::set::Member;
+use keel_engine::value::{EncodingLimits, Str, Value};
+use keel_engine::{Hash, List, Set, ZSet};
+use keel_rdb::{EncodeOptions, RdbValue, Thresholds};
+
+/// A value as `keel-rdb` writes it.
+pub fn to_rdb(value: &Value) -> RdbValue {
+    match value {
+        Value::Str(s) => RdbValue::String(s.as_bytes(&mut itoa::Buffer::new()).to_vec()),
+        Value::List(l) => RdbValue::List(l.iter().map(<[u8]>::to_vec).collect()),
+        Value::Set(s) => RdbValue::Set(s.iter().map(|m| m.to_vec()).collect()),
+        Value::Hash(h) => RdbValue::Hash(h.iter().map(|(f, v)| (f.to_vec(), v.to_vec())).collect()),
+        Value::ZSet(z) => RdbValue::ZSet(z.iter().map(|(m, s)| (m.to_vec(), s)).collect()),
+    }
+}
+
+/// A value read by `keel-rdb`, in the encodings the current limits give it
+/// (as Redis re-encodes what it loads).
+pub fn from_rdb(value: RdbValue, limits: &EncodingLimits) -> Value {
+    match value {
+        RdbValue::String(bytes) => Value::Str(Str::from_bytes(&bytes)),
+        RdbValue::List(items) => {
+            let mut list = List::new(limits.list_max_listpack_size);
+            items.iter().for_each(|item| list.push_back(item));
+            Value::List(list)
+        }
+        RdbValue::Set(members) => {
+            let members = members.iter().map(|m| Member::Bytes(m).canonical());
+            Value::Set(Set::from_members(members, limits.set_max_intset_entries))
+        }
+        RdbValue::Hash(pairs) => {
+            Value::Hash(Hash::from_pairs(pairs.iter().map(|(f, v)| (f.as_slice(), v.as_slice())), limits))
+        }
+        RdbValue::ZSet(mut pairs) => {
+            // The reader refuses duplicate members and NaN scores.
+            pairs.sort_by(|(ma, sa), (mb, sb)| sa.partial_cmp(sb).unwrap_or(std::cmp::Ordering::Equal).then_with(|| ma.cmp(mb)));
+            Value::ZSet(ZSet::from_sorted(&pairs, limits))
+        }
+    }
+}
+
+/// How `keel-rdb` should encode, from the server's limits and
+/// `rdbcompression`.
+pub fn encode_options(limits: &EncodingLimits, compression: bool) -> EncodeOptions {
+    let list_max_listpack_bytes = match limits.list_max_listpack_size {
+        // Positive sizes count entries; Redis's node byte cap still applies.
+        n if n > 0 => 8 * 1024,
+        n => 4096 << (n.unsigned_abs().clamp(1, 5) - 1),
+    };
+    EncodeOptions {
+        compression,
+        thresholds: Thresholds {
+            hash_max_listpack_entries: limits.hash_max_listpack_entries,
+            hash_max_listpack_value: limits.hash_max_listpack_value,
+            set_max_intset_entries: limits.set_max_intset_entries,
+            zset_max_listpack_entries: limits.zset_max_listpack_entries,
+            zset_max_listpack_value: limits.zset_max_listpack_value,
+            list_max_listpack_bytes,
+            ..Thresholds::default()
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_type_round_trips() {
+        let limits = EncodingLimits::default();
+        let values = [
+            RdbValue::String(b"12345".to_vec()),
+            RdbValue::List(vec![b"a".to_vec(), b"".to_vec(), b"c".to_vec()]),
+            RdbValue::Set(vec![b"3".to_vec(), b"1".to_vec()]),
+            RdbValue::Set(vec![b"x".to_vec(), b"1".to_vec()]),
+            RdbValue::Hash(vec![(b"f".to_vec(), b"v".to_vec())]),
+            RdbValue::ZSet(vec![(b"b".to_vec(), 2.0), (b"a".to_vec(), f64::NEG_INFINITY)]),
+        ];
+        for v in values {
+            let back = to_rdb(&from_rdb(v.clone(), &limits));
+            let norm = |v: RdbValue| match v {
+                RdbValue::Set(mut m) => {
+                    m.sort();
+                    RdbValue::Set(m)
+                }
+                RdbValue::ZSet(mut p) => {
+                    p.sort_by(|a, b| a.0.cmp(&b.0));
+                    RdbValue::ZSet(p)
+                }
+                other => other,
+            };
+            assert_eq!(norm(back), norm(v));
+        }
+    }
+}

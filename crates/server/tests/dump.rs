@@ -1,0 +1,115 @@
+//! DUMP and RESTORE: round trips of every type, payloads moving between
+//! Keel and Debian's redis-server both ways, and RESTORE's errors.
+
+mod common;
+
+use common::{bulk, err, int, ok, Client, Frame, Server};
+
+/// Fills every type, in compact and big encodings.
+fn fill(c: &mut Client) {
+    c.cmd("SET s hello");
+    c.cmd("SET n 12345");
+    c.send(&["SET", "long", &"abc".repeat(100)]);
+    c.cmd("RPUSH l a b c 1 2 3");
+    c.cmd("SADD si 1 2 3");
+    c.cmd("SADD ss a b c");
+    c.cmd("HSET h f1 v1 f2 v2");
+    c.cmd("ZADD z 1 a 2.5 b -inf c");
+    for i in 0..600 {
+        c.send(&["RPUSH", "bl", &format!("e{i}")]);
+        c.send(&["SADD", "bs", &format!("m{i}")]);
+        c.send(&["HSET", "bh", &format!("f{i}"), &format!("v{i}")]);
+        c.send(&["ZADD", "bz", &i.to_string(), &format!("m{i}")]);
+    }
+}
+
+const KEYS: &[&str] = &["s", "n", "long", "l", "si", "ss", "h", "z", "bl", "bs", "bh", "bz"];
+
+/// A key's contents in a comparable form.
+fn contents(c: &mut Client, key: &str) -> Frame {
+    let Frame::Simple(t) = c.send(&["TYPE", key]) else { panic!("TYPE") };
+    let sorted = |f: Frame| match f {
+        Frame::Array(mut items) => {
+            items.sort_by_key(|i| format!("{i:?}"));
+            Frame::Array(items)
+        }
+        other => other,
+    };
+    match t.as_slice() {
+        b"string" => c.send(&["GET", key]),
+        b"list" => c.send(&["LRANGE", key, "0", "-1"]),
+        b"set" => sorted(c.send(&["SMEMBERS", key])),
+        b"hash" => sorted(c.send(&["HGETALL", key])),
+        b"zset" => c.send(&["ZRANGE", key, "0", "-1", "WITHSCORES"]),
+        other => panic!("type {}", String::from_utf8_lossy(other)),
+    }
+}
+
+fn transfer(from: &mut Client, to: &mut Client) {
+    for key in KEYS {
+        let Frame::Bulk(payload) = from.send(&["DUMP", key]) else { panic!("DUMP {key}") };
+        assert_eq!(to.send(&[b"RESTORE".as_slice(), key.as_bytes(), b"0", &payload, b"REPLACE"]), ok(), "{key}");
+        assert_eq!(contents(to, key), contents(from, key), "{key}");
+        assert_eq!(to.send(&["OBJECT", "ENCODING", key]), from.send(&["OBJECT", "ENCODING", key]), "{key}");
+    }
+}
+
+#[test]
+fn every_type_round_trips_within_keel() {
+    let server = Server::start(&[]);
+    let mut a = server.client();
+    let mut b = server.client();
+    fill(&mut a);
+    b.cmd("SELECT 1");
+    transfer(&mut a, &mut b);
+}
+
+#[test]
+fn payloads_move_between_keel_and_redis_both_ways() {
+    let Some(redis) = Server::start_redis(&[]) else { return };
+    let keel = Server::start(&[]);
+    let (mut r, mut k) = (redis.client(), keel.client());
+    fill(&mut r);
+    transfer(&mut r, &mut k);
+    k.cmd("FLUSHALL");
+    r.cmd("FLUSHALL");
+    fill(&mut k);
+    transfer(&mut k, &mut r);
+}
+
+#[test]
+fn restore_checks_as_redis_does() {
+    let server = Server::start(&[]);
+    let mut c = server.client();
+    c.cmd("SET k v");
+    let Frame::Bulk(payload) = c.cmd("DUMP k") else { panic!("DUMP") };
+    let restore = |c: &mut Client, extra: &[&[u8]]| {
+        let mut argv: Vec<&[u8]> = vec![b"RESTORE", b"k2", b"0", &payload];
+        argv.extend_from_slice(extra);
+        c.send(&argv)
+    };
+    assert_eq!(c.cmd("DUMP missing"), Frame::Null);
+    assert_eq!(restore(&mut c, &[]), ok());
+    assert_eq!(restore(&mut c, &[]), err("BUSYKEY Target key name already exists."));
+    assert_eq!(restore(&mut c, &[b"REPLACE", b"IDLETIME", b"-1"]), err("ERR Invalid IDLETIME value, must be >= 0"));
+    assert_eq!(restore(&mut c, &[b"REPLACE", b"FREQ", b"256"]), err("ERR Invalid FREQ value, must be >= 0 and <= 255"));
+    assert_eq!(restore(&mut c, &[b"REPLACE", b"IDLETIME", b"1", b"FREQ", b"1"]), err("ERR syntax error"));
+    assert_eq!(restore(&mut c, &[b"REPLACE", b"bogus"]), err("ERR syntax error"));
+    assert_eq!(restore(&mut c, &[b"REPLACE", b"IDLETIME", b"1000"]), ok());
+    let Frame::Integer(idle) = c.cmd("OBJECT IDLETIME k2") else { panic!("IDLETIME") };
+    assert!(idle >= 1000, "{idle}");
+    let mut bad = payload.clone();
+    bad[0] ^= 0xff;
+    assert_eq!(
+        c.send(&[b"RESTORE".as_slice(), b"k3", b"0", &bad]),
+        err("ERR DUMP payload version or checksum are wrong")
+    );
+    assert_eq!(c.send(&[b"RESTORE".as_slice(), b"k3", b"-1", &payload]), err("ERR Invalid TTL value, must be >= 0"));
+    assert_eq!(c.send(&[b"RESTORE".as_slice(), b"k3", b"100000", &payload]), ok());
+    let Frame::Integer(pttl) = c.cmd("PTTL k3") else { panic!("PTTL") };
+    assert!(pttl > 90_000 && pttl <= 100_000, "{pttl}");
+    // An absolute TTL already past: nothing is created.
+    assert_eq!(c.send(&[b"RESTORE".as_slice(), b"k4", b"1", &payload, b"ABSTTL"]), ok());
+    assert_eq!(c.cmd("EXISTS k4"), int(0));
+    assert_eq!(c.cmd("GET k3"), bulk("v"));
+}
