@@ -586,7 +586,7 @@ impl<'a> Iterator for Iter<'a> {
         let more = self.left > 0;
         match &mut self.kind {
             IterKind::Listpack { lp, front, .. } => {
-                let lp: &'a Listpack = *lp;
+                let lp: &'a Listpack = lp;
                 let m = *front;
                 let s = lp.next(m).expect(PAIRED);
                 if more {
@@ -595,7 +595,7 @@ impl<'a> Iterator for Iter<'a> {
                 Some((lp.at(m), parse_score(lp.at(s))))
             }
             IterKind::SkipList { list, front, .. } => {
-                let list: &'a Zsl = *list;
+                let list: &'a Zsl = list;
                 let n = list.nodes.get(*front);
                 *front = n.levels[0].forward;
                 Some((&n.member, n.score))
@@ -617,7 +617,7 @@ impl<'a> DoubleEndedIterator for Iter<'a> {
         let more = self.left > 0;
         match &mut self.kind {
             IterKind::Listpack { lp, back, .. } => {
-                let lp: &'a Listpack = *lp;
+                let lp: &'a Listpack = lp;
                 let m = *back;
                 let s = lp.next(m).expect(PAIRED);
                 if more {
@@ -626,7 +626,7 @@ impl<'a> DoubleEndedIterator for Iter<'a> {
                 Some((lp.at(m), parse_score(lp.at(s))))
             }
             IterKind::SkipList { list, back, .. } => {
-                let list: &'a Zsl = *list;
+                let list: &'a Zsl = list;
                 let n = list.nodes.get(*back);
                 *back = n.backward;
                 Some((&n.member, n.score))

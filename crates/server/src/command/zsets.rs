@@ -509,13 +509,13 @@ fn zadd_generic(ctx: &mut Ctx<'_>, argv: &[&[u8]], incrby: bool) -> CmdResult {
         i += 1;
     }
     let pairs = &argv[i..];
-    if pairs.is_empty() || pairs.len() % 2 != 0 {
+    if pairs.is_empty() || pairs.len() % 2 == 1 {
         return Err(CmdError::Syntax);
     }
     if flags.nx && flags.xx {
         return Err(CmdError::other("ERR XX and NX options at the same time are not compatible"));
     }
-    if (flags.gt && flags.nx) || (flags.lt && flags.nx) || (flags.gt && flags.lt) {
+    if (flags.nx && (flags.gt || flags.lt)) || (flags.gt && flags.lt) {
         return Err(CmdError::other("ERR GT, LT, and/or NX options at the same time are not compatible"));
     }
     if flags.incr && pairs.len() > 2 {
@@ -886,7 +886,7 @@ pub(crate) fn pop(
     key: &[u8],
     max: bool,
     count: usize,
-) -> Result<Option<Vec<(Vec<u8>, f64)>>, CmdError> {
+) -> Result<Option<Pairs>, CmdError> {
     let now = ctx.now_ms;
     let db = ctx.dbs.of(key);
     let Some(z) = zset_of_mut(db.get_mut(key, now))? else {
@@ -995,8 +995,8 @@ fn zrandmember(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
 }
 
 /// Redis's `zrandmemberWithCountCommand`: a negative count may repeat
-/// members; a positive one returns distinct members (all of them, in
-/// order, when it covers the set).
+/// members; a positive one returns distinct members (all of them, from
+/// the highest score, when it covers the set).
 fn zrandmember_count(ctx: &mut Ctx<'_>, key: &[u8], count: i64, withscores: bool) -> CmdResult {
     let db = ctx.dbs.of(key);
     let Some(z) = read(ctx.stats, db, key, ctx.now_ms)? else {
@@ -1037,7 +1037,8 @@ fn zrandmember_count(ctx: &mut Ctx<'_>, key: &[u8], count: i64, withscores: bool
         return Ok(());
     }
     if n >= z.len() {
-        reply_members(out, z.iter(), withscores);
+        // Redis answers the whole set from the top score down.
+        reply_members(out, z.iter().rev(), withscores);
         return Ok(());
     }
     let picked: Vec<(&[u8], f64)> = if n * 3 > z.len() {
@@ -1303,13 +1304,13 @@ fn zsetop(ctx: &mut Ctx<'_>, argv: &[&[u8]], name: &str, op: SetOp, store: bool,
                         acc.insert(m.to_vec(), s);
                     })
                 });
-                for i in 1..setnum {
+                for (i, &len) in lens.iter().enumerate().skip(1) {
                     if acc.is_empty() {
                         break;
                     }
                     // Whichever side is smaller drives the lookups.
                     visit(ctx, i, &mut |v| {
-                        if lens[i] < acc.len() {
+                        if len < acc.len() {
                             input_for_each(v, |m, _| {
                                 acc.remove(m);
                             });
