@@ -227,10 +227,7 @@ fn parse_score(text: &[u8]) -> f64 {
     if let Some(i) = parse_canonical_i64(text) {
         return i as f64;
     }
-    std::str::from_utf8(text)
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .expect("listpack scores are written by format_score")
+    std::str::from_utf8(text).ok().and_then(|s| s.parse().ok()).expect("listpack scores are written by format_score")
 }
 
 const PAIRED: &str = "a listpack zset holds member-score pairs";
@@ -574,8 +571,16 @@ pub struct Iter<'a> {
 
 enum IterKind<'a> {
     /// Offsets of the next members at either end.
-    Listpack { lp: &'a Listpack, front: usize, back: usize },
-    SkipList { list: &'a Zsl, front: u32, back: u32 },
+    Listpack {
+        lp: &'a Listpack,
+        front: usize,
+        back: usize,
+    },
+    SkipList {
+        list: &'a Zsl,
+        front: u32,
+        back: u32,
+    },
 }
 
 impl<'a> Iterator for Iter<'a> {
@@ -787,11 +792,7 @@ struct Zsl {
 impl Default for Zsl {
     fn default() -> Self {
         let mut nodes = Arena::default();
-        nodes.push(Node {
-            member: Arc::from(&b""[..]),
-            score: 0.0,
-            levels: smallvec![Level::default(); MAX_LEVEL],
-        });
+        nodes.push(Node { member: Arc::from(&b""[..]), score: 0.0, levels: smallvec![Level::default(); MAX_LEVEL] });
         Zsl { nodes, level: 1, length: 0, tail: HEAD, rng: rand::random::<u64>() | 1 }
     }
 }

@@ -54,9 +54,7 @@ fn scores_are_formatted_as_redis_does() {
     assert_eq!(c.cmd("ZADD z 1.5 a 0.1 b 1e20 c inf d -inf e 3 f 0x10 g"), int(7));
     assert_eq!(
         c.cmd("ZRANGE z 0 -1 WITHSCORES"),
-        bulks(&[
-            "e", "-inf", "b", "0.10000000000000001", "a", "1.5", "f", "3", "g", "16", "c", "1e+20", "d", "inf"
-        ])
+        bulks(&["e", "-inf", "b", "0.10000000000000001", "a", "1.5", "f", "3", "g", "16", "c", "1e+20", "d", "inf"])
     );
     assert_eq!(c.cmd("ZSCORE z b"), bulk("0.10000000000000001"));
     assert_eq!(c.cmd("ZSCORE z nope"), Frame::Null);
@@ -215,7 +213,10 @@ fn range_argument_errors() {
     assert_eq!(c.cmd("ZLEXCOUNT z - +a"), lex);
     assert_eq!(c.cmd("ZREMRANGEBYLEX z [a b"), lex);
     assert_eq!(c.send(&["ZRANGEBYLEX", "z", "", "+"]), lex);
-    assert_eq!(c.cmd("ZRANGE z - + BYLEX WITHSCORES"), err("ERR syntax error, WITHSCORES not supported in combination with BYLEX"));
+    assert_eq!(
+        c.cmd("ZRANGE z - + BYLEX WITHSCORES"),
+        err("ERR syntax error, WITHSCORES not supported in combination with BYLEX")
+    );
     assert_eq!(
         c.cmd("ZRANGE z 0 1 LIMIT 0 1"),
         err("ERR syntax error, LIMIT is only supported in combination with either BYSCORE or BYLEX")
@@ -281,11 +282,10 @@ fn emptied_sets_are_deleted() {
             ("ZREMRANGEBYSCORE z -inf +inf", int(3)),
             ("ZREMRANGEBYRANK z 0 -1", int(3)),
             ("ZREMRANGEBYLEX z - +", int(3)),
-            ("ZMPOP 1 z MAX COUNT 5", array(vec![bulk("z"), array(vec![
-                bulks(&["c", "3"]),
-                bulks(&["b", "2"]),
-                bulks(&["a", "1"]),
-            ])])),
+            (
+                "ZMPOP 1 z MAX COUNT 5",
+                array(vec![bulk("z"), array(vec![bulks(&["c", "3"]), bulks(&["b", "2"]), bulks(&["a", "1"])])]),
+            ),
         ];
         for (command, reply) in script {
             c.cmd("ZADD z 1 a 2 b 3 c");
@@ -477,7 +477,10 @@ fn zscan_returns_every_member_with_its_score() {
     let (_s, mut c) = keel();
     c.cmd("ZADD small 1 a 2.5 b -0 c 1e17 d");
     // A listpack comes whole, integers in integer form.
-    assert_eq!(c.cmd("ZSCAN small 0"), array(vec![bulk("0"), bulks(&["c", "0", "a", "1", "b", "2.5", "d", "100000000000000000"])]));
+    assert_eq!(
+        c.cmd("ZSCAN small 0"),
+        array(vec![bulk("0"), bulks(&["c", "0", "a", "1", "b", "2.5", "d", "100000000000000000"])])
+    );
     assert_eq!(c.cmd("ZSCAN small 0 MATCH [ab]"), array(vec![bulk("0"), bulks(&["a", "1", "b", "2.5"])]));
     assert_eq!(c.cmd("ZSCAN nokey 0 BADOPTION"), array(vec![bulk("0"), bulks(&[])]));
     assert_eq!(c.cmd("ZSCAN small 0 COUNT 0"), err("ERR syntax error"));

@@ -389,7 +389,11 @@ pub(crate) fn reply_score(out: &mut ReplyWriter<'_>, score: f64) {
 
 /// Members, with their scores when asked: a flat array in RESP2, an array
 /// of [member, score] pairs in RESP3 (order matters, so not a map).
-fn reply_members<'a>(out: &mut ReplyWriter<'_>, items: impl ExactSizeIterator<Item = (&'a [u8], f64)>, withscores: bool) {
+fn reply_members<'a>(
+    out: &mut ReplyWriter<'_>,
+    items: impl ExactSizeIterator<Item = (&'a [u8], f64)>,
+    withscores: bool,
+) {
     let n = items.len();
     out.array(if withscores && !out.resp3 { 2 * n } else { n });
     for (member, score) in items {
@@ -450,7 +454,6 @@ struct Tally {
     processed: bool,
     score: f64,
 }
-
 
 fn add_all(
     z: &mut ZSet,
@@ -789,7 +792,8 @@ fn zrange_generic(ctx: &mut Ctx<'_>, argv: &[&[u8]], src: usize, by: Option<By>,
         return Err(CmdError::other("ERR syntax error, WITHSCORES not supported in combination with BYLEX"));
     }
     // The score and lex forms take the range as [max, min] when reversed.
-    let (min, max) = if rev && by != By::Rank { (argv[src + 2], argv[src + 1]) } else { (argv[src + 1], argv[src + 2]) };
+    let (min, max) =
+        if rev && by != By::Rank { (argv[src + 2], argv[src + 1]) } else { (argv[src + 1], argv[src + 2]) };
     let spec = match by {
         By::Rank => Spec::Rank(i64_arg(min)?, i64_arg(max)?),
         By::Score => Spec::Score(score_range(min, max)?),
@@ -881,12 +885,7 @@ fn zremrange_generic(ctx: &mut Ctx<'_>, key: &[u8], spec: Spec<'_>) -> CmdResult
 /// scores, lowest (highest) first; removes the key when emptied; calls
 /// ctx.wrote. Ok(None) when absent, Err(WrongType) when not a zset. With
 /// `count` 0 an existing set is only type-checked: Ok(Some(empty)).
-pub(crate) fn pop(
-    ctx: &mut Ctx<'_>,
-    key: &[u8],
-    max: bool,
-    count: usize,
-) -> Result<Option<Pairs>, CmdError> {
+pub(crate) fn pop(ctx: &mut Ctx<'_>, key: &[u8], max: bool, count: usize) -> Result<Option<Pairs>, CmdError> {
     let now = ctx.now_ms;
     let db = ctx.dbs.of(key);
     let Some(z) = zset_of_mut(db.get_mut(key, now))? else {
