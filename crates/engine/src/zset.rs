@@ -9,8 +9,9 @@
 //!   Redis), else a shortest round-trip decimal. Every operation is a
 //!   linear scan over at most `zset-max-listpack-entries` pairs.
 //! - `skiplist`: Redis's `zskiplist` (Pugh's skiplist with a span per link,
-//!   so that ranks cost O(log N), and a backward link at level 0), plus a
-//!   [`Dict`] from member to score for O(1) ZSCORE and membership.
+//!   so that ranks cost O(log N)), plus a [`Dict`] from member to score for
+//!   O(1) ZSCORE and membership. Unlike Redis's, every level is doubly
+//!   linked (see below).
 //!
 //! Conversion is one way, listpack to skiplist, when an insertion would
 //! pass either limit (Redis's `zsetAdd`); a set built whole (the STORE
@@ -22,9 +23,11 @@
 //! (the header is index 0, which doubles as "no link"): no allocation per
 //! insert beyond the member's bytes, and growth never copies the nodes.
 //! Levels are a `SmallVec` of two inline (94% of nodes have at most two
-//! levels at p = 1/4). Removal moves the arena's last node into the hole
-//! (one extra descent to re-point the links to it), so memory shrinks back
-//! with the set and the arena never has holes. The member's bytes are one
+//! levels at p = 1/4). Removal moves the arena's last node into the hole,
+//! so memory shrinks back with the set and the arena never has holes; the
+//! back link every level keeps (4 bytes a level, where Redis keeps one
+//! 8-byte pointer a node) is what re-points the links to the moved node in
+//! O(its height), without a second descent. The member's bytes are one
 //! `Arc<[u8]>` shared by the node and the dict key, as Redis shares the sds.
 //!
 //! # Ranks as the common currency
@@ -224,10 +227,7 @@ fn parse_score(text: &[u8]) -> f64 {
     if let Some(i) = parse_canonical_i64(text) {
         return i as f64;
     }
-    std::str::from_utf8(text)
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .expect("listpack scores are written by format_score")
+    std::str::from_utf8(text).ok().and_then(|s| s.parse().ok()).expect("listpack scores are written by format_score")
 }
 
 const PAIRED: &str = "a listpack zset holds member-score pairs";
@@ -571,8 +571,16 @@ pub struct Iter<'a> {
 
 enum IterKind<'a> {
     /// Offsets of the next members at either end.
-    Listpack { lp: &'a Listpack, front: usize, back: usize },
-    SkipList { list: &'a Zsl, front: u32, back: u32 },
+    Listpack {
+        lp: &'a Listpack,
+        front: usize,
+        back: usize,
+    },
+    SkipList {
+        list: &'a Zsl,
+        front: u32,
+        back: u32,
+    },
 }
 
 impl<'a> Iterator for Iter<'a> {
@@ -586,7 +594,7 @@ impl<'a> Iterator for Iter<'a> {
         let more = self.left > 0;
         match &mut self.kind {
             IterKind::Listpack { lp, front, .. } => {
-                let lp: &'a Listpack = *lp;
+                let lp: &'a Listpack = lp;
                 let m = *front;
                 let s = lp.next(m).expect(PAIRED);
                 if more {
@@ -595,7 +603,7 @@ impl<'a> Iterator for Iter<'a> {
                 Some((lp.at(m), parse_score(lp.at(s))))
             }
             IterKind::SkipList { list, front, .. } => {
-                let list: &'a Zsl = *list;
+                let list: &'a Zsl = list;
                 let n = list.nodes.get(*front);
                 *front = n.levels[0].forward;
                 Some((&n.member, n.score))
@@ -617,7 +625,7 @@ impl<'a> DoubleEndedIterator for Iter<'a> {
         let more = self.left > 0;
         match &mut self.kind {
             IterKind::Listpack { lp, back, .. } => {
-                let lp: &'a Listpack = *lp;
+                let lp: &'a Listpack = lp;
                 let m = *back;
                 let s = lp.next(m).expect(PAIRED);
                 if more {
@@ -626,9 +634,9 @@ impl<'a> DoubleEndedIterator for Iter<'a> {
                 Some((lp.at(m), parse_score(lp.at(s))))
             }
             IterKind::SkipList { list, back, .. } => {
-                let list: &'a Zsl = *list;
+                let list: &'a Zsl = list;
                 let n = list.nodes.get(*back);
-                *back = n.backward;
+                *back = n.levels[0].back;
                 Some((&n.member, n.score))
             }
         }
@@ -683,16 +691,17 @@ const HEAD: u32 = 0;
 #[derive(Debug, Clone, Copy, Default)]
 struct Level {
     forward: u32,
-    /// Nodes crossed by following `forward` (0 when it is none).
+    /// Nodes crossed by following `forward` (for a last link, the nodes
+    /// after this one, as in Redis).
     span: u32,
+    /// The previous node at this level; `HEAD` for the first.
+    back: u32,
 }
 
 #[derive(Clone)]
 struct Node {
     member: Arc<[u8]>,
     score: f64,
-    /// Previous node at level 0; `HEAD` for the first.
-    backward: u32,
     levels: SmallVec<[Level; 2]>,
 }
 
@@ -783,12 +792,7 @@ struct Zsl {
 impl Default for Zsl {
     fn default() -> Self {
         let mut nodes = Arena::default();
-        nodes.push(Node {
-            member: Arc::from(&b""[..]),
-            score: 0.0,
-            backward: HEAD,
-            levels: smallvec![Level::default(); MAX_LEVEL],
-        });
+        nodes.push(Node { member: Arc::from(&b""[..]), score: 0.0, levels: smallvec![Level::default(); MAX_LEVEL] });
         Zsl { nodes, level: 1, length: 0, tail: HEAD, rng: rand::random::<u64>() | 1 }
     }
 }
@@ -819,7 +823,7 @@ impl Zsl {
 
     fn insert(&mut self, member: Arc<[u8]>, score: f64) {
         let height = self.random_level();
-        let x = self.nodes.push(Node { member, score, backward: HEAD, levels: smallvec![Level::default(); height] });
+        let x = self.nodes.push(Node { member, score, levels: smallvec![Level::default(); height] });
         self.link(x);
     }
 
@@ -854,18 +858,19 @@ impl Zsl {
         for i in 0..height {
             let u = update[i];
             let before = self.nodes.get(u).levels[i];
-            *self.lvl_mut(x, i) = Level { forward: before.forward, span: before.span - (rank[0] - rank[i]) };
-            *self.lvl_mut(u, i) = Level { forward: x, span: rank[0] - rank[i] + 1 };
+            *self.lvl_mut(x, i) = Level { forward: before.forward, span: before.span - (rank[0] - rank[i]), back: u };
+            let ul = self.lvl_mut(u, i);
+            ul.forward = x;
+            ul.span = rank[0] - rank[i] + 1;
+            if before.forward != HEAD {
+                self.lvl_mut(before.forward, i).back = x;
+            }
         }
         for (i, &u) in update.iter().enumerate().take(self.level).skip(height) {
             self.lvl_mut(u, i).span += 1;
         }
-        self.nodes.get_mut(x).backward = update[0];
-        let next = self.fwd(x, 0);
-        if next == HEAD {
+        if self.fwd(x, 0) == HEAD {
             self.tail = x;
-        } else {
-            self.nodes.get_mut(next).backward = x;
         }
         self.length += 1;
     }
@@ -895,15 +900,15 @@ impl Zsl {
                 let ul = self.lvl_mut(u, i);
                 ul.span = ul.span + xl.span - 1;
                 ul.forward = xl.forward;
+                if xl.forward != HEAD {
+                    self.lvl_mut(xl.forward, i).back = u;
+                }
             } else {
                 self.lvl_mut(u, i).span -= 1;
             }
         }
-        let (next, back) = (self.fwd(x, 0), self.nodes.get(x).backward);
-        if next == HEAD {
-            self.tail = back;
-        } else {
-            self.nodes.get_mut(next).backward = back;
+        if self.fwd(x, 0) == HEAD {
+            self.tail = self.nodes.get(x).levels[0].back;
         }
         while self.level > 1 && self.fwd(HEAD, self.level - 1) == HEAD {
             self.level -= 1;
@@ -923,22 +928,21 @@ impl Zsl {
     }
 
     /// Frees the slot of unlinked node `x`; the arena's last node, if
-    /// another, must be linked.
+    /// another, must be linked: its neighbours at every level are
+    /// re-pointed to the slot it moves to.
     fn free_slot(&mut self, x: u32) {
         let last = (self.nodes.len - 1) as u32;
         if x != last {
-            let (score, member) = (self.nodes.get(last).score, self.nodes.get(last).member.clone());
-            let update = self.predecessors(score, &member);
-            let height = self.nodes.get(last).levels.len();
-            for (i, &u) in update.iter().enumerate().take(height) {
-                debug_assert_eq!(self.fwd(u, i), last);
-                self.lvl_mut(u, i).forward = x;
+            for i in 0..self.nodes.get(last).levels.len() {
+                let Level { forward, back, .. } = self.nodes.get(last).levels[i];
+                debug_assert_eq!(self.fwd(back, i), last);
+                self.lvl_mut(back, i).forward = x;
+                if forward != HEAD {
+                    self.lvl_mut(forward, i).back = x;
+                }
             }
-            let next = self.fwd(last, 0);
-            if next == HEAD {
+            if self.tail == last {
                 self.tail = x;
-            } else {
-                self.nodes.get_mut(next).backward = x;
             }
         }
         self.nodes.swap_remove(x);
@@ -959,7 +963,7 @@ impl Zsl {
         let update = self.predecessors(from, member);
         let x = self.fwd(update[0], 0);
         debug_assert!(x != HEAD && &self.nodes.get(x).member[..] == member);
-        let (back, next) = (self.nodes.get(x).backward, self.fwd(x, 0));
+        let (back, next) = (self.nodes.get(x).levels[0].back, self.fwd(x, 0));
         if (back == HEAD || self.nodes.get(back).score < to) && (next == HEAD || self.nodes.get(next).score > to) {
             self.nodes.get_mut(x).score = to;
             return;
@@ -1080,12 +1084,11 @@ mod tests {
         let l = &sl.list;
         assert_eq!(l.nodes.len, l.length + 1, "arena is dense");
         assert_eq!(sl.dict.len(), l.length);
-        // Level 0 walk: order, backward links, tail, dict agreement.
+        // Level 0 walk: order, tail, dict agreement.
         let mut order = vec![];
         let (mut p, mut prev) = (l.fwd(HEAD, 0), HEAD);
         while p != HEAD {
             let n = l.nodes.get(p);
-            assert_eq!(n.backward, prev);
             assert_eq!(sl.dict.get(&n.member[..]), Some(&n.score));
             order.push(p);
             prev = p;
@@ -1097,10 +1100,12 @@ mod tests {
             let (a, b) = (l.nodes.get(w[0]), l.nodes.get(w[1]));
             assert!(a.before(b.score, &b.member), "sorted");
         }
-        // Spans at every level equal the rank distance.
+        // At every level: spans equal the rank distance, back links mirror
+        // forward links, and every node of that height is linked.
         let rank_of = |x: u32| if x == HEAD { 0 } else { order.iter().position(|&o| o == x).expect("linked") + 1 };
         for i in 0..MAX_LEVEL {
             let mut p = HEAD;
+            let mut linked = 0;
             loop {
                 let lv = l.nodes.get(p).levels.get(i).copied();
                 let Some(lv) = lv else { break };
@@ -1109,8 +1114,12 @@ mod tests {
                 }
                 assert!(i < l.level, "no links above the level in use");
                 assert_eq!(lv.span as usize, rank_of(lv.forward) - rank_of(p), "span at level {i}");
+                assert_eq!(l.nodes.get(lv.forward).levels[i].back, p, "back link at level {i}");
+                linked += 1;
                 p = lv.forward;
             }
+            let tall = order.iter().filter(|&&o| l.nodes.get(o).levels.len() > i).count();
+            assert_eq!(linked, tall, "nodes linked at level {i}");
         }
     }
 
@@ -1367,8 +1376,8 @@ mod tests {
                     prop_assert_eq!(z.score(m), Some(*s));
                     prop_assert_eq!(z.rank(m), Some(i));
                 }
+                check(&z);
             }
-            check(&z);
         }
     }
 }

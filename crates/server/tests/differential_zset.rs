@@ -55,6 +55,7 @@ const BY_SCORE: &[&str] = &[
     "ZMPOP 2 {k} {k} [MIN|MAX] COUNT {n}",
     "ZRANDMEMBER {k} 0",
     "ZRANDMEMBER {k} 0 [WITHSCORES|x]",
+    "ZRANDMEMBER {k} 100 [WITHSCORES]",
 ];
 
 /// The algebra, over sorted sets (plain sets are not in this branch's

@@ -392,7 +392,11 @@ pub(crate) fn reply_score(out: &mut ReplyWriter<'_>, score: f64) {
 
 /// Members, with their scores when asked: a flat array in RESP2, an array
 /// of [member, score] pairs in RESP3 (order matters, so not a map).
-fn reply_members<'a>(out: &mut ReplyWriter<'_>, items: impl ExactSizeIterator<Item = (&'a [u8], f64)>, withscores: bool) {
+fn reply_members<'a>(
+    out: &mut ReplyWriter<'_>,
+    items: impl ExactSizeIterator<Item = (&'a [u8], f64)>,
+    withscores: bool,
+) {
     let n = items.len();
     out.array(if withscores && !out.resp3 { 2 * n } else { n });
     for (member, score) in items {
@@ -454,7 +458,6 @@ struct Tally {
     score: f64,
 }
 
-
 fn add_all(
     z: &mut ZSet,
     pairs: &[&[u8]],
@@ -512,13 +515,13 @@ fn zadd_generic(ctx: &mut Ctx<'_>, argv: &[&[u8]], incrby: bool) -> CmdResult {
         i += 1;
     }
     let pairs = &argv[i..];
-    if pairs.is_empty() || pairs.len() % 2 != 0 {
+    if pairs.is_empty() || pairs.len() % 2 == 1 {
         return Err(CmdError::Syntax);
     }
     if flags.nx && flags.xx {
         return Err(CmdError::other("ERR XX and NX options at the same time are not compatible"));
     }
-    if (flags.gt && flags.nx) || (flags.lt && flags.nx) || (flags.gt && flags.lt) {
+    if (flags.nx && (flags.gt || flags.lt)) || (flags.gt && flags.lt) {
         return Err(CmdError::other("ERR GT, LT, and/or NX options at the same time are not compatible"));
     }
     if flags.incr && pairs.len() > 2 {
@@ -792,7 +795,8 @@ fn zrange_generic(ctx: &mut Ctx<'_>, argv: &[&[u8]], src: usize, by: Option<By>,
         return Err(CmdError::other("ERR syntax error, WITHSCORES not supported in combination with BYLEX"));
     }
     // The score and lex forms take the range as [max, min] when reversed.
-    let (min, max) = if rev && by != By::Rank { (argv[src + 2], argv[src + 1]) } else { (argv[src + 1], argv[src + 2]) };
+    let (min, max) =
+        if rev && by != By::Rank { (argv[src + 2], argv[src + 1]) } else { (argv[src + 1], argv[src + 2]) };
     let spec = match by {
         By::Rank => Spec::Rank(i64_arg(min)?, i64_arg(max)?),
         By::Score => Spec::Score(score_range(min, max)?),
@@ -884,12 +888,7 @@ fn zremrange_generic(ctx: &mut Ctx<'_>, key: &[u8], spec: Spec<'_>) -> CmdResult
 /// scores, lowest (highest) first; removes the key when emptied; calls
 /// ctx.wrote. Ok(None) when absent, Err(WrongType) when not a zset. With
 /// `count` 0 an existing set is only type-checked: Ok(Some(empty)).
-pub(crate) fn pop(
-    ctx: &mut Ctx<'_>,
-    key: &[u8],
-    max: bool,
-    count: usize,
-) -> Result<Option<Vec<(Vec<u8>, f64)>>, CmdError> {
+pub(crate) fn pop(ctx: &mut Ctx<'_>, key: &[u8], max: bool, count: usize) -> Result<Option<Pairs>, CmdError> {
     let now = ctx.now_ms;
     let db = ctx.dbs.of(key);
     let Some(z) = zset_of_mut(db.get_mut(key, now))? else {
@@ -998,8 +997,8 @@ fn zrandmember(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
 }
 
 /// Redis's `zrandmemberWithCountCommand`: a negative count may repeat
-/// members; a positive one returns distinct members (all of them, in
-/// order, when it covers the set).
+/// members; a positive one returns distinct members (all of them, from
+/// the highest score, when it covers the set).
 fn zrandmember_count(ctx: &mut Ctx<'_>, key: &[u8], count: i64, withscores: bool) -> CmdResult {
     let db = ctx.dbs.of(key);
     let Some(z) = read(ctx.stats, db, key, ctx.now_ms)? else {
@@ -1040,7 +1039,8 @@ fn zrandmember_count(ctx: &mut Ctx<'_>, key: &[u8], count: i64, withscores: bool
         return Ok(());
     }
     if n >= z.len() {
-        reply_members(out, z.iter(), withscores);
+        // Redis answers the whole set from the top score down.
+        reply_members(out, z.iter().rev(), withscores);
         return Ok(());
     }
     let picked: Vec<(&[u8], f64)> = if n * 3 > z.len() {
@@ -1297,13 +1297,13 @@ fn zsetop(ctx: &mut Ctx<'_>, argv: &[&[u8]], name: &str, op: SetOp, store: bool,
                         acc.insert(m.to_vec(), s);
                     })
                 });
-                for i in 1..setnum {
+                for (i, &len) in lens.iter().enumerate().skip(1) {
                     if acc.is_empty() {
                         break;
                     }
                     // Whichever side is smaller drives the lookups.
                     visit(ctx, i, &mut |v| {
-                        if lens[i] < acc.len() {
+                        if len < acc.len() {
                             input_for_each(v, |m, _| {
                                 acc.remove(m);
                             });
