@@ -242,6 +242,13 @@ struct Parts {
     started: Instant,
 }
 
+/// The base is fdatasync'd each time this much more is written, as Redis's
+/// `aof-rewrite-incremental-fsync` does: one big sync at the commit would
+/// hold the disk for as long as the whole base takes to reach it, and the
+/// journal's own fsyncs (acknowledgements under `always`) would queue
+/// behind it.
+pub const BASE_SYNC_EVERY_BYTES: u64 = 4 << 20;
+
 /// A rewrite between the instant S and its commit or abort.
 pub struct Rewrite {
     inner: Arc<Inner>,
@@ -251,6 +258,7 @@ pub struct Rewrite {
     base_file: Arc<dyn LogFile>,
     temp_path: PathBuf,
     base_bytes: u64,
+    base_synced_bytes: u64,
     input_bytes: u64,
     started: Instant,
     finished: bool,
@@ -369,6 +377,7 @@ impl PreparedRewrite {
             base_file: p.base_file,
             temp_path: p.temp_path,
             base_bytes: 0,
+            base_synced_bytes: 0,
             input_bytes,
             started: p.started,
             finished: false,
@@ -397,15 +406,20 @@ impl Rewrite {
         self.base_bytes
     }
 
-    /// Appends what `buf` holds to the temporary base and empties it.
+    /// Appends what `buf` holds to the temporary base and empties it
+    /// (fdatasyncing every [`BASE_SYNC_EVERY_BYTES`]).
     pub fn write(&mut self, buf: &mut BaseBuffer) -> Result<(), JournalError> {
         if buf.bytes.is_empty() {
             return Ok(());
         }
-        crate::writer::write_all(&*self.base_file, &buf.bytes)
-            .map_err(|(source, _)| JournalError::Io { path: self.temp_path.clone(), source })?;
+        let err = |source| JournalError::Io { path: self.temp_path.clone(), source };
+        crate::writer::write_all(&*self.base_file, &buf.bytes).map_err(|(source, _)| err(source))?;
         self.base_bytes += buf.bytes.len() as u64;
         buf.bytes.clear();
+        if self.base_bytes - self.base_synced_bytes >= BASE_SYNC_EVERY_BYTES {
+            self.base_file.sync_data().map_err(err)?;
+            self.base_synced_bytes = self.base_bytes;
+        }
         Ok(())
     }
 

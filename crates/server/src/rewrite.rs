@@ -51,6 +51,7 @@
 //!     bound. The new base is estimated as the AOF's size times the last
 //!     rewrite's output/input ratio (1 before the first rewrite: the
 //!     conservative guess that nothing is redundant).
+//!
 //!   A greedy rewrite also needs the AOF to have grown by 10% since the
 //!   last rewrite: a dataset whose base alone passes a bound would
 //!   otherwise be rewritten back to back, for nothing.
@@ -184,6 +185,8 @@ struct State {
     /// Automatic rewrites wait until then after repeated failures.
     auto_not_before: Option<Instant>,
     backoff_minutes: u64,
+    /// The last automatic rewrite's trigger and the AOF's size then.
+    last_auto: Option<(Trigger, u64)>,
 }
 
 /// INFO persistence's rewrite fields.
@@ -197,6 +200,18 @@ pub struct RewriteInfo {
     pub last_ok: bool,
     pub rewrites: u64,
     pub consecutive_failures: u64,
+    /// The last automatic rewrite's trigger and the AOF's size when it fired.
+    pub last_auto: Option<(Trigger, u64)>,
+}
+
+impl Trigger {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Trigger::Growth { .. } => "growth",
+            Trigger::Recovery { .. } => "recovery",
+            Trigger::Disk { .. } => "disk",
+        }
+    }
 }
 
 impl Rewriter {
@@ -210,6 +225,7 @@ impl Rewriter {
             last_ok: st.last.is_none_or(|(_, ok)| ok),
             rewrites: st.rewrites,
             consecutive_failures: st.consecutive_failures,
+            last_auto: st.last_auto,
         }
     }
 
@@ -338,9 +354,11 @@ pub fn cron(server: &Server) {
     if !policy.greedy() && policy.percentage == 0 {
         return;
     }
-    if let Some(trigger) = policy.due(&journal.sizes(), rate) {
+    let sizes = journal.sizes();
+    if let Some(trigger) = policy.due(&sizes, rate) {
         if rewriter.auto_allowed() && rewriter.request() {
-            tracing::info!("starting automatic rewriting of AOF: {trigger:?}");
+            rewriter.state.lock().last_auto = Some((trigger, sizes.current));
+            tracing::info!("starting automatic rewriting of AOF of {} bytes: {trigger:?}", sizes.current);
         }
     }
 }

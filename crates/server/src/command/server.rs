@@ -436,6 +436,9 @@ fn write_section(ctx: &mut Ctx<'_>, section: &str, out: &mut String) {
                     field!(out, "keel_aof_replay_rate", rate);
                     field!(out, "keel_aof_replay_rate_measured", u8::from(measured));
                     field!(out, "keel_aof_recovery_estimate_sec", format!("{:.2}", s.aof_current_size as f64 / rate as f64));
+                    let (trigger, at) = rw.last_auto.map_or(("none", 0), |(t, at)| (t.name(), at));
+                    field!(out, "keel_aof_last_auto_rewrite", trigger);
+                    field!(out, "keel_aof_last_auto_rewrite_size", at);
                 }
             }
             // Memory the running snapshot holds besides the dataset: old
