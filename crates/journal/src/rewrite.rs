@@ -209,6 +209,11 @@ impl BaseBuffer {
         self.commands += 1;
     }
 
+    /// The encoded commands not yet written.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
     /// Bytes not yet written.
     pub fn len(&self) -> usize {
         self.bytes.len()

@@ -334,9 +334,9 @@ pub static DIRECTIVES: &[Directive] = &[
         },
     },
     directive!("dbfilename", true, string, dbfilename),
-    // Switching the log on or off, or its fsync policy, at run time needs
-    // a rewrite of the whole dataset, which Keel does not have yet: both
-    // are fixed at start (CONFIG SET answers that they are immutable).
+    // Switching the log on or off at run time (Redis opens the AOF with a
+    // rewrite), or its fsync policy, is not implemented yet: both are
+    // fixed at start (CONFIG SET answers that they are immutable).
     directive!("appendonly", false, bool, appendonly),
     directive!("aof-load-truncated", true, bool, aof_load_truncated),
     Directive {

@@ -599,6 +599,78 @@ mod tests {
         assert_eq!(p.due(&compacting, 1), Some(Trigger::Disk { projected_bytes: 902_000 }));
     }
 
+    /// The commands in `buf`, as text, SELECTs included.
+    fn commands(buf: &BaseBuffer) -> Vec<String> {
+        use keel_protocol::frame::{parse_frame, Frame};
+        let mut bytes = buf.as_bytes();
+        let mut out = Vec::new();
+        while let Ok(Some((Frame::Array(items), used))) = parse_frame(bytes) {
+            let words: Vec<String> = items
+                .iter()
+                .map(|f| match f {
+                    Frame::Bulk(b) => String::from_utf8_lossy(b).into_owned(),
+                    other => panic!("not a bulk: {other:?}"),
+                })
+                .collect();
+            out.push(words.join(" "));
+            bytes = &bytes[used..];
+        }
+        assert!(bytes.is_empty(), "trailing bytes");
+        out
+    }
+
+    #[test]
+    fn every_type_is_written_as_the_commands_that_recreate_it() {
+        use keel_engine::dict::Dict;
+        use keel_engine::listpack::Listpack;
+        use keel_engine::{List, Str};
+        let entry = |value| Entry::new(value, 0);
+        let mut buf = BaseBuffer::new();
+        let now = 1_000_000;
+        emit(&mut buf, 0, b"int", &entry(Value::Str(Str::from_bytes(b"-42"))), now);
+        let mut ttl = entry(Value::Str(Str::from_bytes(b"a b")));
+        ttl.expire_at_ms = now + 5;
+        emit(&mut buf, 0, b"ttl", &ttl, now);
+        let mut gone = entry(Value::Str(Str::from_bytes(b"x")));
+        gone.expire_at_ms = now;
+        emit(&mut buf, 0, b"gone", &gone, now);
+        let mut list = List::new(-2);
+        for i in 0..70 {
+            list.push_back(i.to_string().as_bytes());
+        }
+        emit(&mut buf, 1, b"list", &entry(Value::List(list)), now);
+        let lp = Listpack::from_iter([&b"f1"[..], b"v1", b"f2", b"v2"]);
+        emit(&mut buf, 1, b"hlp", &entry(Value::Hash(Hash::Listpack(lp))), now);
+        let mut table: Dict<Box<[u8]>, Box<[u8]>> = Dict::new();
+        table.insert((&b"f"[..]).into(), (&b"v"[..]).into());
+        emit(&mut buf, 1, b"hht", &entry(Value::Hash(Hash::Table(Box::new(table)))), now);
+        emit(&mut buf, 2, b"si", &entry(Value::Set(Set::Intset(vec![-1, 7]))), now);
+        let mut members: Dict<Box<[u8]>, ()> = Dict::new();
+        members.insert((&b"m"[..]).into(), ());
+        emit(&mut buf, 2, b"st", &entry(Value::Set(Set::Table(Box::new(members)))), now);
+        let lp = Listpack::from_iter([&b"a"[..], b"1.5", b"b", b"0.1", b"c", b"-inf"]);
+        emit(&mut buf, 2, b"z", &entry(Value::ZSet(ZSet::Listpack(lp))), now);
+        let got = commands(&buf);
+        let list_first: Vec<String> = (0..64).map(|i| i.to_string()).collect();
+        let list_rest: Vec<String> = (64..70).map(|i| i.to_string()).collect();
+        let expected = vec![
+            "SELECT 0".to_string(),
+            "SET int -42".into(),
+            "SET ttl a b".into(),
+            format!("PEXPIREAT ttl {}", now + 5),
+            "SELECT 1".into(),
+            format!("RPUSH list {}", list_first.join(" ")),
+            format!("RPUSH list {}", list_rest.join(" ")),
+            "HSET hlp f1 v1 f2 v2".into(),
+            "HSET hht f v".into(),
+            "SELECT 2".into(),
+            "SADD si -1 7".into(),
+            "SADD st m".into(),
+            "ZADD z 1.5 a 0.10000000000000001 b -inf c".into(),
+        ];
+        assert_eq!(got, expected);
+    }
+
     #[test]
     fn collections_are_written_in_batches_of_64() {
         let mut buf = BaseBuffer::new();

@@ -524,3 +524,52 @@ fn greedy_disk_bound_keeps_the_directory_under_it() {
     drop(server);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A disk error while the base is written (KEEL_JOURNAL_FAILPOINT: the
+/// first write after the clients' 200) fails the rewrite and nothing else:
+/// the temporary base is deleted, every file stays listed, clients never
+/// see an error, and the next rewrite succeeds.
+#[test]
+fn a_failing_base_write_fails_the_rewrite_alone() {
+    let dir = temp_dir("rw-fault");
+    // Each acknowledged SET, sent one at a time, is one write(2) of the
+    // journal: write 201 is the rewrite's first.
+    let server = Server::start_in_with_env(
+        &dir,
+        &["--auto-aof-rewrite-percentage", "0"],
+        &[("KEEL_JOURNAL_FAILPOINT", "write-enospc:201:1")],
+    );
+    let mut c = server.client();
+    for i in 0..200 {
+        assert_eq!(c.send(&["SET", &format!("k{i}"), &format!("v{i}")]), ok());
+    }
+    assert_eq!(num(&mut c, "keel_aof_write_errors"), 0);
+    assert_eq!(c.send(&["BGREWRITEAOF"]), simple("Background append only file rewriting started"));
+    assert_eq!(wait_rewrites(&mut c, 1), "err");
+    assert_eq!(field(&mut c, "aof_rewrites_consecutive_failures"), "1");
+    assert_eq!(field(&mut c, "aof_last_write_status"), "ok", "the journal itself never failed");
+    assert_eq!(
+        aof_files(&dir),
+        ["appendonly.aof.1.base.aof", "appendonly.aof.1.incr.aof", "appendonly.aof.2.incr.aof", "appendonly.aof.manifest"]
+            .into_iter()
+            .map(String::from)
+            .collect::<BTreeSet<_>>()
+    );
+    for i in 200..300 {
+        assert_eq!(c.send(&["SET", &format!("k{i}"), &format!("v{i}")]), ok());
+    }
+    assert_eq!(c.send(&["BGREWRITEAOF"]), simple("Background append only file rewriting started"));
+    assert_eq!(wait_rewrites(&mut c, 2), "ok");
+    assert_eq!(field(&mut c, "aof_rewrites_consecutive_failures"), "0");
+    assert_eq!(aof_files(&dir).len(), 3);
+    assert_eq!(c.send(&["SET", "last", "one"]), ok());
+    server.kill9();
+    let server = Server::start_in(&dir, &[]);
+    let mut c = server.client();
+    for i in 0..300 {
+        assert_eq!(c.send(&["GET", &format!("k{i}")]), bulk(&format!("v{i}")));
+    }
+    assert_eq!(c.send(&["GET", "last"]), bulk("one"));
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
