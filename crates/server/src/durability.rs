@@ -86,7 +86,7 @@ pub fn replay(server: &Server, replay: Replay) -> Result<u64, String> {
     let mut replay = replay;
     while let Some(item) = replay.next() {
         let (db, argv) = item.map_err(|e| e.to_string())?;
-        if count % 1024 == 0 {
+        if count.is_multiple_of(1024) {
             progress.loaded_bytes.store(replay.loaded_bytes(), Ordering::Relaxed);
         }
         client.db = db;
