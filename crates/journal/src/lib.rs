@@ -17,6 +17,15 @@
 //! only; a base written by Redis with an RDB preamble is refused with
 //! [`JournalError::RdbPreamble`] until Keel reads RDB.
 //!
+//! # Rewrite
+//!
+//! [`Journal::prepare_rewrite`], [`PreparedRewrite::start`] (the instant S:
+//! appends from then on go to a new incr file), [`Rewrite::write`] of the
+//! base, then [`Rewrite::commit`] or [`Rewrite::abort`]: Redis 7.0's
+//! rewrite, with every intermediate state loadable. See `rewrite.rs` for
+//! the steps and what a crash at each leaves, and `writer.rs` for how the
+//! writer moves to the new file without weakening any durability level.
+//!
 //! # Durability levels ([`FsyncPolicy`])
 //!
 //! * `Always`: `durable_lsn` covers a record once it is written and
@@ -51,7 +60,7 @@ mod stats;
 mod writer;
 
 pub use load::{Replay, ReplayItem};
-pub use rewrite::{BaseBuffer, PreparedRewrite, Rewrite, RewriteSummary, Sizes};
+pub use rewrite::{BaseBuffer, PreparedRewrite, Rewrite, RewriteSummary, Sizes, BASE_SYNC_EVERY_BYTES};
 pub use stats::JournalStats;
 
 use writer::{Gather, Inner, Syncer, Writer};
