@@ -17,6 +17,15 @@
 //! only; a base written by Redis with an RDB preamble is refused with
 //! [`JournalError::RdbPreamble`] until Keel reads RDB.
 //!
+//! # Rewrite
+//!
+//! [`Journal::prepare_rewrite`], [`PreparedRewrite::start`] (the instant S:
+//! appends from then on go to a new incr file), [`Rewrite::write`] of the
+//! base, then [`Rewrite::commit`] or [`Rewrite::abort`]: Redis 7.0's
+//! rewrite, with every intermediate state loadable. See `rewrite.rs` for
+//! the steps and what a crash at each leaves, and `writer.rs` for how the
+//! writer moves to the new file without weakening any durability level.
+//!
 //! # Durability levels ([`FsyncPolicy`])
 //!
 //! * `Always`: `durable_lsn` covers a record once it is written and
@@ -46,10 +55,12 @@ mod file;
 mod load;
 mod manifest;
 mod resp;
+mod rewrite;
 mod stats;
 mod writer;
 
 pub use load::{Replay, ReplayItem};
+pub use rewrite::{BaseBuffer, PreparedRewrite, Rewrite, RewriteSummary, Sizes, BASE_SYNC_EVERY_BYTES};
 pub use stats::JournalStats;
 
 use writer::{Gather, Inner, Syncer, Writer};
@@ -178,12 +189,17 @@ pub enum JournalError {
     RdbPreamble { file: PathBuf },
     #[error("journal configuration: {0}")]
     Config(String),
+    /// `start_rewrite` while a rewrite runs: one at a time.
+    #[error("Background append only file rewriting already in progress")]
+    RewriteInProgress,
 }
 
 /// The journal. `Send + Sync`: share it with `Arc`. Dropping it writes and
 /// syncs what is pending (best effort) and stops its threads.
 pub struct Journal {
     inner: Arc<Inner>,
+    /// The manifest and the files it lists, and the rewrite in progress.
+    files: Arc<rewrite::Files>,
     threads: Mutex<Vec<JoinHandle<()>>>,
 }
 
@@ -195,7 +211,7 @@ const _: () = {
 impl std::fmt::Debug for Journal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Journal")
-            .field("file", &self.inner.file_name)
+            .field("file", &*self.inner.file_name.lock())
             .field("appended", &self.appended_lsn())
             .field("durable", &self.durable_lsn())
             .finish_non_exhaustive()
@@ -225,11 +241,12 @@ impl Journal {
             everysec_interval: tuning.everysec_interval,
             backlog_max_bytes: tuning.backlog_max_bytes,
             retain_max_bytes: tuning.retain_max_bytes,
-            file,
-            file_name: prepared.incr_name.clone(),
-            file_start_lsn: start - prepared.incr_size,
-            base_size: prepared.base_size,
+            sync_file: Mutex::new(Arc::clone(&file)),
+            file_name: Mutex::new(prepared.incr_name.clone()),
+            switched: AtomicU64::new(0),
             gather: Mutex::new(Gather {
+                sealed: Vec::new(),
+                switches: std::collections::VecDeque::new(),
                 buf: Vec::new(),
                 records: 0,
                 start,
@@ -253,8 +270,15 @@ impl Journal {
             syncer_failed: AtomicBool::new(false),
             stats: stats::StatsCells::new(),
         });
+        let files = Arc::new(rewrite::Files::new(
+            &config,
+            Arc::clone(&tuning.files),
+            prepared.manifest.clone(),
+            prepared.base_size,
+        ));
         let mut threads = Vec::new();
-        let w = Writer::new(Arc::clone(&inner), start);
+        let segment = writer::Segment { file, start: start - prepared.incr_size };
+        let w = Writer::new(Arc::clone(&inner), start, segment);
         let spawn_err = |source| JournalError::Io { path: incr_path.clone(), source };
         threads.push(
             std::thread::Builder::new()
@@ -272,7 +296,7 @@ impl Journal {
             );
         }
         let replay = Replay::new(config.dir.clone(), prepared.files, prepared.warnings);
-        Ok((Journal { inner, threads: Mutex::new(threads) }, replay))
+        Ok((Journal { inner, files, threads: Mutex::new(threads) }, replay))
     }
 
     /// Appends one write command, in its final deterministic form (e.g. SET
@@ -365,8 +389,6 @@ impl Journal {
         let mut s = JournalStats {
             appended_lsn: appended,
             durable_lsn: durable,
-            aof_current_size: inner.written.load(Ordering::Acquire),
-            aof_base_size: inner.base_size,
             pending_bytes: appended.saturating_sub(durable),
             backlog_max_bytes: inner.backlog_max_bytes,
             aof_last_write_status_ok: inner.healthy.load(Ordering::Acquire),
@@ -374,7 +396,14 @@ impl Journal {
             ..JournalStats::default()
         };
         inner.stats.fill(&mut s);
+        self.files.fill_stats(&mut s, inner.written.load(Ordering::Acquire));
         s
+    }
+
+    /// The sizes automatic rewrites are decided on, without the locks and
+    /// the histogram `stats` reads: cheap enough for a cron.
+    pub fn sizes(&self) -> Sizes {
+        self.files.sizes(self.inner.written.load(Ordering::Acquire))
     }
 
     /// Writes and fdatasyncs everything appended before the call, whatever

@@ -145,9 +145,11 @@ pub(crate) struct Prepared {
     /// The incr file to append to, and its size.
     pub(crate) incr_name: String,
     pub(crate) incr_size: u64,
+    /// The manifest as it is on disk now (no history entries).
+    pub(crate) manifest: Manifest,
 }
 
-fn create_empty(path: &Path) -> Result<(), JournalError> {
+pub(crate) fn create_empty(path: &Path) -> Result<(), JournalError> {
     let f = OpenOptions::new()
         .write(true)
         .create(true)
@@ -157,7 +159,7 @@ fn create_empty(path: &Path) -> Result<(), JournalError> {
     f.sync_all().map_err(io_err(path))
 }
 
-fn persist(m: &Manifest, config: &JournalConfig) -> Result<(), JournalError> {
+pub(crate) fn persist(m: &Manifest, config: &JournalConfig) -> Result<(), JournalError> {
     m.persist(&config.dir, &config.filename).map_err(|e| {
         JournalError::Manifest(format!(
             "writing {}: {e}",
@@ -178,6 +180,13 @@ fn persist(m: &Manifest, config: &JournalConfig) -> Result<(), JournalError> {
 ///   `load_truncated`, otherwise refused; corruption is always refused.
 ///   Earlier files are checked while they are replayed.
 /// * No incr file: a new one is created and added to the manifest.
+/// * What a rewrite leaves behind when it is cut short is cleaned up, as
+///   Redis does at start: history files (listed `type h`: replaced by a
+///   committed rewrite, not yet deleted) are deleted and dropped from the
+///   manifest; a temporary base (`temp-rewriteaof-bg-*.aof`) is deleted.
+///   Neither is ever loaded. (An incr or base file that a crash left
+///   unlisted is harmless too: the next rewrite truncates or replaces it
+///   when it reuses its name.)
 pub(crate) fn prepare(config: &JournalConfig) -> Result<Prepared, JournalError> {
     let dir = &config.dir;
     let name = &config.filename;
@@ -222,6 +231,22 @@ pub(crate) fn prepare(config: &JournalConfig) -> Result<Prepared, JournalError> 
                 old.display(),
                 dir.display()
             ));
+        }
+    }
+
+    if !m.history.is_empty() {
+        for h in std::mem::take(&mut m.history) {
+            remove_leftover(&dir.join(&h.name));
+        }
+        persist(&m, config)?;
+    }
+    if let Ok(entries) = fs::read_dir(dir) {
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            if name.starts_with(TEMP_BASE_PREFIX) && name.ends_with(".aof") {
+                remove_leftover(&entry.path());
+            }
         }
     }
 
@@ -296,7 +321,20 @@ pub(crate) fn prepare(config: &JournalConfig) -> Result<Prepared, JournalError> 
             (incr, 0)
         }
     };
-    Ok(Prepared { files, warnings, total_size, base_size, incr_name, incr_size })
+    Ok(Prepared { files, warnings, total_size, base_size, incr_name, incr_size, manifest: m })
+}
+
+/// How the temporary base of a rewrite is named (Redis's own prefix).
+pub(crate) const TEMP_BASE_PREFIX: &str = "temp-rewriteaof-bg-";
+
+/// Deletes a file nothing loads any more; a failure is only logged (the
+/// file is harmless where it is).
+pub(crate) fn remove_leftover(path: &Path) {
+    match fs::remove_file(path) {
+        Ok(()) => tracing::info!("journal: removed {}", path.display()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => tracing::warn!("journal: could not remove {}: {e}", path.display()),
+    }
 }
 
 /// One replayed command: its database and its arguments.

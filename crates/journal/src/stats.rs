@@ -18,6 +18,17 @@ pub struct JournalStats {
     pub aof_current_size: u64,
     /// Redis's `aof_base_size`.
     pub aof_base_size: u64,
+    /// Redis's `aof_rewrite_base_size` (not in its INFO): the size right
+    /// after the last rewrite, what `auto-aof-rewrite-percentage` grows from.
+    pub aof_rewrite_base_size: u64,
+    /// Rewrites started (Redis's `aof_rewrites`), whether one runs, how long
+    /// the running and the last one took, and how the last one ended.
+    pub aof_rewrites: u64,
+    pub aof_rewrite_in_progress: bool,
+    pub aof_current_rewrite_ms: Option<u64>,
+    pub aof_last_rewrite_ms: Option<u64>,
+    pub aof_last_rewrite_ok: bool,
+    pub aof_rewrites_consecutive_failures: u64,
     /// Appended but not yet durable (gathering, being written or synced, or
     /// held back by a failure).
     pub pending_bytes: u64,

@@ -38,6 +38,21 @@
 //! While failing, `health()` is `Err` (the server refuses writes), durable
 //! stops advancing (nothing new is acknowledged), appenders still never
 //! block, and the writer retries every `Tuning::retry_interval`.
+//!
+//! # Switching files (AOF rewrite)
+//!
+//! A rewrite starts a new incr file at an LSN `at` chosen by an appender
+//! under the `Gather` lock (`Journal::start_rewrite`): the buffer gathered
+//! so far is sealed into a batch of its own (so a batch never straddles
+//! `at`) and a [`Switch`] is queued. The writer takes both in order. When
+//! everything below `at` is written, and before any byte above it is, the
+//! writer fdatasyncs the old file (whatever the policy: nothing must stay
+//! unsynced in a file a rewrite will delete), and only then swaps files,
+//! with the fsync thread paused so that it never syncs the wrong one. A
+//! failure on the way (the last writes to the old file, its final sync) is
+//! handled as any other, in the old file: the switch waits for the retry
+//! that succeeds. LSNs go on across files; each file knows the LSN of its
+//! first byte, which is how a truncation finds its offset.
 
 use std::collections::VecDeque;
 use std::io;
@@ -60,6 +75,10 @@ const DELAYED_FSYNC_AFTER: Duration = Duration::from_secs(2);
 
 /// What appenders share with the writer, under `Inner::gather`.
 pub(crate) struct Gather {
+    /// Batches cut off by a [`Switch`], in order, before `buf`.
+    pub(crate) sealed: Vec<Batch>,
+    /// Files to switch to, each at its LSN, in order.
+    pub(crate) switches: VecDeque<Switch>,
     /// Records appended since the writer's last swap.
     pub(crate) buf: Vec<u8>,
     /// Records (SELECTs not counted) in `buf`.
@@ -85,17 +104,34 @@ pub(crate) struct Syncer {
     pub(crate) shutdown: bool,
 }
 
+/// A new incr file the writer moves to once everything below `at` is in
+/// the old one.
+pub(crate) struct Switch {
+    pub(crate) at: Lsn,
+    pub(crate) file: Arc<dyn LogFile>,
+    pub(crate) name: String,
+}
+
+/// The file the writer appends to and the LSN of its first byte.
+pub(crate) struct Segment {
+    pub(crate) file: Arc<dyn LogFile>,
+    pub(crate) start: Lsn,
+}
+
 pub(crate) struct Inner {
     pub(crate) policy: FsyncPolicy,
     pub(crate) retry_interval: Duration,
     pub(crate) everysec_interval: Duration,
     pub(crate) backlog_max_bytes: u64,
     pub(crate) retain_max_bytes: u64,
-    pub(crate) file: Arc<dyn LogFile>,
-    pub(crate) file_name: String,
-    /// LSN of offset 0 of the incr file being appended to.
-    pub(crate) file_start_lsn: Lsn,
-    pub(crate) base_size: u64,
+    /// The file the everysec thread syncs: the writer's current one,
+    /// replaced only while that thread is paused.
+    pub(crate) sync_file: Mutex<Arc<dyn LogFile>>,
+    /// Name of the incr file being appended to (for messages).
+    pub(crate) file_name: Mutex<String>,
+    /// The LSN of the last switch the writer has completed: everything
+    /// below it is written and synced in the files before.
+    pub(crate) switched: AtomicU64,
 
     pub(crate) gather: Mutex<Gather>,
     pub(crate) writer_cv: Condvar,
@@ -128,7 +164,7 @@ impl Inner {
     /// also flags the file for repair by the writer (under the same lock as
     /// [`Inner::clear_error`], so a repair never hides a newer failure).
     pub(crate) fn set_error(&self, what: &str, e: &io::Error, from_syncer: bool) {
-        let msg = format!("{what} {}: {e}", self.file_name);
+        let msg = format!("{what} {}: {e}", self.file_name.lock());
         let mut last = self.last_error.lock();
         if from_syncer {
             self.syncer_failed.store(true, Ordering::Release);
@@ -148,7 +184,7 @@ impl Inner {
         }
         *last = None;
         if !self.healthy.swap(true, Ordering::AcqRel) {
-            tracing::warn!("journal: writing to {} works again", self.file_name);
+            tracing::warn!("journal: writing to {} works again", self.file_name.lock());
         }
     }
 
@@ -165,20 +201,24 @@ impl Inner {
     }
 }
 
-struct Batch {
-    start: Lsn,
-    bytes: Vec<u8>,
-    records: u64,
+pub(crate) struct Batch {
+    pub(crate) start: Lsn,
+    pub(crate) bytes: Vec<u8>,
+    pub(crate) records: u64,
 }
 
 impl Batch {
-    fn end(&self) -> Lsn {
+    pub(crate) fn end(&self) -> Lsn {
         self.start + self.bytes.len() as u64
     }
 }
 
 pub(crate) struct Writer {
     inner: Arc<Inner>,
+    /// The file being written.
+    cur: Segment,
+    /// Switches taken from `Gather`, not yet made.
+    switches: VecDeque<Switch>,
     /// Batches not yet known to be on disk (see the module docs), in order.
     retained: VecDeque<Batch>,
     written: Lsn,
@@ -204,7 +244,7 @@ const LINGER: std::time::Duration = std::time::Duration::from_micros(500);
 
 /// `write(2)` until all of `buf` is written; on failure also says how many
 /// bytes did reach the file.
-fn write_all(file: &dyn LogFile, mut buf: &[u8]) -> Result<(), (io::Error, u64)> {
+pub(crate) fn write_all(file: &dyn LogFile, mut buf: &[u8]) -> Result<(), (io::Error, u64)> {
     let mut done = 0u64;
     while !buf.is_empty() {
         match file.append(buf) {
@@ -220,9 +260,11 @@ fn write_all(file: &dyn LogFile, mut buf: &[u8]) -> Result<(), (io::Error, u64)>
 }
 
 impl Writer {
-    pub(crate) fn new(inner: Arc<Inner>, start: Lsn) -> Writer {
+    pub(crate) fn new(inner: Arc<Inner>, start: Lsn, cur: Segment) -> Writer {
         Writer {
             inner,
+            cur,
+            switches: VecDeque::new(),
             retained: VecDeque::new(),
             written: start,
             synced: start,
@@ -236,7 +278,8 @@ impl Writer {
     }
 
     fn offset(&self, lsn: Lsn) -> u64 {
-        lsn - self.inner.file_start_lsn
+        debug_assert!(lsn >= self.cur.start, "offset of an LSN before the current file");
+        lsn - self.cur.start
     }
 
     /// The writer thread's body.
@@ -271,7 +314,8 @@ impl Writer {
                 continue;
             }
             let syncer_failed = inner.syncer_failed.load(Ordering::Acquire);
-            if !g.buf.is_empty() || g.shutdown || g.sync_request > self.synced || syncer_failed {
+            let switching = !g.switches.is_empty() || !g.sealed.is_empty();
+            if !g.buf.is_empty() || switching || g.shutdown || g.sync_request > self.synced || syncer_failed {
                 break;
             }
             if std::mem::take(&mut self.linger) {
@@ -291,6 +335,8 @@ impl Writer {
                 g.writer_sleeping = false;
             }
         }
+        self.retained.extend(g.sealed.drain(..));
+        self.switches.extend(g.switches.drain(..));
         if !g.buf.is_empty() {
             self.linger = self.inner.policy != FsyncPolicy::Always;
             let fresh = std::mem::take(&mut self.spare);
@@ -348,7 +394,6 @@ impl Writer {
     /// One round of I/O: repair, write, sync, publish.
     fn cycle(&mut self, sync_request: Lsn) {
         let inner = Arc::clone(&self.inner);
-        let file = &*inner.file;
         let started = Instant::now();
 
         if inner.policy == FsyncPolicy::EverySec {
@@ -361,7 +406,7 @@ impl Writer {
         }
 
         if let Some(to) = self.truncate_to {
-            if let Err(e) = file.set_len(self.offset(to)) {
+            if let Err(e) = self.cur.file.set_len(self.offset(to)) {
                 return self.fail("truncating", &e);
             }
             self.truncate_to = None;
@@ -369,12 +414,16 @@ impl Writer {
 
         let (mut bytes, mut records) = (0u64, 0u64);
         for i in 0..self.retained.len() {
+            if !self.switch_if_due() {
+                return;
+            }
             let b = &self.retained[i];
             if b.end() <= self.written {
                 continue;
             }
             let from = (self.written - b.start) as usize;
             let (end, len, recs) = (b.end(), b.bytes.len() - from, b.records);
+            let file = &*self.cur.file;
             if let Err((e, partial)) = write_all(file, &b.bytes[from..]) {
                 inner.stats.write_errors.fetch_add(1, Ordering::Relaxed);
                 if partial > 0 {
@@ -392,6 +441,9 @@ impl Writer {
             records += recs;
             inner.written.store(self.written, Ordering::Release);
         }
+        if !self.switch_if_due() {
+            return;
+        }
         if bytes > 0 && inner.policy == FsyncPolicy::EverySec {
             self.count_delayed_fsync();
         }
@@ -403,17 +455,9 @@ impl Writer {
         let resync = self.must_resync;
         if want_sync || resync {
             self.pause_syncer();
-            let t0 = Instant::now();
-            let res = file.sync_data();
-            inner.stats.record_fsync(t0.elapsed());
-            if let Err(e) = res {
-                inner.stats.fsync_errors.fetch_add(1, Ordering::Relaxed);
-                self.plan_resync();
+            if let Err(e) = self.sync_current() {
                 return self.fail("fdatasync of", &e);
             }
-            self.synced = self.written;
-            inner.synced.fetch_max(self.synced, Ordering::AcqRel);
-            self.must_resync = false;
             self.resume_syncer();
         }
 
@@ -435,6 +479,55 @@ impl Writer {
         }
         inner.notify_progress();
         self.trim();
+    }
+
+    /// fdatasyncs the current file; on success everything written is
+    /// synced, on failure the file is to be repaired (`plan_resync`). The
+    /// caller has paused the fsync thread.
+    fn sync_current(&mut self) -> io::Result<()> {
+        let t0 = Instant::now();
+        let res = self.cur.file.sync_data();
+        self.inner.stats.record_fsync(t0.elapsed());
+        if let Err(e) = res {
+            self.inner.stats.fsync_errors.fetch_add(1, Ordering::Relaxed);
+            self.plan_resync();
+            return Err(e);
+        }
+        self.synced = self.written;
+        self.inner.synced.fetch_max(self.synced, Ordering::AcqRel);
+        self.must_resync = false;
+        Ok(())
+    }
+
+    /// Makes the switches due at `written` (see the module docs): the old
+    /// file is synced, then replaced. False if that failed (the failure is
+    /// recorded and retried like any other; the switch stays queued).
+    fn switch_if_due(&mut self) -> bool {
+        while self.switches.front().is_some_and(|s| s.at == self.written) {
+            self.pause_syncer();
+            if self.inner.syncer_failed.load(Ordering::Acquire) && !self.must_resync {
+                // The fsync thread failed on this file after the cycle
+                // looked: repair first, from the start of a cycle.
+                self.plan_resync();
+                self.retry_at = Some(Instant::now());
+                return false;
+            }
+            if self.written > self.synced || self.must_resync {
+                if let Err(e) = self.sync_current() {
+                    self.fail("fdatasync of", &e);
+                    return false;
+                }
+            }
+            let Some(sw) = self.switches.pop_front() else { break };
+            debug_assert!(self.retained.iter().all(|b| b.end() <= sw.at || b.start >= sw.at));
+            *self.inner.sync_file.lock() = Arc::clone(&sw.file);
+            *self.inner.file_name.lock() = sw.name.clone();
+            self.cur = Segment { file: sw.file, start: sw.at };
+            self.resume_syncer();
+            self.inner.switched.fetch_max(sw.at, Ordering::AcqRel);
+            tracing::info!("journal: appending to {} from LSN {}", sw.name, sw.at);
+        }
+        true
     }
 
     /// Lets go of batches that no failure can make us write again.
@@ -494,6 +587,7 @@ pub(crate) fn run_syncer(inner: Arc<Inner>) {
     let mut last_start = Instant::now();
     loop {
         let target;
+        let file;
         {
             let mut s = inner.syncer.lock();
             loop {
@@ -514,10 +608,11 @@ pub(crate) fn run_syncer(inner: Arc<Inner>) {
                 }
             }
             target = inner.written.load(Ordering::Acquire);
+            file = Arc::clone(&inner.sync_file.lock());
             last_start = Instant::now();
             s.in_flight_since = Some(last_start);
         }
-        let res = inner.file.sync_data();
+        let res = file.sync_data();
         inner.stats.record_fsync(last_start.elapsed());
         let mut s = inner.syncer.lock();
         s.in_flight_since = None;

@@ -58,6 +58,15 @@ pub struct Config {
     pub aof_load_truncated: bool,
     pub appendfilename: String,
     pub appenddirname: String,
+    /// Redis's automatic rewrite rule (see `rewrite.rs`): grown by this
+    /// percentage since the last rewrite, and larger than the minimum.
+    pub auto_aof_rewrite_percentage: u64,
+    pub auto_aof_rewrite_min_size: u64,
+    /// Keel's greedy rewrite bounds (0: off); either one replaces Redis's rule.
+    pub keel_aof_max_recovery_seconds: u64,
+    pub keel_aof_max_disk_bytes: u64,
+    /// Bytes per second replay is assumed to run at until start-up measures it.
+    pub keel_aof_replay_rate: u64,
     pub save: String,
     pub loglevel: String,
     pub logfile: String,
@@ -104,6 +113,11 @@ impl Default for Config {
             aof_load_truncated: true,
             appendfilename: "appendonly.aof".into(),
             appenddirname: "appendonlydir".into(),
+            auto_aof_rewrite_percentage: 100,
+            auto_aof_rewrite_min_size: 64 << 20,
+            keel_aof_max_recovery_seconds: 0,
+            keel_aof_max_disk_bytes: 0,
+            keel_aof_replay_rate: 64 << 20,
             // No snapshots yet (they arrive with the RDB issue).
             save: String::new(),
             loglevel: "notice".into(),
@@ -324,9 +338,9 @@ pub static DIRECTIVES: &[Directive] = &[
     },
     directive!("dbfilename", true, string, dbfilename),
     directive!("rdbcompression", true, bool, rdbcompression),
-    // Switching the log on or off, or its fsync policy, at run time needs
-    // a rewrite of the whole dataset, which Keel does not have yet: both
-    // are fixed at start (CONFIG SET answers that they are immutable).
+    // Switching the log on or off at run time (Redis opens the AOF with a
+    // rewrite), or its fsync policy, is not implemented yet: both are
+    // fixed at start (CONFIG SET answers that they are immutable).
     directive!("appendonly", false, bool, appendonly),
     directive!("aof-load-truncated", true, bool, aof_load_truncated),
     Directive {
@@ -356,6 +370,11 @@ pub static DIRECTIVES: &[Directive] = &[
     },
     directive!("appendfilename", false, string, appendfilename),
     directive!("appenddirname", false, string, appenddirname),
+    directive!("auto-aof-rewrite-percentage", true, num(0, i32::MAX as u64), auto_aof_rewrite_percentage),
+    directive!("auto-aof-rewrite-min-size", true, memory, auto_aof_rewrite_min_size),
+    directive!("keel-aof-max-recovery-seconds", true, num(0, i32::MAX as u64), keel_aof_max_recovery_seconds),
+    directive!("keel-aof-max-disk-bytes", true, memory, keel_aof_max_disk_bytes),
+    directive!("keel-aof-replay-rate", true, memory, keel_aof_replay_rate),
     Directive {
         name: "save",
         mutable: true,

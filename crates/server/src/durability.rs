@@ -12,6 +12,28 @@
 //! `PEXPIREAT`), INCRBYFLOAT becomes the SET of its result, GETDEL a DEL.
 //! Expiry itself is not logged: replaying absolute times expires the same
 //! keys.
+//!
+//! # Compaction (AOF rewrite)
+//!
+//! The log only grows; a rewrite (`rewrite.rs`, and `keel_journal`'s
+//! `rewrite.rs` for the files) replaces it with a base file holding the
+//! dataset at an instant S plus the incr file of what came after S. S is
+//! taken with every shard locked, and records are appended under the shard
+//! locks of the keys they touch, so S falls between two records: the
+//! switch to the new incr file needs no other coordination with this
+//! module. The writer syncs the old file completely before its first byte
+//! goes to the new one, and acknowledgements keep following the durable
+//! LSN across the switch (LSNs go on increasing; the files are segments of
+//! the one stream).
+//!
+//! When rewrites happen by themselves is a policy (`rewrite.rs`): Redis's
+//! `auto-aof-rewrite-percentage`/`-min-size`, or Keel's greedy one, which
+//! puts a rewrite off until the AOF's estimated replay time
+//! (`keel-aof-max-recovery-seconds`) or its disk footprint with the base a
+//! rewrite would add (`keel-aof-max-disk-bytes`) would otherwise pass its
+//! bound, and starts it at 90% of that bound. Rewrites cost CPU, disk
+//! bandwidth and snapshot memory while they run; the greedy policy spends
+//! them only when the recovery or disk budget asks for it.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -64,7 +86,7 @@ pub fn replay(server: &Server, replay: Replay) -> Result<u64, String> {
     let mut replay = replay;
     while let Some(item) = replay.next() {
         let (db, argv) = item.map_err(|e| e.to_string())?;
-        if count % 1024 == 0 {
+        if count.is_multiple_of(1024) {
             progress.loaded_bytes.store(replay.loaded_bytes(), Ordering::Relaxed);
         }
         client.db = db;

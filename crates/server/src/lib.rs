@@ -19,6 +19,7 @@ pub mod durability;
 pub mod glob;
 pub mod lazyfree;
 pub mod rdb;
+pub mod rewrite;
 pub mod server;
 pub mod worker;
 
@@ -109,13 +110,19 @@ pub fn run(config: Config) -> io::Result<()> {
         .enumerate()
         .map(|(i, w)| std::thread::Builder::new().name(format!("keel-worker-{i}")).spawn(move || w.run()))
         .collect::<io::Result<_>>()?;
+    let rewriter = rewrite::spawn(server.clone())?;
     if let Some(replay) = replay {
         let started = std::time::Instant::now();
         server.load_progress.started_s.store(server::unix_ms() / 1000, std::sync::atomic::Ordering::Relaxed);
         let loaded = durability::replay(&server, replay);
         server.loading.store(false, std::sync::atomic::Ordering::Relaxed);
         match loaded {
-            Ok(count) => tracing::info!("DB loaded from append only file: {count} commands in {:?}", started.elapsed()),
+            Ok(count) => {
+                let took = started.elapsed();
+                tracing::info!("DB loaded from append only file: {count} commands in {took:?}");
+                let bytes = server.load_progress.total_bytes.load(std::sync::atomic::Ordering::Relaxed);
+                server.rewrite.note_replay(bytes, took);
+            }
             Err(e) => {
                 tracing::error!("{e}");
                 server.shutdown.store(true, std::sync::atomic::Ordering::Relaxed);
@@ -123,6 +130,8 @@ pub fn run(config: Config) -> io::Result<()> {
                 for h in handles {
                     let _ = h.join();
                 }
+                server.rewrite.stop();
+                let _ = rewriter.join();
                 return Err(io::Error::other(e));
             }
         }
@@ -130,6 +139,10 @@ pub fn run(config: Config) -> io::Result<()> {
     for h in handles {
         let _ = h.join();
     }
+    // A rewrite under way is aborted: its temporary base is deleted and the
+    // files it would have replaced stay.
+    server.rewrite.stop();
+    let _ = rewriter.join();
     if let Some(path) = &server.config.read().unixsocket {
         let _ = std::fs::remove_file(path);
     }

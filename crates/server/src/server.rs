@@ -152,6 +152,16 @@ pub struct Server {
     pub meter: Mutex<Meter>,
     /// Highest used_memory seen (INFO used_memory_peak).
     pub peak_memory: AtomicU64,
+    /// A point-in-time snapshot of the keyspace is running (or about to
+    /// begin): write commands then preserve the keys they name first
+    /// (`command::run`). It is also the token that makes snapshots one at a
+    /// time: whoever runs one (the AOF rewrite; BGSAVE later) sets it with a
+    /// compare-exchange from false before `prepare_snapshot` and clears it
+    /// once every shard is done or aborted. Set before S under every shard
+    /// lock, so a command that takes a lock after S sees it.
+    pub snapshot_active: AtomicBool,
+    /// BGREWRITEAOF and automatic rewrites (`rewrite.rs`).
+    pub rewrite: crate::rewrite::Rewriter,
 }
 
 /// Samples of the running totals taken every ~100 ms; the instantaneous
@@ -271,6 +281,8 @@ impl Server {
             active_expire: AtomicBool::new(true),
             meter: Mutex::new(Meter::new()),
             peak_memory: AtomicU64::new(0),
+            snapshot_active: AtomicBool::new(false),
+            rewrite: Default::default(),
         }
     }
 

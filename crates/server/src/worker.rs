@@ -564,6 +564,9 @@ impl Worker {
             self.server.total(|w| &w.net_output_bytes),
         ];
         self.server.meter.lock().sample(now, totals);
+        if self.index == 0 {
+            crate::rewrite::cron(&self.server);
+        }
         let timeout_s = self.server.config.read().timeout_s;
         if timeout_s > 0 {
             // As Redis: monitors and clients held by a pause never time out.

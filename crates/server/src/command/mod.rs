@@ -619,6 +619,11 @@ fn dispatch(
 /// it in the per-command statistics.
 pub fn run(ctx: &mut Ctx<'_>, index: usize, spec: &CommandSpec, argv: &[&[u8]]) -> CmdResult {
     let started = std::time::Instant::now();
+    // A running snapshot must see the keys a write names as they were at
+    // its start (`rewrite.rs`); one relaxed load when none runs.
+    if spec.has(flags::WRITE) && ctx.server.snapshot_active.load(Ordering::Relaxed) {
+        crate::rewrite::preserve_keys(ctx, spec, argv);
+    }
     let result = (spec.handler)(ctx, argv);
     if ctx.changes.replace(0) > 0 {
         if ctx.server.journal.is_some() && !ctx.server.loading.load(Ordering::Relaxed) {

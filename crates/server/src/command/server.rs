@@ -35,6 +35,8 @@ pub static COMMANDS: &[CommandSpec] = &[
         .doc("Synchronously save the dataset to disk and then shut down the server", "1.0.0"),
     cmd("monitor", 1, ADMIN | NOSCRIPT | LOADING | STALE, Keys::None, "server", monitor)
         .doc("Listen for all requests received by the server in real time", "1.0.0"),
+    cmd("bgrewriteaof", 1, ADMIN | NOSCRIPT, Keys::None, "server", bgrewriteaof)
+        .doc("Asynchronously rewrite the append-only file", "1.0.0"),
     // Every shard is locked while DEBUG runs: DEBUG SLEEP freezes the
     // keyspace as Redis's single thread does, and DEBUG OBJECT can look
     // anywhere.
@@ -218,6 +220,13 @@ fn shutdown(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     Ok(())
 }
 
+/// BGREWRITEAOF: hands the rewrite to its thread (`crate::rewrite`).
+fn bgrewriteaof(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
+    let status = crate::rewrite::bgrewriteaof(ctx)?;
+    ctx.out.simple(status);
+    Ok(())
+}
+
 fn monitor(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
     if ctx.client.info.monitor.load(Ordering::Relaxed) {
         return Ok(());
@@ -374,13 +383,18 @@ fn write_section(ctx: &mut Ctx<'_>, section: &str, out: &mut String) {
                 ("rdb_last_load_keys_expired", "0"),
                 ("rdb_last_load_keys_loaded", "0"),
                 ("aof_enabled", if appendonly { "1" } else { "0" }),
-                ("aof_rewrite_in_progress", "0"),
-                ("aof_rewrite_scheduled", "0"),
-                ("aof_last_rewrite_time_sec", "-1"),
-                ("aof_current_rewrite_time_sec", "-1"),
-                ("aof_last_bgrewrite_status", "ok"),
-                ("aof_rewrites", "0"),
-                ("aof_rewrites_consecutive_failures", "0"),
+            ] {
+                field!(out, name, value);
+            }
+            let rw = server.rewrite.info();
+            field!(out, "aof_rewrite_in_progress", u8::from(rw.in_progress));
+            field!(out, "aof_rewrite_scheduled", u8::from(rw.scheduled));
+            field!(out, "aof_last_rewrite_time_sec", rw.last_s);
+            field!(out, "aof_current_rewrite_time_sec", rw.current_s);
+            field!(out, "aof_last_bgrewrite_status", if rw.last_ok { "ok" } else { "err" });
+            field!(out, "aof_rewrites", rw.rewrites);
+            field!(out, "aof_rewrites_consecutive_failures", rw.consecutive_failures);
+            for (name, value) in [
                 ("aof_last_cow_size", "0"),
                 ("module_fork_in_progress", "0"),
                 ("module_fork_last_cow_size", "0"),
@@ -416,8 +430,21 @@ fn write_section(ctx: &mut Ctx<'_>, section: &str, out: &mut String) {
                     if let Some(e) = &s.last_error {
                         field!(out, "keel_aof_last_error", e);
                     }
+                    // What the automatic rewrites go by (`rewrite.rs`).
+                    let (rate, measured) = server.rewrite.replay_rate(&server.config.read());
+                    field!(out, "keel_aof_rewrite_base_size", s.aof_rewrite_base_size);
+                    field!(out, "keel_aof_replay_rate", rate);
+                    field!(out, "keel_aof_replay_rate_measured", u8::from(measured));
+                    field!(out, "keel_aof_recovery_estimate_sec", format!("{:.2}", s.aof_current_size as f64 / rate as f64));
+                    let (trigger, at) = rw.last_auto.map_or(("none", 0), |(t, at)| (t.name(), at));
+                    field!(out, "keel_aof_last_auto_rewrite", trigger);
+                    field!(out, "keel_aof_last_auto_rewrite_size", at);
                 }
             }
+            // Memory the running snapshot holds besides the dataset: old
+            // versions of keys written since it began.
+            let saved: usize = ctx.dbs.shards().map(|sh| sh.snapshot_saved_bytes()).sum();
+            field!(out, "keel_snapshot_saved_bytes", saved);
             if server.loading.load(Ordering::Relaxed) {
                 // Redis's loading progress fields, shown while loading.
                 let p = &server.load_progress;

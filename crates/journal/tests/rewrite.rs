@@ -1,0 +1,450 @@
+//! AOF rewrite in the journal: rotation at the instant S, commit and abort,
+//! every intermediate state loadable and checkable, and durability across
+//! the switch with I/O faults injected.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use common::*;
+use keel_journal::check::{check, CheckOutcome};
+use keel_journal::testing::{Fault, Op};
+use keel_journal::{BaseBuffer, FsyncPolicy, Journal, JournalConfig, JournalError};
+
+const T: Duration = Duration::from_secs(10);
+
+fn set(j: &Journal, db: usize, i: usize) -> u64 {
+    j.append(db, &[&b"SET"[..], format!("k{i}").as_bytes(), b"v"])
+}
+
+fn files_in(dir: &Path) -> BTreeSet<String> {
+    std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect()
+}
+
+fn names(list: &[&str]) -> BTreeSet<String> {
+    list.iter().map(|s| s.to_string()).collect()
+}
+
+fn manifest(cfg: &JournalConfig) -> String {
+    String::from_utf8(std::fs::read(cfg.dir.join("appendonly.aof.manifest")).unwrap()).unwrap()
+}
+
+/// keel-check-aof accepts the directory, and a fresh open replays it:
+/// returns what it replays, as "db:SET k<i>" strings.
+fn check_and_load(cfg: &JournalConfig) -> Vec<String> {
+    let mut out = Vec::new();
+    let outcome = check(&cfg.dir.join("appendonly.aof.manifest"), false, &mut out).unwrap();
+    assert_eq!(outcome, CheckOutcome::Valid, "{}", String::from_utf8_lossy(&out));
+    let (_j, replay) = open(cfg);
+    replay_all(replay).into_iter().map(|(db, argv)| format!("{db}:{}", strs(&argv).join(" "))).collect()
+}
+
+/// Copies the appendonly directory (as a crash would leave it, the journal
+/// having synced what it holds) and loads the copy.
+fn load_copy(cfg: &JournalConfig, j: &Journal) -> Vec<String> {
+    j.flush_and_sync().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let copy = config(tmp.path(), cfg.fsync);
+    std::fs::create_dir_all(&copy.dir).unwrap();
+    for name in files_in(&cfg.dir) {
+        std::fs::copy(cfg.dir.join(&name), copy.dir.join(&name)).unwrap();
+    }
+    let got = check_and_load(&copy);
+    drop(tmp);
+    got
+}
+
+fn sets(db: usize, range: std::ops::Range<usize>) -> Vec<String> {
+    range.map(|i| format!("{db}:SET k{i} v")).collect()
+}
+
+#[test]
+fn rotation_then_commit_replaces_the_files_and_every_step_loads() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = config(tmp.path(), FsyncPolicy::Always);
+    let (j, _) = open(&cfg);
+    for i in 0..50 {
+        set(&j, 3, i);
+    }
+
+    let prepared = j.prepare_rewrite().unwrap();
+    // Step 1 done: the manifest lists the new, empty incr file.
+    assert!(manifest(&cfg).contains("appendonly.aof.2.incr.aof seq 2 type i"), "{}", manifest(&cfg));
+    assert_eq!(load_copy(&cfg, &j), sets(3, 0..50));
+    assert!(matches!(j.prepare_rewrite(), Err(JournalError::RewriteInProgress)));
+
+    let mut rw = prepared.start();
+    assert_eq!(rw.at(), j.appended_lsn());
+    // Records after S, in the same database: the new file must SELECT it.
+    let last = (50..80).map(|i| set(&j, 3, i)).last().unwrap();
+    assert!(wait_durable(&j, last, T));
+    let old_incr = std::fs::read(cfg.dir.join("appendonly.aof.1.incr.aof")).unwrap();
+    let new_incr = std::fs::read(cfg.dir.join("appendonly.aof.2.incr.aof")).unwrap();
+    assert!(String::from_utf8_lossy(&old_incr).contains("k49") && !String::from_utf8_lossy(&old_incr).contains("k50"));
+    assert!(new_incr.starts_with(b"*2\r\n$6\r\nSELECT\r\n$1\r\n3\r\n"), "{}", String::from_utf8_lossy(&new_incr));
+    let all: Vec<String> = sets(3, 0..80);
+    assert_eq!(load_copy(&cfg, &j), all);
+
+    // Step 3: the base, as the server would write it (the state at S).
+    let mut buf = BaseBuffer::new();
+    for i in 0..50 {
+        buf.push(3, &[&b"SET"[..], format!("k{i}").as_bytes(), b"v"]);
+        if i % 10 == 9 {
+            rw.write(&mut buf).unwrap();
+            assert!(buf.is_empty());
+        }
+    }
+    let temp: Vec<String> = files_in(&cfg.dir).into_iter().filter(|n| n.starts_with("temp-rewriteaof-bg-")).collect();
+    assert_eq!(temp.len(), 1, "{:?}", files_in(&cfg.dir));
+    assert_eq!(load_copy(&cfg, &j), all, "an unlisted temporary base is ignored");
+
+    assert!(j.stats().aof_rewrite_in_progress);
+    let old_len = |name: &str| std::fs::metadata(cfg.dir.join(name)).unwrap().len();
+    let input = old_len("appendonly.aof.1.base.aof") + old_len("appendonly.aof.1.incr.aof");
+    let summary = rw.commit().unwrap();
+    assert_eq!(summary.base_name, "appendonly.aof.2.base.aof");
+    assert_eq!(summary.input_bytes, input);
+    assert_eq!(
+        files_in(&cfg.dir),
+        names(&["appendonly.aof.2.base.aof", "appendonly.aof.2.incr.aof", "appendonly.aof.manifest"])
+    );
+    assert_eq!(
+        manifest(&cfg),
+        "file appendonly.aof.2.base.aof seq 2 type b\nfile appendonly.aof.2.incr.aof seq 2 type i\n"
+    );
+    assert_eq!(load_copy(&cfg, &j), all);
+
+    let st = j.stats();
+    let base_len = std::fs::metadata(cfg.dir.join("appendonly.aof.2.base.aof")).unwrap().len();
+    let incr_len = std::fs::metadata(cfg.dir.join("appendonly.aof.2.incr.aof")).unwrap().len();
+    assert_eq!((st.aof_base_size, st.aof_current_size), (base_len, base_len + incr_len));
+    assert_eq!(st.aof_rewrite_base_size, base_len + incr_len);
+    assert_eq!((st.aof_rewrites, st.aof_rewrite_in_progress, st.aof_last_rewrite_ok), (1, false, true));
+    assert!(st.aof_last_rewrite_ms.is_some() && st.aof_current_rewrite_ms.is_none());
+
+    // Appends go on, a reopen continues the new files, and sizes follow.
+    let lsn = set(&j, 0, 80);
+    assert!(wait_durable(&j, lsn, T));
+    assert_eq!(j.sizes().current, std::fs::metadata(cfg.dir.join("appendonly.aof.2.incr.aof")).unwrap().len() + base_len);
+    drop(j);
+    let mut expected = all.clone();
+    expected.push("0:SET k80 v".into());
+    assert_eq!(check_and_load(&cfg), expected);
+    // A second rewrite after a reopen takes the next sequence numbers.
+    let (j, _) = open(&cfg);
+    let rw = j.start_rewrite().unwrap();
+    rw.commit().unwrap();
+    assert_eq!(
+        files_in(&cfg.dir),
+        names(&["appendonly.aof.3.base.aof", "appendonly.aof.3.incr.aof", "appendonly.aof.manifest"])
+    );
+    drop(j);
+    assert_eq!(check_and_load(&cfg), Vec::<String>::new(), "an empty base replaces everything");
+}
+
+#[test]
+fn abort_keeps_the_files_and_the_rotation() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = config(tmp.path(), FsyncPolicy::EverySec);
+    let (j, _) = open(&cfg);
+    for i in 0..10 {
+        set(&j, 0, i);
+    }
+    let mut rw = j.start_rewrite().unwrap();
+    for i in 10..20 {
+        set(&j, 0, i);
+    }
+    let mut buf = BaseBuffer::new();
+    buf.push(0, &["SET", "not", "kept"]);
+    rw.write(&mut buf).unwrap();
+    rw.abort();
+    let st = j.stats();
+    assert_eq!((st.aof_rewrites, st.aof_last_rewrite_ok, st.aof_rewrites_consecutive_failures), (1, false, 1));
+    assert_eq!(
+        files_in(&cfg.dir),
+        names(&[
+            "appendonly.aof.1.base.aof",
+            "appendonly.aof.1.incr.aof",
+            "appendonly.aof.2.incr.aof",
+            "appendonly.aof.manifest"
+        ])
+    );
+    // Dropping a prepared rewrite or a started one aborts too.
+    drop(j.prepare_rewrite().unwrap());
+    drop(j.start_rewrite().unwrap());
+    for i in 20..30 {
+        set(&j, 0, i);
+    }
+    assert_eq!(j.stats().aof_rewrites_consecutive_failures, 3);
+    assert_eq!(load_copy(&cfg, &j), sets(0, 0..30));
+    // The next rewrite that commits replaces all four incr files.
+    let mut rw = j.start_rewrite().unwrap();
+    let mut buf = BaseBuffer::new();
+    for i in 0..30 {
+        buf.push(0, &[&b"SET"[..], format!("k{i}").as_bytes(), b"v"]);
+    }
+    rw.write(&mut buf).unwrap();
+    rw.commit().unwrap();
+    assert_eq!(j.stats().aof_rewrites_consecutive_failures, 0);
+    assert_eq!(
+        files_in(&cfg.dir),
+        names(&["appendonly.aof.2.base.aof", "appendonly.aof.5.incr.aof", "appendonly.aof.manifest"])
+    );
+    assert_eq!(load_copy(&cfg, &j), sets(0, 0..30));
+}
+
+/// What a crash leaves at each step, written by hand: every state loads,
+/// passes keel-check-aof, and the next open tidies up.
+#[test]
+fn leftovers_of_an_interrupted_rewrite_load_and_are_cleaned_up() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = config(tmp.path(), FsyncPolicy::Always);
+    std::fs::create_dir_all(&cfg.dir).unwrap();
+    let w = |name: &str, bytes: &[u8]| std::fs::write(cfg.dir.join(name), bytes).unwrap();
+    w("appendonly.aof.1.base.aof", &resp(&["SET", "a", "1"]));
+    w("appendonly.aof.1.incr.aof", &resp(&["SET", "b", "2"]));
+    // A crash after the new incr file was created, before the manifest named it.
+    w("appendonly.aof.2.incr.aof", &resp(&["SET", "junk", "x"]));
+    // A temporary base, and a renamed base the manifest never listed.
+    w("temp-rewriteaof-bg-123.aof", &resp(&["SET", "junk", "y"]));
+    w("appendonly.aof.2.base.aof", &resp(&["SET", "junk", "z"]));
+    w(
+        "appendonly.aof.manifest",
+        b"file appendonly.aof.1.base.aof seq 1 type b\nfile appendonly.aof.1.incr.aof seq 1 type i\n",
+    );
+    assert_eq!(check_and_load(&cfg), ["0:SET a 1", "0:SET b 2"]);
+    assert!(!files_in(&cfg.dir).contains("temp-rewriteaof-bg-123.aof"));
+    // The next rotation reuses (truncates) the unlisted incr file and the
+    // commit replaces the unlisted base.
+    let (j, _) = open(&cfg);
+    let mut rw = j.start_rewrite().unwrap();
+    let mut buf = BaseBuffer::new();
+    buf.push(0, &["SET", "a", "1"]);
+    buf.push(0, &["SET", "b", "2"]);
+    rw.write(&mut buf).unwrap();
+    rw.commit().unwrap();
+    drop(j);
+    assert_eq!(check_and_load(&cfg), ["0:SET a 1", "0:SET b 2"]);
+
+    // A crash after the commit's manifest, before the history was deleted:
+    // some history files still there, one already gone.
+    w("appendonly.aof.2.incr.aof", &resp(&["SET", "c", "3"]));
+    w("appendonly.aof.3.base.aof", &resp(&["SET", "d", "4"]));
+    w("appendonly.aof.3.incr.aof", &resp(&["SET", "e", "5"]));
+    w(
+        "appendonly.aof.manifest",
+        b"file appendonly.aof.3.base.aof seq 3 type b\n\
+          file appendonly.aof.2.base.aof seq 2 type h\n\
+          file appendonly.aof.2.incr.aof seq 2 type h\n\
+          file appendonly.aof.1.incr.aof seq 1 type h\n\
+          file appendonly.aof.3.incr.aof seq 3 type i\n",
+    );
+    let mut out = Vec::new();
+    assert_eq!(check(&cfg.dir.join("appendonly.aof.manifest"), false, &mut out).unwrap(), CheckOutcome::Valid);
+    assert_eq!(check_and_load(&cfg), ["0:SET d 4", "0:SET e 5"]);
+    assert_eq!(
+        files_in(&cfg.dir),
+        names(&["appendonly.aof.3.base.aof", "appendonly.aof.3.incr.aof", "appendonly.aof.manifest"])
+    );
+    assert_eq!(
+        manifest(&cfg),
+        "file appendonly.aof.3.base.aof seq 3 type b\nfile appendonly.aof.3.incr.aof seq 3 type i\n"
+    );
+}
+
+/// Appenders race with the instant S: a lock stands for the server's shard
+/// locks. The base holds exactly the records before S; after the commit
+/// every record is there exactly once, in order.
+fn concurrent_rewrite(policy: FsyncPolicy) {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = config(tmp.path(), policy);
+    let (j, _) = open(&cfg);
+    let j = Arc::new(j);
+    // (next key to write, the lock appends happen under)
+    let state = Arc::new(RwLock::new(0usize));
+    let stop = Arc::new(AtomicBool::new(false));
+    let appended = Arc::new(AtomicUsize::new(0));
+    let writers: Vec<_> = (0..3)
+        .map(|_| {
+            let (j, state, stop, appended) = (j.clone(), state.clone(), stop.clone(), appended.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    let lsn = {
+                        let mut next = state.write().unwrap();
+                        let lsn = set(&j, *next % 3, *next);
+                        *next += 1;
+                        lsn
+                    };
+                    // As a client would: wait for the acknowledgement.
+                    assert!(wait_durable(&j, lsn, T));
+                    appended.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    for round in 0..3 {
+        let seen = appended.load(Ordering::Relaxed);
+        assert!(wait_until(T, || appended.load(Ordering::Relaxed) > seen + 200));
+        let prepared = j.prepare_rewrite().unwrap();
+        let (mut rw, at_s) = {
+            let next = state.write().unwrap();
+            (prepared.start(), *next)
+        };
+        let mut buf = BaseBuffer::new();
+        for i in 0..at_s {
+            buf.push(i % 3, &[&b"SET"[..], format!("k{i}").as_bytes(), b"v"]);
+            if buf.len() > 4096 {
+                rw.write(&mut buf).unwrap();
+            }
+        }
+        rw.write(&mut buf).unwrap();
+        let seen = appended.load(Ordering::Relaxed);
+        assert!(wait_until(T, || appended.load(Ordering::Relaxed) > seen + 100), "round {round}");
+        rw.commit().unwrap();
+    }
+    stop.store(true, Ordering::Relaxed);
+    for w in writers {
+        w.join().unwrap();
+    }
+    let total = *state.read().unwrap();
+    j.flush_and_sync().unwrap();
+    drop(j);
+    let expected: Vec<String> = (0..total).map(|i| format!("{}:SET k{i} v", i % 3)).collect();
+    assert_eq!(check_and_load(&cfg), expected);
+}
+
+#[test]
+fn concurrent_appends_always() {
+    concurrent_rewrite(FsyncPolicy::Always);
+}
+
+#[test]
+fn concurrent_appends_everysec() {
+    concurrent_rewrite(FsyncPolicy::EverySec);
+}
+
+#[test]
+fn concurrent_appends_no() {
+    concurrent_rewrite(FsyncPolicy::No);
+}
+
+/// Records appended before S while the disk fails stay in memory, still
+/// bound for the old file; S switches only once they are written and
+/// synced there, and nothing is acknowledged before that.
+#[test]
+fn a_failing_write_before_s_holds_the_switch_and_acknowledgements() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = config(tmp.path(), FsyncPolicy::Always);
+    let (tuning, fp) = faulty_tuning();
+    let (j, _) = Journal::open_with(cfg.clone(), tuning).unwrap();
+    let lsn = set(&j, 0, 0);
+    assert!(wait_durable(&j, lsn, T));
+    fp.fail(Op::Write, 1, u64::MAX, Fault::Enospc);
+    let before_s = set(&j, 0, 1);
+    assert!(wait_until(T, || j.health().is_err()));
+    let durable = j.durable_lsn();
+    let rw = j.start_rewrite().unwrap();
+    let after_s = set(&j, 0, 2);
+    assert!(before_s <= rw.at() && rw.at() < after_s);
+    // The commit waits for the switch; a failing disk makes it give up.
+    assert!(matches!(rw.commit(), Err(JournalError::Poisoned(_))));
+    assert_eq!(j.durable_lsn(), durable, "nothing acknowledged while failing");
+    fp.clear();
+    assert!(wait_durable(&j, after_s, T));
+    assert!(wait_until(T, || j.health().is_ok()));
+    let old = std::fs::read(cfg.dir.join("appendonly.aof.1.incr.aof")).unwrap();
+    let new = std::fs::read(cfg.dir.join("appendonly.aof.2.incr.aof")).unwrap();
+    assert!(String::from_utf8_lossy(&old).contains("k1"), "a record before S went to the old file");
+    assert!(String::from_utf8_lossy(&new).contains("k2") && !String::from_utf8_lossy(&new).contains("k1"));
+    assert_eq!(load_copy(&cfg, &j), sets(0, 0..3));
+    // The next rewrite works.
+    let mut rw = j.start_rewrite().unwrap();
+    let mut buf = BaseBuffer::new();
+    for i in 0..3 {
+        buf.push(0, &[&b"SET"[..], format!("k{i}").as_bytes(), b"v"]);
+    }
+    rw.write(&mut buf).unwrap();
+    rw.commit().unwrap();
+    assert_eq!(load_copy(&cfg, &j), sets(0, 0..3));
+}
+
+/// The old file's last fsync (made by the switch, whatever the policy)
+/// fails: the file is repaired and synced again before the switch; records
+/// on both sides survive exactly once.
+#[test]
+fn a_failing_fsync_at_the_switch_is_retried() {
+    for policy in [FsyncPolicy::Always, FsyncPolicy::EverySec, FsyncPolicy::No] {
+        let tmp = tempfile::tempdir().unwrap();
+        let cfg = config(tmp.path(), policy);
+        let (tuning, fp) = faulty_tuning();
+        let (j, _) = Journal::open_with(cfg.clone(), tuning).unwrap();
+        let lsn = (0..20).map(|i| set(&j, 0, i)).last().unwrap();
+        assert!(wait_durable(&j, lsn, T));
+        if policy == FsyncPolicy::Always {
+            // Synced already: the switch has nothing to sync. Leave one
+            // record unsynced by failing its fsync.
+            fp.fail(Op::Sync, 1, 2, Fault::Eio);
+            set(&j, 0, 20);
+        } else {
+            fp.fail(Op::Sync, 1, 2, Fault::Eio);
+            set(&j, 0, 20);
+            assert!(wait_durable(&j, j.appended_lsn(), T));
+        }
+        let prepared = j.prepare_rewrite().unwrap();
+        let rw = prepared.start();
+        let last = (21..40).map(|i| set(&j, 0, i)).last().unwrap();
+        assert!(wait_durable(&j, last, T), "{policy:?}: durable advances once the retry succeeds");
+        assert!(wait_until(T, || j.health().is_ok()), "{policy:?}");
+        assert!(j.stats().fsync_errors >= 1, "{policy:?}: the fault fired");
+        let mut rw = rw;
+        let mut buf = BaseBuffer::new();
+        for i in 0..21 {
+            buf.push(0, &[&b"SET"[..], format!("k{i}").as_bytes(), b"v"]);
+        }
+        rw.write(&mut buf).unwrap();
+        rw.commit().unwrap();
+        j.flush_and_sync().unwrap();
+        drop(j);
+        assert_eq!(check_and_load(&cfg), sets(0, 0..40), "{policy:?}");
+    }
+}
+
+/// A failing base write aborts the rewrite and leaves the journal as it
+/// was; the journal's own writes are unaffected.
+#[test]
+fn a_failing_base_write_aborts_cleanly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = config(tmp.path(), FsyncPolicy::Always);
+    let (tuning, fp) = faulty_tuning();
+    let (j, _) = Journal::open_with(cfg.clone(), tuning).unwrap();
+    let lsn = (0..5).map(|i| set(&j, 0, i)).last().unwrap();
+    assert!(wait_durable(&j, lsn, T));
+    let mut rw = j.start_rewrite().unwrap();
+    // Nothing else writes now: the next write is the base's.
+    assert!(wait_until(T, || j.stats().durable_lsn == j.appended_lsn()));
+    fp.fail(Op::Write, 1, 1, Fault::Enospc);
+    let mut buf = BaseBuffer::new();
+    buf.push(0, &["SET", "x", "y"]);
+    assert!(matches!(rw.write(&mut buf), Err(JournalError::Io { .. })));
+    drop(rw);
+    assert!(j.health().is_ok());
+    let st = j.stats();
+    assert!(!st.aof_last_rewrite_ok && !st.aof_rewrite_in_progress);
+    let lsn = (5..10).map(|i| set(&j, 0, i)).last().unwrap();
+    assert!(wait_durable(&j, lsn, T));
+    assert!(!files_in(&cfg.dir).iter().any(|n| n.starts_with("temp-")));
+    assert_eq!(load_copy(&cfg, &j), sets(0, 0..10));
+    // A failing fsync of the base fails the commit the same way.
+    let mut rw = j.start_rewrite().unwrap();
+    assert!(wait_until(T, || j.stats().durable_lsn == j.appended_lsn()));
+    rw.write(&mut buf).unwrap();
+    fp.fail(Op::Sync, 1, 1, Fault::Eio);
+    assert!(matches!(rw.commit(), Err(JournalError::Io { .. })));
+    assert!(!files_in(&cfg.dir).iter().any(|n| n.starts_with("temp-") || n.contains(".2.base")));
+    assert_eq!(load_copy(&cfg, &j), sets(0, 0..10));
+}

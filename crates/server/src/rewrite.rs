@@ -1,0 +1,670 @@
+//! AOF rewrite: BGREWRITEAOF and the automatic rewrites, on a thread of
+//! their own, without fork and without a pause.
+//!
+//! # One rewrite
+//!
+//! 1. `Journal::prepare_rewrite`: the next incr file is created and listed
+//!    in the manifest (file I/O and fsyncs, no lock of the keyspace held).
+//! 2. `Keyspace::prepare_snapshot`, then `Keyspace::begin_snapshot`: with
+//!    every shard locked, each shard's snapshot begins and the journal
+//!    switches to the new incr file (`PreparedRewrite::start`). That is the
+//!    instant S. Every write appends under its shards' locks, so every
+//!    record before S is in the old files and every later one in the new.
+//! 3. Shard by shard, under that shard's lock alone, `Shard::snapshot_step`
+//!    hands out about [`STEP_ENTRIES`] entries as they were at S; they are
+//!    encoded as the commands that recreate them ([`emit`]) and, once the
+//!    lock is released, written to the temporary base. Clients run between
+//!    the steps.
+//! 4. `Rewrite::commit`: the base replaces the old files (see
+//!    `keel_journal`'s `rewrite.rs` for the file steps and their crash
+//!    safety).
+//!
+//! While the snapshot runs, a write command first saves the state at S of
+//! every key it names (`command::run` calls [`preserve_keys`] when
+//! `Server::snapshot_active` is set: one relaxed load otherwise), so the
+//! snapshot keeps reading S however the keys change. Whole-shard writes
+//! (FLUSHALL, FLUSHDB, SWAPDB) need nothing: the engine hands the flushed
+//! contents to the snapshot.
+//!
+//! A key that had expired at S is left out: from S on every command sees
+//! it absent. A key with a TTL gets `PEXPIREAT` with its absolute time.
+//!
+//! # When rewrites start by themselves
+//!
+//! Checked every cron tick of worker 0 ([`cron`]). Two policies, never both:
+//!
+//! * **Redis's** (`auto-aof-rewrite-percentage`, default 100, and
+//!   `auto-aof-rewrite-min-size`, default 64mb): when the AOF is larger than
+//!   the minimum and has grown by the percentage over its size right after
+//!   the last rewrite (at start, the base's size). 0 turns it off.
+//! * **Greedy** (Keel's own), as soon as `keel-aof-max-recovery-seconds` or
+//!   `keel-aof-max-disk-bytes` is non-zero: a rewrite costs CPU, disk
+//!   bandwidth and snapshot memory, so it is put off for as long as the
+//!   bounds allow, and Redis's percentage rule is not used. A rewrite
+//!   starts only when one of them would otherwise be passed, that is, at
+//!   [`GREEDY_MARGIN`] (90%) of it:
+//!   - recovery: the AOF's size divided by the replay rate (bytes per
+//!     second, measured at start-up when at least 1 MiB was replayed, else
+//!     `keel-aof-replay-rate`, default 64mb) reaches 90% of the bound;
+//!   - disk: the AOF's size plus the base the rewrite would write (a
+//!     rewrite needs room for both until it commits) reaches 90% of the
+//!     bound. The new base is estimated as the AOF's size times the last
+//!     rewrite's output/input ratio (1 before the first rewrite: the
+//!     conservative guess that nothing is redundant).
+//!
+//!   A greedy rewrite also needs the AOF to have grown by 10% since the
+//!   last rewrite: a dataset whose base alone passes a bound would
+//!   otherwise be rewritten back to back, for nothing.
+//!
+//! After three consecutive failures, automatic rewrites wait 1, 2, 4 ... up
+//! to 60 minutes between attempts, as Redis does (BGREWRITEAOF still runs
+//! at once).
+
+use std::borrow::Cow;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use keel_engine::set::Member;
+use keel_engine::{Entry, Value};
+use keel_journal::{BaseBuffer, Journal, JournalError, RewriteSummary, Sizes};
+use parking_lot::{Condvar, Mutex};
+
+use crate::command::{CmdError, CommandSpec, Ctx};
+use crate::config::Config;
+use crate::server::{unix_ms, Server};
+
+/// Entries per `snapshot_step`, i.e. per hold of one shard's lock.
+pub const STEP_ENTRIES: usize = 1000;
+/// Buckets per `finish_rehash_step` before S.
+const PREPARE_BUDGET: usize = 1024;
+/// The base is written once this much is gathered (and at the end).
+const WRITE_BYTES: usize = 256 << 10;
+/// Elements per command for collections: Redis's `AOF_REWRITE_ITEMS_PER_CMD`.
+pub const ITEMS_PER_CMD: usize = 64;
+/// A greedy rewrite starts at this fraction of a bound.
+pub const GREEDY_MARGIN: f64 = 0.9;
+/// Start-up must replay at least this much for its rate to count.
+const REPLAY_MEASURE_MIN_BYTES: u64 = 1 << 20;
+/// Redis's `AOF_REWRITE_LIMITE_THRESHOLD` and `..._MAX_MINUTES`.
+const FAILURES_BEFORE_BACKOFF: u64 = 3;
+const BACKOFF_MAX_MINUTES: u64 = 60;
+
+/// Why a rewrite starts by itself.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Trigger {
+    /// Redis's rule: grown by this percentage.
+    Growth { percent: u64 },
+    /// Greedy: the estimated replay time, in seconds, nears the bound.
+    Recovery { estimate_s: f64 },
+    /// Greedy: the files plus the base to write, in bytes, near the bound.
+    Disk { projected_bytes: u64 },
+}
+
+/// The knobs of the automatic rewrites, from the configuration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AutoPolicy {
+    pub percentage: u64,
+    pub min_size: u64,
+    pub max_recovery_s: u64,
+    pub max_disk_bytes: u64,
+}
+
+impl AutoPolicy {
+    pub fn from_config(c: &Config) -> AutoPolicy {
+        AutoPolicy {
+            percentage: c.auto_aof_rewrite_percentage,
+            min_size: c.auto_aof_rewrite_min_size,
+            max_recovery_s: c.keel_aof_max_recovery_seconds,
+            max_disk_bytes: c.keel_aof_max_disk_bytes,
+        }
+    }
+
+    pub fn greedy(&self) -> bool {
+        self.max_recovery_s > 0 || self.max_disk_bytes > 0
+    }
+
+    /// Whether a rewrite is due for files of `sizes`, replayed at
+    /// `replay_rate` bytes per second (see the module docs).
+    pub fn due(&self, sizes: &Sizes, replay_rate: u64) -> Option<Trigger> {
+        if self.greedy() {
+            let grown = sizes.current > sizes.rewrite_base + sizes.rewrite_base / 10;
+            if !grown {
+                return None;
+            }
+            if self.max_recovery_s > 0 {
+                let estimate_s = sizes.current as f64 / replay_rate.max(1) as f64;
+                if estimate_s >= GREEDY_MARGIN * self.max_recovery_s as f64 {
+                    return Some(Trigger::Recovery { estimate_s });
+                }
+            }
+            if self.max_disk_bytes > 0 {
+                let ratio = if sizes.last_input > 0 {
+                    (sizes.last_output as f64 / sizes.last_input as f64).min(1.0)
+                } else {
+                    1.0
+                };
+                let projected_bytes = sizes.current + (sizes.current as f64 * ratio) as u64;
+                if projected_bytes as f64 >= GREEDY_MARGIN * self.max_disk_bytes as f64 {
+                    return Some(Trigger::Disk { projected_bytes });
+                }
+            }
+            return None;
+        }
+        if self.percentage > 0 && sizes.current > self.min_size {
+            let base = sizes.rewrite_base.max(1);
+            let percent = (sizes.current * 100 / base).saturating_sub(100);
+            if percent >= self.percentage {
+                return Some(Trigger::Growth { percent });
+            }
+        }
+        None
+    }
+}
+
+/// The rewrite thread's state and INFO's figures.
+#[derive(Default)]
+pub struct Rewriter {
+    /// From the acceptance of a request until its rewrite ended.
+    in_progress: AtomicBool,
+    /// Redis's `aof_rewrite_scheduled`: wanted, to start when possible.
+    scheduled: AtomicBool,
+    /// Bytes per second replayed at start (0: not measured).
+    replay_rate_measured: AtomicU64,
+    state: Mutex<State>,
+    wake: Condvar,
+}
+
+#[derive(Default)]
+struct State {
+    requested: bool,
+    stop: bool,
+    started: Option<Instant>,
+    last: Option<(Duration, bool)>,
+    rewrites: u64,
+    consecutive_failures: u64,
+    /// Automatic rewrites wait until then after repeated failures.
+    auto_not_before: Option<Instant>,
+    backoff_minutes: u64,
+    /// The last automatic rewrite's trigger and the AOF's size then.
+    last_auto: Option<(Trigger, u64)>,
+}
+
+/// INFO persistence's rewrite fields.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RewriteInfo {
+    pub in_progress: bool,
+    pub scheduled: bool,
+    /// Seconds, -1 when none.
+    pub current_s: i64,
+    pub last_s: i64,
+    pub last_ok: bool,
+    pub rewrites: u64,
+    pub consecutive_failures: u64,
+    /// The last automatic rewrite's trigger and the AOF's size when it fired.
+    pub last_auto: Option<(Trigger, u64)>,
+}
+
+impl Trigger {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Trigger::Growth { .. } => "growth",
+            Trigger::Recovery { .. } => "recovery",
+            Trigger::Disk { .. } => "disk",
+        }
+    }
+}
+
+impl Rewriter {
+    pub fn info(&self) -> RewriteInfo {
+        let st = self.state.lock();
+        RewriteInfo {
+            in_progress: self.in_progress.load(Ordering::Acquire),
+            scheduled: self.scheduled.load(Ordering::Relaxed),
+            current_s: st.started.map_or(-1, |t| t.elapsed().as_secs() as i64),
+            last_s: st.last.map_or(-1, |(d, _)| d.as_secs() as i64),
+            last_ok: st.last.is_none_or(|(_, ok)| ok),
+            rewrites: st.rewrites,
+            consecutive_failures: st.consecutive_failures,
+            last_auto: st.last_auto,
+        }
+    }
+
+    pub fn in_progress(&self) -> bool {
+        self.in_progress.load(Ordering::Acquire)
+    }
+
+    /// Records how fast start-up replayed the journal.
+    pub fn note_replay(&self, bytes: u64, took: Duration) {
+        if bytes >= REPLAY_MEASURE_MIN_BYTES && !took.is_zero() {
+            let rate = (bytes as f64 / took.as_secs_f64()) as u64;
+            self.replay_rate_measured.store(rate.max(1), Ordering::Relaxed);
+            tracing::info!("journal replayed at {} bytes/s", rate);
+        }
+    }
+
+    /// The replay rate recovery estimates use: measured, else configured.
+    pub fn replay_rate(&self, config: &Config) -> (u64, bool) {
+        match self.replay_rate_measured.load(Ordering::Relaxed) {
+            0 => (config.keel_aof_replay_rate.max(1), false),
+            r => (r, true),
+        }
+    }
+
+    /// Hands a rewrite to the thread unless one is under way. True if
+    /// accepted.
+    fn request(&self) -> bool {
+        if self.in_progress.swap(true, Ordering::AcqRel) {
+            return false;
+        }
+        self.scheduled.store(false, Ordering::Relaxed);
+        let mut st = self.state.lock();
+        st.requested = true;
+        drop(st);
+        self.wake.notify_one();
+        true
+    }
+
+    /// Stops the thread (at its next step if a rewrite runs: it is aborted).
+    pub fn stop(&self) {
+        self.state.lock().stop = true;
+        self.wake.notify_one();
+    }
+
+    fn stopping(&self) -> bool {
+        self.state.lock().stop
+    }
+
+    fn began(&self) {
+        let mut st = self.state.lock();
+        st.started = Some(Instant::now());
+        st.rewrites += 1;
+    }
+
+    fn ended(&self, ok: bool) {
+        let mut st = self.state.lock();
+        let took = st.started.take().map_or(Duration::ZERO, |t| t.elapsed());
+        st.last = Some((took, ok));
+        if ok {
+            st.consecutive_failures = 0;
+            st.backoff_minutes = 0;
+            st.auto_not_before = None;
+        } else {
+            st.consecutive_failures += 1;
+            if st.consecutive_failures >= FAILURES_BEFORE_BACKOFF {
+                st.backoff_minutes = (st.backoff_minutes * 2).clamp(1, BACKOFF_MAX_MINUTES);
+                st.auto_not_before = Some(Instant::now() + Duration::from_secs(st.backoff_minutes * 60));
+                tracing::warn!(
+                    "AOF rewrite has failed {} times in a row: automatic rewrites wait {} minutes",
+                    st.consecutive_failures,
+                    st.backoff_minutes
+                );
+            }
+        }
+        drop(st);
+        self.in_progress.store(false, Ordering::Release);
+    }
+
+    fn auto_allowed(&self) -> bool {
+        self.state.lock().auto_not_before.is_none_or(|t| Instant::now() >= t)
+    }
+}
+
+/// BGREWRITEAOF: the reply's status text, or Redis's error.
+pub fn bgrewriteaof(ctx: &mut Ctx<'_>) -> Result<&'static str, CmdError> {
+    let server = ctx.server;
+    if server.journal.is_none() {
+        tracing::warn!("BGREWRITEAOF: appendonly is off, there is no AOF to rewrite");
+        return Err(CmdError::other(
+            "ERR Can't execute an AOF background rewriting. Please check the server logs for more information.",
+        ));
+    }
+    let rewriter = &server.rewrite;
+    if rewriter.in_progress() {
+        return Err(CmdError::other("ERR Background append only file rewriting already in progress"));
+    }
+    // Inside EXEC, or while another snapshot (a future BGSAVE) runs, it
+    // waits for the cron, as Redis schedules it while a child runs.
+    if ctx.durability.in_transaction || server.snapshot_active.load(Ordering::Acquire) {
+        rewriter.scheduled.store(true, Ordering::Relaxed);
+        rewriter.state.lock().auto_not_before = None;
+        return Ok("Background append only file rewriting scheduled");
+    }
+    if rewriter.request() {
+        Ok("Background append only file rewriting started")
+    } else {
+        Err(CmdError::other("ERR Background append only file rewriting already in progress"))
+    }
+}
+
+/// Worker 0's cron: starts a scheduled rewrite, or an automatic one.
+pub fn cron(server: &Server) {
+    let Some(journal) = server.journal.as_deref() else { return };
+    let rewriter = &server.rewrite;
+    if rewriter.in_progress() || server.loading.load(Ordering::Relaxed) || server.snapshot_active.load(Ordering::Acquire) {
+        return;
+    }
+    if rewriter.scheduled.load(Ordering::Relaxed) {
+        rewriter.request();
+        return;
+    }
+    let (policy, rate) = {
+        let config = server.config.read();
+        (AutoPolicy::from_config(&config), rewriter.replay_rate(&config).0)
+    };
+    if !policy.greedy() && policy.percentage == 0 {
+        return;
+    }
+    let sizes = journal.sizes();
+    if let Some(trigger) = policy.due(&sizes, rate) {
+        if rewriter.auto_allowed() && rewriter.request() {
+            rewriter.state.lock().last_auto = Some((trigger, sizes.current));
+            tracing::info!("starting automatic rewriting of AOF of {} bytes: {trigger:?}", sizes.current);
+        }
+    }
+}
+
+/// Before a write command runs while a snapshot is active: keeps the state
+/// at S of every key it names (`Shard::preserve` covers all databases of
+/// the key's shard, for MOVE and COPY).
+pub fn preserve_keys(ctx: &mut Ctx<'_>, spec: &CommandSpec, argv: &[&[u8]]) {
+    for i in spec.key_indexes(argv) {
+        let key = argv[i];
+        ctx.dbs.locked.shard_for(ctx.dbs.keyspace, key).preserve(key);
+    }
+}
+
+/// Starts the rewrite thread. It lives as long as the server; `stop` ends it.
+pub fn spawn(server: Arc<Server>) -> std::io::Result<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new().name("keel-aof-rewrite".into()).spawn(move || run(&server))
+}
+
+fn run(server: &Server) {
+    let rewriter = &server.rewrite;
+    loop {
+        {
+            let mut st = rewriter.state.lock();
+            while !st.requested && !st.stop {
+                rewriter.wake.wait(&mut st);
+            }
+            if st.stop {
+                return;
+            }
+            st.requested = false;
+        }
+        let Some(journal) = server.journal.as_deref() else {
+            rewriter.ended(false);
+            continue;
+        };
+        rewriter.began();
+        let ok = match rewrite_once(server, journal) {
+            Ok(s) => {
+                tracing::info!(
+                    "Background AOF rewrite finished successfully: {} of {} bytes replaces {} bytes in {:?}",
+                    s.base_name,
+                    s.base_bytes,
+                    s.input_bytes,
+                    s.took
+                );
+                true
+            }
+            Err(e) => {
+                tracing::error!("Background AOF rewrite failed: {e}");
+                false
+            }
+        };
+        rewriter.ended(ok);
+    }
+}
+
+/// One rewrite, steps 1 to 4 of the module docs.
+fn rewrite_once(server: &Server, journal: &Journal) -> Result<RewriteSummary, String> {
+    // One snapshot at a time: the flag is the token (and the write path's
+    // signal to preserve).
+    if server.snapshot_active.compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire).is_err() {
+        server.rewrite.scheduled.store(true, Ordering::Relaxed);
+        return Err("another snapshot is running; rescheduled".into());
+    }
+    let result = snapshot_into_base(server, journal);
+    server.snapshot_active.store(false, Ordering::Release);
+    result
+}
+
+fn snapshot_into_base(server: &Server, journal: &Journal) -> Result<RewriteSummary, String> {
+    let prepared = journal.prepare_rewrite().map_err(|e| e.to_string())?;
+    let keyspace = &server.keyspace;
+    keyspace.prepare_snapshot(PREPARE_BUDGET);
+    let (mut rewrite, s_ms) = keyspace.begin_snapshot(|_all| (prepared.start(), unix_ms()));
+    let mut buf = BaseBuffer::new();
+    let mut failed: Option<String> = None;
+    'shards: for index in 0..keyspace.shard_count() {
+        loop {
+            if server.rewrite.stopping() || server.shutdown.load(Ordering::Relaxed) {
+                failed = Some("the server is shutting down".into());
+                break 'shards;
+            }
+            let done = {
+                let mut locked = keyspace.lock_one(index);
+                locked.shard(index).snapshot_step(STEP_ENTRIES, |db, key, entry| emit(&mut buf, db, key, entry, s_ms))
+            };
+            if done || buf.len() >= WRITE_BYTES {
+                if let Err(e) = rewrite.write(&mut buf) {
+                    failed = Some(e.to_string());
+                    break 'shards;
+                }
+            }
+            if done {
+                break;
+            }
+        }
+    }
+    if let Some(e) = failed {
+        for index in 0..keyspace.shard_count() {
+            let leftovers = keyspace.lock_one(index).shard(index).abort_snapshot();
+            // Freed here, on the rewrite thread, with no lock held.
+            drop(leftovers);
+        }
+        rewrite.abort();
+        return Err(e);
+    }
+    rewrite.commit().map_err(|e: JournalError| e.to_string())
+}
+
+/// Appends the commands that recreate `key` as `entry` has it, in database
+/// `db`, unless it had expired at S (`s_ms`). Collections go
+/// [`ITEMS_PER_CMD`] elements (or pairs) per command, as Redis writes them.
+pub fn emit(buf: &mut BaseBuffer, db: usize, key: &[u8], entry: &Entry, s_ms: u64) {
+    if entry.is_expired(s_ms) {
+        return;
+    }
+    match &entry.value {
+        Value::Str(s) => {
+            let mut scratch = itoa::Buffer::new();
+            buf.push(db, &[&b"SET"[..], key, s.as_bytes(&mut scratch)]);
+        }
+        Value::List(l) => push_batched(buf, db, b"RPUSH", key, 1, l.iter().map(Cow::Borrowed)),
+        Value::Hash(h) => push_batched(
+            buf,
+            db,
+            b"HSET",
+            key,
+            2,
+            h.iter().flat_map(|(f, v)| [Cow::Borrowed(f), Cow::Borrowed(v)]),
+        ),
+        Value::Set(s) => {
+            let mut scratch = itoa::Buffer::new();
+            let members = s.iter().map(|m| match m {
+                Member::Bytes(b) => Cow::Borrowed(b),
+                Member::Int(_) => Cow::Owned(m.as_bytes(&mut scratch).to_vec()),
+            });
+            push_batched(buf, db, b"SADD", key, 1, members)
+        }
+        // ZADD wants score first, written as %.17g so that it reads back as
+        // the same double.
+        Value::ZSet(z) => {
+            let pairs = z.iter().map(|(member, score)| {
+                let mut text = Vec::new();
+                keel_protocol::reply::format_double_g17(score, &mut text);
+                [Cow::Owned(text), Cow::Borrowed(member)]
+            });
+            push_batched(buf, db, b"ZADD", key, 2, pairs.flatten());
+        }
+    }
+    if entry.has_expiry() {
+        let mut scratch = itoa::Buffer::new();
+        buf.push(db, &[&b"PEXPIREAT"[..], key, scratch.format(entry.expire_at_ms).as_bytes()]);
+    }
+}
+
+/// `cmd key item...` with at most `ITEMS_PER_CMD` groups of `group` items
+/// per command.
+fn push_batched<'a>(
+    buf: &mut BaseBuffer,
+    db: usize,
+    cmd: &'static [u8],
+    key: &'a [u8],
+    group: usize,
+    items: impl Iterator<Item = Cow<'a, [u8]>>,
+) {
+    let mut argv: Vec<Cow<'a, [u8]>> = Vec::with_capacity(2 + ITEMS_PER_CMD * group);
+    argv.push(Cow::Borrowed(cmd));
+    argv.push(Cow::Borrowed(key));
+    for item in items {
+        argv.push(item);
+        if argv.len() == 2 + ITEMS_PER_CMD * group {
+            buf.push(db, &argv);
+            argv.truncate(2);
+        }
+    }
+    if argv.len() > 2 {
+        buf.push(db, &argv);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sizes(current: u64, rewrite_base: u64) -> Sizes {
+        Sizes { current, rewrite_base, ..Sizes::default() }
+    }
+
+    const REDIS: AutoPolicy = AutoPolicy { percentage: 100, min_size: 64 << 20, max_recovery_s: 0, max_disk_bytes: 0 };
+
+    #[test]
+    fn redis_rule_needs_min_size_and_growth() {
+        assert_eq!(REDIS.due(&sizes(60 << 20, 1), 1), None, "below the minimum size");
+        assert_eq!(REDIS.due(&sizes(100 << 20, 60 << 20), 1), None, "grown 66%");
+        assert_eq!(REDIS.due(&sizes(120 << 20, 60 << 20), 1), Some(Trigger::Growth { percent: 100 }));
+        let off = AutoPolicy { percentage: 0, ..REDIS };
+        assert_eq!(off.due(&sizes(1 << 40, 1), 1), None);
+    }
+
+    #[test]
+    fn greedy_recovery_bound_replaces_the_percentage_rule() {
+        // 10 s bound at 1 MB/s: due at 9 MB, not before, whatever the growth.
+        let p = AutoPolicy { max_recovery_s: 10, ..REDIS };
+        let rate = 1_000_000;
+        assert_eq!(p.due(&sizes(8_900_000, 1), rate), None);
+        assert_eq!(p.due(&sizes(200 << 20, 100 << 20), 100 << 20), None, "Redis's rule would fire here");
+        assert!(matches!(p.due(&sizes(9_000_000, 1), rate), Some(Trigger::Recovery { .. })));
+        // Not again right after a rewrite whose result alone passes it.
+        assert_eq!(p.due(&sizes(9_500_000, 9_000_000), rate), None);
+        assert!(p.due(&sizes(9_950_000, 9_000_000), rate).is_some());
+    }
+
+    #[test]
+    fn greedy_disk_bound_counts_the_base_to_write() {
+        let p = AutoPolicy { max_disk_bytes: 1_000_000, ..REDIS };
+        // Before any rewrite the new base may be as large as the files.
+        assert_eq!(p.due(&sizes(440_000, 0), 1), None);
+        assert_eq!(p.due(&sizes(450_000, 0), 1), Some(Trigger::Disk { projected_bytes: 900_000 }));
+        // After one that compacted 10:1, much later.
+        let compacting = Sizes { last_input: 1000, last_output: 100, ..sizes(800_000, 50_000) };
+        assert_eq!(p.due(&compacting, 1), None);
+        let compacting = Sizes { current: 820_000, ..compacting };
+        assert_eq!(p.due(&compacting, 1), Some(Trigger::Disk { projected_bytes: 902_000 }));
+    }
+
+    /// The commands in `buf`, as text, SELECTs included.
+    fn commands(buf: &BaseBuffer) -> Vec<String> {
+        use keel_protocol::frame::{parse_frame, Frame};
+        let mut bytes = buf.as_bytes();
+        let mut out = Vec::new();
+        while let Ok(Some((Frame::Array(items), used))) = parse_frame(bytes) {
+            let words: Vec<String> = items
+                .iter()
+                .map(|f| match f {
+                    Frame::Bulk(b) => String::from_utf8_lossy(b).into_owned(),
+                    other => panic!("not a bulk: {other:?}"),
+                })
+                .collect();
+            out.push(words.join(" "));
+            bytes = &bytes[used..];
+        }
+        assert!(bytes.is_empty(), "trailing bytes");
+        out
+    }
+
+    #[test]
+    fn every_type_is_written_as_the_commands_that_recreate_it() {
+        use keel_engine::{Hash, List, Set, Str, ZSet};
+        let entry = |value| Entry::new(value, 0);
+        let mut buf = BaseBuffer::new();
+        let now = 1_000_000;
+        emit(&mut buf, 0, b"int", &entry(Value::Str(Str::from_bytes(b"-42"))), now);
+        let mut ttl = entry(Value::Str(Str::from_bytes(b"a b")));
+        ttl.expire_at_ms = now + 5;
+        emit(&mut buf, 0, b"ttl", &ttl, now);
+        let mut gone = entry(Value::Str(Str::from_bytes(b"x")));
+        gone.expire_at_ms = now;
+        emit(&mut buf, 0, b"gone", &gone, now);
+        let mut list = List::new(-2);
+        for i in 0..70 {
+            list.push_back(i.to_string().as_bytes());
+        }
+        emit(&mut buf, 1, b"list", &entry(Value::List(list)), now);
+        let limits = keel_engine::EncodingLimits::default();
+        let pairs = [(&b"f1"[..], &b"v1"[..]), (b"f2", b"v2")];
+        emit(&mut buf, 1, b"hlp", &entry(Value::Hash(Hash::from_pairs(pairs, &limits))), now);
+        let table_limits = keel_engine::EncodingLimits { hash_max_listpack_entries: 0, ..limits };
+        let table = Hash::from_pairs([(&b"f"[..], &b"v"[..])], &table_limits);
+        assert_eq!(table.encoding(), "hashtable");
+        emit(&mut buf, 1, b"hht", &entry(Value::Hash(table)), now);
+        let ints = Set::from_members([Member::Int(-1), Member::Int(7)], 512);
+        emit(&mut buf, 2, b"si", &entry(Value::Set(ints)), now);
+        emit(&mut buf, 2, b"st", &entry(Value::Set(Set::from_members([Member::Bytes(b"m")], 512))), now);
+        let scores = [(&b"c"[..], f64::NEG_INFINITY), (b"b", 0.1), (b"a", 1.5)];
+        emit(&mut buf, 2, b"z", &entry(Value::ZSet(ZSet::from_sorted(&scores, &limits))), now);
+        let got = commands(&buf);
+        let list_first: Vec<String> = (0..64).map(|i| i.to_string()).collect();
+        let list_rest: Vec<String> = (64..70).map(|i| i.to_string()).collect();
+        let expected = vec![
+            "SELECT 0".to_string(),
+            "SET int -42".into(),
+            "SET ttl a b".into(),
+            format!("PEXPIREAT ttl {}", now + 5),
+            "SELECT 1".into(),
+            format!("RPUSH list {}", list_first.join(" ")),
+            format!("RPUSH list {}", list_rest.join(" ")),
+            "HSET hlp f1 v1 f2 v2".into(),
+            "HSET hht f v".into(),
+            "SELECT 2".into(),
+            "SADD si -1 7".into(),
+            "SADD st m".into(),
+            "ZADD z -inf c 0.10000000000000001 b 1.5 a".into(),
+        ];
+        assert_eq!(got, expected);
+    }
+
+    #[test]
+    fn collections_are_written_in_batches_of_64() {
+        let mut buf = BaseBuffer::new();
+        let items: Vec<Vec<u8>> = (0..130).map(|i: i32| i.to_string().into_bytes()).collect();
+        push_batched(&mut buf, 0, b"RPUSH", b"l", 1, items.iter().map(|i| Cow::Borrowed(&i[..])));
+        assert_eq!(buf.commands(), 3);
+        let mut buf = BaseBuffer::new();
+        push_batched(&mut buf, 0, b"HSET", b"h", 2, items.iter().map(|i| Cow::Borrowed(&i[..])));
+        assert_eq!(buf.commands(), 2, "64 pairs per command");
+    }
+}
