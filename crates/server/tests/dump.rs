@@ -1,5 +1,6 @@
-//! DUMP and RESTORE: round trips of every type, payloads moving between
-//! Keel and Debian's redis-server both ways, and RESTORE's errors.
+//! Whole values of every type and encoding: DUMP and RESTORE (round trips,
+//! payloads moving between Keel and Debian's redis-server both ways,
+//! RESTORE's errors), and the AOF rewrite's base that recreates them.
 
 mod common;
 
@@ -112,4 +113,35 @@ fn restore_checks_as_redis_does() {
     assert_eq!(c.send(&[b"RESTORE".as_slice(), b"k4", b"1", &payload, b"ABSTTL"]), ok());
     assert_eq!(c.cmd("EXISTS k4"), int(0));
     assert_eq!(c.cmd("GET k3"), bulk("v"));
+}
+
+#[test]
+fn every_type_survives_an_aof_rewrite_and_a_restart() {
+    let dir = common::temp_dir("rewrite-types");
+    let before: Vec<(Frame, Frame)>;
+    {
+        let server = Server::start_in(&dir, &[]);
+        let mut c = server.client();
+        fill(&mut c);
+        c.cmd("EXPIRE h 100000");
+        before = KEYS.iter().map(|k| (contents(&mut c, k), c.send(&["OBJECT", "ENCODING", k]))).collect();
+        assert_eq!(c.cmd("BGREWRITEAOF"), Frame::Simple(b"Background append only file rewriting started".to_vec()));
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            let Frame::Bulk(info) = c.cmd("INFO persistence") else { panic!("INFO") };
+            let info = String::from_utf8_lossy(&info).to_string();
+            if info.contains("aof_rewrite_in_progress:0") && info.contains("aof_rewrites:1") {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "rewrite did not finish");
+            std::thread::yield_now();
+        }
+        server.kill9();
+    }
+    let server = Server::start_in(&dir, &[]);
+    let mut c = server.client();
+    let after: Vec<(Frame, Frame)> = KEYS.iter().map(|k| (contents(&mut c, k), c.send(&["OBJECT", "ENCODING", k]))).collect();
+    assert_eq!(after, before);
+    let Frame::Integer(ttl) = c.cmd("TTL h") else { panic!("TTL") };
+    assert!(ttl > 99_000, "{ttl}");
 }
