@@ -67,25 +67,27 @@ EOF
 
 case $mode in
 memory)
-    start keel 7711; start redis 7712
     echo "| dataset | elements | Keel bytes/element | Redis bytes/element | Keel/Redis |"
     echo "|---|---|---|---|---|"
+    port=7711
     for dataset in hashes big lists; do
         n=$(generate "$dataset" "$work/$dataset.resp")
-        row="| $dataset | $n"
         declare -A per
         for s in keel redis; do
-            port=$([ $s = keel ] && echo 7711 || echo 7712)
-            redis-cli -p $port flushall >/dev/null
-            sleep 1
+            # A fresh server per dataset: freed memory is not always given
+            # back to the system, so a reused server would under-count.
+            port=$((port + 1))
+            start $s $port
             before=$(rss_kb $s)
-            redis-cli -p $port --pipe <"$work/$dataset.resp" >/dev/null
+            redis-cli -p $port --pipe <"$work/$dataset.resp" >"$work/pipe.log"
+            grep -q "errors: 0" "$work/pipe.log" || { cat "$work/pipe.log" >&2; exit 1; }
             sleep 1
             after=$(rss_kb $s)
             per[$s]=$(awk -v a="$after" -v b="$before" -v n="$n" 'BEGIN {printf "%.1f", (a - b) * 1024 / n}')
+            kill "$(cat "$work/$s.pid")"; wait "$(cat "$work/$s.pid")" 2>/dev/null || true
         done
         ratio=$(awk -v k="${per[keel]}" -v r="${per[redis]}" 'BEGIN {printf "%.2f", k / r}')
-        echo "$row | ${per[keel]} | ${per[redis]} | ${ratio}x |"
+        echo "| $dataset | $n | ${per[keel]} | ${per[redis]} | ${ratio}x |"
     done
     ;;
 throughput)
