@@ -96,7 +96,7 @@ throughput)
     # name | write command | read command, each on random keys of a 10k
     # key space so that collections grow to a few hundred members.
     pairs=(
-        "HSET/HGET|HSET __key__ f__data__ __data__|HGET __key__ f__data__"
+        "HSET/HGET|HSET __key__ __data__ __data__|HGET __key__ __data__"
         "LPUSH/LPOP|LPUSH __key__ __data__|LPOP __key__"
         "SADD/SISMEMBER|SADD __key__ __data__|SISMEMBER __key__ __data__"
         "ZADD/ZRANGE|ZADD __key__ 1 __data__|ZRANGE __key__ 0 9"
@@ -116,7 +116,7 @@ throughput)
                     --command "$read" --command-ratio 1 --command-key-pattern R \
                     --key-maximum 10000 -d 8 -R --test-time "$seconds" \
                     --hide-histogram --print-percentiles 99 2>/dev/null |
-                    awk '/^Totals/ {print $2, $6}' >>"$work/$s.runs"
+                    awk '/^Totals/ {print $2, $4}' >>"$work/$s.runs"
             done
         done
         for s in keel redis; do

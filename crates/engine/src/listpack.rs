@@ -23,6 +23,8 @@
 
 use std::fmt;
 
+use smallvec::SmallVec;
+
 const HEADER: usize = 4;
 
 #[derive(Clone, PartialEq, Eq)]
@@ -51,22 +53,27 @@ fn leb_len(mut v: usize) -> usize {
     n
 }
 
-fn write_leb(out: &mut Vec<u8>, mut v: usize) {
+/// `v` in LEB128 (7 bits per byte, low bits first, high bit = more).
+fn leb(mut v: usize) -> ([u8; 10], usize) {
+    let mut out = [0u8; 10];
+    let mut n = 0;
     while v >= 0x80 {
-        out.push((v as u8 & 0x7f) | 0x80);
+        out[n] = (v as u8 & 0x7f) | 0x80;
         v >>= 7;
+        n += 1;
     }
-    out.push(v as u8);
+    out[n] = v as u8;
+    (out, n + 1)
 }
 
 /// Encodes one entry.
-fn encode(out: &mut Vec<u8>, data: &[u8]) {
-    write_leb(out, data.len());
-    out.extend_from_slice(data);
-    let back = leb_len(data.len()) + data.len();
-    let start = out.len();
-    write_leb(out, back);
-    out[start..].reverse();
+fn encode(out: &mut impl Extend<u8>, data: &[u8]) {
+    let (header, n) = leb(data.len());
+    out.extend(header[..n].iter().copied());
+    out.extend(data.iter().copied());
+    let (mut back, m) = leb(n + data.len());
+    back[..m].reverse();
+    out.extend(back[..m].iter().copied());
 }
 
 fn encoded_len(data: &[u8]) -> usize {
@@ -186,16 +193,28 @@ impl Listpack {
         Iter { lp: self, front: HEADER, back: self.buf.len(), left: self.len() }
     }
 
-    /// Rebuilds the buffer with `edit` applied at `[from, to)`.
+    /// Replaces the bytes `[from, to)` with `insert` encoded, in place: the
+    /// buffer is resized with `realloc` (which often grows or shrinks in
+    /// place) and the tail moved once, instead of building a new buffer.
     fn splice(&mut self, from: usize, to: usize, insert: &[&[u8]], count_delta: isize) {
-        let added: usize = insert.iter().map(|d| encoded_len(d)).sum();
-        let mut buf = Vec::with_capacity(self.buf.len() - (to - from) + added);
-        buf.extend_from_slice(&self.buf[..from]);
+        let mut encoded: SmallVec<[u8; 64]> = SmallVec::new();
         for d in insert {
-            encode(&mut buf, d);
+            encode(&mut encoded, d);
         }
-        buf.extend_from_slice(&self.buf[to..]);
+        let added = encoded.len();
         let len = (self.len() as isize + count_delta) as usize;
+        let mut buf = std::mem::take(&mut self.buf).into_vec();
+        let old_len = buf.len();
+        let new_len = old_len - (to - from) + added;
+        if new_len > old_len {
+            buf.reserve_exact(new_len - old_len);
+            buf.resize(new_len, 0);
+            buf.copy_within(to..old_len, from + added);
+        } else {
+            buf.copy_within(to..old_len, from + added);
+            buf.truncate(new_len);
+        }
+        buf[from..from + added].copy_from_slice(&encoded);
         Self::set_len(&mut buf, len);
         self.buf = buf.into_boxed_slice();
     }
