@@ -9,18 +9,11 @@ use std::time::{Duration, Instant};
 
 use common::{bulk, int, ok, Client, Frame, Server};
 
-fn info_field(c: &mut Client, section: &str, field: &str) -> String {
-    let Frame::Bulk(text) = c.cmd(&format!("INFO {section}")) else { panic!("INFO is a bulk string") };
-    let text = String::from_utf8(text).expect("utf8");
-    let prefix = format!("{field}:");
-    text.lines().find_map(|l| l.strip_prefix(&prefix)).unwrap_or_default().trim().to_string()
-}
-
 /// Waits until the server reports `n` blocked clients (polling INFO: the
 /// blocking command was sent, and must have reached the server).
 fn wait_blocked(c: &mut Client, n: usize) {
     let deadline = Instant::now() + Duration::from_secs(10);
-    while info_field(c, "clients", "blocked_clients") != n.to_string() {
+    while c.info_field("clients", "blocked_clients") != n.to_string() {
         assert!(Instant::now() < deadline, "never saw {n} blocked clients");
         std::thread::yield_now();
     }
@@ -50,7 +43,7 @@ fn blpop_is_served_by_a_push_from_another_client() {
     assert_eq!(pusher.cmd("RPUSH q a b"), int(2));
     assert_eq!(waiter.read(), arr(&["q", "a"]));
     assert_eq!(pusher.cmd("LRANGE q 0 -1"), arr(&["b"]));
-    assert_eq!(info_field(&mut pusher, "clients", "blocked_clients"), "0");
+    assert_eq!(pusher.info_field("clients", "blocked_clients"), "0");
 }
 
 #[test]

@@ -350,10 +350,7 @@ fn node_sizes_are_invisible() {
 fn dirty_counts_match_redis() {
     let (_s, mut c) = keel();
     let dirty = |c: &mut Client| -> i64 {
-        let Frame::Bulk(text) = c.cmd("INFO persistence") else { panic!() };
-        let text = String::from_utf8(text).expect("utf-8");
-        let line = text.lines().find_map(|l| l.strip_prefix("rdb_changes_since_last_save:")).expect("field");
-        line.trim().parse().expect("number")
+        c.info_field("persistence", "rdb_changes_since_last_save").parse().expect("number")
     };
     let base = dirty(&mut c);
     c.cmd("RPUSH l a b c d e f");

@@ -632,13 +632,9 @@ fn sets_survive_a_restart_and_spop_is_journaled_as_redis_does() {
 fn big_collections_are_freed_off_the_serving_path() {
     let server = Server::start(&[]);
     let mut c = server.client();
-    let freed = |c: &mut Client| {
-        let Frame::Bulk(info) = c.cmd("INFO memory") else { panic!("INFO") };
-        let info = String::from_utf8(info).expect("utf8");
-        let field = |name: &str| -> u64 {
-            info.lines().find_map(|l| l.strip_prefix(name)).and_then(|v| v.trim().parse().ok()).expect(name)
-        };
-        field("lazyfreed_objects:") + field("lazyfree_pending_objects:")
+    let freed = |c: &mut Client| -> u64 {
+        let field = |c: &mut Client, name: &str| c.info_field("memory", name).parse::<u64>().expect(name);
+        field(c, "lazyfreed_objects") + field(c, "lazyfree_pending_objects")
     };
     for key in ["big1", "big2"] {
         let members: Vec<String> = (0..20_000).map(|i| format!("m{i}")).collect();

@@ -224,6 +224,14 @@ impl Client {
         }
     }
 
+    /// One field of `INFO section`, as text ("" when absent).
+    pub fn info_field(&mut self, section: &str, field: &str) -> String {
+        let Frame::Bulk(text) = self.send(&["INFO", section]) else { panic!("INFO is a bulk string") };
+        let text = String::from_utf8_lossy(&text);
+        let prefix = format!("{field}:");
+        text.lines().find_map(|l| l.strip_prefix(&prefix)).unwrap_or_default().trim().to_string()
+    }
+
     /// Reads one reply frame.
     pub fn read(&mut self) -> Frame {
         loop {
