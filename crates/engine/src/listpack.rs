@@ -87,6 +87,7 @@ impl Listpack {
     }
 
     /// A listpack holding `items` in order.
+    #[expect(clippy::should_implement_trait, reason = "FromIterator would need owned items")]
     pub fn from_iter<'a>(items: impl IntoIterator<Item = &'a [u8]>) -> Listpack {
         let mut buf = vec![0; HEADER];
         let mut count = 0u32;
