@@ -56,8 +56,10 @@ fn dropper() -> Option<&'static Dropper> {
             let spawned = std::thread::Builder::new().name("keel-lazyfree".into()).spawn(move || {
                 while let Ok((item, objects)) = rx.recv() {
                     drop(item);
-                    PENDING.fetch_sub(objects, Ordering::Relaxed);
+                    // Counted freed before no longer pending, so that a
+                    // reader summing the two never sees the object vanish.
                     FREED.fetch_add(objects, Ordering::Relaxed);
+                    PENDING.fetch_sub(objects, Ordering::Relaxed);
                 }
             });
             match spawned {

@@ -1,7 +1,9 @@
 //! The Keel server: configuration, worker threads with their event loops,
 //! per-connection state, and the command table with every command's
 //! implementation. The keyspace itself lives in `keel-engine`; the wire
-//! format in `keel-protocol`; the append-only log in `keel-journal`.
+//! format in `keel-protocol`; the append-only log in `keel-journal`; the
+//! RDB format in `keel-rdb` ([`rdb`] converts values to and from it).
+//! [`rewrite`] rewrites the log in the background from a forkless snapshot.
 //!
 //! A request flows: socket -> [`worker`] reads into the connection's buffer
 //! -> `keel_protocol::parse_request` -> [`command::execute`] looks the
