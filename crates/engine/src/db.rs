@@ -59,6 +59,10 @@ pub struct Db {
     watched: HashMap<Key, Vec<Watcher>>,
     /// Keys removed because their time ran out (INFO stats expired_keys).
     pub expired_keys: u64,
+    /// Those keys, until the server has journaled each as a DEL (Redis
+    /// propagates expiries the same way): replayed later, the log must not
+    /// depend on when the replay runs.
+    pub expired: Vec<Key>,
     /// Clients blocked on each key, by client id, first blocked first.
     pub blocked: HashMap<Key, VecDeque<u64>>,
     /// Keys with blocked clients that came into existence since the server
@@ -101,6 +105,7 @@ impl Db {
         if expired {
             self.remove(key);
             self.expired_keys += 1;
+            self.expired.push(key.into());
         }
         expired
     }

@@ -10,8 +10,10 @@
 //! What is logged is the command as Redis would propagate it: deterministic
 //! on replay. Relative expiry times become absolute (`SET ... PXAT`,
 //! `PEXPIREAT`), INCRBYFLOAT becomes the SET of its result, GETDEL a DEL.
-//! Expiry itself is not logged: replaying absolute times expires the same
-//! keys.
+//! An expiry (lazy or active) is logged as a DEL of the key, ahead of any
+//! write that follows it, and nothing expires while the journal replays
+//! (time stands still at 0 for the replay, as Redis does not expire while
+//! loading): the replayed state does not depend on when the replay runs.
 //!
 //! # Compaction (AOF rewrite)
 //!
@@ -92,7 +94,10 @@ pub fn replay(server: &Server, replay: Replay) -> Result<u64, String> {
         client.db = db;
         let args: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
         reply.clear();
-        command::execute(server, stats, &mut client, &mut reply, &args, crate::server::unix_ms());
+        // Time stands still while loading (as in Redis): nothing expires, so
+        // the replay's result does not depend on when it runs; expiries that
+        // happened are in the journal as DELs.
+        command::execute(server, stats, &mut client, &mut reply, &args, 0);
         if reply.first() == Some(&b'-') {
             tracing::warn!(
                 "journal command {} failed on replay: {}",
@@ -103,6 +108,30 @@ pub fn replay(server: &Server, replay: Replay) -> Result<u64, String> {
         count += 1;
     }
     Ok(count)
+}
+
+/// Journals as DEL the keys the running command found expired (and so
+/// deleted), ahead of the command's own record: a later write to such a
+/// key must replay onto an absent key. Without a journal, forgets them.
+pub fn log_expired(ctx: &mut Ctx<'_>) {
+    let mut expired: Vec<(usize, keel_engine::Key)> = Vec::new();
+    for shard in ctx.dbs.shards() {
+        for (index, db) in shard.dbs.iter_mut().enumerate() {
+            expired.extend(db.expired.drain(..).map(|k| (index, k)));
+        }
+    }
+    let Some(journal) = ctx.server.journal.as_deref() else { return };
+    if ctx.server.loading.load(Ordering::Relaxed) {
+        return;
+    }
+    for (db, key) in expired {
+        let del = vec![b"DEL".to_vec(), key.to_vec()];
+        if ctx.durability.in_transaction {
+            ctx.durability.log.push((db, del));
+        } else {
+            journal.append(db, &del);
+        }
+    }
 }
 
 /// Records the effect of a command that changed the keyspace: the commands

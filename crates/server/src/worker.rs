@@ -542,18 +542,27 @@ impl Worker {
         // quarter of the tick spread over this worker's shards, as Redis
         // gives its slow cycle 25% of the CPU.
         let active_expire = self.server.active_expire.load(Ordering::Relaxed);
+        let loading = self.server.loading.load(Ordering::Relaxed);
         let hz = u64::from(self.server.config.read().hz.max(1));
         let own_shards = (shards / workers.max(1)).max(1) as u64;
         let shard_budget = Duration::from_micros(250_000 / hz / own_shards);
         for index in (self.index..shards).step_by(workers) {
             if let Some(mut shard) = self.server.keyspace.try_lock_shard(index) {
                 let deadline = Instant::now() + shard_budget;
-                for db in shard.dbs.iter_mut() {
+                for (index, db) in shard.dbs.iter_mut().enumerate() {
                     if !db.is_empty() {
-                        if active_expire {
+                        // Nothing expires while the journal replays.
+                        if active_expire && !loading {
                             db.active_expire_cycle(now, deadline);
                         }
                         db.rehash_step(100);
+                    }
+                    // Expiries are journaled as DELs under the shard's lock,
+                    // so they take their place among the shard's writes.
+                    for key in db.expired.drain(..) {
+                        if let Some(journal) = self.server.journal.as_deref() {
+                            journal.append(index, &[&b"DEL"[..], &key]);
+                        }
                     }
                 }
             }

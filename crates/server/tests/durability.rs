@@ -299,3 +299,39 @@ fn keel_and_redis_read_each_others_append_only_files() {
     drop(server);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Waits until `key`'s TTL has run out (its own remaining time, not a
+/// guess at how long something else takes).
+fn wait_expired(c: &mut Client, key: &str) {
+    let Frame::Integer(ms) = c.send(&["PTTL", key]) else { panic!("PTTL") };
+    thread::sleep(Duration::from_millis(ms.max(0) as u64 + 5));
+}
+
+/// A replay must not depend on when it runs: keys whose TTL passed since
+/// they were written come back as they were and expire afterwards (nothing
+/// expires while loading), and an expiry that happened is replayed as the
+/// DEL it was journaled as, before the writes that followed it.
+#[test]
+fn replay_does_not_depend_on_when_it_runs() {
+    let dir = temp_dir("replay-time");
+    {
+        let server = Server::start_in(&dir, &[]);
+        let mut c = server.client();
+        // Written before its TTL ran out: at replay, after the TTL, it must
+        // be absent, not restarted from an earlier value.
+        assert_eq!(c.cmd("SET counter 1 PX 300"), common::ok());
+        assert_eq!(c.cmd("INCR counter"), int(2));
+        // Expired, then written again: the new value has no TTL.
+        assert_eq!(c.cmd("SET reborn 1 PX 300"), common::ok());
+        wait_expired(&mut c, "reborn");
+        assert_eq!(c.cmd("GET reborn"), Frame::Null);
+        assert_eq!(c.cmd("INCR reborn"), int(1));
+        wait_expired(&mut c, "counter");
+        server.kill9();
+    }
+    let server = Server::start_in(&dir, &[]);
+    let mut c = server.client();
+    assert_eq!(c.cmd("GET counter"), Frame::Null);
+    assert_eq!(c.cmd("GET reborn"), bulk("1"));
+    assert_eq!(c.cmd("TTL reborn"), int(-1));
+}

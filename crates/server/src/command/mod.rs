@@ -625,6 +625,7 @@ pub fn run(ctx: &mut Ctx<'_>, index: usize, spec: &CommandSpec, argv: &[&[u8]]) 
         crate::rewrite::preserve_keys(ctx, spec, argv);
     }
     let result = (spec.handler)(ctx, argv);
+    crate::durability::log_expired(ctx);
     if ctx.changes.replace(0) > 0 {
         if ctx.server.journal.is_some() && !ctx.server.loading.load(Ordering::Relaxed) {
             crate::durability::record(ctx, spec, argv);
