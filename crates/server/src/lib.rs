@@ -152,7 +152,9 @@ pub fn run(config: Config) -> io::Result<()> {
 }
 
 /// Binds `addr` with SO_REUSEADDR only (a port in TIME_WAIT is fine, a
-/// port another server listens on is not), then lets it go.
+/// port another server listens on is not), then lets it go. It never
+/// listens: a client connecting in that instant would be accepted into
+/// this socket's backlog and then reset.
 fn probe_bind(addr: SocketAddr) -> io::Result<()> {
     use socket2::{Domain, Socket, Type};
     let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
@@ -160,8 +162,7 @@ fn probe_bind(addr: SocketAddr) -> io::Result<()> {
     if addr.is_ipv6() {
         socket.set_only_v6(true)?;
     }
-    socket.bind(&addr.into())?;
-    socket.listen(1)
+    socket.bind(&addr.into())
 }
 
 fn reuseport_listener(addr: SocketAddr, backlog: i32) -> io::Result<mio::net::TcpListener> {

@@ -153,7 +153,7 @@ impl Worker {
             }
             // Blocking timeouts are to the millisecond.
             if let Some(deadline) = self.next_block_deadline() {
-                timeout = timeout.min(Duration::from_millis(deadline.saturating_sub(unix_ms())));
+                timeout = timeout.min(Duration::from_millis((deadline + 1).saturating_sub(unix_ms())));
             }
             if let Err(e) = self.poll.poll(&mut events, Some(timeout)) {
                 if e.kind() != io::ErrorKind::Interrupted {
@@ -437,7 +437,9 @@ impl Worker {
             .iter()
             .copied()
             .filter(|&k| {
-                self.conns.get(k).and_then(|c| c.client.blocked.as_ref()).is_some_and(|w| w.deadline_ms > 0 && w.deadline_ms <= now)
+                // Strictly past, as Redis: the clock is read in whole ms, so
+                // the wait lasts at least the time asked for.
+                self.conns.get(k).and_then(|c| c.client.blocked.as_ref()).is_some_and(|w| w.deadline_ms > 0 && w.deadline_ms < now)
             })
             .collect();
         for key in due {
