@@ -12,6 +12,13 @@ pub use keel_protocol::frame::Frame;
 
 pub mod diff;
 
+/// `INFO section` on a fresh connection, or None if the connection fails.
+fn try_info(port: u16, section: &str) -> Option<Frame> {
+    let stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    Client { stream, buf: Vec::new() }.try_send(&["INFO", section])
+}
+
 /// A free TCP port on loopback (bound then released; good enough for tests).
 pub fn free_port() -> u16 {
     // Never hand out the same port twice in one test process: two servers
@@ -130,8 +137,9 @@ impl Server {
         loop {
             assert!(server.alive(), "server on port {port} exited at start (port taken?)");
             assert!(Instant::now() < deadline, "server did not start on port {port}");
-            if TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                let info = Client::connect(port).send(&["INFO", "server"]);
+            // A connection that fails or is reset (the port briefly held by
+            // a process on its way out) is retried until the deadline.
+            if let Some(info) = try_info(port, "server") {
                 // Behind requirepass INFO is refused: nothing to verify then.
                 let Frame::Bulk(text) = info else { return server };
                 let text = String::from_utf8_lossy(&text);
@@ -139,9 +147,9 @@ impl Server {
                 assert_eq!(answered_by.trim(), pid, "port {port} is answered by another process");
                 // Serving starts before the journal is replayed (others
                 // get -LOADING meanwhile): wait for the data.
-                let loading = || {
-                    let info = Client::connect(port).send(&["INFO", "persistence"]);
-                    matches!(info, Frame::Bulk(t) if String::from_utf8_lossy(&t).contains("loading:1"))
+                let loading = || match try_info(port, "persistence") {
+                    Some(Frame::Bulk(t)) => String::from_utf8_lossy(&t).contains("loading:1"),
+                    _ => true,
                 };
                 while loading() {
                     assert!(server.alive(), "server on port {port} exited while loading");
