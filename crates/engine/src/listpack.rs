@@ -398,7 +398,7 @@ mod tests {
                 match op {
                     0 => { lp.push_back(&data); model.push(data); }
                     1 => { lp.push_front(&data); model.insert(0, data); }
-                    2 if !model.is_empty() => { let o = lp.seek(i as isize).unwrap(); lp.replace_at(o, &data); model[i] = data; }
+                    2 if !model.is_empty() => { let o = lp.seek(i as isize).expect("index in range"); lp.replace_at(o, &data); model[i] = data; }
                     3 if !model.is_empty() => { lp.remove_range(i, 2); model.drain(i..(i + 2).min(model.len())); }
                     4 => { let o = lp.seek(i as isize).unwrap_or(lp.bytes()); lp.insert_at(o, &data); model.insert(i.min(model.len()), data); }
                     5 => { lp.retain(|e| e.len() % 2 == 0); model.retain(|e| e.len() % 2 == 0); }

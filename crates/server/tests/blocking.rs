@@ -21,10 +21,10 @@ fn wait_blocked(c: &mut Client, n: usize) {
 
 /// Asserts that nothing arrives on `c` for `ms` milliseconds.
 fn assert_silent(c: &mut Client, ms: u64) {
-    c.stream.set_read_timeout(Some(Duration::from_millis(ms))).unwrap();
+    c.stream.set_read_timeout(Some(Duration::from_millis(ms))).expect("read timeout");
     let mut byte = [0u8; 1];
     let got = c.stream.read(&mut byte);
-    c.stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    c.stream.set_read_timeout(Some(Duration::from_secs(10))).expect("read timeout");
     assert!(got.is_err(), "unexpected reply byte {:?}", got.map(|_| byte[0] as char));
 }
 
