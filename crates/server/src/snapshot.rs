@@ -136,6 +136,10 @@ pub fn bgsave(server: &Server, schedule: bool) -> BgsaveReply {
         return BgsaveReply::AlreadyInProgress;
     }
     saver.scheduled.store(other, Ordering::Relaxed);
+    if !other {
+        // In progress from the reply on, for whoever polls INFO.
+        saver.in_progress.store(true, Ordering::Release);
+    }
     saver.state.lock().requested = true;
     saver.wake.notify_one();
     if other {
@@ -229,8 +233,9 @@ fn run(server: &Server) {
             let took = st.started.take().map_or(Duration::ZERO, |t| t.elapsed());
             st.last = Some((took, ok));
         }
-        saver.in_progress.store(false, Ordering::Release);
+        // In this order: whoever sees the save ended may SAVE at once.
         saver.requested.store(false, Ordering::Release);
+        saver.in_progress.store(false, Ordering::Release);
     }
 }
 
