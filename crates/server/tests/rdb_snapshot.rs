@@ -317,6 +317,7 @@ fn bgsave_is_point_in_time_under_concurrent_writes() {
     }
     wait_bgsave(&mut c);
     eprintln!("{batches_during} batches of 502 writes ran during the BGSAVE");
+    assert!(batches_during > 0, "the BGSAVE ended before any write: make the dataset bigger");
     assert_eq!(c.info_field("persistence", "rdb_last_bgsave_status"), "ok");
     assert_eq!(c.info_field("persistence", "rdb_saves"), "1");
     let saved = read_file(&dir.join("dump.rdb"));
@@ -362,6 +363,7 @@ fn bgsave_while_an_aof_rewrite_runs() {
     let bg = c.cmd("BGSAVE");
     let scheduled = c.cmd("BGSAVE SCHEDULE");
     if c.info_field("persistence", "aof_rewrite_in_progress") == "1" {
+        eprintln!("BGSAVE was refused and scheduled during the rewrite");
         assert_eq!(
             bg,
             Frame::Error(b"ERR Another child process is active (AOF?): can't BGSAVE right now. Use BGSAVE SCHEDULE in order to schedule a BGSAVE whenever possible.".to_vec())
