@@ -28,7 +28,7 @@
 use std::fs::{self, File};
 use std::io::{self, BufReader, BufWriter};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -54,6 +54,10 @@ pub struct Saver {
     in_progress: AtomicBool,
     state: Mutex<State>,
     wake: Condvar,
+    /// Keys loaded and expired keys skipped by the load at start
+    /// (rdb_last_load_keys_loaded, rdb_last_load_keys_expired).
+    pub last_load_keys_loaded: AtomicU64,
+    pub last_load_keys_expired: AtomicU64,
 }
 
 #[derive(Default)]
@@ -406,5 +410,7 @@ pub fn load(server: &Server, path: &Path) -> Result<(u64, u64), String> {
         }
     }
     server.load_progress.loaded_bytes.store(total, Ordering::Relaxed);
+    server.rdb.last_load_keys_loaded.store(loaded, Ordering::Relaxed);
+    server.rdb.last_load_keys_expired.store(expired, Ordering::Relaxed);
     Ok((loaded, expired))
 }

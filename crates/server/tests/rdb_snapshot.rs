@@ -257,6 +257,8 @@ fn save_then_restart_loads_every_key() {
     let server = Server::start_in(&dir, &["--appendonly", "no"]);
     let mut c = server.client();
     assert_same(&read_state(&mut c), &before, "after restart");
+    assert_eq!(c.info_field("persistence", "rdb_last_load_keys_loaded"), before.len().to_string());
+    assert_eq!(c.info_field("persistence", "rdb_last_load_keys_expired"), "0");
     // An uncompressed, unchecksummed file loads as well.
     assert_eq!(c.cmd("CONFIG SET rdbcompression no"), ok());
     assert_eq!(c.cmd("CONFIG SET rdbchecksum no"), ok());

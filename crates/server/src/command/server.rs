@@ -411,14 +411,10 @@ fn write_section(ctx: &mut Ctx<'_>, section: &str, out: &mut String) {
             field!(out, "rdb_last_bgsave_time_sec", rdb.last_s);
             field!(out, "rdb_current_bgsave_time_sec", rdb.current_s);
             field!(out, "rdb_saves", rdb.saves);
-            for (name, value) in [
-                ("rdb_last_cow_size", "0"),
-                ("rdb_last_load_keys_expired", "0"),
-                ("rdb_last_load_keys_loaded", "0"),
-                ("aof_enabled", if appendonly { "1" } else { "0" }),
-            ] {
-                field!(out, name, value);
-            }
+            field!(out, "rdb_last_cow_size", 0);
+            field!(out, "rdb_last_load_keys_expired", server.rdb.last_load_keys_expired.load(Ordering::Relaxed));
+            field!(out, "rdb_last_load_keys_loaded", server.rdb.last_load_keys_loaded.load(Ordering::Relaxed));
+            field!(out, "aof_enabled", if appendonly { "1" } else { "0" });
             let rw = server.rewrite.info();
             field!(out, "aof_rewrite_in_progress", u8::from(rw.in_progress));
             field!(out, "aof_rewrite_scheduled", u8::from(rw.scheduled));
