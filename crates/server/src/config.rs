@@ -81,6 +81,8 @@ pub struct Config {
     pub maxmemory_policy: String,
     /// `rdbcompression`: LZF-compress strings in DUMP payloads (and RDB files).
     pub rdbcompression: bool,
+    /// `rdbchecksum`: write (and check) the CRC64 trailer of RDB files.
+    pub rdbchecksum: bool,
     /// The `*-max-listpack-*` thresholds of the collection encodings.
     pub encoding: keel_engine::EncodingLimits,
     /// The file the configuration was read from, absolute (CONFIG REWRITE
@@ -132,6 +134,7 @@ impl Default for Config {
             maxmemory: 0,
             maxmemory_policy: "noeviction".into(),
             rdbcompression: true,
+            rdbchecksum: true,
             encoding: Default::default(),
             config_file: None,
         }
@@ -338,6 +341,7 @@ pub static DIRECTIVES: &[Directive] = &[
     },
     directive!("dbfilename", true, string, dbfilename),
     directive!("rdbcompression", true, bool, rdbcompression),
+    directive!("rdbchecksum", true, bool, rdbchecksum),
     // Switching the log on or off at run time (Redis opens the AOF with a
     // rewrite), or its fsync policy, is not implemented yet: both are
     // fixed at start (CONFIG SET answers that they are immutable).

@@ -23,6 +23,7 @@ pub mod lazyfree;
 pub mod rdb;
 pub mod rewrite;
 pub mod server;
+pub mod snapshot;
 pub mod worker;
 
 use std::io;
@@ -89,7 +90,9 @@ pub fn run(config: Config) -> io::Result<()> {
     let server = Arc::new(Server::new(config, threads, command::table().commands.len(), journal));
     // Clients are served from the start: while the journal replays they
     // are answered -LOADING (commands flagged `loading` still run).
-    server.loading.store(replay.is_some(), std::sync::atomic::Ordering::Relaxed);
+    let rdb_path = snapshot::dump_path(&server);
+    let rdb_load = replay.is_none() && rdb_path.is_file();
+    server.loading.store(replay.is_some() || rdb_load, std::sync::atomic::Ordering::Relaxed);
     let mut workers = Vec::new();
     for (index, listeners) in per_worker.into_iter().enumerate() {
         workers.push(Worker::new(index, server.clone(), listeners)?);
@@ -113,6 +116,19 @@ pub fn run(config: Config) -> io::Result<()> {
         .map(|(i, w)| std::thread::Builder::new().name(format!("keel-worker-{i}")).spawn(move || w.run()))
         .collect::<io::Result<_>>()?;
     let rewriter = rewrite::spawn(server.clone())?;
+    let bgsaver = snapshot::spawn(server.clone())?;
+    // Stops everything after a failed load.
+    let fail = |e: String, handles: Vec<std::thread::JoinHandle<()>>| -> io::Result<()> {
+        tracing::error!("{e}");
+        server.shutdown.store(true, std::sync::atomic::Ordering::Relaxed);
+        server.broadcast(|| client::Message::CheckKills);
+        for h in handles {
+            let _ = h.join();
+        }
+        server.rewrite.stop();
+        server.rdb.stop();
+        Err(io::Error::other(e))
+    };
     if let Some(replay) = replay {
         let started = std::time::Instant::now();
         server.load_progress.started_s.store(server::unix_ms() / 1000, std::sync::atomic::Ordering::Relaxed);
@@ -126,15 +142,27 @@ pub fn run(config: Config) -> io::Result<()> {
                 server.rewrite.note_replay(bytes, took);
             }
             Err(e) => {
-                tracing::error!("{e}");
-                server.shutdown.store(true, std::sync::atomic::Ordering::Relaxed);
-                server.broadcast(|| client::Message::CheckKills);
-                for h in handles {
-                    let _ = h.join();
-                }
-                server.rewrite.stop();
+                let r = fail(e.to_string(), handles);
                 let _ = rewriter.join();
-                return Err(io::Error::other(e));
+                let _ = bgsaver.join();
+                return r;
+            }
+        }
+    } else if rdb_load {
+        // appendonly no: the RDB file is the dataset, as in Redis.
+        let started = std::time::Instant::now();
+        server.load_progress.started_s.store(server::unix_ms() / 1000, std::sync::atomic::Ordering::Relaxed);
+        let loaded = snapshot::load(&server, &rdb_path);
+        server.loading.store(false, std::sync::atomic::Ordering::Relaxed);
+        match loaded {
+            Ok((keys, expired)) => {
+                tracing::info!("DB loaded from disk: {keys} keys ({expired} expired skipped) in {:?}", started.elapsed());
+            }
+            Err(e) => {
+                let r = fail(e, handles);
+                let _ = rewriter.join();
+                let _ = bgsaver.join();
+                return r;
             }
         }
     }
@@ -145,6 +173,8 @@ pub fn run(config: Config) -> io::Result<()> {
     // files it would have replaced stay.
     server.rewrite.stop();
     let _ = rewriter.join();
+    server.rdb.stop();
+    let _ = bgsaver.join();
     if let Some(path) = &server.config.read().unixsocket {
         let _ = std::fs::remove_file(path);
     }

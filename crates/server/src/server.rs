@@ -162,6 +162,8 @@ pub struct Server {
     pub snapshot_active: AtomicBool,
     /// BGREWRITEAOF and automatic rewrites (`rewrite.rs`).
     pub rewrite: crate::rewrite::Rewriter,
+    /// SAVE and BGSAVE (`snapshot.rs`).
+    pub rdb: crate::snapshot::Saver,
 }
 
 /// Samples of the running totals taken every ~100 ms; the instantaneous
@@ -283,6 +285,7 @@ impl Server {
             peak_memory: AtomicU64::new(0),
             snapshot_active: AtomicBool::new(false),
             rewrite: Default::default(),
+            rdb: Default::default(),
         }
     }
 

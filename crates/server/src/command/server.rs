@@ -35,6 +35,10 @@ pub static COMMANDS: &[CommandSpec] = &[
         .doc("Synchronously save the dataset to disk and then shut down the server", "1.0.0"),
     cmd("monitor", 1, ADMIN | NOSCRIPT | LOADING | STALE, Keys::None, "server", monitor)
         .doc("Listen for all requests received by the server in real time", "1.0.0"),
+    cmd("save", 1, ADMIN | NOSCRIPT | NO_MULTI, Keys::None, "server", save)
+        .doc("Synchronously save the dataset to disk", "1.0.0"),
+    cmd("bgsave", -1, ADMIN | NOSCRIPT, Keys::None, "server", bgsave)
+        .doc("Asynchronously save the dataset to disk", "1.0.0"),
     cmd("bgrewriteaof", 1, ADMIN | NOSCRIPT, Keys::None, "server", bgrewriteaof)
         .doc("Asynchronously rewrite the append-only file", "1.0.0"),
     // Every shard is locked while DEBUG runs: DEBUG SLEEP freezes the
@@ -220,6 +224,34 @@ fn shutdown(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     Ok(())
 }
 
+/// SAVE: a synchronous snapshot to `<dir>/<dbfilename>` (`crate::snapshot`).
+fn save(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
+    crate::snapshot::save(ctx.server).map_err(CmdError::other)?;
+    ctx.out.ok();
+    Ok(())
+}
+
+/// BGSAVE [SCHEDULE]: hands the snapshot to the BGSAVE thread.
+fn bgsave(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
+    let schedule = match argv.len() {
+        1 => false,
+        2 if eq(argv[1], "schedule") => true,
+        _ => return Err(CmdError::Syntax),
+    };
+    use crate::snapshot::BgsaveReply;
+    match crate::snapshot::bgsave(ctx.server, schedule || ctx.durability.in_transaction) {
+        BgsaveReply::Started => ctx.out.simple("Background saving started"),
+        BgsaveReply::Scheduled => ctx.out.simple("Background saving scheduled"),
+        BgsaveReply::AlreadyInProgress => return Err(CmdError::other("ERR Background save already in progress")),
+        BgsaveReply::OtherChild => {
+            return Err(CmdError::other(
+                "ERR Another child process is active (AOF?): can't BGSAVE right now. Use BGSAVE SCHEDULE in order to schedule a BGSAVE whenever possible.",
+            ))
+        }
+    }
+    Ok(())
+}
+
 /// BGREWRITEAOF: hands the rewrite to its thread (`crate::rewrite`).
 fn bgrewriteaof(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
     let status = crate::rewrite::bgrewriteaof(ctx)?;
@@ -371,21 +403,18 @@ fn write_section(ctx: &mut Ctx<'_>, section: &str, out: &mut String) {
             ] {
                 field!(out, name, value);
             }
+            let rdb = server.rdb.info();
             field!(out, "rdb_changes_since_last_save", server.dirty.load(Ordering::Relaxed));
-            field!(out, "rdb_bgsave_in_progress", 0);
+            field!(out, "rdb_bgsave_in_progress", u8::from(rdb.in_progress));
             field!(out, "rdb_last_save_time", server.lastsave_s.load(Ordering::Relaxed));
-            for (name, value) in [
-                ("rdb_last_bgsave_status", "ok"),
-                ("rdb_last_bgsave_time_sec", "-1"),
-                ("rdb_current_bgsave_time_sec", "-1"),
-                ("rdb_saves", "0"),
-                ("rdb_last_cow_size", "0"),
-                ("rdb_last_load_keys_expired", "0"),
-                ("rdb_last_load_keys_loaded", "0"),
-                ("aof_enabled", if appendonly { "1" } else { "0" }),
-            ] {
-                field!(out, name, value);
-            }
+            field!(out, "rdb_last_bgsave_status", if rdb.last_ok { "ok" } else { "err" });
+            field!(out, "rdb_last_bgsave_time_sec", rdb.last_s);
+            field!(out, "rdb_current_bgsave_time_sec", rdb.current_s);
+            field!(out, "rdb_saves", rdb.saves);
+            field!(out, "rdb_last_cow_size", 0);
+            field!(out, "rdb_last_load_keys_expired", server.rdb.last_load_keys_expired.load(Ordering::Relaxed));
+            field!(out, "rdb_last_load_keys_loaded", server.rdb.last_load_keys_loaded.load(Ordering::Relaxed));
+            field!(out, "aof_enabled", if appendonly { "1" } else { "0" });
             let rw = server.rewrite.info();
             field!(out, "aof_rewrite_in_progress", u8::from(rw.in_progress));
             field!(out, "aof_rewrite_scheduled", u8::from(rw.scheduled));
