@@ -183,10 +183,10 @@ fn lastsave(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
     Ok(())
 }
 
-/// SHUTDOWN [NOSAVE|SAVE] [NOW] [FORCE] [ABORT]. Keel keeps nothing on disk
-/// yet, so there is nothing to save and no shutdown ever waits: ABORT
-/// always finds none in progress, and SAVE fails (as a failed save does in
-/// Redis) unless FORCE says to stop anyway.
+/// SHUTDOWN [NOSAVE|SAVE] [NOW] [FORCE] [ABORT]. Saving an RDB at shutdown
+/// is not wired in yet (SAVE and BGSAVE are), so no shutdown ever waits:
+/// ABORT always finds none in progress, and SAVE fails (as a failed save
+/// does in Redis) unless FORCE says to stop anyway.
 fn shutdown(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     let (mut nosave, mut save, mut force, mut abort, mut any) = (false, false, false, false, false);
     for arg in &argv[1..] {
