@@ -13,6 +13,7 @@
 //! position allows. A command that creates a key some client is blocked
 //! on then serves that client ([`blocking`]).
 
+pub mod alloc;
 pub mod blocking;
 pub mod client;
 pub mod command;

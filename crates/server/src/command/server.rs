@@ -635,7 +635,8 @@ fn write_memory(ctx: &mut Ctx<'_>, out: &mut String) {
             c.qbuf.load(Ordering::Relaxed) + c.qbuf_free.load(Ordering::Relaxed) + c.rbs.load(Ordering::Relaxed)
         })
         .sum();
-    let used = dataset + clients;
+    let alloc = crate::alloc::stats();
+    let used = alloc.allocated;
     let peak = server.peak_memory.fetch_max(used, Ordering::Relaxed).max(used);
     let rss = rss_bytes();
     let total_system = total_system_memory();
@@ -654,11 +655,11 @@ fn write_memory(ctx: &mut Ctx<'_>, out: &mut String) {
     field!(out, "used_memory_peak_perc", format!("{:.2}%", ratio(used, peak) * 100.0));
     field!(out, "used_memory_overhead", clients);
     field!(out, "used_memory_startup", 0);
-    field!(out, "used_memory_dataset", dataset);
+    field!(out, "used_memory_dataset", dataset.min(used));
     field!(out, "used_memory_dataset_perc", format!("{:.2}%", ratio(dataset, used) * 100.0));
-    field!(out, "allocator_allocated", used);
-    field!(out, "allocator_active", used);
-    field!(out, "allocator_resident", rss);
+    field!(out, "allocator_allocated", alloc.allocated);
+    field!(out, "allocator_active", alloc.active);
+    field!(out, "allocator_resident", alloc.resident);
     field!(out, "total_system_memory", total_system);
     field!(out, "total_system_memory_human", bytes_to_human(total_system));
     field!(out, "used_memory_lua", 0);
@@ -677,12 +678,12 @@ fn write_memory(ctx: &mut Ctx<'_>, out: &mut String) {
     field!(out, "maxmemory", maxmemory);
     field!(out, "maxmemory_human", bytes_to_human(maxmemory));
     field!(out, "maxmemory_policy", policy);
-    field!(out, "allocator_frag_ratio", "1.00");
-    field!(out, "allocator_frag_bytes", 0);
-    field!(out, "allocator_rss_ratio", format!("{:.2}", ratio(rss, used)));
-    field!(out, "allocator_rss_bytes", rss as i64 - used as i64);
-    field!(out, "rss_overhead_ratio", "1.00");
-    field!(out, "rss_overhead_bytes", 0);
+    field!(out, "allocator_frag_ratio", format!("{:.2}", ratio(alloc.active, alloc.allocated)));
+    field!(out, "allocator_frag_bytes", alloc.active as i64 - alloc.allocated as i64);
+    field!(out, "allocator_rss_ratio", format!("{:.2}", ratio(alloc.resident, alloc.active)));
+    field!(out, "allocator_rss_bytes", alloc.resident as i64 - alloc.active as i64);
+    field!(out, "rss_overhead_ratio", format!("{:.2}", ratio(rss, alloc.resident)));
+    field!(out, "rss_overhead_bytes", rss as i64 - alloc.resident as i64);
     field!(out, "mem_fragmentation_ratio", format!("{:.2}", ratio(rss, used)));
     field!(out, "mem_fragmentation_bytes", rss as i64 - used as i64);
     field!(out, "mem_not_counted_for_evict", 0);
@@ -692,7 +693,7 @@ fn write_memory(ctx: &mut Ctx<'_>, out: &mut String) {
     field!(out, "mem_clients_normal", clients);
     field!(out, "mem_cluster_links", 0);
     field!(out, "mem_aof_buffer", 0);
-    field!(out, "mem_allocator", "libc");
+    field!(out, "mem_allocator", crate::alloc::NAME);
     field!(out, "active_defrag_running", 0);
     field!(out, "lazyfree_pending_objects", crate::lazyfree::pending_objects());
     field!(out, "lazyfreed_objects", crate::lazyfree::freed_objects());
