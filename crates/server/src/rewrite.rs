@@ -357,9 +357,15 @@ pub fn cron(server: &Server) {
     }
     let sizes = journal.sizes();
     if let Some(trigger) = policy.due(&sizes, rate) {
-        if rewriter.auto_allowed() && rewriter.request() {
-            rewriter.state.lock().last_auto = Some((trigger, sizes.current));
-            tracing::info!("starting automatic rewriting of AOF of {} bytes: {trigger:?}", sizes.current);
+        if rewriter.auto_allowed() {
+            // Recorded before the request wakes the thread, so that no INFO
+            // shows the rewrite counted but not why it ran.
+            let previous = rewriter.state.lock().last_auto.replace((trigger, sizes.current));
+            if rewriter.request() {
+                tracing::info!("starting automatic rewriting of AOF of {} bytes: {trigger:?}", sizes.current);
+            } else {
+                rewriter.state.lock().last_auto = previous;
+            }
         }
     }
 }
