@@ -21,7 +21,8 @@ use crate::dict::Dict;
 use crate::snapshot::DbSnapshot;
 use crate::value::{Entry, Value, NO_EXPIRY};
 
-pub type Key = Box<[u8]>;
+/// Keys of the keyspace: inline up to 15 bytes (see `crate::compact`).
+pub type Key = crate::compact::CompactBytes;
 
 /// Set when a key a client WATCHes is modified; EXEC then aborts.
 pub type WatchFlag = Arc<AtomicBool>;

@@ -18,6 +18,7 @@
 
 use rand::Rng;
 
+use crate::compact::CompactBytes;
 use crate::dict::Dict;
 use crate::listpack::Listpack;
 use crate::value::EncodingLimits;
@@ -26,7 +27,7 @@ use crate::value::EncodingLimits;
 /// many bytes becomes a table instead (`lpSafeToAdd`).
 const LISTPACK_MAX_SAFETY_SIZE: usize = 1 << 30;
 
-type Table = Dict<Box<[u8]>, Box<[u8]>>;
+type Table = Dict<CompactBytes, CompactBytes>;
 
 #[derive(Debug, Clone)]
 pub enum Hash {
@@ -97,7 +98,7 @@ impl Hash {
     pub fn heap_size(&self) -> usize {
         match self {
             Hash::Listpack(lp) => lp.heap_size(),
-            Hash::Table(t) => t.memory_usage() + t.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>(),
+            Hash::Table(t) => t.memory_usage() + t.iter().map(|(k, v)| k.heap_bytes() + v.heap_bytes()).sum::<usize>(),
         }
     }
 

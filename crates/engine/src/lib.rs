@@ -3,6 +3,7 @@
 //! - [`slot`]: CRC16 hash slots, as Redis Cluster computes them.
 //! - [`dict`]: a hash table that grows and shrinks incrementally and
 //!   supports SCAN's reverse-binary cursor.
+//! - [`compact`]: byte strings kept inline when short (keys, members).
 //! - [`value`]: what a key holds, and Redis's encodings for it.
 //! - [`listpack`]: the compact encoding of small collections.
 //! - [`hash`], [`list`], [`set`], [`zset`]: the collection types, each in
@@ -12,6 +13,7 @@
 //! - [`snapshot`]: forkless point-in-time snapshots of every shard (for
 //!   BGSAVE and AOF rewrite) while writes go on.
 
+pub mod compact;
 pub mod db;
 pub mod dict;
 pub mod hash;

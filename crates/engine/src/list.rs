@@ -105,6 +105,16 @@ impl List {
         }
     }
 
+    /// Inserts a node at index `at`. The first node gets room for itself
+    /// only: most lists never have a second, and `ThinVec` would otherwise
+    /// start at four (48 bytes more per list); later ones double as usual.
+    fn add_node(&mut self, at: usize, node: Listpack) {
+        if self.nodes.capacity() == 0 {
+            self.nodes.reserve_exact(1);
+        }
+        self.nodes.insert(at, node);
+    }
+
     fn allows_insert(&self, node: &Listpack, data: &[u8]) -> bool {
         self.allowed(node.len() + 1, node.bytes() + Listpack::entry_size(data))
     }
@@ -114,7 +124,7 @@ impl List {
             Some(node) if self.allows_insert(node, data) => {
                 self.nodes.last_mut().expect("checked above").push_back(data);
             }
-            _ => self.nodes.push(Listpack::from_iter([data])),
+            _ => self.add_node(self.nodes.len(), Listpack::from_iter([data])),
         }
         self.len += 1;
     }
@@ -124,7 +134,7 @@ impl List {
             Some(node) if self.allows_insert(node, data) => {
                 self.nodes.first_mut().expect("checked above").push_front(data);
             }
-            _ => self.nodes.insert(0, Listpack::from_iter([data])),
+            _ => self.add_node(0, Listpack::from_iter([data])),
         }
         self.len += 1;
     }
@@ -235,7 +245,7 @@ impl List {
         let half = count / 2;
         let right = Listpack::from_iter(node.iter().skip(half));
         node.remove_range(half, count - half);
-        self.nodes.insert(n + 1, right);
+        self.add_node(n + 1, right);
         self.split_if_needed(n + 1);
         self.split_if_needed(n);
     }
@@ -469,6 +479,19 @@ mod tests {
     #[test]
     fn fits_in_a_value() {
         assert!(std::mem::size_of::<List>() <= 24);
+    }
+
+    #[test]
+    fn a_one_node_list_allocates_one_node_slot() {
+        let mut l = List::new(DEFAULT_FILL);
+        l.push_front(b"a");
+        l.push_back(b"b");
+        assert_eq!(l.nodes.capacity(), 1);
+        let mut many = List::new(1);
+        for i in 0..100 {
+            many.push_back(format!("{i}").as_bytes());
+        }
+        assert_eq!((many.nodes.len(), many.nodes.capacity()), (100, 128));
     }
 
     #[test]

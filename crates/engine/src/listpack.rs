@@ -4,9 +4,13 @@
 //! Redis's listpack idea, simplified to what Keel needs. The buffer is
 //!
 //! ```text
-//! [count: u32 LE] [entry] [entry] ...
+//! [count: u16 LE] [entry] [entry] ...
 //! entry = [len: LEB128] [bytes; len] [backlen: reversed LEB128]
 //! ```
+//!
+//! `count` saturates at `COUNT_UNKNOWN` (as Redis's listpack header does):
+//! only listpacks of more than 65534 entries, which need limits far above
+//! the defaults, are then counted by walking them.
 //!
 //! where `backlen` is the size of `len` + `bytes`, written so that it can
 //! be decoded from its last byte backwards. Entries can therefore be walked
@@ -25,7 +29,10 @@ use std::fmt;
 
 use smallvec::SmallVec;
 
-const HEADER: usize = 4;
+const HEADER: usize = 2;
+
+/// The header's count when the listpack holds at least this many entries.
+const COUNT_UNKNOWN: u16 = u16::MAX;
 
 #[derive(Clone, PartialEq, Eq)]
 pub struct Listpack {
@@ -90,17 +97,29 @@ impl Listpack {
     #[expect(clippy::should_implement_trait, reason = "FromIterator would need owned items")]
     pub fn from_iter<'a>(items: impl IntoIterator<Item = &'a [u8]>) -> Listpack {
         let mut buf = vec![0; HEADER];
-        let mut count = 0u32;
+        let mut count = 0;
         for item in items {
             encode(&mut buf, item);
             count += 1;
         }
-        buf[..HEADER].copy_from_slice(&count.to_le_bytes());
+        Self::set_len(&mut buf, count);
         Listpack { buf: buf.into_boxed_slice() }
     }
 
     pub fn len(&self) -> usize {
-        u32::from_le_bytes(self.buf[..HEADER].try_into().expect("header")) as usize
+        match u16::from_le_bytes(self.buf[..HEADER].try_into().expect("header")) {
+            COUNT_UNKNOWN => self.count_by_walking(),
+            n => usize::from(n),
+        }
+    }
+
+    fn count_by_walking(&self) -> usize {
+        let (mut n, mut off) = (0, HEADER);
+        while off < self.buf.len() {
+            off = self.entry_at(off).1;
+            n += 1;
+        }
+        n
     }
 
     pub fn is_empty(&self) -> bool {
@@ -113,8 +132,8 @@ impl Listpack {
     }
 
     fn set_len(buf: &mut [u8], len: usize) {
-        let len = u32::try_from(len).expect("listpack entry count fits u32");
-        buf[..HEADER].copy_from_slice(&len.to_le_bytes());
+        let count = u16::try_from(len).unwrap_or(COUNT_UNKNOWN).min(COUNT_UNKNOWN);
+        buf[..HEADER].copy_from_slice(&count.to_le_bytes());
     }
 
     /// The entry at `offset` and the offset of the next one.
@@ -377,6 +396,21 @@ mod tests {
         assert_eq!(lp.get(1), Some(b"".as_slice()));
         assert_eq!(lp.get(4), None);
         assert_eq!(lp.get(-5), None);
+    }
+
+    #[test]
+    fn counts_past_the_header_by_walking() {
+        let n = usize::from(COUNT_UNKNOWN) + 10;
+        let items: Vec<Vec<u8>> = (0..n).map(|i| i.to_string().into_bytes()).collect();
+        let mut lp = Listpack::from_iter(items.iter().map(|v| v.as_slice()));
+        assert_eq!(lp.len(), n);
+        lp.push_back(b"x");
+        assert_eq!((lp.len(), lp.get(-1)), (n + 1, Some(&b"x"[..])));
+        lp.remove_range(0, 12);
+        // Below the saturation point the header counts exactly again.
+        assert_eq!(lp.len(), n - 11);
+        assert_eq!(u16::from_le_bytes([lp.buf[0], lp.buf[1]]), COUNT_UNKNOWN - 1);
+        assert_eq!(lp.iter().count(), n - 11);
     }
 
     #[test]

@@ -24,6 +24,7 @@ use std::hash::{Hash, Hasher};
 
 use rand::Rng;
 
+use crate::compact::CompactBytes;
 use crate::dict::Dict;
 use crate::value::parse_canonical_i64;
 
@@ -286,7 +287,7 @@ impl IntSet {
     }
 }
 
-type Table = Dict<Box<[u8]>, ()>;
+type Table = Dict<CompactBytes, ()>;
 
 #[derive(Debug, Clone)]
 pub enum Set {
@@ -337,7 +338,7 @@ impl Set {
     pub fn heap_size(&self) -> usize {
         match self {
             Set::Intset(s) => s.heap_size(),
-            Set::Table(t) => t.memory_usage() + t.iter().map(|(k, _)| k.len()).sum::<usize>(),
+            Set::Table(t) => t.memory_usage() + t.iter().map(|(k, _)| k.heap_bytes()).sum::<usize>(),
         }
     }
 
@@ -354,7 +355,7 @@ impl Set {
                     let mut table = table_of_ints(ints.into_iter());
                     table.insert(b.into(), ());
                     for m in members {
-                        table.insert(m.to_vec().into_boxed_slice(), ());
+                        table.insert(m.to_vec().into(), ());
                     }
                     return Set::Table(table);
                 }

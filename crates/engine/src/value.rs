@@ -221,16 +221,33 @@ pub struct Entry {
     pub expire_at_ms: u64,
     /// Last access, in seconds of the server's LRU clock (OBJECT IDLETIME).
     pub access_s: u32,
-    /// Position in the journal of the last write to this key: a reply that
-    /// shows this entry may leave only once the journal is durable there.
-    pub lsn: u64,
+    /// Low 32 bits of the journal position of the last write to this key:
+    /// a reply that shows this entry may leave only once the journal is
+    /// durable there. See [`Entry::lsn`] for why 32 bits are enough.
+    lsn_low: u32,
 }
 
 pub const NO_EXPIRY: u64 = 0;
 
 impl Entry {
     pub fn new(value: Value, access_s: u32) -> Entry {
-        Entry { value, expire_at_ms: NO_EXPIRY, access_s, lsn: 0 }
+        Entry { value, expire_at_ms: NO_EXPIRY, access_s, lsn_low: 0 }
+    }
+
+    /// Records the journal position of a write to this entry.
+    pub fn set_lsn(&mut self, lsn: u64) {
+        self.lsn_low = lsn as u32;
+    }
+
+    /// The journal position of the last write to this entry, given the
+    /// journal's end (`appended`, which is at or past it). Keeping 32 bits
+    /// saves 8 bytes on every key: the answer is the latest position at or
+    /// below `appended` with the stored low bits, which is the true one
+    /// unless the write is more than 4 GiB of journal old, and never below
+    /// it, so a reply may wait for a later position than it needs but
+    /// never leaves before its data is durable.
+    pub fn lsn(&self, appended: u64) -> u64 {
+        appended.saturating_sub(u64::from((appended as u32).wrapping_sub(self.lsn_low)))
     }
 
     pub fn has_expiry(&self) -> bool {
@@ -247,8 +264,22 @@ mod tests {
     use super::*;
 
     #[test]
+    fn lsn_reads_back_at_or_above_the_true_one() {
+        let mut e = Entry::new(Value::Str(Str::Int(1)), 0);
+        for (lsn, appended) in [(0, 0), (5, 9), (1 << 32, 1 << 32), ((7 << 32) + 3, (7 << 32) + 100), (3, 1 << 33)] {
+            e.set_lsn(lsn);
+            let read = e.lsn(appended);
+            assert!(read >= lsn && read <= appended, "{lsn} at {appended}: {read}");
+            if appended - lsn < 1 << 32 {
+                assert_eq!(read, lsn);
+            }
+        }
+    }
+
+    #[test]
     fn values_stay_32_bytes() {
         assert!(std::mem::size_of::<Value>() <= 32, "{}", std::mem::size_of::<Value>());
+        assert!(std::mem::size_of::<Entry>() <= 48, "{}", std::mem::size_of::<Entry>());
     }
 
     #[test]

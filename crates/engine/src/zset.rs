@@ -27,8 +27,10 @@
 //! so memory shrinks back with the set and the arena never has holes; the
 //! back link every level keeps (4 bytes a level, where Redis keeps one
 //! 8-byte pointer a node) is what re-points the links to the moved node in
-//! O(its height), without a second descent. The member's bytes are one
-//! `Arc<[u8]>` shared by the node and the dict key, as Redis shares the sds.
+//! O(its height), without a second descent. The node and the dict key each
+//! hold the member as a [`CompactBytes`]: inline up to 15 bytes, so a short
+//! member costs no allocation at all (Redis shares one sds between the two,
+//! which costs an allocation and two pointers).
 //!
 //! # Ranks as the common currency
 //!
@@ -39,10 +41,10 @@
 
 use std::fmt;
 use std::ops::Range;
-use std::sync::Arc;
 
 use smallvec::{smallvec, SmallVec};
 
+use crate::compact::CompactBytes;
 use crate::dict::Dict;
 use crate::listpack::Listpack;
 use crate::value::{parse_canonical_i64, EncodingLimits};
@@ -652,12 +654,12 @@ impl ExactSizeIterator for Iter<'_> {}
 #[derive(Clone, Default)]
 pub struct SkipList {
     list: Zsl,
-    dict: Dict<Arc<[u8]>, f64>,
+    dict: Dict<CompactBytes, f64>,
 }
 
 impl SkipList {
     fn insert(&mut self, member: &[u8], score: f64) {
-        let member: Arc<[u8]> = member.into();
+        let member = CompactBytes::from(member);
         self.list.insert(member.clone(), score);
         self.dict.insert(member, score);
     }
@@ -700,7 +702,7 @@ struct Level {
 
 #[derive(Clone)]
 struct Node {
-    member: Arc<[u8]>,
+    member: CompactBytes,
     score: f64,
     levels: SmallVec<[Level; 2]>,
 }
@@ -714,8 +716,8 @@ impl Node {
     /// Heap bytes the node owns besides its slot (for memory accounting).
     fn heap(&self) -> usize {
         let levels = if self.levels.spilled() { self.levels.capacity() * std::mem::size_of::<Level>() } else { 0 };
-        // An Arc's allocation carries two counters.
-        self.member.len() + 16 + levels
+        // The dict's copy of the member costs as much again.
+        2 * self.member.heap_bytes() + levels
     }
 }
 
@@ -792,7 +794,7 @@ struct Zsl {
 impl Default for Zsl {
     fn default() -> Self {
         let mut nodes = Arena::default();
-        nodes.push(Node { member: Arc::from(&b""[..]), score: 0.0, levels: smallvec![Level::default(); MAX_LEVEL] });
+        nodes.push(Node { member: CompactBytes::default(), score: 0.0, levels: smallvec![Level::default(); MAX_LEVEL] });
         Zsl { nodes, level: 1, length: 0, tail: HEAD, rng: rand::random::<u64>() | 1 }
     }
 }
@@ -821,7 +823,7 @@ impl Zsl {
         (1 + r.trailing_zeros() as usize / 2).min(MAX_LEVEL)
     }
 
-    fn insert(&mut self, member: Arc<[u8]>, score: f64) {
+    fn insert(&mut self, member: CompactBytes, score: f64) {
         let height = self.random_level();
         let x = self.nodes.push(Node { member, score, levels: smallvec![Level::default(); height] });
         self.link(x);

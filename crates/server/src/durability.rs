@@ -184,7 +184,7 @@ fn logged_as_is(spec: &CommandSpec, argv: &[&[u8]]) -> bool {
 fn stamp_key(ctx: &mut Ctx<'_>, db: usize, key: &[u8], lsn: Lsn) {
     let shard = ctx.dbs.locked.shard_for(ctx.dbs.keyspace, key);
     match shard.db(db).peek_mut(key) {
-        Some(entry) => entry.lsn = lsn,
+        Some(entry) => entry.set_lsn(lsn),
         None => shard.removed_lsn = lsn,
     }
 }
@@ -264,15 +264,16 @@ pub fn note_reads(ctx: &mut Ctx<'_>, spec: &CommandSpec, argv: &[&[u8]]) {
         return;
     }
     let db = ctx.dbs.selected;
+    let appended = journal.appended_lsn();
     let mut lsn = 0;
     if spec.has(command::flags::ALL_SHARDS) {
         lsn = ctx.dbs.shards().map(|s| s.floor_lsn.max(s.removed_lsn)).max().unwrap_or(0);
         // Conservative for whole-keyspace reads: any write in them counts.
-        lsn = lsn.max(journal.appended_lsn());
+        lsn = lsn.max(appended);
     } else {
         for i in spec.key_indexes(argv) {
             let shard = ctx.dbs.locked.shard_for(ctx.dbs.keyspace, argv[i]);
-            let found = shard.dbs[db].peek(argv[i]).map(|e| e.lsn);
+            let found = shard.dbs[db].peek(argv[i]).map(|e| e.lsn(appended));
             lsn = lsn.max(shard.floor_lsn).max(found.unwrap_or(shard.removed_lsn));
         }
     }
