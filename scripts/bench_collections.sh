@@ -4,6 +4,7 @@
 #
 #   scripts/bench_collections.sh memory
 #   scripts/bench_collections.sh throughput <memtier_benchmark> [runs] [seconds]
+#   scripts/bench_collections.sh delete <memtier_benchmark> [members]
 #
 # memory: loads each dataset into both servers (redis-cli --pipe from one
 # generated file), and prints RSS growth over the empty server per element:
@@ -12,6 +13,11 @@
 #   lists   1M lists of 10 short elements
 # throughput: memtier --command pairs, the two servers alternated run by
 # run (median of runs), each server pinned to core 1, memtier to core 0.
+# delete: one set of 10M members (by default) in a fresh server; memtier
+# runs GET/SET on other keys for 6 s while, 2 s in, the set is deleted: the
+# latency percentiles and maximum of those requests, per server and way of
+# deleting (UNLINK; DEL, which frees inline as lazyfree-lazy-user-del is no;
+# none, the baseline).
 # Keel is target/release/keel-server (build it first), persistence off for
 # both (the durability issue measures the log).
 set -euo pipefail
@@ -128,5 +134,41 @@ throughput)
         echo "| $name | $ko | $kp | $ro | $rp | ${ratio}x |"
     done
     ;;
-*) echo "mode: memory | throughput" >&2; exit 2 ;;
+delete)
+    memtier=${2:?memtier_benchmark path} members=${3:-10000000}
+    python3 - "$members" "$work/big.resp" <<'EOF'
+import sys
+n, path = int(sys.argv[1]), sys.argv[2]
+with open(path, "wb") as f:
+    for i in range(0, n, 1000):
+        args = [b"SADD", b"bigset"] + [b"member:%d" % k for k in range(i, min(i + 1000, n))]
+        f.write(b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in args))
+EOF
+    echo "| server | deleted with | set members | p50 ms | p99 ms | p99.9 ms | max ms | delete command ms |"
+    echo "|---|---|---|---|---|---|---|---|"
+    port=7720
+    for s in keel redis; do
+        for how in none UNLINK DEL; do
+            port=$((port + 1))
+            start $s $port
+            redis-cli -p $port --pipe <"$work/big.resp" >"$work/pipe.log"
+            grep -q "errors: 0" "$work/pipe.log" || { cat "$work/pipe.log" >&2; exit 1; }
+            card=$(redis-cli -p $port scard bigset)
+            taskset -c 0 "$memtier" -s 127.0.0.1 -p $port -t 1 -c 20 --ratio 1:1 -d 32 \
+                --key-pattern R:R --key-maximum 100000 --test-time 6 --hide-histogram \
+                --print-percentiles 50,99,99.9,100 >"$work/memtier.out" 2>/dev/null &
+            sleep 2
+            took=-
+            if [ $how != none ]; then
+                t0=$(date +%s%N); redis-cli -p $port $how bigset >/dev/null; t1=$(date +%s%N)
+                took=$(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.1f", (b - a) / 1e6}')
+            fi
+            wait $!
+            read -r p50 p99 p999 max < <(awk '/^Totals/ {print $6, $7, $8, $9}' "$work/memtier.out")
+            echo "| $s | $how | $card | $p50 | $p99 | $p999 | $max | $took |"
+            kill "$(cat "$work/$s.pid")"; wait "$(cat "$work/$s.pid")" 2>/dev/null || true
+        done
+    done
+    ;;
+*) echo "mode: memory | throughput | delete" >&2; exit 2 ;;
 esac
