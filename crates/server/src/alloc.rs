@@ -6,6 +6,10 @@
 //! `used_memory`, as Redis's are. Declared in the library so that every
 //! binary that links the server, tests included, measures the same heap.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
 use tikv_jemalloc_ctl::{epoch, stats};
 
 #[global_allocator]
@@ -40,6 +44,27 @@ pub fn stats() -> AllocStats {
     read().unwrap_or_default()
 }
 
+/// How stale [`used_memory_recent`] may be: reading jemalloc's counters
+/// merges every arena's (microseconds), too slow for every write command.
+const REFRESH: Duration = Duration::from_millis(1);
+
+/// `used_memory` as of at most [`REFRESH`] ago: what the `maxmemory` check
+/// compares before each write.
+pub fn used_memory_recent() -> u64 {
+    static START: OnceLock<Instant> = OnceLock::new();
+    static USED: AtomicU64 = AtomicU64::new(0);
+    // Microseconds since START of the last read, plus one (0: never read).
+    static READ_AT: AtomicU64 = AtomicU64::new(0);
+    let now = START.get_or_init(Instant::now).elapsed().as_micros() as u64 + 1;
+    let last = READ_AT.load(Ordering::Relaxed);
+    let due = last == 0 || now.saturating_sub(last) >= REFRESH.as_micros() as u64;
+    // One thread refreshes; the others use the value it last stored.
+    if due && READ_AT.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_ok() {
+        USED.store(stats().allocated, Ordering::Relaxed);
+    }
+    USED.load(Ordering::Relaxed)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -53,5 +78,16 @@ mod tests {
         assert!(during >= before + (192 << 20), "{before} -> {during}");
         drop(block);
         assert!(stats().allocated + (192 << 20) <= during);
+    }
+
+    #[test]
+    fn the_recent_figure_follows_within_the_refresh_period() {
+        let block = vec![1u8; 256 << 20];
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while used_memory_recent() < 256 << 20 {
+            assert!(Instant::now() < deadline, "never saw the block");
+            std::thread::sleep(REFRESH);
+        }
+        drop(block);
     }
 }

@@ -169,6 +169,28 @@ pub fn parse_bool(v: &str) -> Result<bool, ConfigError> {
 }
 
 /// Redis's memory notation: 1k = 1000, 1kb = 1024, up to gb.
+const MAXMEMORY_POLICIES: [&str; 8] = [
+    "noeviction",
+    "allkeys-lru",
+    "allkeys-lfu",
+    "allkeys-random",
+    "volatile-lru",
+    "volatile-lfu",
+    "volatile-random",
+    "volatile-ttl",
+];
+
+/// Keel enforces `maxmemory` by refusing writes (`noeviction`) and evicts
+/// nothing yet: a limit together with an evicting policy would promise
+/// what Keel does not do. Either alone is harmless (with no limit, Redis
+/// evicts nothing either; the LRU/LFU policies also choose what OBJECT
+/// IDLETIME and OBJECT FREQ report).
+fn eviction_unsupported(policy: &str) -> ConfigError {
+    ConfigError::Invalid(format!(
+        "maxmemory with maxmemory-policy {policy} is not supported yet: Keel evicts nothing, use noeviction"
+    ))
+}
+
 pub fn parse_memory(v: &str) -> Result<u64, ConfigError> {
     let lower = v.to_ascii_lowercase();
     let split = lower.find(|c: char| !c.is_ascii_digit() && c != '-').unwrap_or(lower.len());
@@ -440,15 +462,32 @@ pub static DIRECTIVES: &[Directive] = &[
         mutable: true,
         get: |c| c.maxmemory.to_string(),
         set: |c, a| {
-            // No eviction yet: a limit Keel would not enforce is refused.
-            if parse_memory(one(a)?)? != 0 {
-                return Err(ConfigError::Invalid("maxmemory is not supported yet: Keel does not evict".into()));
+            let limit = parse_memory(one(a)?)?;
+            if limit != 0 && c.maxmemory_policy != "noeviction" {
+                return Err(eviction_unsupported(&c.maxmemory_policy));
             }
-            c.maxmemory = 0;
+            c.maxmemory = limit;
             Ok(())
         },
     },
-    directive!("maxmemory-policy", true, enum ["noeviction", "allkeys-lru", "allkeys-lfu", "allkeys-random", "volatile-lru", "volatile-lfu", "volatile-random", "volatile-ttl"], maxmemory_policy),
+    Directive {
+        name: "maxmemory-policy",
+        mutable: true,
+        get: |c| c.maxmemory_policy.clone(),
+        set: |c, a| {
+            let v = one(a)?.to_ascii_lowercase();
+            if !MAXMEMORY_POLICIES.contains(&v.as_str()) {
+                return Err(ConfigError::Invalid(
+                    "argument(s) must be one of the following: ".to_string() + &MAXMEMORY_POLICIES.join(", "),
+                ));
+            }
+            if c.maxmemory != 0 && v != "noeviction" {
+                return Err(eviction_unsupported(&v));
+            }
+            c.maxmemory_policy = v;
+            Ok(())
+        },
+    },
 ];
 
 pub fn find(name: &str) -> Option<&'static Directive> {

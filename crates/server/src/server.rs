@@ -152,6 +152,9 @@ pub struct Server {
     pub meter: Mutex<Meter>,
     /// Highest used_memory seen (INFO used_memory_peak).
     pub peak_memory: AtomicU64,
+    /// `maxmemory`, mirrored out of `config` (kept in step by CONFIG SET)
+    /// so that the check before each write takes no lock.
+    pub maxmemory: AtomicU64,
     /// A point-in-time snapshot of the keyspace is running (or about to
     /// begin): write commands then preserve the keys they name first
     /// (`command::run`). It is also the token that makes snapshots one at a
@@ -257,6 +260,7 @@ impl Server {
         let run_id = random_hex();
         let replid = random_hex();
         let port = config.port;
+        let maxmemory = config.maxmemory;
         Server {
             config: RwLock::new(config),
             keyspace,
@@ -283,6 +287,7 @@ impl Server {
             active_expire: AtomicBool::new(true),
             meter: Mutex::new(Meter::new()),
             peak_memory: AtomicU64::new(0),
+            maxmemory: AtomicU64::new(maxmemory),
             snapshot_active: AtomicBool::new(false),
             rewrite: Default::default(),
             rdb: Default::default(),

@@ -355,3 +355,85 @@ fn active_expiry_can_be_switched_off() {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// `maxmemory` with Keel's one policy, `noeviction`: past the limit,
+/// commands that may grow memory get Redis's OOM error, the others run.
+#[test]
+fn maxmemory_refuses_growing_commands_past_the_limit() {
+    let server = Server::start(&["--appendonly", "no"]);
+    let mut c = server.client();
+    let oom = err("OOM command not allowed when used memory > 'maxmemory'.");
+    assert_eq!(c.cmd("SET k v"), ok());
+    assert_eq!(c.cmd("CONFIG SET maxmemory 1"), ok());
+    assert_eq!(c.cmd("SET k2 v"), oom);
+    assert_eq!(c.cmd("LPUSH l x"), oom);
+    assert_eq!(c.cmd("GET k"), bulk("v"));
+    assert_eq!(c.cmd("DEL k"), int(1));
+    assert_eq!(info_field(&mut c, "memory", "maxmemory"), "1");
+
+    // Queueing a growing command fails the transaction (Redis's test in
+    // unit/multi); DISCARD still works.
+    assert_eq!(c.cmd("CONFIG SET maxmemory 0"), ok());
+    assert_eq!(c.cmd("MULTI"), ok());
+    assert_eq!(c.cmd("SET a 1"), Frame::Simple(b"QUEUED".to_vec()));
+    let mut other = server.client();
+    assert_eq!(other.cmd("CONFIG SET maxmemory 1"), ok());
+    assert_eq!(c.cmd("SET b 2"), oom);
+    assert_eq!(other.cmd("CONFIG SET maxmemory 0"), ok());
+    assert_eq!(c.cmd("EXEC"), err("EXECABORT Transaction discarded because of previous errors."));
+    assert_eq!(c.cmd("EXISTS a b"), int(0));
+    // An EXEC whose queue grows memory is refused, and the transaction
+    // ended, when the limit is passed between MULTI and EXEC.
+    assert_eq!(c.cmd("MULTI"), ok());
+    assert_eq!(c.cmd("SET a 1"), Frame::Simple(b"QUEUED".to_vec()));
+    assert_eq!(other.cmd("CONFIG SET maxmemory 1"), ok());
+    assert_eq!(
+        c.cmd("EXEC"),
+        err("EXECABORT Transaction discarded because of: OOM command not allowed when used memory > 'maxmemory'.")
+    );
+    assert_eq!(c.cmd("MULTI"), ok());
+    assert_eq!(c.cmd("GET a"), Frame::Simple(b"QUEUED".to_vec()));
+    assert_eq!(c.cmd("EXEC"), Frame::Array(vec![Frame::Null]));
+
+    // A real limit: writes go on until used_memory passes it, then stop.
+    assert_eq!(c.cmd("CONFIG SET maxmemory 0"), ok());
+    let used: u64 = info_field(&mut c, "memory", "used_memory").parse().expect("int");
+    let limit = used + (8 << 20);
+    assert_eq!(c.cmd(&format!("CONFIG SET maxmemory {limit}")), ok());
+    let value = "x".repeat(1000);
+    let mut refused_at = None;
+    for i in 0..100_000 {
+        match c.send(&["SET", &format!("key:{i}"), &value]) {
+            Frame::Simple(_) => {}
+            e => {
+                assert_eq!(e, oom);
+                refused_at = Some(i);
+                break;
+            }
+        }
+    }
+    let refused_at = refused_at.expect("never refused");
+    assert!((4_000..12_000).contains(&refused_at), "refused after {refused_at} writes of 1 KB");
+    assert_eq!(c.cmd("GET key:0"), bulk(&value));
+    assert_eq!(c.cmd("FLUSHALL"), ok());
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while c.cmd("SET again 1") != ok() {
+        assert!(Instant::now() < deadline, "writes did not resume after FLUSHALL");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn maxmemory_is_refused_with_an_evicting_policy() {
+    let server = Server::start(&["--appendonly", "no"]);
+    let mut c = server.client();
+    assert_eq!(c.cmd("CONFIG SET maxmemory-policy allkeys-lru"), ok());
+    assert_eq!(
+        c.cmd("CONFIG SET maxmemory 100mb"),
+        err("ERR CONFIG SET failed (possibly related to argument 'maxmemory') - maxmemory with maxmemory-policy allkeys-lru is not supported yet: Keel evicts nothing, use noeviction")
+    );
+    assert_eq!(c.cmd("CONFIG SET maxmemory-policy noeviction"), ok());
+    assert_eq!(c.cmd("CONFIG SET maxmemory 100mb"), ok());
+    assert!(matches!(c.cmd("CONFIG SET maxmemory-policy volatile-lfu"), Frame::Error(_)));
+    assert_eq!(c.cmd("CONFIG GET maxmemory-policy"), Frame::Array(vec![bulk("maxmemory-policy"), bulk("noeviction")]));
+}

@@ -510,6 +510,30 @@ pub mod parse {
 }
 
 /// Commands that act on the transaction itself rather than being queued.
+/// Redis's reply to a command that may grow memory past `maxmemory`.
+const OOM: &str = "OOM command not allowed when used memory > 'maxmemory'.";
+
+/// Whether `maxmemory` is set and passed. Keel evicts nothing (the
+/// `noeviction` policy, the only one it accepts with a limit), so past the
+/// limit it refuses what could grow memory, as Redis then does.
+fn out_of_memory(server: &Server) -> bool {
+    let limit = server.maxmemory.load(Ordering::Relaxed);
+    limit != 0 && crate::alloc::used_memory_recent() > limit
+}
+
+/// Commands refused when out of memory: those flagged `denyoom`, and an
+/// EXEC whose transaction queued one (Redis's `processCommand`).
+fn denies_oom(spec: &CommandSpec, client: &Client) -> bool {
+    spec.has(flags::DENYOOM)
+        || (spec.name == "exec"
+            && client.multi.as_ref().is_some_and(|m| {
+                m.queued.iter().any(|argv| {
+                    let argv: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
+                    resolve(&argv).is_ok_and(|(_, s)| s.has(flags::DENYOOM))
+                })
+            }))
+}
+
 fn runs_inside_multi(spec: &CommandSpec) -> bool {
     matches!(spec.name, "exec" | "discard" | "multi" | "watch" | "quit" | "reset")
 }
@@ -574,6 +598,10 @@ fn dispatch(
                 if !client.authenticated && !spec.has(flags::NO_AUTH) {
                     return Err(CmdError::other("NOAUTH Authentication required."));
                 }
+                if spec.has(flags::DENYOOM) && out_of_memory(server) {
+                    multi.aborted = true;
+                    return Err(CmdError::other(OOM));
+                }
                 multi.queued.push(argv.iter().map(|a| a.to_vec()).collect());
                 client.info.multi_len.store(multi.queued.len() as u64, Ordering::Relaxed);
                 ReplyWriter::new(wbuf, client.resp3).simple("QUEUED");
@@ -598,6 +626,15 @@ fn dispatch(
     }
     if server.clients.monitor_count.load(Ordering::Relaxed) > 0 && !spec.has(flags::SKIP_MONITOR | flags::ADMIN) {
         feed_monitors(server, client, argv);
+    }
+    if out_of_memory(server) && denies_oom(spec, client) {
+        stats.commands[index].rejected_calls.fetch_add(1, Ordering::Relaxed);
+        if spec.name == "exec" {
+            // A refused EXEC ends the transaction (Redis's execCommandAbort).
+            transactions::discard_state(server, client);
+            return Err(CmdError::other(format!("EXECABORT Transaction discarded because of: {OOM}")));
+        }
+        return Err(CmdError::other(OOM));
     }
     let locked = lock_for(&server.keyspace, spec, argv);
     let mut ctx = Ctx::new(server, stats, client, wbuf, locked, now_ms);
