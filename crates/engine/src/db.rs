@@ -139,7 +139,9 @@ impl Db {
     }
 
     /// Stores `value` under `key`. The TTL is kept when `keep_ttl`, else
-    /// removed, as SET does.
+    /// removed, as SET does. A new key gets `access_s`; an existing one
+    /// keeps its access word (the command's lookup refreshed it), as
+    /// Redis's `dbSetValue` keeps the LFU counter of a key it overwrites.
     pub fn set(&mut self, key: &[u8], value: Value, keep_ttl: bool, access_s: u32) {
         self.preserve(key);
         let (entry, inserted) = self.data.keys.entry_or_insert_with(
@@ -148,7 +150,6 @@ impl Db {
             || Entry::new(Value::Str(crate::value::Str::Int(0)), access_s),
         );
         entry.value = value;
-        entry.access_s = access_s;
         if !inserted && !keep_ttl && entry.has_expiry() {
             entry.expire_at_ms = NO_EXPIRY;
             self.data.expires.remove(key);

@@ -6,6 +6,7 @@
 //! - [`compact`]: byte strings kept inline when short (keys, members).
 //! - [`value`]: what a key holds, and Redis's encodings for it.
 //! - [`listpack`]: the compact encoding of small collections.
+//! - [`lfu`]: Redis's logarithmic access counter (OBJECT FREQ).
 //! - [`hash`], [`list`], [`set`], [`zset`]: the collection types, each in
 //!   its compact and its big encoding.
 //! - [`db`]: one numbered database inside a shard: keys, TTLs, WATCH.
@@ -19,6 +20,7 @@ pub mod dict;
 pub mod hash;
 pub mod keyspace;
 pub mod list;
+pub mod lfu;
 pub mod listpack;
 pub mod set;
 pub mod slot;

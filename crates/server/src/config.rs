@@ -79,6 +79,10 @@ pub struct Config {
     pub lazyfree_lazy_server_del: bool,
     pub maxmemory: u64,
     pub maxmemory_policy: String,
+    /// `lfu-log-factor`: how slowly the LFU counter grows (Redis's 10).
+    pub lfu_log_factor: u32,
+    /// `lfu-decay-time`: idle minutes per step down of the LFU counter.
+    pub lfu_decay_time: u32,
     /// `rdbcompression`: LZF-compress strings in DUMP payloads (and RDB files).
     pub rdbcompression: bool,
     /// `rdbchecksum`: write (and check) the CRC64 trailer of RDB files.
@@ -133,6 +137,8 @@ impl Default for Config {
             lazyfree_lazy_server_del: false,
             maxmemory: 0,
             maxmemory_policy: "noeviction".into(),
+            lfu_log_factor: 10,
+            lfu_decay_time: 1,
             rdbcompression: true,
             rdbchecksum: true,
             encoding: Default::default(),
@@ -348,6 +354,8 @@ pub static DIRECTIVES: &[Directive] = &[
     directive!("proto-max-bulk-len", true, memory, proto_max_bulk_len),
     directive!("client-query-buffer-limit", true, memory, client_query_buffer_limit),
     directive!("hz", true, num(1, 500), hz),
+    directive!("lfu-log-factor", true, num(0, i32::MAX as u32), lfu_log_factor),
+    directive!("lfu-decay-time", true, num(0, i32::MAX as u32), lfu_decay_time),
     Directive {
         name: "dir",
         mutable: true,

@@ -27,6 +27,8 @@ pub struct CommandStats {
 /// far enough below `u32::MAX` for a century of uptime.
 pub const LRU_EPOCH_S: u32 = 1 << 30;
 
+const LFU_FIELD: u32 = i32::MAX as u32;
+
 /// Progress of loading the dataset at start.
 #[derive(Default)]
 pub struct LoadProgress {
@@ -155,6 +157,9 @@ pub struct Server {
     /// `maxmemory`, mirrored out of `config` (kept in step by CONFIG SET)
     /// so that the check before each write takes no lock.
     pub maxmemory: AtomicU64,
+    /// How lookups record accesses, mirrored out of `config` likewise
+    /// (see [`Server::lfu_params`]).
+    lfu: AtomicU64,
     /// A point-in-time snapshot of the keyspace is running (or about to
     /// begin): write commands then preserve the keys they name first
     /// (`command::run`). It is also the token that makes snapshots one at a
@@ -260,8 +265,8 @@ impl Server {
         let run_id = random_hex();
         let replid = random_hex();
         let port = config.port;
-        let maxmemory = config.maxmemory;
-        Server {
+        let mirrored = config.clone();
+        let server = Server {
             config: RwLock::new(config),
             keyspace,
             clients: Clients::default(),
@@ -287,15 +292,35 @@ impl Server {
             active_expire: AtomicBool::new(true),
             meter: Mutex::new(Meter::new()),
             peak_memory: AtomicU64::new(0),
-            maxmemory: AtomicU64::new(maxmemory),
+            maxmemory: AtomicU64::new(0),
+            lfu: AtomicU64::new(0),
             snapshot_active: AtomicBool::new(false),
             rewrite: Default::default(),
             rdb: Default::default(),
-        }
+        };
+        server.mirror_config(&mirrored);
+        server
     }
 
     pub fn lru_s(&self) -> u32 {
         self.lru_clock.load(Ordering::Relaxed)
+    }
+
+    /// `lfu-log-factor` and `lfu-decay-time` under an LFU policy, `None`
+    /// under any other (entries then record the LRU clock).
+    pub fn lfu_params(&self) -> Option<(u32, u32)> {
+        let packed = self.lfu.load(Ordering::Relaxed);
+        (packed != 0).then_some(((packed >> 32) as u32 & LFU_FIELD, packed as u32 & LFU_FIELD))
+    }
+
+    /// Mirrors the settings that the hot path reads out of `config`.
+    pub fn mirror_config(&self, config: &Config) {
+        self.maxmemory.store(config.maxmemory, Ordering::Relaxed);
+        // Both settings are at most i32::MAX: bit 63 says LFU.
+        let lfu = config.maxmemory_policy.contains("lfu").then(|| {
+            1 << 63 | u64::from(config.lfu_log_factor & LFU_FIELD) << 32 | u64::from(config.lfu_decay_time & LFU_FIELD)
+        });
+        self.lfu.store(lfu.unwrap_or(0), Ordering::Relaxed);
     }
 
     pub fn count_error(&self, text: &str) {

@@ -241,16 +241,24 @@ fn a_failing_disk_refuses_writes_then_recovers_without_loss() {
         acked.push(0);
         let deadline = Instant::now() + Duration::from_secs(20);
         let mut i = 1;
+        let mut refused = false;
         while Instant::now() < deadline && acked.len() <= 100 {
             match c.send(&["SET", &format!("k{i}"), &format!("v{i}")]) {
                 Frame::Simple(_) => acked.push(i),
-                Frame::Error(e) => assert!(e.starts_with(b"MISCONF"), "{}", String::from_utf8_lossy(&e)),
+                Frame::Error(e) => {
+                    assert!(e.starts_with(b"MISCONF"), "{}", String::from_utf8_lossy(&e));
+                    assert_eq!(c.send(&["GET", "k0"]), bulk("v0"));
+                    refused = true;
+                }
                 other => panic!("unexpected {other:?}"),
             }
             i += 1;
         }
         stop.store(true, Ordering::Relaxed);
-        assert!(prober.join().expect("prober"), "the failing disk never refused a write");
+        // On a loaded machine the refusal may be over between two probes:
+        // the main writer's own refusals count too.
+        let probed = prober.join().expect("prober");
+        assert!(refused || probed, "the failing disk never refused a write");
         assert!(acked.len() > 100, "writes did not resume after the disk recovered");
         server.kill9();
     }

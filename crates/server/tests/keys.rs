@@ -398,7 +398,6 @@ fn touch_and_object() {
         err("ERR An LFU maxmemory policy is not selected, access frequency not tracked. Please note that when switching between policies at runtime LRU and LFU data will take some time to adjust.")
     );
     assert_eq!(c.cmd("CONFIG SET maxmemory-policy allkeys-lfu"), ok());
-    assert_eq!(c.cmd("OBJECT FREQ e"), int(5));
     assert_eq!(
         c.cmd("OBJECT IDLETIME e"),
         err("ERR An LFU maxmemory policy is selected, idle time not tracked. Please note that when switching between policies at runtime LRU and LFU data will take some time to adjust.")
@@ -413,6 +412,52 @@ fn touch_and_object() {
         other => panic!("{other:?}"),
     }
     assert_eq!(c.cmd("OBJECT foo"), err("ERR unknown subcommand 'foo'. Try OBJECT HELP."));
+
+    // A read refreshes the access time; EXISTS, TYPE, TTL and OBJECT do not.
+    let payload = match c.cmd("DUMP e") {
+        Frame::Bulk(b) => b,
+        other => panic!("{other:?}"),
+    };
+    let restore = |c: &mut Client, key: &str, option: &str| {
+        let mut args: Vec<&[u8]> = vec![b"RESTORE", key.as_bytes(), b"0", &payload];
+        args.extend(option.split(' ').map(str::as_bytes));
+        c.send(&args)
+    };
+    assert_eq!(restore(&mut c, "idle", "IDLETIME 1000"), ok());
+    for probe in ["EXISTS idle", "TYPE idle", "TTL idle", "OBJECT ENCODING idle"] {
+        c.cmd(probe);
+    }
+    assert!(matches!(c.cmd("OBJECT IDLETIME idle"), Frame::Integer(n) if n >= 1000));
+    assert_eq!(c.cmd("GET idle"), bulk("hello"));
+    assert!(matches!(c.cmd("OBJECT IDLETIME idle"), Frame::Integer(n) if n < 5));
+
+    // Under an LFU policy a new key starts at 5, every access up to 5
+    // counts, then they count less and less (lfu-log-factor 10).
+    assert_eq!(c.cmd("CONFIG SET maxmemory-policy allkeys-lfu"), ok());
+    assert_eq!(c.cmd("SET f v"), ok());
+    assert_eq!(c.cmd("OBJECT FREQ f"), int(5));
+    for probe in ["EXISTS f", "TYPE f", "PTTL f", "OBJECT ENCODING f"] {
+        c.cmd(probe);
+    }
+    assert_eq!(c.cmd("OBJECT FREQ f"), int(5));
+    assert_eq!(c.cmd("GET f"), bulk("v"));
+    assert_eq!(c.cmd("OBJECT FREQ f"), int(6));
+    // Overwriting counts as an access and keeps the counter.
+    assert_eq!(c.cmd("SET f w"), ok());
+    assert!(matches!(c.cmd("OBJECT FREQ f"), Frame::Integer(6 | 7)));
+    for _ in 0..300 {
+        c.cmd("GET f");
+    }
+    assert!(matches!(c.cmd("OBJECT FREQ f"), Frame::Integer(n) if (8..=20).contains(&n)), "{:?}", c.cmd("OBJECT FREQ f"));
+    assert_eq!(c.cmd("CONFIG SET lfu-log-factor 0"), ok());
+    assert_eq!(c.cmd("SET g v"), ok());
+    for _ in 0..10 {
+        c.cmd("HGET g x");
+    }
+    assert_eq!(c.cmd("OBJECT FREQ g"), int(15), "with factor 0 every access counts, even a failed one");
+    assert_eq!(restore(&mut c, "freq", "FREQ 100"), ok());
+    assert_eq!(c.cmd("OBJECT FREQ freq"), int(100));
+    assert_eq!(c.cmd("CONFIG SET maxmemory-policy noeviction"), ok());
     assert_eq!(c.cmd("OBJECT"), err("ERR wrong number of arguments for 'object' command"));
     assert_eq!(c.cmd("OBJECT ENCODING"), err("ERR wrong number of arguments for 'object|encoding' command"));
     assert_eq!(c.cmd("TOUCH"), err("ERR wrong number of arguments for 'touch' command"));

@@ -5,7 +5,7 @@
 use keel_engine::Entry;
 
 use super::parse::{eq, i64_arg};
-use super::{cmd, flags::*, CmdError, CmdResult, CommandSpec, Ctx, KEY1};
+use super::{cmd, flags::*, Access, CmdError, CmdResult, CommandSpec, Ctx, KEY1};
 
 pub static COMMANDS: &[CommandSpec] = &[
     cmd("dump", 2, READONLY, KEY1, "generic", dump)
@@ -87,8 +87,12 @@ fn restore(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
         ctx.out.ok();
         return Ok(());
     }
-    // OBJECT IDLETIME reads the access time: IDLETIME sets it in the past.
-    let access_s = ctx.lru_s.saturating_sub(idle.unwrap_or(0).clamp(0, i64::from(u32::MAX)) as u32);
+    // Redis's `objectSetLRUOrLFU`: FREQ sets the counter under an LFU
+    // policy, IDLETIME the access time in the past under any other.
+    let access_s = match ctx.access {
+        Access::Lfu(lfu) => freq.map_or(ctx.lru_s, |f| lfu.word(f.clamp(0, 255) as u8)),
+        Access::Lru(now_s) => now_s.saturating_sub(idle.unwrap_or(0).clamp(0, i64::from(u32::MAX)) as u32),
+    };
     let mut entry = Entry::new(value, access_s);
     entry.expire_at_ms = expire_at;
     db.insert_entry(key, entry);

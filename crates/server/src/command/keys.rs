@@ -27,7 +27,7 @@
 use keel_engine::{Db, Entry, Key, Value};
 
 use super::parse::{eq, i64_arg};
-use super::{cmd, flags::*, range, CmdError, CmdResult, CommandSpec, Ctx, Keys, KEY1};
+use super::{cmd, flags::*, range, Access, CmdError, CmdResult, CommandSpec, Ctx, Keys, KEY1};
 use crate::lazyfree;
 
 /// OBJECT's subcommands name their key at argument 2.
@@ -131,14 +131,11 @@ fn release(entry: Entry, lazy: bool) {
     }
 }
 
-/// Redis's `lookupKeyRead`: expires if due, counts a hit or miss, and
-/// refreshes the access time.
-fn lookup_read<'d>(ctx_stats: &crate::server::WorkerStats, db: &'d mut Db, key: &[u8], now_ms: u64, lru_s: u32) -> Option<&'d mut Entry> {
-    let mut entry = db.get_mut(key, now_ms);
+/// Redis's `lookupKeyRead`: expires if due and counts a hit or miss (the
+/// access time was refreshed before the command ran: `command::run`).
+fn lookup_read<'d>(ctx_stats: &crate::server::WorkerStats, db: &'d mut Db, key: &[u8], now_ms: u64) -> Option<&'d mut Entry> {
+    let entry = db.get_mut(key, now_ms);
     ctx_stats.hit(entry.is_some());
-    if let Some(e) = entry.as_deref_mut() {
-        e.access_s = lru_s;
-    }
     entry
 }
 
@@ -150,14 +147,9 @@ fn lookup_read_notouch<'d>(ctx_stats: &crate::server::WorkerStats, db: &'d mut D
     entry
 }
 
-/// Redis's `lookupKeyWrite`: expires if due, refreshes the access time,
-/// counts nothing.
-fn lookup_write<'d>(db: &'d mut Db, key: &[u8], now_ms: u64, lru_s: u32) -> Option<&'d mut Entry> {
-    let mut entry = db.get_mut(key, now_ms);
-    if let Some(e) = entry.as_deref_mut() {
-        e.access_s = lru_s;
-    }
-    entry
+/// Redis's `lookupKeyWrite`: expires if due, counts nothing.
+fn lookup_write<'d>(db: &'d mut Db, key: &[u8], now_ms: u64) -> Option<&'d mut Entry> {
+    db.get_mut(key, now_ms)
 }
 
 /// Redis's `getIntFromObjectOrReply`: an integer that fits an `int`.
@@ -236,10 +228,10 @@ fn type_(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
 }
 
 fn touch(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
-    let (now, lru) = (ctx.now_ms, ctx.lru_s);
+    let now = ctx.now_ms;
     let mut touched = 0;
     for key in &argv[1..] {
-        if lookup_read(ctx.stats, ctx.dbs.of(key), key, now, lru).is_some() {
+        if lookup_read(ctx.stats, ctx.dbs.of(key), key, now).is_some() {
             touched += 1;
         }
     }
@@ -437,8 +429,8 @@ fn renamenx(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
 /// TTL, if any, goes with the value it had.
 fn rename_generic(ctx: &mut Ctx<'_>, argv: &[&[u8]], nx: bool) -> CmdResult {
     let (src, dst) = (argv[1], argv[2]);
-    let (now, lru) = (ctx.now_ms, ctx.lru_s);
-    if lookup_write(ctx.dbs.of(src), src, now, lru).is_none() {
+    let now = ctx.now_ms;
+    if lookup_write(ctx.dbs.of(src), src, now).is_none() {
         return Err(CmdError::NoSuchKey);
     }
     if src == dst {
@@ -450,7 +442,7 @@ fn rename_generic(ctx: &mut Ctx<'_>, argv: &[&[u8]], nx: bool) -> CmdResult {
         return Ok(());
     }
     let dst_db = ctx.dbs.of(dst);
-    if lookup_write(dst_db, dst, now, lru).is_some() {
+    if lookup_write(dst_db, dst, now).is_some() {
         if nx {
             ctx.out.int(0);
             return Ok(());
@@ -474,7 +466,7 @@ fn rename_generic(ctx: &mut Ctx<'_>, argv: &[&[u8]], nx: bool) -> CmdResult {
 
 fn move_(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     let key = argv[1];
-    let (now, lru) = (ctx.now_ms, ctx.lru_s);
+    let now = ctx.now_ms;
     let target = int_arg(argv[2], None)?;
     let target = db_index(ctx, target)?;
     let source = ctx.dbs.selected;
@@ -483,7 +475,7 @@ fn move_(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     }
     let shard = ctx.dbs.locked.shard_for(ctx.dbs.keyspace, key);
     let (src, dst) = shard.two_dbs(source, target);
-    if lookup_write(src, key, now, lru).is_none() || lookup_write(dst, key, now, lru).is_some() {
+    if lookup_write(src, key, now).is_none() || lookup_write(dst, key, now).is_some() {
         ctx.out.int(0);
         return Ok(());
     }
@@ -499,7 +491,7 @@ fn move_(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
 
 fn copy(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     let (src, dst) = (argv[1], argv[2]);
-    let (now, lru) = (ctx.now_ms, ctx.lru_s);
+    let now = ctx.now_ms;
     let source = ctx.dbs.selected;
     let mut target = source;
     let mut replace = false;
@@ -520,14 +512,14 @@ fn copy(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     if source == target && src == dst {
         return Err(CmdError::other(SAME_OBJECT));
     }
-    let Some(entry) = lookup_read(ctx.stats, ctx.dbs.of_in(source, src), src, now, lru) else {
+    let Some(entry) = lookup_read(ctx.stats, ctx.dbs.of_in(source, src), src, now) else {
         ctx.out.int(0);
         return Ok(());
     };
     // A deep copy: the two keys are independent from here on.
     let (value, expire_at_ms): (Value, u64) = (entry.value.clone(), entry.expire_at_ms);
     let dst_db = ctx.dbs.of_in(target, dst);
-    if lookup_write(dst_db, dst, now, lru).is_some() {
+    if lookup_write(dst_db, dst, now).is_some() {
         if !replace {
             ctx.out.int(0);
             return Ok(());
@@ -536,7 +528,7 @@ fn copy(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
             release(old, ctx.server.config.read().lazyfree_lazy_server_del);
         }
     }
-    let mut copied = Entry::new(value, lru);
+    let mut copied = Entry::new(value, ctx.lru_s);
     copied.expire_at_ms = expire_at_ms;
     dst_db.insert_entry(dst, copied);
     ctx.wrote(1);
@@ -608,12 +600,12 @@ fn expire_allowed(f: ExpireFlags, current: Option<i64>, when: i64) -> bool {
 
 fn expire_generic(ctx: &mut Ctx<'_>, argv: &[&[u8]], relative: bool, seconds: bool, name: &str) -> CmdResult {
     let key = argv[1];
-    let (now, lru) = (ctx.now_ms, ctx.lru_s);
+    let now = ctx.now_ms;
     let flags = parse_expire_flags(&argv[3..])?;
     let base = if relative { now as i64 } else { 0 };
     let when = expire_when(argv[2], base, seconds, name)?;
     let db = ctx.dbs.of(key);
-    let Some(entry) = lookup_write(db, key, now, lru) else {
+    let Some(entry) = lookup_write(db, key, now) else {
         ctx.out.int(0);
         return Ok(());
     };
@@ -691,7 +683,7 @@ fn pexpiretime(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
 fn persist(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     let key = argv[1];
     let db = ctx.dbs.of(key);
-    if lookup_write(db, key, ctx.now_ms, ctx.lru_s).is_none() || !db.persist(key) {
+    if lookup_write(db, key, ctx.now_ms).is_none() || !db.persist(key) {
         ctx.out.int(0);
         return Ok(());
     }
@@ -772,49 +764,37 @@ fn object_refcount(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     Ok(())
 }
 
-fn lfu_policy(ctx: &Ctx<'_>) -> bool {
-    ctx.server.config.read().maxmemory_policy.contains("lfu")
-}
-
 fn object_idletime(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
-    let lfu = lfu_policy(ctx);
-    let lru = ctx.lru_s;
+    let access = ctx.access;
     let Some(entry) = object_lookup(ctx, argv[2]) else {
         ctx.out.null();
         return Ok(());
     };
-    if lfu {
+    let Access::Lru(now_s) = access else {
         return Err(CmdError::other(
             "ERR An LFU maxmemory policy is selected, idle time not tracked. Please note that when switching between policies at runtime LRU and LFU data will take some time to adjust.",
         ));
-    }
-    let idle = lru.saturating_sub(entry.access_s);
+    };
+    let idle = now_s.saturating_sub(entry.access_s);
     ctx.out.int(i64::from(idle));
     Ok(())
 }
 
-/// Redis's `LFU_INIT_VAL`: the counter of a key never read since written.
-const LFU_INIT_VAL: i64 = 5;
-/// `lfu-decay-time` default: the counter loses one per this many idle minutes.
-const LFU_DECAY_MINUTES: i64 = 1;
-
-/// OBJECT FREQ. Keel does not count accesses per key yet: the answer is
-/// the counter of a key that was written and not read since its last
-/// access time, decayed by idleness as Redis's `LFUDecrAndReturn` does.
+/// OBJECT FREQ: the key's LFU counter, decayed by its idle minutes
+/// (Redis's `LFUDecrAndReturn`), without counting this as an access.
 fn object_freq(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
-    let lfu = lfu_policy(ctx);
-    let lru = ctx.lru_s;
+    let access = ctx.access;
     let Some(entry) = object_lookup(ctx, argv[2]) else {
         ctx.out.null();
         return Ok(());
     };
-    if !lfu {
+    let Access::Lfu(lfu) = access else {
         return Err(CmdError::other(
             "ERR An LFU maxmemory policy is not selected, access frequency not tracked. Please note that when switching between policies at runtime LRU and LFU data will take some time to adjust.",
         ));
-    }
-    let idle_minutes = i64::from(lru.saturating_sub(entry.access_s)) / 60;
-    ctx.out.int((LFU_INIT_VAL - idle_minutes / LFU_DECAY_MINUTES).max(0));
+    };
+    let counter = lfu.counter(entry.access_s);
+    ctx.out.int(i64::from(counter));
     Ok(())
 }
 

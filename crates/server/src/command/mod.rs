@@ -22,7 +22,8 @@ pub mod zsets;
 use std::collections::HashMap;
 use std::sync::OnceLock;
 
-use keel_engine::{Db, Keyspace, Locked, Shard};
+use keel_engine::lfu::{self, Lfu};
+use keel_engine::{Db, Entry, Keyspace, Locked, Shard};
 use keel_protocol::ReplyWriter;
 use smallvec::SmallVec;
 use thiserror::Error;
@@ -359,7 +360,9 @@ pub struct Ctx<'a> {
     pub dbs: Dbs<'a>,
     /// The time this command runs at (cached once per command, as Redis does).
     pub now_ms: u64,
-    /// The LRU clock in seconds, for entries' access time.
+    /// How this command's lookups record an access to a key.
+    pub access: Access,
+    /// The access word of a key this command creates (`Entry::access_s`).
     pub lru_s: u32,
     /// Changes the running command made (its share of `dirty`); a Cell so
     /// that handlers holding shared borrows can count.
@@ -380,6 +383,7 @@ impl<'a> Ctx<'a> {
         locked: Locked<'a>,
         now_ms: u64,
     ) -> Ctx<'a> {
+        let access = Access::of(server, now_ms);
         Ctx {
             server,
             stats,
@@ -387,7 +391,8 @@ impl<'a> Ctx<'a> {
             dbs: Dbs { keyspace: &server.keyspace, locked, selected: client.db },
             client,
             now_ms,
-            lru_s: server.lru_s(),
+            access,
+            lru_s: access.new_key(),
             changes: std::cell::Cell::new(0),
             durability: Default::default(),
             may_block: true,
@@ -510,6 +515,49 @@ pub mod parse {
 }
 
 /// Commands that act on the transaction itself rather than being queued.
+/// How an entry records that it was accessed: Redis's robj `lru` field,
+/// which holds the LRU clock (OBJECT IDLETIME), or under an LFU
+/// `maxmemory-policy` a decaying logarithmic counter (OBJECT FREQ).
+#[derive(Debug, Clone, Copy)]
+pub enum Access {
+    Lru(u32),
+    Lfu(Lfu),
+}
+
+impl Access {
+    fn of(server: &Server, now_ms: u64) -> Access {
+        match server.lfu_params() {
+            Some((factor, decay)) => Access::Lfu(Lfu::new(now_ms, factor, decay)),
+            None => Access::Lru(server.lru_s()),
+        }
+    }
+
+    /// The access word of a key created now.
+    pub fn new_key(self) -> u32 {
+        match self {
+            Access::Lru(now_s) => now_s,
+            Access::Lfu(lfu) => lfu.word(lfu::INIT),
+        }
+    }
+
+    /// Records one access to `entry`.
+    pub fn touch(self, entry: &mut Entry) {
+        entry.access_s = match self {
+            Access::Lru(now_s) => now_s,
+            Access::Lfu(lfu) => lfu.touched(entry.access_s, rand::random()),
+        };
+    }
+}
+
+/// Whether a command's lookups count as accesses to the keys it names: all
+/// but those Redis runs with `LOOKUP_NOTOUCH`. Keel records the access once
+/// per key before the command runs (a key the command creates starts
+/// fresh), where Redis does it inside each lookup.
+fn touches_keys(spec: &CommandSpec) -> bool {
+    !matches!(spec.name, "exists" | "type" | "ttl" | "pttl" | "expiretime" | "pexpiretime" | "memory|usage")
+        && !spec.name.starts_with("object|")
+}
+
 /// Redis's reply to a command that may grow memory past `maxmemory`.
 const OOM: &str = "OOM command not allowed when used memory > 'maxmemory'.";
 
@@ -660,6 +708,13 @@ pub fn run(ctx: &mut Ctx<'_>, index: usize, spec: &CommandSpec, argv: &[&[u8]]) 
     // its start (`rewrite.rs`); one relaxed load when none runs.
     if spec.has(flags::WRITE) && ctx.server.snapshot_active.load(Ordering::Relaxed) {
         crate::rewrite::preserve_keys(ctx, spec, argv);
+    }
+    if touches_keys(spec) {
+        for i in spec.key_indexes(argv) {
+            if let Some(entry) = ctx.dbs.of(argv[i]).peek_mut(argv[i]) {
+                ctx.access.touch(entry);
+            }
+        }
     }
     let result = (spec.handler)(ctx, argv);
     crate::durability::log_expired(ctx);

@@ -857,7 +857,7 @@ fn config_set(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
             Err(ConfigError::Unknown) => return Err(failed(canonical, "Bad directive or wrong number of arguments")),
         }
     }
-    ctx.server.maxmemory.store(next.maxmemory, Ordering::Relaxed);
+    ctx.server.mirror_config(&next);
     *config = next;
     drop(config);
     ctx.out.ok();

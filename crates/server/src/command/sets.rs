@@ -73,12 +73,10 @@ fn read_set<'d>(
     db: &'d mut Db,
     key: &[u8],
     now_ms: u64,
-    lru_s: u32,
 ) -> Result<Option<&'d Set>, CmdError> {
     let entry = db.get_mut(key, now_ms);
     stats.hit(entry.is_some());
     let Some(entry) = entry else { return Ok(None) };
-    entry.access_s = lru_s;
     match &entry.value {
         Value::Set(s) => Ok(Some(s)),
         _ => Err(CmdError::WrongType),
@@ -86,9 +84,8 @@ fn read_set<'d>(
 }
 
 /// Redis's `lookupKeyWrite` for a set: as [`read_set`], counting nothing.
-fn write_set<'d>(db: &'d mut Db, key: &[u8], now_ms: u64, lru_s: u32) -> Result<Option<&'d mut Set>, CmdError> {
+fn write_set<'d>(db: &'d mut Db, key: &[u8], now_ms: u64) -> Result<Option<&'d mut Set>, CmdError> {
     let Some(entry) = db.get_mut(key, now_ms) else { return Ok(None) };
-    entry.access_s = lru_s;
     match &mut entry.value {
         Value::Set(s) => Ok(Some(s)),
         _ => Err(CmdError::WrongType),
@@ -104,9 +101,9 @@ fn with_sets<T>(
     keys: &[&[u8]],
     f: impl FnOnce(&mut ReplyWriter<'_>, &[Option<&Set>]) -> T,
 ) -> Result<T, CmdError> {
-    let (stats, now, lru) = (ctx.stats, ctx.now_ms, ctx.lru_s);
+    let (stats, now) = (ctx.stats, ctx.now_ms);
     for key in keys {
-        read_set(stats, ctx.dbs.of(key), key, now, lru)?;
+        read_set(stats, ctx.dbs.of(key), key, now)?;
     }
     let (keyspace, selected) = (ctx.dbs.keyspace, ctx.dbs.selected);
     let shards: SmallVec<[&Shard; 4]> = ctx.dbs.shards().map(|s| &*s).collect();
@@ -167,9 +164,9 @@ fn release(entry: Entry, lazy: bool) {
 
 fn sadd(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     let max = ctx.encoding_limits().set_max_intset_entries;
-    let (now, lru, key) = (ctx.now_ms, ctx.lru_s, argv[1]);
+    let (now, key) = (ctx.now_ms, argv[1]);
     let db = ctx.dbs.of(key);
-    let added = match write_set(db, key, now, lru)? {
+    let added = match write_set(db, key, now)? {
         Some(set) => {
             let added = argv[2..].iter().filter(|m| set.insert(m, max)).count();
             if added > 0 {
@@ -180,7 +177,7 @@ fn sadd(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
         None => {
             let mut set = Set::default();
             let added = argv[2..].iter().filter(|m| set.insert(m, max)).count();
-            db.set(key, Value::Set(set), false, lru);
+            db.set(key, Value::Set(set), false, ctx.lru_s);
             added
         }
     };
@@ -192,9 +189,9 @@ fn sadd(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
 }
 
 fn srem(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
-    let (now, lru, key) = (ctx.now_ms, ctx.lru_s, argv[1]);
+    let (now, key) = (ctx.now_ms, argv[1]);
     let db = ctx.dbs.of(key);
-    let Some(set) = write_set(db, key, now, lru)? else {
+    let Some(set) = write_set(db, key, now)? else {
         ctx.out.int(0);
         return Ok(());
     };
@@ -220,8 +217,8 @@ fn srem(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
 }
 
 fn smembers(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
-    let (stats, now, lru) = (ctx.stats, ctx.now_ms, ctx.lru_s);
-    match read_set(stats, ctx.dbs.of(argv[1]), argv[1], now, lru)? {
+    let (stats, now) = (ctx.stats, ctx.now_ms);
+    match read_set(stats, ctx.dbs.of(argv[1]), argv[1], now)? {
         Some(set) => {
             ctx.out.set(set.len());
             set.iter().for_each(|m| reply_member(&mut ctx.out, m));
@@ -232,15 +229,15 @@ fn smembers(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
 }
 
 fn sismember(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
-    let (stats, now, lru) = (ctx.stats, ctx.now_ms, ctx.lru_s);
-    let set = read_set(stats, ctx.dbs.of(argv[1]), argv[1], now, lru)?;
+    let (stats, now) = (ctx.stats, ctx.now_ms);
+    let set = read_set(stats, ctx.dbs.of(argv[1]), argv[1], now)?;
     ctx.out.int(i64::from(set.is_some_and(|s| s.contains(argv[2]))));
     Ok(())
 }
 
 fn smismember(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
-    let (stats, now, lru) = (ctx.stats, ctx.now_ms, ctx.lru_s);
-    let set = read_set(stats, ctx.dbs.of(argv[1]), argv[1], now, lru)?;
+    let (stats, now) = (ctx.stats, ctx.now_ms);
+    let set = read_set(stats, ctx.dbs.of(argv[1]), argv[1], now)?;
     ctx.out.array(argv.len() - 2);
     for member in &argv[2..] {
         ctx.out.int(i64::from(set.is_some_and(|s| s.contains(member))));
@@ -249,8 +246,8 @@ fn smismember(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
 }
 
 fn scard(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
-    let (stats, now, lru) = (ctx.stats, ctx.now_ms, ctx.lru_s);
-    let set = read_set(stats, ctx.dbs.of(argv[1]), argv[1], now, lru)?;
+    let (stats, now) = (ctx.stats, ctx.now_ms);
+    let set = read_set(stats, ctx.dbs.of(argv[1]), argv[1], now)?;
     ctx.out.int(set.map_or(0, |s| s.len() as i64));
     Ok(())
 }
@@ -264,9 +261,9 @@ fn spop(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
         3 => return spop_count(ctx, argv),
         _ => return Err(CmdError::Syntax),
     }
-    let (now, lru, key) = (ctx.now_ms, ctx.lru_s, argv[1]);
+    let (now, key) = (ctx.now_ms, argv[1]);
     let db = ctx.dbs.of(key);
-    let Some(member) = write_set(db, key, now, lru)?.and_then(|set| set.pop_random(&mut rand::thread_rng())) else {
+    let Some(member) = write_set(db, key, now)?.and_then(|set| set.pop_random(&mut rand::thread_rng())) else {
         ctx.out.null();
         return Ok(());
     };
@@ -287,9 +284,9 @@ fn spop_count(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
         _ => return Err(CmdError::other("ERR value is out of range, must be positive")),
     };
     let lazy = ctx.server.config.read().lazyfree_lazy_server_del;
-    let (now, lru, key) = (ctx.now_ms, ctx.lru_s, argv[1]);
+    let (now, key) = (ctx.now_ms, argv[1]);
     let db = ctx.dbs.of(key);
-    let Some(set) = write_set(db, key, now, lru)? else {
+    let Some(set) = write_set(db, key, now)? else {
         ctx.out.set(0);
         return Ok(());
     };
@@ -327,8 +324,8 @@ fn srandmember(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
         3 => return srandmember_count(ctx, argv),
         _ => return Err(CmdError::Syntax),
     }
-    let (stats, now, lru) = (ctx.stats, ctx.now_ms, ctx.lru_s);
-    match read_set(stats, ctx.dbs.of(argv[1]), argv[1], now, lru)?.and_then(|s| s.random(&mut rand::thread_rng())) {
+    let (stats, now) = (ctx.stats, ctx.now_ms);
+    match read_set(stats, ctx.dbs.of(argv[1]), argv[1], now)?.and_then(|s| s.random(&mut rand::thread_rng())) {
         Some(member) => reply_member(&mut ctx.out, member),
         None => ctx.out.null(),
     }
@@ -344,8 +341,8 @@ fn srandmember_count(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
             i64::MAX
         )));
     }
-    let (stats, now, lru) = (ctx.stats, ctx.now_ms, ctx.lru_s);
-    let Some(set) = read_set(stats, ctx.dbs.of(argv[1]), argv[1], now, lru)? else {
+    let (stats, now) = (ctx.stats, ctx.now_ms);
+    let Some(set) = read_set(stats, ctx.dbs.of(argv[1]), argv[1], now)? else {
         ctx.out.array(0);
         return Ok(());
     };
@@ -373,23 +370,23 @@ fn srandmember_count(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
 fn smove(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     let (src, dst, member) = (argv[1], argv[2], argv[3]);
     let max = ctx.encoding_limits().set_max_intset_entries;
-    let (now, lru) = (ctx.now_ms, ctx.lru_s);
+    let now = ctx.now_ms;
     // Both keys are looked up (and expired) before any check, as in Redis;
     // a missing source answers 0 before the types are checked.
-    let src_found = write_set(ctx.dbs.of(src), src, now, lru).map(|s| s.is_some());
-    let dst_found = write_set(ctx.dbs.of(dst), dst, now, lru).map(|s| s.is_some());
+    let src_found = write_set(ctx.dbs.of(src), src, now).map(|s| s.is_some());
+    let dst_found = write_set(ctx.dbs.of(dst), dst, now).map(|s| s.is_some());
     if !src_found? {
         ctx.out.int(0);
         return Ok(());
     }
     let dst_found = dst_found?;
     if src == dst {
-        let has = write_set(ctx.dbs.of(src), src, now, lru)?.is_some_and(|s| s.contains(member));
+        let has = write_set(ctx.dbs.of(src), src, now)?.is_some_and(|s| s.contains(member));
         ctx.out.int(i64::from(has));
         return Ok(());
     }
     let db = ctx.dbs.of(src);
-    let Some(set) = write_set(db, src, now, lru)?.filter(|set| set.contains(member)) else {
+    let Some(set) = write_set(db, src, now)?.filter(|set| set.contains(member)) else {
         ctx.out.int(0);
         return Ok(());
     };
@@ -401,12 +398,12 @@ fn smove(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     }
     ctx.wrote(1);
     let db = ctx.dbs.of(dst);
-    let added = match write_set(db, dst, now, lru)? {
+    let added = match write_set(db, dst, now)? {
         Some(set) => set.insert(member, max),
         None => {
             let mut set = Set::default();
             set.insert(member, max);
-            db.set(dst, Value::Set(set), false, lru);
+            db.set(dst, Value::Set(set), false, ctx.lru_s);
             true
         }
     };
@@ -485,12 +482,12 @@ fn difference<'s>(sets: &[Option<&'s Set>]) -> Vec<Member<'s>> {
 /// with the result's size.
 fn store(ctx: &mut Ctx<'_>, dst: &[u8], set: Set) {
     let lazy = ctx.server.config.read().lazyfree_lazy_server_del;
-    let (now, lru) = (ctx.now_ms, ctx.lru_s);
+    let now = ctx.now_ms;
     let len = set.len();
     let db = ctx.dbs.of(dst);
     let old = if db.get(dst, now).is_some() { db.remove(dst) } else { None };
     if len > 0 {
-        db.set(dst, Value::Set(set), false, lru);
+        db.set(dst, Value::Set(set), false, ctx.lru_s);
         ctx.wrote(1);
     } else if old.is_some() {
         ctx.wrote(1);
@@ -597,8 +594,8 @@ fn sdiffstore(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
 
 fn sscan(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     let cursor = parse_cursor(argv[2])?;
-    let (stats, now, lru) = (ctx.stats, ctx.now_ms, ctx.lru_s);
-    let Some(set) = read_set(stats, ctx.dbs.of(argv[1]), argv[1], now, lru)? else {
+    let (stats, now) = (ctx.stats, ctx.now_ms);
+    let Some(set) = read_set(stats, ctx.dbs.of(argv[1]), argv[1], now)? else {
         ctx.out.array(2);
         ctx.out.bulk(b"0");
         ctx.out.array(0);
