@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test of the workspace on a fresh Debian machine: installs what
 # the tests talk to (Debian's redis-server for the differential and AOF
-# interop tests, redis-tools for redis-cli and redis-check-aof), then the
+# interop tests, redis-tools for redis-cli and redis-check-aof, memcached and
+# chromium for keel-bench's memcache_text and --report tests), then the
 # whole cargo test suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -9,6 +10,8 @@ cd "$(dirname "$0")/.."
 need=()
 command -v redis-server >/dev/null || need+=(redis-server)
 command -v redis-cli >/dev/null || need+=(redis-tools)
+command -v memcached >/dev/null || need+=(memcached)
+command -v chromium >/dev/null || need+=(chromium)
 if [ ${#need[@]} -gt 0 ]; then
     sudo=""
     [ "$(id -u)" -eq 0 ] || sudo="sudo"

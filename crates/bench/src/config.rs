@@ -328,7 +328,7 @@ fn split_placeholders(word: &str) -> Vec<Piece> {
             (None, Some(d)) => (d, 8, Piece::Data),
         };
         if at > 0 {
-            pieces.push(Piece::Lit(rest[..at].as_bytes().to_vec()));
+            pieces.push(Piece::Lit(rest.as_bytes()[..at].to_vec()));
         }
         pieces.push(piece);
         rest = &rest[at + len..];
@@ -339,9 +339,17 @@ fn split_placeholders(word: &str) -> Vec<Piece> {
     pieces
 }
 
+/// What a `-u` URI names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UriParts {
+    pub target: Target,
+    pub user: Option<String>,
+    pub password: Option<String>,
+    pub db: Option<u32>,
+}
+
 /// Parses `redis://[user[:password]@]host[:port][/db]` (and `memcache://`).
-/// Returns (target, user, password, db).
-pub fn parse_uri(uri: &str) -> Result<(Target, Option<String>, Option<String>, Option<u32>), BenchError> {
+pub fn parse_uri(uri: &str) -> Result<UriParts, BenchError> {
     let rest = if let Some(r) = uri.strip_prefix("redis://") {
         r
     } else if uri.starts_with("rediss://") {
@@ -349,7 +357,7 @@ pub fn parse_uri(uri: &str) -> Result<(Target, Option<String>, Option<String>, O
     } else if let Some(r) = uri.strip_prefix("memcache://") {
         r
     } else if let Some(r) = uri.strip_prefix("unix://") {
-        return Ok((Target::Unix(r.to_string()), None, None, None));
+        return Ok(UriParts { target: Target::Unix(r.to_string()), user: None, password: None, db: None });
     } else {
         return Err(err(format!("invalid URI '{uri}': expected redis://[user:password@]host[:port][/db]")));
     };
@@ -366,15 +374,15 @@ pub fn parse_uri(uri: &str) -> Result<(Target, Option<String>, Option<String>, O
         None => (hostpart, None),
     };
     let (host, port) = split_host_port(hostport, 6379).ok_or_else(|| err(format!("invalid host or port in URI '{uri}'")))?;
-    let (user, pass) = match auth {
+    let (user, password) = match auth {
         None => (None, None),
         Some(a) => match a.split_once(':') {
-            Some((u, p)) if u.is_empty() => (None, Some(p.to_string())),
+            Some(("", p)) => (None, Some(p.to_string())),
             Some((u, p)) => (Some(u.to_string()), Some(p.to_string())),
             None => (None, Some(a.to_string())),
         },
     };
-    Ok((Target::Tcp { host, port }, user, pass, db))
+    Ok(UriParts { target: Target::Tcp { host, port }, user, password, db })
 }
 
 fn split_host_port(s: &str, default_port: u16) -> Option<(String, u16)> {
@@ -397,7 +405,7 @@ fn split_host_port(s: &str, default_port: u16) -> Option<(String, u16)> {
 /// A --compare target: a URI, `host:port`, `:port`, or a path to a unix socket.
 pub fn parse_target(s: &str) -> Result<Target, BenchError> {
     if s.contains("://") {
-        return Ok(parse_uri(s)?.0);
+        return Ok(parse_uri(s)?.target);
     }
     if s.starts_with('/') || s.starts_with("./") {
         return Ok(Target::Unix(s.to_string()));
@@ -442,12 +450,12 @@ impl Config {
             Target::Tcp { host: o.server.clone().unwrap_or_else(|| "localhost".into()), port: o.port.unwrap_or(6379) }
         };
         if let Some(uri) = &o.uri {
-            let (t, u, p, d) = parse_uri(uri)?;
-            target = t;
-            user = u;
-            password = p;
-            if d.is_some() {
-                db = d;
+            let parts = parse_uri(uri)?;
+            target = parts.target;
+            user = parts.user;
+            password = parts.password;
+            if parts.db.is_some() {
+                db = parts.db;
             }
         }
         if let Some(a) = &o.authenticate {

@@ -229,7 +229,7 @@ impl SizeGen {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     fn keycfg(min: u64, max: u64) -> KeyConfig {
@@ -314,6 +314,58 @@ mod tests {
     }
 
     #[test]
+    fn gaussian_shape_with_given_median_and_stddev() {
+        let mut c = keycfg(0, 100_000);
+        c.median = 30_000.0;
+        c.stddev = 5_000.0;
+        let mut g = KeyGen::new(&c, 1, None, false);
+        let mut r = Random::new(21);
+        let n = 100_000;
+        let mut xs: Vec<f64> = (0..n).map(|_| g.next(KeyPattern::Gaussian, 0, &mut r) as f64).collect();
+        let mean = xs.iter().sum::<f64>() / n as f64;
+        let sd = (xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / n as f64).sqrt();
+        // Standard errors: mean 16, sd about 11; the bounds are over 5 of them.
+        assert!((mean - 30_000.0).abs() < 100.0, "mean {mean}");
+        assert!((sd - 5_000.0).abs() < 75.0, "sd {sd}");
+        xs.sort_by(f64::total_cmp);
+        assert!((xs[n / 2] - 30_000.0).abs() < 100.0, "median {}", xs[n / 2]);
+        // The bell's shape: 68.3% within one sd, 95.4% within two (a
+        // uniform or triangular spread of the same sd gives 57.7% / 100%
+        // and 65% / 96.6%).
+        let within = |k: f64| xs.iter().filter(|x| (*x - 30_000.0).abs() < k * 5_000.0).count() as f64 / n as f64;
+        assert!((within(1.0) - 0.6827).abs() < 0.008, "within 1 sd: {}", within(1.0));
+        assert!((within(2.0) - 0.9545).abs() < 0.004, "within 2 sd: {}", within(2.0));
+    }
+
+    /// The exponent of the power law that best fits `counts_by_rank`
+    /// (rank 1 first): the least-squares slope of ln count on ln rank.
+    pub(crate) fn fitted_zipf_exponent(counts_by_rank: &[u64]) -> f64 {
+        let pts: Vec<(f64, f64)> = counts_by_rank.iter().enumerate().map(|(i, &c)| (((i + 1) as f64).ln(), (c.max(1) as f64).ln())).collect();
+        let n = pts.len() as f64;
+        let (mx, my) = (pts.iter().map(|p| p.0).sum::<f64>() / n, pts.iter().map(|p| p.1).sum::<f64>() / n);
+        let cov: f64 = pts.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum();
+        let var: f64 = pts.iter().map(|p| (p.0 - mx).powi(2)).sum();
+        -cov / var
+    }
+
+    #[test]
+    fn key_generator_applies_the_zipf_exponent() {
+        for exp in [0.5, 1.0, 2.0] {
+            let mut c = keycfg(1, 1000);
+            c.zipf_exp = exp;
+            let mut g = KeyGen::new(&c, 1, None, true);
+            let mut r = Random::new(13);
+            let mut counts = vec![0u64; 1001];
+            for _ in 0..200_000 {
+                counts[g.next(KeyPattern::Zipf, 0, &mut r) as usize] += 1;
+            }
+            // Rank 1 is the lowest key.
+            let fitted = fitted_zipf_exponent(&counts[1..=20]);
+            assert!((fitted - exp).abs() < 0.05, "exponent {exp}: fitted {fitted}");
+        }
+    }
+
+    #[test]
     fn zipf_follows_the_power_law() {
         for s in [1.0, 0.8, 1.5] {
             let z = Zipf::new(0, 1000, s);
@@ -347,6 +399,21 @@ mod tests {
         assert_eq!(g.next(0, &mut r), 100);
         assert_eq!(g.next(50, &mut r), 150);
         assert_eq!(g.next(100, &mut r), 200);
+    }
+
+    #[test]
+    fn size_range_is_uniform_across_its_deciles() {
+        let mut r = Random::new(9);
+        let mut g = SizeGen::new(&SizeSpec::Range { min: 100, max: 1000 }, false, 0, 0);
+        let n = 100_000;
+        let mut deciles = [0u32; 10];
+        for _ in 0..n {
+            deciles[((g.next(0, &mut r) - 100) * 10 / 901) as usize] += 1;
+        }
+        // 10% each; the standard error of a share is 0.095%.
+        for d in deciles {
+            assert!((f64::from(d) / f64::from(n) - 0.1).abs() < 0.005, "{deciles:?}");
+        }
     }
 
     #[test]

@@ -268,7 +268,7 @@ pub fn scan_resp(buf: &[u8]) -> Scan {
     let mut pos = 0;
     // RESP3 attributes precede the value they describe: skip them.
     loop {
-        if buf.first().is_none() {
+        if buf.get(pos).is_none() {
             return Scan::Incomplete;
         }
         if buf.get(pos) == Some(&b'|') {

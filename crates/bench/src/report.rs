@@ -5,6 +5,13 @@
 //! latency histogram per command. Charts are SVG drawn by the inline
 //! script from the embedded JSON; the results table is also embedded as
 //! text, so the page is useful even with scripts off.
+//!
+//! The page's Content-Security-Policy forbids every fetch, so a page that
+//! needed the network would show it at once; script errors and blocked
+//! fetches are recorded on the root element (`data-report-error`,
+//! `data-report-blocked`), and a finished script marks the body
+//! `data-report-rendered`. `tests/report.rs` opens the page in headless
+//! Chromium and counts what each chart drew against the embedded data.
 
 use serde_json::{json, Value};
 
@@ -104,7 +111,17 @@ pub fn write(path: &str, cfg: &Config, title: &str, runs: &[(String, &RunResult)
 
 const TEMPLATE: &str = r##"<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'">
 <title>@TITLE@</title>
+<script>
+// Script errors and anything the policy above blocks are written onto the
+// root element, so a reader's inspector and the headless-browser test see them.
+(function(){
+function note(name,what){var d=document.documentElement;var was=d.getAttribute(name);d.setAttribute(name,(was?was+"; ":"")+what);}
+window.addEventListener("error",function(e){note("data-report-error",e.message||"error");});
+document.addEventListener("securitypolicyviolation",function(e){note("data-report-blocked",e.violatedDirective+" "+e.blockedURI);});
+})();
+</script>
 <style>
 body{font-family:system-ui,sans-serif;margin:24px;color:#222;max-width:1100px}
 h1{font-size:22px} h2{font-size:17px;margin-top:28px}
@@ -144,7 +161,10 @@ function chart(box,name,series,o){
   var y0=o.ylog?Math.min.apply(null,ys.map(fy)):0,y1=Math.max.apply(null,ys.map(fy));
   if(x1===x0){x1=x0+1;} if(y1<=y0){y1=y0+1;}
   y1=y1+(y1-y0)*0.05;
-  function px(v){return L+(fx(v)-x0)/(x1-x0)*(W-L-R);}
+  // Bars are centred on their x: half a bar group of margin keeps the end ones inside.
+  var n=Math.max.apply(null,series.map(function(s){return s.points.length;}).concat([1]));
+  var pad=o.bars?(W-L-R)/n/2:0;
+  function px(v){return L+pad+(fx(v)-x0)/(x1-x0)*(W-L-R-2*pad);}
   function py(v){return H-B-(fy(v)-y0)/(y1-y0)*(H-T-B);}
   for(var i=0;i<=5;i++){var yv=y0+(y1-y0)*i/5;var yy=H-B-(H-T-B)*i/5;el("line",{x1:L,x2:W-R,y1:yy,y2:yy,"class":"kb-grid"},svg);text(svg,L-6,yy+4,fmt(o.ylog?Math.pow(10,yv):yv),"kb-label","end");}
   var ticks=o.xticks||[];if(!ticks.length){for(var j=0;j<=8;j++){var xv=x0+(x1-x0)*j/8;ticks.push([o.xlog?Math.pow(10,xv):xv,null]);}}
@@ -154,7 +174,7 @@ function chart(box,name,series,o){
   var yl=text(svg,14,(T+H-B)/2,o.ylabel||"","kb-label","middle");yl.setAttribute("transform","rotate(-90 14 "+((T+H-B)/2)+")");
   series.forEach(function(s,k){
     var c=COLORS[k%COLORS.length];
-    if(o.bars){var bw=Math.max(2,(W-L-R)/Math.max(1,s.points.length)/series.length-1);
+    if(o.bars){var bw=Math.max(2,2*pad/series.length-1);
       s.points.forEach(function(p){var xx=px(p[0])-bw*series.length/2+bw*k;el("rect",{x:xx,y:py(p[1]),width:bw,height:Math.max(0,H-B-py(p[1])),fill:c,"class":"kb-bar"},svg);});}
     else{var d=s.points.map(function(p,i){return (i?"L":"M")+px(p[0]).toFixed(1)+","+py(p[1]).toFixed(1);}).join("");
       el("path",{d:d,fill:"none",stroke:c,"stroke-width":2,"class":"kb-line","data-series":s.name},svg);}

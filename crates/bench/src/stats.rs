@@ -224,7 +224,7 @@ impl SeriesCollector {
 
     /// Reports expected for second `sec`: threads still running, or ended after it.
     fn expected(&self, sec: u32) -> usize {
-        self.ended.iter().filter(|e| e.map_or(true, |n| n > sec)).count()
+        self.ended.iter().filter(|e| e.is_none_or(|n| n > sec)).count()
     }
 
     /// Adds a report; returns the seconds it completed.

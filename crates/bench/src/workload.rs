@@ -246,6 +246,99 @@ mod tests {
         }
     }
 
+    /// The RESP commands in `buf`, each as its arguments.
+    fn commands(buf: &[u8]) -> Vec<Vec<Vec<u8>>> {
+        fn line<'a>(buf: &'a [u8], pos: &mut usize) -> &'a [u8] {
+            let end = *pos + buf[*pos..].windows(2).position(|w| w == b"\r\n").unwrap();
+            let l = &buf[*pos..end];
+            *pos = end + 2;
+            l
+        }
+        let num = |l: &[u8]| -> usize { std::str::from_utf8(&l[1..]).unwrap().parse().unwrap() };
+        let mut pos = 0;
+        let mut out = Vec::new();
+        while pos < buf.len() {
+            let n = num(line(buf, &mut pos));
+            let args = (0..n)
+                .map(|_| {
+                    let len = num(line(buf, &mut pos));
+                    let arg = buf[pos..pos + len].to_vec();
+                    pos += len + 2;
+                    arg
+                })
+                .collect();
+            out.push(args);
+        }
+        out
+    }
+
+    /// The index in a key "memtier-<index>".
+    fn key_index(key: &[u8]) -> u64 {
+        std::str::from_utf8(key).unwrap().strip_prefix("memtier-").unwrap().parse().unwrap()
+    }
+
+    #[test]
+    fn ratio_and_each_commands_key_pattern_over_a_run() {
+        let c = cfg(&["--ratio", "3:7", "--key-pattern", "S:R", "--key-maximum", "999"]);
+        let (_, buf) = run(&c, 100_000);
+        let cmds = commands(&buf);
+        let sets: Vec<u64> = cmds.iter().filter(|a| a[0] == b"SET").map(|a| key_index(&a[1])).collect();
+        let gets: Vec<u64> = cmds.iter().filter(|a| a[0] == b"GET").map(|a| key_index(&a[1])).collect();
+        assert_eq!((sets.len(), gets.len()), (30_000, 70_000));
+        // SETs walk the range in order and wrap.
+        assert!(sets.iter().enumerate().all(|(i, &k)| k == i as u64 % 1000));
+        // GETs are uniform: 7000 a decile, standard error 79.
+        let mut deciles = [0u32; 10];
+        for k in gets {
+            deciles[(k / 100) as usize] += 1;
+        }
+        assert!(deciles.iter().all(|d| (6_600..7_400).contains(d)), "{deciles:?}");
+    }
+
+    #[test]
+    fn parallel_pattern_gives_each_client_its_own_sequential_slice() {
+        let c = cfg(&["-t", "1", "-c", "3", "--key-pattern", "P:P", "--key-minimum", "1", "--key-maximum", "99", "--ratio", "1:0", "-n", "allkeys"]);
+        assert_eq!(c.limit, crate::config::Limit::Requests(33));
+        let values = Values::new(&c, 0);
+        let mut all = Vec::new();
+        for client in 0..3 {
+            let mut w = Workload::new(Arc::clone(&c), client, 3);
+            let mut buf = Vec::new();
+            for _ in 0..33 {
+                w.next(&mut buf, &values);
+            }
+            let keys: Vec<u64> = commands(&buf).iter().map(|a| key_index(&a[1])).collect();
+            let first = 1 + 33 * client;
+            assert_eq!(keys, (first..first + 33).collect::<Vec<_>>(), "client {client}");
+            all.extend(keys);
+        }
+        all.sort_unstable();
+        assert_eq!(all, (1..=99).collect::<Vec<_>>(), "every key exactly once");
+    }
+
+    #[test]
+    fn zipf_exponent_option_shapes_the_keys() {
+        let c = cfg(&["--key-pattern", "Z:Z", "--key-zipf-exp", "1.5", "--key-minimum", "1", "--key-maximum", "1000", "--ratio", "0:1"]);
+        let (_, buf) = run(&c, 100_000);
+        let mut counts = vec![0u64; 1001];
+        for a in commands(&buf) {
+            counts[key_index(&a[1]) as usize] += 1;
+        }
+        let fitted = crate::gen::tests::fitted_zipf_exponent(&counts[1..=20]);
+        assert!((fitted - 1.5).abs() < 0.05, "fitted {fitted}");
+    }
+
+    #[test]
+    fn data_size_list_weights_hold_over_a_run() {
+        let c = cfg(&["--data-size-list", "10:2,20:1,40:3", "--ratio", "1:0"]);
+        let (_, buf) = run(&c, 6000);
+        let mut by_size = std::collections::BTreeMap::new();
+        for a in commands(&buf) {
+            *by_size.entry(a[2].len()).or_insert(0) += 1;
+        }
+        assert_eq!(by_size.into_iter().collect::<Vec<_>>(), vec![(10, 2000), (20, 1000), (40, 3000)]);
+    }
+
     #[test]
     fn mget_batches_up_to_the_ratio() {
         let c = cfg(&["--ratio", "1:5", "--multi-key-get", "2", "--key-maximum", "9"]);

@@ -1,60 +1,24 @@
-//! keel-bench against a real Debian redis-server started here, run as a user
-//! runs it. Skips (with a printed notice) only where
-//! redis-server is not installed; `scripts/test.sh` installs it.
+//! keel-bench against real servers started here (Debian's redis-server
+//! and memcached), run as a user runs it, its JSON parsed back and checked.
 
-use std::net::{TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+mod common;
 
-struct Redis {
-    port: u16,
-    child: Child,
-}
+use std::net::TcpListener;
 
-impl Drop for Redis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start_redis() -> Option<Redis> {
-    if !std::path::Path::new("/usr/bin/redis-server").exists() {
-        eprintln!("redis-server not installed: skipping");
-        return None;
-    }
-    let port = TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("port");
-    let child = Command::new("/usr/bin/redis-server")
-        .args(["--port", &port.to_string(), "--save", "", "--appendonly", "no"])
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("redis-server");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "redis-server did not start");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    Some(Redis { port, child })
-}
-
-fn bench(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_keel-bench")).args(args).output().expect("run keel-bench")
-}
+use common::{bench, bench_json, bench_ok, memcached_stats, start_memcached, start_redis, TempPath};
+use serde_json::Value;
 
 #[test]
 fn a_request_count_run_writes_memtier_json() {
-    let Some(redis) = start_redis() else { return };
-    let json = std::env::temp_dir().join(format!("keel-bench-test-{}.json", std::process::id()));
+    let redis = start_redis();
+    let json = TempPath::new("memtier.json");
     let port = redis.port.to_string();
-    let out = bench(&[
+    let stdout = bench_ok(&[
         "-s", "127.0.0.1", "-p", &port, "-t", "2", "-c", "5", "-n", "1000", "--ratio", "1:3",
-        "--hide-histogram", "--json-out-file", json.to_str().expect("utf8"),
+        "--hide-histogram", "--json-out-file", json.as_str(),
     ]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("Totals"), "{stdout}");
-    let parsed: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).expect("json file")).expect("json");
-    let _ = std::fs::remove_file(&json);
+    let parsed: serde_json::Value = serde_json::from_slice(&std::fs::read(&json.0).expect("json file")).expect("json");
     let stats = &parsed["ALL STATS"];
     let sets = stats["Sets"]["Count"].as_u64().expect("Sets Count");
     let gets = stats["Gets"]["Count"].as_u64().expect("Gets Count");
@@ -73,11 +37,126 @@ fn an_unreachable_server_fails_clearly() {
 }
 
 #[test]
-fn an_open_loop_run_reports_corrected_and_uncorrected_latency() {
-    let Some(redis) = start_redis() else { return };
+fn an_open_loop_run_sends_every_request_due_on_time() {
+    let redis = start_redis();
     let port = redis.port.to_string();
-    let out = bench(&["-p", &port, "-t", "1", "-c", "4", "--rate", "2000", "--test-time", "1", "--hide-histogram"]);
+    let (out, json) = bench_json(&["-p", &port, "-t", "2", "-c", "50", "--rate", "2000", "--test-time", "2", "--ratio", "1:1", "--hide-histogram"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stats = &json["ALL STATS"];
+    assert_eq!(stats["keel-bench"]["Open loop"], true);
+    assert_eq!(stats["keel-bench"]["Target rate"], 2000.0);
+    // 2000/s for 2 s: 4000 requests are due; a busy machine may notice the
+    // end late for the last few, never send more.
+    let count = stats["Totals"]["Count"].as_u64().expect("Count");
+    assert!((3_800..=4_000).contains(&count), "{count} requests for 2000/s over 2 s");
+    // Sent when due: timed from the due time, the median stays far below
+    // the 50 ms between one connection's requests (a loop that only sent
+    // on its housekeeping tick would show about 25 ms).
+    let p50 = stats["Totals"]["Percentile Latencies"]["p50.00"].as_f64().expect("p50");
+    assert!(p50 < 10.0, "corrected p50 {p50} ms");
+    assert!(stats["Totals"]["Uncorrected Latency"]["p50.00"].as_f64().expect("uncorrected p50") <= p50);
+}
+
+#[test]
+fn an_open_loop_run_reports_corrected_and_uncorrected_latency() {
+    let redis = start_redis();
+    let port = redis.port.to_string();
+    let stdout = bench_ok(&["-p", &port, "-t", "1", "-c", "4", "--rate", "2000", "--test-time", "1", "--hide-histogram"]);
     assert!(stdout.contains("coordinated omission corrected") && stdout.contains("uncorrected"), "{stdout}");
+}
+
+/// A memcache_text run against `port`: its JSON "ALL STATS", after checking
+/// that the run was valid.
+fn memcache_run(port: u16, args: &[&str]) -> Value {
+    let port = port.to_string();
+    let mut all = vec!["-P", "memcache_text", "-p", &port, "-t", "1", "--hide-histogram"];
+    all.extend_from_slice(args);
+    let (out, json) = bench_json(&all);
+    assert!(out.status.success(), "keel-bench {all:?}: {}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(json["configuration"]["protocol"], "memcache_text");
+    json["ALL STATS"].clone()
+}
+
+fn count(stats: &Value, row: &str) -> u64 {
+    stats[row]["Count"].as_u64().unwrap_or_else(|| panic!("{row} Count in {stats}"))
+}
+
+fn rate(stats: &Value, row: &str, field: &str) -> f64 {
+    stats[row][field].as_f64().unwrap_or_else(|| panic!("{row} {field} in {stats}"))
+}
+
+/// memcached's counter `name` grew by `by` between `before` and now.
+fn assert_grew(port: u16, before: &std::collections::HashMap<String, u64>, name: &str, by: u64) {
+    let now = memcached_stats(port);
+    assert_eq!(now[name] - before[name], by, "memcached {name}");
+}
+
+#[test]
+fn memcache_text_sets_then_gets_hit_and_unset_keys_miss() {
+    let mc = start_memcached(&[]);
+    // P:P with allkeys: the two connections set keys 1..=1000 exactly once.
+    let keys = ["--key-minimum", "1", "--key-maximum", "1000", "--key-pattern", "P:P", "-n", "allkeys", "-c", "2"];
+    let before = memcached_stats(mc.port);
+    let sets = memcache_run(mc.port, &[&keys[..], &["--ratio", "1:0", "-d", "100"]].concat());
+    assert_eq!((count(&sets, "Sets"), count(&sets, "Gets"), sets["Totals"]["Error Replies"].as_u64()), (1000, 0, Some(0)));
+    assert_grew(mc.port, &before, "cmd_set", 1000);
+    assert_eq!(memcached_stats(mc.port)["curr_items"], 1000);
+
+    // The same keys read back: every get hits.
+    let before = memcached_stats(mc.port);
+    let gets = memcache_run(mc.port, &[&keys[..], &["--ratio", "0:1"]].concat());
+    assert_eq!(count(&gets, "Gets"), 1000);
+    assert_eq!(rate(&gets, "Gets", "Hits/sec"), rate(&gets, "Gets", "Ops/sec"));
+    assert_eq!(rate(&gets, "Gets", "Misses/sec"), 0.0);
+    assert_grew(mc.port, &before, "get_hits", 1000);
+    // Each hit carried its 100-byte value back: VALUE line, data, END.
+    assert!(rate(&gets, "Gets", "KB/sec RX") > rate(&gets, "Gets", "Ops/sec") * 100.0 / 1024.0);
+
+    // Keys never set: every get misses.
+    let before = memcached_stats(mc.port);
+    let misses = memcache_run(mc.port, &["--key-minimum", "5001", "--key-maximum", "6000", "-n", "300", "-c", "2", "--ratio", "0:1"]);
+    assert_eq!(count(&misses, "Gets"), 600);
+    assert_eq!(rate(&misses, "Gets", "Hits/sec"), 0.0);
+    assert_eq!(rate(&misses, "Gets", "Misses/sec"), rate(&misses, "Gets", "Ops/sec"));
+    assert_grew(mc.port, &before, "get_misses", 600);
+    assert_grew(mc.port, &before, "get_hits", 0);
+
+    // Multi-key gets of 4 set keys: hits count keys, as memcached does.
+    let before = memcached_stats(mc.port);
+    let multi = memcache_run(mc.port, &["--key-minimum", "1", "--key-maximum", "1000", "-n", "100", "-c", "1", "--ratio", "0:4", "--multi-key-get", "4"]);
+    assert_eq!(count(&multi, "Gets"), 100);
+    assert!((rate(&multi, "Gets", "Hits/sec") - 4.0 * rate(&multi, "Gets", "Ops/sec")).abs() < 0.1, "{multi}");
+    assert_grew(mc.port, &before, "get_hits", 400);
+
+    // Half the key range set: keel-bench's hit share is memcached's.
+    let before = memcached_stats(mc.port);
+    let mixed = memcache_run(mc.port, &["--key-minimum", "1", "--key-maximum", "2000", "-n", "1000", "-c", "2", "--ratio", "0:1", "--distinct-client-seed"]);
+    let after = memcached_stats(mc.port);
+    let (hits, misses) = (after["get_hits"] - before["get_hits"], after["get_misses"] - before["get_misses"]);
+    assert_eq!(hits + misses, 2000);
+    assert!((700..1300).contains(&hits), "{hits} hits of 2000 over a half-set range");
+    let share = rate(&mixed, "Gets", "Hits/sec") / rate(&mixed, "Gets", "Ops/sec");
+    assert!((share - hits as f64 / 2000.0).abs() < 0.001, "keel-bench hit share {share}, memcached {hits}/2000");
+}
+
+#[test]
+fn a_memcached_error_reply_is_counted_as_an_error() {
+    // Items over 1 KB are refused with SERVER_ERROR; the connection stays usable.
+    let mc = start_memcached(&["-I", "1k", "-o", "slab_chunk_max=1024"]);
+    let port = mc.port.to_string();
+    let (out, json) = bench_json(&[
+        "-P", "memcache_text", "-p", &port, "-t", "1", "-c", "1", "-n", "20", "--ratio", "1:1", "-d", "3000", "--hide-histogram",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "an error reply makes the run invalid");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("10 error repl") && stderr.contains("SERVER_ERROR object too large for cache"), "{stderr}");
+    let stats = &json["ALL STATS"];
+    assert_eq!(stats["Sets"]["Count"], 10);
+    assert_eq!(stats["Sets"]["Error Replies"], 10);
+    assert_eq!(stats["Gets"]["Error Replies"], 0);
+    assert_eq!(stats["Totals"]["Error Replies"], 10);
+    // Nothing was stored, and every reply was matched to its request.
+    assert_eq!(stats["Gets"]["Count"], 10);
+    assert_eq!(stats["Gets"]["Misses/sec"], stats["Gets"]["Ops/sec"]);
+    assert_eq!(stats["Totals"]["Connection Errors"], 0);
 }
