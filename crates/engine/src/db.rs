@@ -133,6 +133,13 @@ impl Db {
         self.data.keys.get_mut(key)
     }
 
+    /// Sizes an empty database for `keys` keys, `with_expiry` of them with
+    /// a TTL, before a load inserts them (`Dict::reserve_when_empty`).
+    pub fn reserve_when_empty(&mut self, keys: usize, with_expiry: usize) {
+        self.data.keys.reserve_when_empty(keys);
+        self.data.expires.reserve_when_empty(with_expiry);
+    }
+
     /// Looks at an entry without expiring it (for WATCH and admin paths).
     pub fn peek(&self, key: &[u8]) -> Option<&Entry> {
         self.data.keys.get(key)

@@ -611,6 +611,20 @@ impl<K: Hash + Eq, V, S: BuildHasher> Dict<K, V, S> {
         }
     }
 
+    /// Sizes an empty dict's table for `n` entries at once, as Redis's
+    /// `dictExpand` does for an RDB file's RESIZEDB hint, so that a load
+    /// never rehashes. A dict that holds entries (or whose resizing is
+    /// paused by a snapshot) keeps growing incrementally instead.
+    pub fn reserve_when_empty(&mut self, n: usize) {
+        if self.nodes.len > 0 || self.is_rehashing() || self.resize_paused {
+            return;
+        }
+        let size = n.max(INITIAL_BUCKETS).next_power_of_two();
+        if size > self.tables[0].len() {
+            self.tables[0] = empty_table(size);
+        }
+    }
+
     fn maybe_grow(&mut self) {
         if self.is_rehashing() {
             return;
@@ -959,6 +973,23 @@ mod tests {
             want.sort();
             prop_assert_eq!(got, want);
         }
+    }
+
+    #[test]
+    fn a_reserved_dict_fills_without_rehashing() {
+        let mut d: Dict<u32, u32> = Dict::new();
+        d.reserve_when_empty(5000);
+        let buckets = d.buckets();
+        assert_eq!(buckets, 8192);
+        for i in 0..5000 {
+            d.insert(i, i);
+            assert!(!d.is_rehashing(), "rehashing at {i}");
+        }
+        assert_eq!(d.buckets(), buckets);
+        // Only an empty dict takes the hint.
+        d.reserve_when_empty(1 << 20);
+        assert_eq!(d.buckets(), buckets);
+        d.check();
     }
 
     #[test]

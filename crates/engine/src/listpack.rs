@@ -132,7 +132,7 @@ impl Listpack {
     }
 
     fn set_len(buf: &mut [u8], len: usize) {
-        let count = u16::try_from(len).unwrap_or(COUNT_UNKNOWN).min(COUNT_UNKNOWN);
+        let count = u16::try_from(len).unwrap_or(COUNT_UNKNOWN);
         buf[..HEADER].copy_from_slice(&count.to_le_bytes());
     }
 

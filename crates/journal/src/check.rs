@@ -1,7 +1,10 @@
 //! `keel-check-aof`: checks a multi-part AOF (given its manifest) or a
 //! single AOF file, as Redis's `redis-check-aof` does, and with `fix`
 //! truncates the last file at the end of its last valid command (never
-//! asking: no stdin). Only the last file may be truncated.
+//! asking: no stdin). Only the last file may be truncated. A file that
+//! starts with an RDB (an RDB base, or an old-style AOF with an RDB
+//! preamble) has its RDB checked whole (every key decoded, the checksum
+//! compared) and then its command tail; a bad RDB is never fixed.
 
 use std::fs::{self, OpenOptions};
 use std::io::{self, Write};
@@ -51,14 +54,11 @@ pub fn check(path: &Path, fix: bool, out: &mut dyn Write) -> io::Result<CheckOut
             writeln!(out, "{kind} AOF {} is listed in the manifest but missing", info.name)?;
             return Ok(CheckOutcome::Invalid);
         }
-        if load::is_rdb(&fpath)? {
-            writeln!(
-                out,
-                "{kind} AOF {} is in RDB format: keel-check-aof cannot check RDB yet \
-                 (use redis-check-aof)",
-                info.name
-            )?;
-            return Ok(CheckOutcome::Invalid);
+        if info.kind == crate::manifest::FileKind::Base {
+            let format = if load::is_rdb(&fpath)? { "RDB" } else { "RESP" };
+            writeln!(out, "Start to check BASE AOF ({format} format).")?;
+        } else if i == usize::from(m.base.is_some()) {
+            writeln!(out, "Start to check INCR files.")?;
         }
         match check_file(&fpath, last, fix, out)? {
             CheckOutcome::Valid => writeln!(out, "{kind} AOF {} is valid", info.name)?,
@@ -74,16 +74,21 @@ pub fn check(path: &Path, fix: bool, out: &mut dyn Write) -> io::Result<CheckOut
 }
 
 fn check_file(path: &Path, last: bool, fix: bool, out: &mut dyn Write) -> io::Result<CheckOutcome> {
-    if load::is_rdb(path)? {
-        writeln!(out, "{} is in RDB format: keel-check-aof cannot check RDB yet", path.display())?;
-        return Ok(CheckOutcome::Invalid);
-    }
     let scan = load::scan_aof(path)?;
     let name = path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into());
+    if let Some(Problem::BadRdb { reason }) = &scan.problem {
+        writeln!(out, "{name}: {reason}")?;
+        writeln!(out, "RDB preamble of AOF file is not sane, aborting.")?;
+        return Ok(CheckOutcome::Invalid);
+    }
+    if scan.rdb_bytes.is_some() {
+        writeln!(out, "RDB preamble is OK, proceeding with AOF tail...")?;
+    }
     if let Some(p) = &scan.problem {
         let (what, offset, reason) = match p {
             Problem::Torn { offset, reason } => ("torn tail", offset, reason),
             Problem::Corrupt { offset, reason } => ("bad command", offset, reason),
+            Problem::BadRdb { .. } => unreachable!("returned above"),
         };
         writeln!(out, "0x{offset:16x}: {what} in {name} at offset {offset}: {reason}")?;
     }

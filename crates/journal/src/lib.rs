@@ -12,10 +12,13 @@
 //!
 //! Exactly Redis 7.0's multi-part AOF, so a directory moves between Redis
 //! and Keel both ways: `<dir>/<filename>.manifest` (format in
-//! `manifest.rs`), one base file and incr files, each a plain sequence of
-//! RESP commands (format in `resp.rs`). Keel writes AOF-format base files
-//! only; a base written by Redis with an RDB preamble is refused with
-//! [`JournalError::RdbPreamble`] until Keel reads RDB.
+//! `manifest.rs`), one base file and incr files. Incr files are a plain
+//! sequence of RESP commands (format in `resp.rs`). The base is either an
+//! RDB file, `<filename>.<seq>.base.rdb` (Redis 7.0's default,
+//! `aof-use-rdb-preamble yes`; format in `keel-rdb`), or RESP commands like
+//! the incr files, `<filename>.<seq>.base.aof` ([`BaseFormat`]). Any file
+//! that starts with `REDIS` is read as an RDB followed by RESP commands,
+//! as Redis reads it; replay yields its keys as [`Replayed::Key`].
 //!
 //! # Rewrite
 //!
@@ -33,6 +36,8 @@
 //! * `EverySec`: once written to the kernel; a separate thread fdatasyncs
 //!   about once a second.
 //! * `No`: once written to the kernel; the kernel decides when to flush.
+//!
+//! [`Journal::set_fsync`] changes the level at run time.
 //!
 //! # Failpoints
 //!
@@ -59,8 +64,8 @@ mod rewrite;
 mod stats;
 mod writer;
 
-pub use load::{Replay, ReplayItem};
-pub use rewrite::{BaseBuffer, PreparedRewrite, Rewrite, RewriteSummary, Sizes, BASE_SYNC_EVERY_BYTES};
+pub use load::{Replay, ReplayItem, Replayed};
+pub use rewrite::{BaseBuffer, BaseWriter, PreparedRewrite, Rewrite, RewriteOptions, RewriteSummary, Sizes, BASE_SYNC_EVERY_BYTES};
 pub use stats::JournalStats;
 
 use writer::{Gather, Inner, Syncer, Writer};
@@ -106,10 +111,31 @@ pub type Lsn = u64;
 
 /// Redis's `appendfsync`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
 pub enum FsyncPolicy {
     Always,
     EverySec,
     No,
+}
+
+impl FsyncPolicy {
+    fn from_u8(v: u8) -> FsyncPolicy {
+        match v {
+            0 => FsyncPolicy::Always,
+            1 => FsyncPolicy::EverySec,
+            _ => FsyncPolicy::No,
+        }
+    }
+}
+
+/// The format base files are written in: Redis's `aof-use-rdb-preamble`
+/// (`Rdb` when yes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BaseFormat {
+    /// RESP commands, `<filename>.<seq>.base.aof`.
+    Aof,
+    /// An RDB file, `<filename>.<seq>.base.rdb`.
+    Rdb,
 }
 
 #[derive(Clone, Debug)]
@@ -122,6 +148,10 @@ pub struct JournalConfig {
     /// `aof-load-truncated`: cut a torn tail off the last file (with a
     /// warning) instead of refusing to open.
     pub load_truncated: bool,
+    /// The format of the empty base a fresh directory starts with (as
+    /// Redis 7.0 creates one at start). Rewrites choose theirs
+    /// ([`RewriteOptions`]).
+    pub base_format: BaseFormat,
 }
 
 /// Knobs that are not Redis configuration, and the file factory.
@@ -180,13 +210,10 @@ pub enum JournalError {
     Backlog { pending_bytes: u64, limit_bytes: u64 },
     #[error("AOF manifest: {0}")]
     Manifest(String),
-    #[error(
-        "{}: this base file is in RDB format (aof-use-rdb-preamble yes); Keel cannot read RDB \
-         yet. Rewrite it from Redis with aof-use-rdb-preamble no (CONFIG SET \
-         aof-use-rdb-preamble no, then BGREWRITEAOF)",
-        file.display()
-    )]
-    RdbPreamble { file: PathBuf },
+    /// The RDB part of a base file is damaged: loading stops (it cannot be
+    /// truncated, unlike a torn tail of commands).
+    #[error("bad RDB in the AOF base file {}: {reason}", file.display())]
+    RdbBase { file: PathBuf, reason: String },
     #[error("journal configuration: {0}")]
     Config(String),
     /// `start_rewrite` while a rewrite runs: one at a time.
@@ -236,7 +263,7 @@ impl Journal {
             .map_err(|source| JournalError::Io { path: incr_path.clone(), source })?;
         let start = prepared.total_size;
         let inner = Arc::new(Inner {
-            policy: config.fsync,
+            policy: std::sync::atomic::AtomicU8::new(config.fsync as u8),
             retry_interval: tuning.retry_interval,
             everysec_interval: tuning.everysec_interval,
             backlog_max_bytes: tuning.backlog_max_bytes,
@@ -275,6 +302,7 @@ impl Journal {
             Arc::clone(&tuning.files),
             prepared.manifest.clone(),
             prepared.base_size,
+            prepared.base_rdb,
         ));
         let mut threads = Vec::new();
         let segment = writer::Segment { file, start: start - prepared.incr_size };
@@ -286,15 +314,14 @@ impl Journal {
                 .spawn(move || w.run())
                 .map_err(spawn_err)?,
         );
-        if config.fsync == FsyncPolicy::EverySec {
-            let i = Arc::clone(&inner);
-            threads.push(
-                std::thread::Builder::new()
-                    .name("keel-aof-fsync".into())
-                    .spawn(move || writer::run_syncer(i))
-                    .map_err(spawn_err)?,
-            );
-        }
+        // Idle unless the policy is (or becomes) everysec.
+        let i = Arc::clone(&inner);
+        threads.push(
+            std::thread::Builder::new()
+                .name("keel-aof-fsync".into())
+                .spawn(move || writer::run_syncer(i))
+                .map_err(spawn_err)?,
+        );
         let replay = Replay::new(config.dir.clone(), prepared.files, prepared.warnings);
         Ok((Journal { inner, files, threads: Mutex::new(threads) }, replay))
     }
@@ -342,6 +369,25 @@ impl Journal {
             tx.push(*db, argv);
         }
         tx.commit()
+    }
+
+    /// Changes the fsync policy at run time (`CONFIG SET appendfsync`).
+    /// The writer applies it from its next cycle; `durable_lsn` never goes
+    /// back, so a switch to `Always` strengthens what is appended from
+    /// then on, and a switch away from it acknowledges what was written.
+    pub fn set_fsync(&self, policy: FsyncPolicy) {
+        let inner = &self.inner;
+        inner.policy.store(policy as u8, Ordering::Release);
+        {
+            // Under the lock the fsync thread sleeps on, so it cannot miss it.
+            let _s = inner.syncer.lock();
+            inner.syncer_cv.notify_all();
+        }
+        inner.wake_writer();
+    }
+
+    pub fn fsync(&self) -> FsyncPolicy {
+        self.inner.policy()
     }
 
     /// Everything below this LSN is durable: fdatasync'd for `Always`,

@@ -5,8 +5,10 @@ use std::io::{self, BufReader, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
 use crate::manifest::{self, AofInfo, FileKind, Manifest};
+use keel_rdb::{RdbEntry, RdbItem, RdbReader};
+
 use crate::resp::{Item, Mode, ReadError, RecordReader};
-use crate::{JournalConfig, JournalError};
+use crate::{BaseFormat, JournalConfig, JournalError};
 
 /// Bytes a base file starts with when Redis wrote it as RDB
 /// (`aof-use-rdb-preamble yes`, Redis's default).
@@ -24,6 +26,9 @@ pub(crate) enum Problem {
     Torn { offset: u64, reason: String },
     /// Bytes that are not a valid record at `offset`.
     Corrupt { offset: u64, reason: String },
+    /// The RDB part of the file is damaged (never truncated: what follows
+    /// the damage cannot be trusted, and a base is not a log tail).
+    BadRdb { reason: String },
 }
 
 #[derive(Debug)]
@@ -34,6 +39,8 @@ pub(crate) struct Scan {
     pub(crate) valid_up_to: u64,
     pub(crate) valid_line: u64,
     pub(crate) commands: u64,
+    /// Size of the RDB the file starts with, if it does.
+    pub(crate) rdb_bytes: Option<u64>,
     pub(crate) problem: Option<Problem>,
 }
 
@@ -67,15 +74,34 @@ fn zeroes_from(path: &Path, offset: u64) -> io::Result<bool> {
     }
 }
 
-/// Reads a whole AOF file checking its structure (no values are kept).
+/// Reads a whole AOF file checking its structure (no values are kept). A
+/// file that starts with `REDIS` is an RDB (every key decoded, the CRC64
+/// checked) followed by commands, as `redis-check-aof` checks a base.
 pub(crate) fn scan_aof(path: &Path) -> io::Result<Scan> {
     let f = File::open(path)?;
     let size = f.metadata()?.len();
-    let mut r = RecordReader::new(BufReader::with_capacity(1 << 20, f), size);
-    let mut scan = Scan { size, valid_up_to: 0, valid_line: 1, commands: 0, problem: None };
+    let mut input = BufReader::with_capacity(1 << 20, f);
+    let mut scan = Scan { size, valid_up_to: 0, valid_line: 1, commands: 0, rdb_bytes: None, problem: None };
+    // Offsets in the file of the reader's position 0: past the RDB part.
+    let mut origin = 0;
+    if is_rdb(path)? {
+        match read_rdb(input) {
+            Ok((rest, rdb_bytes)) => {
+                input = rest;
+                origin = rdb_bytes;
+                scan.rdb_bytes = Some(rdb_bytes);
+                scan.valid_up_to = rdb_bytes;
+            }
+            Err(e) => {
+                scan.problem = Some(Problem::BadRdb { reason: e.to_string() });
+                return Ok(scan);
+            }
+        }
+    }
+    let mut r = RecordReader::new(input, size - origin);
     let mut multi_start: Option<u64> = None;
     loop {
-        let record_start = r.position();
+        let record_start = origin + r.position();
         match r.next_item(Mode::Skim) {
             Ok(None) => {
                 if let Some(ms) = multi_start {
@@ -106,7 +132,7 @@ pub(crate) fn scan_aof(path: &Path) -> io::Result<Scan> {
                     break;
                 }
             }
-            Err(ReadError::Eof { record_start }) => {
+            Err(ReadError::Eof { .. }) => {
                 scan.problem = Some(Problem::Torn {
                     offset: multi_start.unwrap_or(record_start),
                     reason: "unexpected end of file inside a command".into(),
@@ -114,20 +140,21 @@ pub(crate) fn scan_aof(path: &Path) -> io::Result<Scan> {
                 break;
             }
             Err(ReadError::Format { record_start, offset, reason }) => {
+                let record_start = origin + record_start;
                 scan.problem = Some(if zeroes_from(path, record_start)? {
                     Problem::Torn {
                         offset: multi_start.unwrap_or(record_start),
                         reason: "zero bytes at the end of the file".into(),
                     }
                 } else {
-                    Problem::Corrupt { offset, reason }
+                    Problem::Corrupt { offset: origin + offset, reason }
                 });
                 break;
             }
             Err(ReadError::Io(e)) => return Err(e),
         }
         if multi_start.is_none() {
-            scan.valid_up_to = r.position();
+            scan.valid_up_to = origin + r.position();
             scan.valid_line = r.line();
         }
     }
@@ -142,11 +169,37 @@ pub(crate) struct Prepared {
     /// Sum of the sizes of the base and incr files.
     pub(crate) total_size: u64,
     pub(crate) base_size: u64,
+    /// The base starts with an RDB.
+    pub(crate) base_rdb: bool,
     /// The incr file to append to, and its size.
     pub(crate) incr_name: String,
     pub(crate) incr_size: u64,
     /// The manifest as it is on disk now (no history entries).
     pub(crate) manifest: Manifest,
+}
+
+/// Reads a whole RDB, checking every key and the checksum; returns the
+/// input positioned just past it, and its size.
+fn read_rdb(input: BufReader<File>) -> Result<(BufReader<File>, u64), keel_rdb::RdbError> {
+    let mut rdb = RdbReader::new(input)?;
+    while rdb.next_item()?.is_some() {}
+    let size = rdb.offset();
+    Ok((rdb.into_inner(), size))
+}
+
+/// Creates an empty base file of `format`, synced: for RDB, a file with
+/// no keys (`aof-base` 1), as Redis 7.0 writes one into a fresh directory.
+pub(crate) fn create_empty_base(path: &Path, format: BaseFormat) -> Result<(), JournalError> {
+    match format {
+        BaseFormat::Aof => create_empty(path),
+        BaseFormat::Rdb => {
+            let f = File::create(path).map_err(io_err(path))?;
+            let options = keel_rdb::WriteOptions { aof_base: true, ..keel_rdb::WriteOptions::default() };
+            let w = keel_rdb::RdbWriter::new(io::BufWriter::new(f), options).map_err(io_err(path))?;
+            let f = w.finish().map_err(io_err(path))?.into_inner().map_err(|e| io_err(path)(e.into_error()))?;
+            f.sync_all().map_err(io_err(path))
+        }
+    }
 }
 
 pub(crate) fn create_empty(path: &Path) -> Result<(), JournalError> {
@@ -175,7 +228,7 @@ pub(crate) fn persist(m: &Manifest, config: &JournalConfig) -> Result<(), Journa
 ///   Redis 7 upgrades; a crash in between is finished on the next open).
 ///   Otherwise an empty base and an empty incr file are created, then the
 ///   manifest, like a fresh Redis 7 does.
-/// * A base file in RDB format is refused ([`JournalError::RdbPreamble`]).
+/// * A fresh directory's empty base is in `config.base_format`.
 /// * The last file is scanned: a torn tail is cut off when
 ///   `load_truncated`, otherwise refused; corruption is always refused.
 ///   Earlier files are checked while they are replayed.
@@ -207,9 +260,9 @@ pub(crate) fn prepare(config: &JournalConfig) -> Result<Prepared, JournalError> 
         persist(&m, config)?;
         m
     } else {
-        let base = manifest::base_name(name, 1);
+        let base = manifest::base_name(name, 1, config.base_format);
         let incr = manifest::incr_name(name, 1);
-        create_empty(&dir.join(&base))?;
+        create_empty_base(&dir.join(&base), config.base_format)?;
         create_empty(&dir.join(&incr))?;
         let m = Manifest {
             base: Some(AofInfo { name: base, seq: 1, kind: FileKind::Base }),
@@ -262,12 +315,13 @@ pub(crate) fn prepare(config: &JournalConfig) -> Result<Prepared, JournalError> 
         sizes.push(meta.len());
     }
     let base_size = if m.base.is_some() { sizes[0] } else { 0 };
-    if let Some(base) = &m.base {
-        let path = dir.join(&base.name);
-        if is_rdb(&path).map_err(io_err(&path))? {
-            return Err(JournalError::RdbPreamble { file: path });
+    let base_rdb = match &m.base {
+        Some(base) => {
+            let path = dir.join(&base.name);
+            is_rdb(&path).map_err(io_err(&path))?
         }
-    }
+        None => false,
+    };
 
     if let (Some(last), Some(size)) = (listed.last(), sizes.last_mut()) {
         let path = dir.join(last);
@@ -278,6 +332,7 @@ pub(crate) fn prepare(config: &JournalConfig) -> Result<Prepared, JournalError> 
                 Some(Problem::Corrupt { offset, reason }) => {
                     return Err(JournalError::Corrupt { file: path, offset, reason });
                 }
+                Some(Problem::BadRdb { reason }) => return Err(JournalError::RdbBase { file: path, reason }),
                 Some(Problem::Torn { offset, reason }) if !config.load_truncated => {
                     return Err(JournalError::Corrupt {
                         file: path,
@@ -321,7 +376,7 @@ pub(crate) fn prepare(config: &JournalConfig) -> Result<Prepared, JournalError> 
             (incr, 0)
         }
     };
-    Ok(Prepared { files, warnings, total_size, base_size, incr_name, incr_size, manifest: m })
+    Ok(Prepared { files, warnings, total_size, base_size, base_rdb, incr_name, incr_size, manifest: m })
 }
 
 /// How the temporary base of a rewrite is named (Redis's own prefix).
@@ -337,12 +392,30 @@ pub(crate) fn remove_leftover(path: &Path) {
     }
 }
 
-/// One replayed command: its database and its arguments.
-pub type ReplayItem = Result<(usize, Vec<Vec<u8>>), JournalError>;
+/// One thing to replay, in order.
+#[derive(Debug)]
+pub enum Replayed {
+    /// A command of an AOF file, executed in database `db`.
+    Command { db: usize, argv: Vec<Vec<u8>> },
+    /// A key of an RDB base, to insert as it is (keys whose expiry has
+    /// passed included: nothing expires while loading, and Redis keeps
+    /// them too when it loads an AOF base).
+    Key(RdbEntry),
+    /// An RDB base's RESIZEDB hint: database `db` is about to receive
+    /// `keys` keys, `with_expiry` of them with a TTL (to size its tables).
+    Resize { db: usize, keys: u64, with_expiry: u64 },
+}
 
-/// The commands to replay, in order: the base file, then each incr file in
-/// seq order. Each item is `(db, argv)`.
+pub type ReplayItem = Result<Replayed, JournalError>;
+
+/// The commands and keys to replay, in order: the base file, then each
+/// incr file in seq order.
 ///
+/// * A file that starts with `REDIS` is read as an RDB (its keys yielded as
+///   [`Replayed::Key`], its RESIZEDB hints as [`Replayed::Resize`], its
+///   other items skipped), then as commands from the
+///   end of the RDB on, as Redis reads an AOF with an RDB preamble. A
+///   damaged RDB gives [`JournalError::RdbBase`].
 /// * `SELECT` records are consumed here: they set the db of the items that
 ///   follow. Every file starts in db 0 (Redis loads each file with a fresh
 ///   client).
@@ -357,16 +430,43 @@ pub type ReplayItem = Result<(usize, Vec<Vec<u8>>), JournalError>;
 pub struct Replay {
     dir: PathBuf,
     files: std::vec::IntoIter<(String, u64)>,
-    current: Option<(PathBuf, RecordReader<BufReader<File>>)>,
+    current: Option<Current>,
     db: usize,
     multi_open: bool,
     done: bool,
     warnings: Vec<String>,
     commands: u64,
+    keys: u64,
+    /// Bytes of RDB read so far (they load at another rate than commands:
+    /// the server measures the two apart).
+    rdb_bytes: u64,
     /// Sizes of every file to replay, and of those already replayed
     /// (INFO loading_total_bytes / loading_loaded_bytes).
     total_bytes: u64,
     finished_bytes: u64,
+}
+
+/// The file being replayed.
+struct Current {
+    path: PathBuf,
+    len: u64,
+    reading: Reading,
+}
+
+enum Reading {
+    Rdb(RdbReader<BufReader<File>>),
+    /// Commands; `origin` is the file offset of the reader's position 0
+    /// (the end of the RDB part, if any).
+    Aof { reader: RecordReader<BufReader<File>>, origin: u64 },
+}
+
+impl Current {
+    fn position(&self) -> u64 {
+        match &self.reading {
+            Reading::Rdb(r) => r.offset(),
+            Reading::Aof { reader, origin } => origin + reader.position(),
+        }
+    }
 }
 
 impl std::fmt::Debug for Replay {
@@ -374,6 +474,7 @@ impl std::fmt::Debug for Replay {
         f.debug_struct("Replay")
             .field("dir", &self.dir)
             .field("commands", &self.commands)
+            .field("keys", &self.keys)
             .field("warnings", &self.warnings)
             .finish_non_exhaustive()
     }
@@ -393,6 +494,8 @@ impl Replay {
             done: false,
             warnings,
             commands: 0,
+            keys: 0,
+            rdb_bytes: 0,
         }
     }
 
@@ -409,7 +512,7 @@ impl Replay {
 
     /// Bytes replayed so far.
     pub fn loaded_bytes(&self) -> u64 {
-        self.finished_bytes + self.current.as_ref().map_or(0, |(_, reader)| reader.position())
+        self.finished_bytes + self.current.as_ref().map_or(0, Current::position)
     }
 
     /// Commands yielded so far (SELECTs not counted).
@@ -417,9 +520,77 @@ impl Replay {
         self.commands
     }
 
+    /// RDB keys yielded so far.
+    pub fn keys(&self) -> u64 {
+        self.keys
+    }
+
+    /// Bytes of RDB read so far (the RDB parts of the files replayed).
+    pub fn rdb_bytes(&self) -> u64 {
+        self.rdb_bytes
+    }
+
     fn fail(&mut self, e: JournalError) -> Option<ReplayItem> {
         self.done = true;
         Some(Err(e))
+    }
+
+    fn open_next(&mut self) -> Result<bool, JournalError> {
+        let Some((name, len)) = self.files.next() else { return Ok(false) };
+        let path = self.dir.join(&name);
+        let io = |source| JournalError::Io { path: path.clone(), source };
+        let rdb = is_rdb(&path).map_err(io)?;
+        let input = BufReader::with_capacity(1 << 20, File::open(&path).map_err(io)?);
+        self.db = 0;
+        self.multi_open = false;
+        let reading = if rdb {
+            // The parsing thread is what a load waits on: the checksum goes to a helper.
+            let reader = RdbReader::new(input)
+                .map_err(|e| JournalError::RdbBase { file: path.clone(), reason: e.to_string() })?
+                .checksum_in_background();
+            Reading::Rdb(reader)
+        } else {
+            Reading::Aof { reader: RecordReader::new(input, len), origin: 0 }
+        };
+        self.current = Some(Current { path, len, reading });
+        Ok(true)
+    }
+
+    /// The next key of the RDB being read; at its end, moves on to the
+    /// commands after it.
+    fn next_rdb(&mut self) -> Result<Option<Replayed>, JournalError> {
+        let Some(Current { path, len, reading: Reading::Rdb(reader) }) = self.current.as_mut() else {
+            return Ok(None);
+        };
+        loop {
+            match reader.next_item() {
+                Ok(Some(RdbItem::Entry(e))) => {
+                    self.keys += 1;
+                    return Ok(Some(Replayed::Key(e)));
+                }
+                Ok(Some(RdbItem::SelectDb(db))) => self.db = db as usize,
+                Ok(Some(RdbItem::ResizeDb { db_size, expires_size })) => {
+                    return Ok(Some(Replayed::Resize { db: self.db, keys: db_size, with_expiry: expires_size }));
+                }
+                Ok(Some(RdbItem::Function { .. })) => {
+                    tracing::warn!("{}: skipping a function library: Keel has no functions", path.display());
+                }
+                Ok(Some(_)) => {}
+                Ok(None) => break,
+                Err(e) => return Err(JournalError::RdbBase { file: path.clone(), reason: e.to_string() }),
+            }
+        }
+        let (path, len) = (path.clone(), *len);
+        let Some(Current { reading: Reading::Rdb(reader), .. }) = self.current.take() else {
+            unreachable!("matched above")
+        };
+        let origin = reader.offset();
+        self.rdb_bytes += origin;
+        // Commands after an RDB preamble start in db 0, as Redis's AOF client.
+        self.db = 0;
+        let reader = RecordReader::new(reader.into_inner(), len.saturating_sub(origin));
+        self.current = Some(Current { path, len, reading: Reading::Aof { reader, origin } });
+        Ok(None)
     }
 }
 
@@ -432,24 +603,28 @@ impl Iterator for Replay {
         }
         loop {
             if self.current.is_none() {
-                let Some((name, len)) = self.files.next() else {
-                    self.done = true;
-                    return None;
-                };
-                let path = self.dir.join(&name);
-                let f = match File::open(&path) {
-                    Ok(f) => f,
-                    Err(source) => return self.fail(JournalError::Io { path, source }),
-                };
-                self.db = 0;
-                self.multi_open = false;
-                let reader = RecordReader::new(BufReader::with_capacity(1 << 20, f), len);
-                self.current = Some((path, reader));
+                match self.open_next() {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        self.done = true;
+                        return None;
+                    }
+                    Err(e) => return self.fail(e),
+                }
             }
-            let Some((path, reader)) = self.current.as_mut() else { continue };
+            let Some(current) = self.current.as_mut() else { continue };
+            let (reader, origin) = match &mut current.reading {
+                Reading::Rdb(_) => match self.next_rdb() {
+                    Ok(Some(key)) => return Some(Ok(key)),
+                    Ok(None) => continue,
+                    Err(e) => return self.fail(e),
+                },
+                Reading::Aof { reader, origin } => (reader, *origin),
+            };
+            let path = &current.path;
             let corrupt = |offset, reason: &str| JournalError::Corrupt {
                 file: path.clone(),
-                offset,
+                offset: origin + offset,
                 reason: reason.to_string(),
             };
             let record_start = reader.position();
@@ -476,14 +651,14 @@ impl Iterator for Replay {
                             self.multi_open = false;
                         }
                         self.commands += 1;
-                        return Some(Ok((self.db, argv)));
+                        return Some(Ok(Replayed::Command { db: self.db, argv }));
                     }
                 }
                 Ok(None) if self.multi_open => {
                     corrupt(reader.position(), "end of file inside a MULTI/EXEC transaction")
                 }
                 Ok(None) => {
-                    self.finished_bytes += reader.position();
+                    self.finished_bytes += current.len;
                     self.current = None;
                     continue;
                 }

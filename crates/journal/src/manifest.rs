@@ -23,8 +23,8 @@
 //!
 //! Lines starting with `#` are comments; a line may be at most 1024 bytes; an
 //! empty manifest is an error. File names follow
-//! `<appendfilename>.<seq>.base.aof` (`.base.rdb` when Redis wrote an RDB
-//! preamble) and `<appendfilename>.<seq>.incr.aof`.
+//! `<appendfilename>.<seq>.base.aof` (`.base.rdb` for an RDB base,
+//! `aof-use-rdb-preamble yes`) and `<appendfilename>.<seq>.incr.aof`.
 //!
 //! The manifest is replaced atomically: written to `temp-<appendfilename>.manifest`,
 //! fsync'd, renamed over the old one, then the directory is fsync'd (which
@@ -35,6 +35,7 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
 use crate::resp::parse_u64;
+use crate::BaseFormat;
 
 /// Redis's `MANIFEST_MAX_LINE`.
 const MANIFEST_LINE_MAX: usize = 1024;
@@ -78,8 +79,14 @@ pub(crate) fn temp_manifest_name(appendfilename: &str) -> String {
     format!("temp-{appendfilename}.manifest")
 }
 
-pub(crate) fn base_name(appendfilename: &str, seq: u64) -> String {
-    format!("{appendfilename}.{seq}.base.aof")
+/// Redis's `getNewBaseFileNameAndMarkPreAsHistory`: the suffix says the
+/// format.
+pub(crate) fn base_name(appendfilename: &str, seq: u64, format: BaseFormat) -> String {
+    let suffix = match format {
+        BaseFormat::Aof => "aof",
+        BaseFormat::Rdb => "rdb",
+    };
+    format!("{appendfilename}.{seq}.base.{suffix}")
 }
 
 pub(crate) fn incr_name(appendfilename: &str, seq: u64) -> String {

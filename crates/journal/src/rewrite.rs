@@ -16,13 +16,14 @@
 //!    file, the ones before to the old one (see `writer.rs` for how the
 //!    writer finishes and fsyncs the old file before it moves on). No I/O,
 //!    no failure: a few pointer moves under the `Gather` lock.
-//! 3. The server writes the dataset at S into the temporary base
-//!    ([`Rewrite::write`]), AOF format (RESP commands, `SELECT` where the
-//!    database changes). Crash: the temporary file is not listed; the next
-//!    open deletes it.
+//! 3. The server writes the dataset at S into the temporary base, as RESP
+//!    commands ([`Rewrite::write`], `SELECT` where the database changes) or
+//!    as an RDB ([`Rewrite::base_writer`]), as [`RewriteOptions`] said.
+//!    Crash: the temporary file is not listed; the next open deletes it.
 //! 4. [`Rewrite::commit`]: waits until the writer has moved to the new
 //!    file (everything before S is written and synced in the old files),
-//!    fdatasyncs the base, renames it to `<appendfilename>.<seq>.base.aof`,
+//!    fdatasyncs the base, renames it to `<appendfilename>.<seq>.base.aof`
+//!    (`.base.rdb` for an RDB),
 //!    atomically replaces the manifest with (new base, old base and old
 //!    incr files as `type h` history, incr files opened since S), fsyncs
 //!    the directory, then deletes the history files and writes the manifest
@@ -30,6 +31,9 @@
 //!    manifest, still complete (the renamed base is an unlisted leftover
 //!    that the next rewrite's rename replaces). After it: the new one; the
 //!    history files are never loaded, and the next open deletes them.
+//!
+//! With [`RewriteOptions::incr_listed_at_commit`] step 1 does not touch
+//! the manifest: the new incr file is listed by step 4, with the base.
 //!
 //! [`Rewrite::abort`] (or dropping a `Rewrite`) deletes the temporary base
 //! and keeps everything else: the rotation stays, as in Redis, and the
@@ -52,7 +56,7 @@ use crate::file::{FileFactory, LogFile};
 use crate::load::{self, TEMP_BASE_PREFIX};
 use crate::manifest::{self, AofInfo, FileKind, Manifest};
 use crate::writer::{Batch, Inner, Switch};
-use crate::{resp, Journal, JournalConfig, JournalError, JournalStats, Lsn};
+use crate::{resp, BaseFormat, Journal, JournalConfig, JournalError, JournalStats, Lsn};
 
 /// The manifest and the sizes of the files it lists, shared by the journal
 /// and its rewrite.
@@ -64,6 +68,13 @@ pub(crate) struct Files {
     manifest: Mutex<Manifest>,
     rewriting: AtomicBool,
     base_size: AtomicU64,
+    /// The base is an RDB (replay reads it faster per byte than commands).
+    base_rdb: AtomicBool,
+    /// The seq of the last incr file created but not listed (0: none): a
+    /// rewrite whose incr file is listed at commit failed, or runs. Until
+    /// a commit lists one, every rewrite lists its incr file at commit,
+    /// and none reuses that seq.
+    unlisted_seq: AtomicU64,
     /// `aof_current_size` is `written + size_adj`: LSNs count every byte
     /// ever appended, the files hold the base and what came after S.
     size_adj: AtomicI64,
@@ -100,16 +111,26 @@ pub struct Sizes {
     /// output (the base) sizes; 0 when there was none since open.
     pub last_input: u64,
     pub last_output: u64,
+    /// The base is an RDB.
+    pub base_rdb: bool,
 }
 
 impl Files {
-    pub(crate) fn new(config: &JournalConfig, factory: Arc<dyn FileFactory>, manifest: Manifest, base_size: u64) -> Files {
+    pub(crate) fn new(
+        config: &JournalConfig,
+        factory: Arc<dyn FileFactory>,
+        manifest: Manifest,
+        base_size: u64,
+        base_rdb: bool,
+    ) -> Files {
         Files {
             config: config.clone(),
             factory,
             manifest: Mutex::new(manifest),
             rewriting: AtomicBool::new(false),
             base_size: AtomicU64::new(base_size),
+            base_rdb: AtomicBool::new(base_rdb),
+            unlisted_seq: AtomicU64::new(0),
             size_adj: AtomicI64::new(0),
             rewrite_base_size: AtomicU64::new(base_size),
             counters: Mutex::new(Counters::default()),
@@ -129,6 +150,7 @@ impl Files {
             rewriting: self.rewriting.load(Ordering::Acquire),
             last_input: c.last_input_bytes,
             last_output: c.last_output_bytes,
+            base_rdb: self.base_rdb.load(Ordering::Acquire),
         }
     }
 
@@ -229,6 +251,21 @@ impl BaseBuffer {
     }
 }
 
+/// How a rewrite writes its files.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RewriteOptions {
+    /// The format the caller writes the base in; it names the file.
+    pub base_format: BaseFormat,
+    /// List the new incr file in the manifest only at the commit, with the
+    /// base (Redis's temporary incr file of `AOF_WAIT_REWRITE`). For a
+    /// journal that was not logging before S (`CONFIG SET appendonly yes`):
+    /// the files on disk then miss what changed meanwhile, and the records
+    /// after S make sense only on top of the new base. A crash before the
+    /// commit loads the old files alone; after a failed rewrite the next
+    /// one's commit covers the unlisted file's records with its base.
+    pub incr_listed_at_commit: bool,
+}
+
 /// What `Journal::prepare_rewrite` made ready; see the module docs. Dropping
 /// it without `start` makes the switch anyway (the manifest already lists
 /// the new file, which must therefore be the one appended to) and abandons
@@ -242,6 +279,8 @@ struct Parts {
     files: Arc<Files>,
     incr: Switch,
     incr_seq: u64,
+    options: RewriteOptions,
+    replaces_unlisted: Option<u64>,
     base_file: Arc<dyn LogFile>,
     temp_path: PathBuf,
     started: Instant,
@@ -254,12 +293,32 @@ struct Parts {
 /// behind it.
 pub const BASE_SYNC_EVERY_BYTES: u64 = 4 << 20;
 
+/// [`Rewrite::base_writer`].
+pub struct BaseWriter<'r> {
+    rewrite: &'r mut Rewrite,
+}
+
+impl std::io::Write for BaseWriter<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.rewrite.write_bytes(buf).map_err(std::io::Error::other)?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 /// A rewrite between the instant S and its commit or abort.
 pub struct Rewrite {
     inner: Arc<Inner>,
     files: Arc<Files>,
     at: Lsn,
     incr_seq: u64,
+    options: RewriteOptions,
+    /// The unlisted incr file of an earlier failed rewrite, deleted at the
+    /// commit.
+    replaces_unlisted: Option<u64>,
     base_file: Arc<dyn LogFile>,
     temp_path: PathBuf,
     base_bytes: u64,
@@ -285,14 +344,21 @@ impl Journal {
     /// manifest update, with their fsyncs. Call it before taking the
     /// server's locks; then call [`PreparedRewrite::start`] under them.
     /// Fails with [`JournalError::RewriteInProgress`] while a rewrite runs.
+    /// The base is AOF-format, the new incr file listed at once.
     pub fn prepare_rewrite(&self) -> Result<PreparedRewrite, JournalError> {
+        self.prepare_rewrite_with(RewriteOptions { base_format: BaseFormat::Aof, incr_listed_at_commit: false })
+    }
+
+    /// [`Journal::prepare_rewrite`] with a choice of base format and of
+    /// when the new incr file is listed.
+    pub fn prepare_rewrite_with(&self, options: RewriteOptions) -> Result<PreparedRewrite, JournalError> {
         let files = &self.files;
         if files.rewriting.swap(true, Ordering::AcqRel) {
             return Err(JournalError::RewriteInProgress);
         }
         let started = Instant::now();
         files.counters.lock().running_since = Some(started);
-        match self.prepare_files(started) {
+        match self.prepare_files(started, options) {
             Ok(p) => Ok(p),
             Err(e) => {
                 tracing::error!("journal: cannot start a rewrite: {e}");
@@ -302,12 +368,14 @@ impl Journal {
         }
     }
 
-    fn prepare_files(&self, started: Instant) -> Result<PreparedRewrite, JournalError> {
+    fn prepare_files(&self, started: Instant, mut options: RewriteOptions) -> Result<PreparedRewrite, JournalError> {
         let files = &self.files;
+        let unlisted = files.unlisted_seq.load(Ordering::Acquire);
+        options.incr_listed_at_commit |= unlisted > 0;
         let mut m = files.manifest.lock();
         let temp_path = files.path(&format!("{TEMP_BASE_PREFIX}{}.aof", std::process::id()));
         let base_file = files.open_file(&temp_path)?;
-        let seq = m.next_incr_seq();
+        let seq = m.next_incr_seq().max(unlisted + 1);
         let name = manifest::incr_name(&files.config.filename, seq);
         let incr_path = files.path(&name);
         let incr_file = match files.open_file(&incr_path) {
@@ -317,14 +385,18 @@ impl Journal {
                 return Err(e);
             }
         };
-        let mut next = m.clone();
-        next.incr.push(AofInfo { name: name.clone(), seq, kind: FileKind::Incr });
-        if let Err(e) = files.persist(&next) {
-            load::remove_leftover(&temp_path);
-            load::remove_leftover(&incr_path);
-            return Err(e);
+        if options.incr_listed_at_commit {
+            files.unlisted_seq.store(seq, Ordering::Release);
+        } else {
+            let mut next = m.clone();
+            next.incr.push(AofInfo { name: name.clone(), seq, kind: FileKind::Incr });
+            if let Err(e) = files.persist(&next) {
+                load::remove_leftover(&temp_path);
+                load::remove_leftover(&incr_path);
+                return Err(e);
+            }
+            *m = next;
         }
-        *m = next;
         tracing::info!("journal: rewrite: created incr file {name}");
         Ok(PreparedRewrite {
             parts: Some(Parts {
@@ -332,6 +404,8 @@ impl Journal {
                 files: Arc::clone(&self.files),
                 incr: Switch { at: 0, file: incr_file, name },
                 incr_seq: seq,
+                options,
+                replaces_unlisted: (unlisted > 0).then_some(unlisted),
                 base_file,
                 temp_path,
                 started,
@@ -379,6 +453,8 @@ impl PreparedRewrite {
             files: p.files,
             at,
             incr_seq: p.incr_seq,
+            options: p.options,
+            replaces_unlisted: p.replaces_unlisted,
             base_file: p.base_file,
             temp_path: p.temp_path,
             base_bytes: 0,
@@ -411,16 +487,33 @@ impl Rewrite {
         self.base_bytes
     }
 
+    /// The options it was prepared with.
+    pub fn options(&self) -> RewriteOptions {
+        self.options
+    }
+
     /// Appends what `buf` holds to the temporary base and empties it
     /// (fdatasyncing every [`BASE_SYNC_EVERY_BYTES`]).
     pub fn write(&mut self, buf: &mut BaseBuffer) -> Result<(), JournalError> {
-        if buf.bytes.is_empty() {
+        self.write_bytes(&buf.bytes)?;
+        buf.bytes.clear();
+        Ok(())
+    }
+
+    /// The temporary base as an `io::Write`, for an encoder that writes
+    /// to one (the RDB writer); errors come back as `io::Error`s wrapping
+    /// the [`JournalError`].
+    pub fn base_writer(&mut self) -> BaseWriter<'_> {
+        BaseWriter { rewrite: self }
+    }
+
+    fn write_bytes(&mut self, bytes: &[u8]) -> Result<(), JournalError> {
+        if bytes.is_empty() {
             return Ok(());
         }
         let err = |source| JournalError::Io { path: self.temp_path.clone(), source };
-        crate::writer::write_all(&*self.base_file, &buf.bytes).map_err(|(source, _)| err(source))?;
-        self.base_bytes += buf.bytes.len() as u64;
-        buf.bytes.clear();
+        crate::writer::write_all(&*self.base_file, bytes).map_err(|(source, _)| err(source))?;
+        self.base_bytes += bytes.len() as u64;
         if self.base_bytes - self.base_synced_bytes >= BASE_SYNC_EVERY_BYTES {
             self.base_file.sync_data().map_err(err)?;
             self.base_synced_bytes = self.base_bytes;
@@ -485,7 +578,7 @@ impl Rewrite {
         let files = Arc::clone(&self.files);
         let mut m = files.manifest.lock();
         let base_seq = m.base.as_ref().map_or(0, |b| b.seq) + 1;
-        let base_name = manifest::base_name(&files.config.filename, base_seq);
+        let base_name = manifest::base_name(&files.config.filename, base_seq, self.options.base_format);
         let base_path = files.path(&base_name);
         fs::rename(&self.temp_path, &base_path).map_err(io(&self.temp_path))?;
 
@@ -501,6 +594,10 @@ impl Rewrite {
             } else {
                 next.history.push(AofInfo { kind: FileKind::History, ..info });
             }
+        }
+        if self.options.incr_listed_at_commit {
+            let name = manifest::incr_name(&files.config.filename, self.incr_seq);
+            next.incr.insert(0, AofInfo { name, seq: self.incr_seq, kind: FileKind::Incr });
         }
         if let Err(e) = files.persist(&next) {
             load::remove_leftover(&base_path);
@@ -520,6 +617,12 @@ impl Rewrite {
         let written = self.inner.written.load(Ordering::Acquire);
         files.size_adj.store(base as i64 - self.at as i64, Ordering::Release);
         files.base_size.store(base, Ordering::Release);
+        files.base_rdb.store(self.options.base_format == BaseFormat::Rdb, Ordering::Release);
+        if let Some(seq) = self.replaces_unlisted {
+            // Written before S only, so covered by the base.
+            load::remove_leftover(&files.path(&manifest::incr_name(&files.config.filename, seq)));
+        }
+        files.unlisted_seq.store(0, Ordering::Release);
         files.rewrite_base_size.store(files.current_size(written), Ordering::Release);
         {
             let mut c = files.counters.lock();

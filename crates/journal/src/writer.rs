@@ -56,7 +56,7 @@
 
 use std::collections::VecDeque;
 use std::io;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -119,7 +119,9 @@ pub(crate) struct Segment {
 }
 
 pub(crate) struct Inner {
-    pub(crate) policy: FsyncPolicy,
+    /// The [`FsyncPolicy`], changeable at run time (`Journal::set_fsync`).
+    /// The writer reads it once per cycle.
+    pub(crate) policy: AtomicU8,
     pub(crate) retry_interval: Duration,
     pub(crate) everysec_interval: Duration,
     pub(crate) backlog_max_bytes: u64,
@@ -160,6 +162,9 @@ pub(crate) struct Inner {
 }
 
 impl Inner {
+    pub(crate) fn policy(&self) -> FsyncPolicy {
+        FsyncPolicy::from_u8(self.policy.load(Ordering::Acquire))
+    }
     /// Records a failure: `health()` is `Err` from now on. `from_syncer`
     /// also flags the file for repair by the writer (under the same lock as
     /// [`Inner::clear_error`], so a repair never hides a newer failure).
@@ -193,7 +198,7 @@ impl Inner {
         self.progress_cv.notify_all();
     }
 
-    fn wake_writer(&self) {
+    pub(crate) fn wake_writer(&self) {
         let mut g = self.gather.lock();
         g.writer_sleeping = false;
         drop(g);
@@ -323,7 +328,7 @@ impl Writer {
                 continue;
             }
             g.writer_sleeping = true;
-            if self.inner.policy == FsyncPolicy::EverySec && !self.retained.is_empty() {
+            if self.inner.policy() == FsyncPolicy::EverySec && !self.retained.is_empty() {
                 // Wake up now and then to let go of what the fsync thread
                 // has synced meanwhile.
                 inner.writer_cv.wait_for(&mut g, inner.everysec_interval);
@@ -338,7 +343,7 @@ impl Writer {
         self.retained.extend(g.sealed.drain(..));
         self.switches.extend(g.switches.drain(..));
         if !g.buf.is_empty() {
-            self.linger = self.inner.policy != FsyncPolicy::Always;
+            self.linger = self.inner.policy() != FsyncPolicy::Always;
             let fresh = std::mem::take(&mut self.spare);
             let bytes = std::mem::replace(&mut g.buf, fresh);
             let batch = Batch { start: g.start, records: g.records, bytes };
@@ -370,10 +375,9 @@ impl Writer {
         }
     }
 
+    /// Unconditional, whatever the policy: it may change between a pause
+    /// and its resume.
     fn pause_syncer(&self) {
-        if self.inner.policy != FsyncPolicy::EverySec {
-            return;
-        }
         let mut s = self.inner.syncer.lock();
         s.paused = true;
         while s.in_flight_since.is_some() {
@@ -382,9 +386,6 @@ impl Writer {
     }
 
     fn resume_syncer(&self) {
-        if self.inner.policy != FsyncPolicy::EverySec {
-            return;
-        }
         let mut s = self.inner.syncer.lock();
         s.paused = false;
         self.inner.syncer_failed.store(false, Ordering::Release);
@@ -395,8 +396,9 @@ impl Writer {
     fn cycle(&mut self, sync_request: Lsn) {
         let inner = Arc::clone(&self.inner);
         let started = Instant::now();
+        let policy = inner.policy();
 
-        if inner.policy == FsyncPolicy::EverySec {
+        if policy == FsyncPolicy::EverySec {
             self.synced = self.synced.max(inner.synced.load(Ordering::Acquire));
             if inner.syncer_failed.load(Ordering::Acquire) && !self.must_resync {
                 // The fsync thread has paused itself: the file is ours.
@@ -444,11 +446,11 @@ impl Writer {
         if !self.switch_if_due() {
             return;
         }
-        if bytes > 0 && inner.policy == FsyncPolicy::EverySec {
+        if bytes > 0 && policy == FsyncPolicy::EverySec {
             self.count_delayed_fsync();
         }
 
-        let want_sync = match inner.policy {
+        let want_sync = match policy {
             FsyncPolicy::Always => self.written > self.synced,
             _ => sync_request > self.synced && self.written > self.synced,
         };
@@ -461,7 +463,7 @@ impl Writer {
             self.resume_syncer();
         }
 
-        let durable = match inner.policy {
+        let durable = match policy {
             FsyncPolicy::Always => self.synced,
             FsyncPolicy::EverySec | FsyncPolicy::No => self.written,
         };
@@ -532,7 +534,7 @@ impl Writer {
 
     /// Lets go of batches that no failure can make us write again.
     fn trim(&mut self) {
-        let keep_from = match self.inner.policy {
+        let keep_from = match self.inner.policy() {
             FsyncPolicy::Always | FsyncPolicy::EverySec => self.synced,
             FsyncPolicy::No => self.written,
         };
@@ -597,7 +599,7 @@ pub(crate) fn run_syncer(inner: Arc<Inner>) {
                 let due = last_start + inner.everysec_interval;
                 let now = Instant::now();
                 let failed = inner.syncer_failed.load(Ordering::Acquire);
-                if s.paused || failed {
+                if s.paused || failed || inner.policy() != FsyncPolicy::EverySec {
                     inner.syncer_cv.wait(&mut s);
                 } else if now < due {
                     inner.syncer_cv.wait_until(&mut s, due);

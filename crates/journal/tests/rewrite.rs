@@ -14,7 +14,8 @@ use std::time::Duration;
 use common::*;
 use keel_journal::check::{check, CheckOutcome};
 use keel_journal::testing::{Fault, Op};
-use keel_journal::{BaseBuffer, FsyncPolicy, Journal, JournalConfig, JournalError};
+use keel_journal::{BaseBuffer, BaseFormat, FsyncPolicy, Journal, JournalConfig, JournalError, Replayed, RewriteOptions};
+use keel_rdb::{RdbValue, RdbWriter, WriteOptions};
 
 const T: Duration = Duration::from_secs(10);
 
@@ -35,13 +36,24 @@ fn manifest(cfg: &JournalConfig) -> String {
 }
 
 /// keel-check-aof accepts the directory, and a fresh open replays it:
-/// returns what it replays, as "db:SET k<i>" strings.
+/// returns what it replays, commands as "db:SET k<i> v" strings, RDB keys
+/// as "db:KEY k<i>=v".
 fn check_and_load(cfg: &JournalConfig) -> Vec<String> {
     let mut out = Vec::new();
     let outcome = check(&cfg.dir.join("appendonly.aof.manifest"), false, &mut out).unwrap();
     assert_eq!(outcome, CheckOutcome::Valid, "{}", String::from_utf8_lossy(&out));
     let (_j, replay) = open(cfg);
-    replay_all(replay).into_iter().map(|(db, argv)| format!("{db}:{}", strs(&argv).join(" "))).collect()
+    replay
+        .filter(|item| !matches!(item, Ok(Replayed::Resize { .. })))
+        .map(|item| match item.unwrap() {
+            Replayed::Resize { .. } => unreachable!("filtered out"),
+            Replayed::Key(e) => match e.value {
+                RdbValue::String(v) => format!("{}:KEY {}={}", e.db, String::from_utf8_lossy(&e.key), String::from_utf8_lossy(&v)),
+                other => panic!("{other:?}"),
+            },
+            Replayed::Command { db, argv } => format!("{db}:{}", strs(&argv).join(" ")),
+        })
+        .collect()
 }
 
 /// Copies the appendonly directory (as a crash would leave it, the journal
@@ -49,7 +61,7 @@ fn check_and_load(cfg: &JournalConfig) -> Vec<String> {
 fn load_copy(cfg: &JournalConfig, j: &Journal) -> Vec<String> {
     j.flush_and_sync().unwrap();
     let tmp = tempfile::tempdir().unwrap();
-    let copy = config(tmp.path(), cfg.fsync);
+    let copy = JournalConfig { dir: tmp.path().join("appendonlydir"), ..cfg.clone() };
     std::fs::create_dir_all(&copy.dir).unwrap();
     for name in files_in(&cfg.dir) {
         std::fs::copy(cfg.dir.join(&name), copy.dir.join(&name)).unwrap();
@@ -447,4 +459,149 @@ fn a_failing_base_write_aborts_cleanly() {
     assert!(matches!(rw.commit(), Err(JournalError::Io { .. })));
     assert!(!files_in(&cfg.dir).iter().any(|n| n.starts_with("temp-") || n.contains(".2.base")));
     assert_eq!(load_copy(&cfg, &j), sets(0, 0..10));
+}
+
+/// Writes keys k0..n of database `db` as an RDB base through `rw`.
+fn write_rdb_base(rw: &mut keel_journal::Rewrite, db: u64, n: usize) {
+    let options = WriteOptions { aof_base: true, ..WriteOptions::default() };
+    let mut w = RdbWriter::new(std::io::BufWriter::new(rw.base_writer()), options).unwrap();
+    w.select_db(db, n as u64, 0).unwrap();
+    for i in 0..n {
+        w.write_key(format!("k{i}").as_bytes(), &RdbValue::String(b"v".to_vec()), None).unwrap();
+    }
+    w.finish().unwrap().into_inner().map_err(|e| e.into_error()).unwrap();
+}
+
+#[test]
+fn an_rdb_base_is_named_listed_checked_and_replayed_as_keys() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = JournalConfig { base_format: BaseFormat::Rdb, ..config(tmp.path(), FsyncPolicy::Always) };
+    let (j, replay) = open(&cfg);
+    assert_eq!(replay.count(), 0);
+    // A fresh directory starts with an empty RDB base, as Redis 7.0's.
+    assert_eq!(
+        manifest(&cfg),
+        "file appendonly.aof.1.base.rdb seq 1 type b\nfile appendonly.aof.1.incr.aof seq 1 type i\n"
+    );
+    assert!(std::fs::read(cfg.dir.join("appendonly.aof.1.base.rdb")).unwrap().starts_with(b"REDIS0010"));
+    for i in 0..20 {
+        set(&j, 2, i);
+    }
+    let options = RewriteOptions { base_format: BaseFormat::Rdb, incr_listed_at_commit: false };
+    let mut rw = j.prepare_rewrite_with(options).unwrap().start();
+    let last = (20..25).map(|i| set(&j, 2, i)).last().unwrap();
+    write_rdb_base(&mut rw, 2, 20);
+    let summary = rw.commit().unwrap();
+    assert_eq!(summary.base_name, "appendonly.aof.2.base.rdb");
+    assert!(wait_durable(&j, last, T));
+    assert_eq!(
+        manifest(&cfg),
+        "file appendonly.aof.2.base.rdb seq 2 type b\nfile appendonly.aof.2.incr.aof seq 2 type i\n"
+    );
+    assert!(j.sizes().base_rdb);
+    let mut expected: Vec<String> = (0..20).map(|i| format!("2:KEY k{i}=v")).collect();
+    expected.extend(sets(2, 20..25));
+    assert_eq!(load_copy(&cfg, &j), expected);
+    let (j2, replay) = {
+        drop(j);
+        open(&cfg)
+    };
+    let items: Vec<Replayed> = replay.map(|r| r.unwrap()).collect();
+    assert_eq!(items.len(), 26, "20 keys, 5 commands and the base's sizing hint");
+    assert!(matches!(items[0], Replayed::Resize { db: 2, keys: 20, with_expiry: 0 }), "{:?}", items[0]);
+    assert!(j2.sizes().base_rdb);
+
+    // A damaged RDB base is reported by the check, never "fixed".
+    let base = cfg.dir.join("appendonly.aof.2.base.rdb");
+    let mut bytes = std::fs::read(&base).unwrap();
+    let at = bytes.len() - 12;
+    bytes[at] ^= 0xff;
+    std::fs::write(&base, &bytes).unwrap();
+    let mut out = Vec::new();
+    let outcome = check(&cfg.dir.join("appendonly.aof.manifest"), true, &mut out).unwrap();
+    let text = String::from_utf8_lossy(&out);
+    assert_eq!(outcome, CheckOutcome::Invalid, "{text}");
+    assert!(text.contains("RDB preamble of AOF file is not sane"), "{text}");
+    assert_eq!(std::fs::read(&base).unwrap(), bytes, "left as it was");
+    drop(j2);
+    let (_j, replay) = open(&cfg);
+    let err = replay.filter_map(Result::err).next().expect("an error");
+    assert!(matches!(&err, JournalError::RdbBase { file, .. } if *file == base), "{err}");
+}
+
+/// Replay's progress (INFO loading_loaded_bytes) moves through an RDB
+/// base as through commands, and ends at the total.
+#[test]
+fn replay_progress_moves_through_an_rdb_base() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = JournalConfig { base_format: BaseFormat::Rdb, ..config(tmp.path(), FsyncPolicy::Always) };
+    let (j, _) = open(&cfg);
+    let options = RewriteOptions { base_format: BaseFormat::Rdb, incr_listed_at_commit: false };
+    let mut rw = j.prepare_rewrite_with(options).unwrap().start();
+    write_rdb_base(&mut rw, 0, 20_000);
+    rw.commit().unwrap();
+    let last = (0..10).map(|i| set(&j, 1, i)).last().unwrap();
+    assert!(wait_durable(&j, last, T));
+    drop(j);
+    let (_j, mut replay) = open(&cfg);
+    let total = replay.total_bytes();
+    let mut seen = Vec::new();
+    while let Some(item) = replay.next() {
+        item.unwrap();
+        seen.push(replay.loaded_bytes());
+    }
+    assert!(seen.windows(2).all(|w| w[0] <= w[1]), "progress never goes back");
+    assert!(seen[0] < total / 2 && seen[10_000] > 0 && seen[10_000] < total, "{} {} of {total}", seen[0], seen[10_000]);
+    assert_eq!(replay.loaded_bytes(), total);
+    assert_eq!((replay.keys(), replay.commands()), (20_000, 10));
+    let rdb = std::fs::metadata(cfg.dir.join("appendonly.aof.2.base.rdb")).unwrap().len();
+    assert_eq!(replay.rdb_bytes(), rdb);
+}
+
+#[test]
+fn an_incr_file_listed_at_commit_is_invisible_until_its_base_is() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = config(tmp.path(), FsyncPolicy::Always);
+    let (j, _) = open(&cfg);
+    for i in 0..5 {
+        set(&j, 0, i);
+    }
+    let before = manifest(&cfg);
+    let at_commit = RewriteOptions { base_format: BaseFormat::Rdb, incr_listed_at_commit: true };
+    // A first attempt fails (is aborted) after records went to its file.
+    let rw = j.prepare_rewrite_with(at_commit).unwrap().start();
+    let last = (5..8).map(|i| set(&j, 0, i)).last().unwrap();
+    assert!(wait_durable(&j, last, T));
+    assert_eq!(manifest(&cfg), before, "the new incr file is not listed");
+    assert!(cfg.dir.join("appendonly.aof.2.incr.aof").exists());
+    rw.abort();
+    assert_eq!(load_copy(&cfg, &j), sets(0, 0..5), "a crash now loads the old files alone");
+
+    // The next rewrite, even an ordinary one, lists at commit too and
+    // does not reuse the unlisted file's name.
+    let mut rw = j.prepare_rewrite().unwrap().start();
+    assert_eq!(manifest(&cfg), before);
+    let last = (8..10).map(|i| set(&j, 0, i)).last().unwrap();
+    assert!(wait_durable(&j, last, T));
+    let mut buf = BaseBuffer::new();
+    for i in 0..8 {
+        buf.push(0, &[&b"SET"[..], format!("k{i}").as_bytes(), b"v"]);
+    }
+    rw.write(&mut buf).unwrap();
+    let summary = rw.commit().unwrap();
+    assert_eq!(summary.base_name, "appendonly.aof.2.base.aof");
+    assert_eq!(
+        manifest(&cfg),
+        "file appendonly.aof.2.base.aof seq 2 type b\nfile appendonly.aof.3.incr.aof seq 3 type i\n"
+    );
+    assert_eq!(
+        files_in(&cfg.dir),
+        names(&["appendonly.aof.2.base.aof", "appendonly.aof.3.incr.aof", "appendonly.aof.manifest"]),
+        "the failed attempt's unlisted file is gone"
+    );
+    assert_eq!(load_copy(&cfg, &j), sets(0, 0..10));
+    // Back to normal: the next rewrite lists its incr file at once.
+    let prepared = j.prepare_rewrite().unwrap();
+    assert!(manifest(&cfg).contains("appendonly.aof.4.incr.aof seq 4 type i"));
+    prepared.start().abort();
 }

@@ -11,6 +11,8 @@ use std::time::Duration;
 use common::*;
 use keel_journal::FsyncPolicy;
 
+const T: Duration = Duration::from_secs(10);
+
 #[test]
 fn fresh_directory_looks_like_redis() {
     let tmp = tempfile::tempdir().unwrap();
@@ -206,4 +208,37 @@ fn backlog_is_reported_not_blocking() {
     let last = j.appended_lsn();
     assert!(wait_durable(&j, last, Duration::from_secs(10)));
     assert!(wait_until(Duration::from_secs(5), || j.health().is_ok()));
+}
+
+#[test]
+fn the_fsync_policy_changes_at_run_time() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = config(tmp.path(), FsyncPolicy::Always);
+    let (j, _) = open(&cfg);
+    let set = |i: u32| j.append(0, &[&b"SET"[..], format!("k{i}").as_bytes(), b"v"]);
+    let fsyncs = || j.stats().fsync_count;
+    assert!(wait_durable(&j, set(0), T));
+    let synced_once = fsyncs();
+    assert!(synced_once >= 1);
+
+    // `no`: durable once written, and nothing fsyncs.
+    j.set_fsync(FsyncPolicy::No);
+    assert_eq!(j.fsync(), FsyncPolicy::No);
+    let last = (1..20).map(set).last().unwrap();
+    assert!(wait_durable(&j, last, T));
+    assert_eq!(fsyncs(), synced_once);
+
+    // `everysec`: the fsync thread, idle until now, syncs in the background.
+    j.set_fsync(FsyncPolicy::EverySec);
+    assert!(wait_durable(&j, set(20), T));
+    assert!(wait_until(T, || fsyncs() > synced_once), "the fsync thread never synced");
+
+    // Back to `always`: each acknowledgement waits for an fdatasync again.
+    j.set_fsync(FsyncPolicy::Always);
+    let before = fsyncs();
+    assert!(wait_durable(&j, set(21), T));
+    assert!(fsyncs() > before);
+    drop(j);
+    let (_j, replay) = open(&cfg);
+    assert_eq!(replay_all(replay).len(), 22);
 }

@@ -160,7 +160,7 @@ fn damage_in_a_file_before_the_last_fails_replay() {
     base.extend_from_slice(b"*2\r\n$3\r\nDEL");
     std::fs::write(base_path(&cfg), &base).unwrap();
     let (_j, mut replay) = open(&cfg);
-    let (db, first) = replay.next().unwrap().unwrap();
+    let (db, first) = command(replay.next().unwrap().unwrap());
     assert_eq!((db, strs(&first)), (0, vec!["SET".to_string(), "b".into(), "1".into()]));
     match replay.next() {
         Some(Err(JournalError::Corrupt { file, offset, .. })) => {
@@ -173,16 +173,20 @@ fn damage_in_a_file_before_the_last_fails_replay() {
 }
 
 #[test]
-fn rdb_base_is_refused_clearly() {
+fn damaged_rdb_base_stops_loading_naming_the_file() {
     let tmp = tempfile::tempdir().unwrap();
     let (cfg, _) = setup(tmp.path());
+    // A signature and the start of an aux field, then nothing.
     std::fs::write(base_path(&cfg), b"REDIS0010\xfa\x09redis-ver").unwrap();
-    match Journal::open_with(cfg.clone(), fast_tuning()) {
-        Err(e @ JournalError::RdbPreamble { .. }) => {
-            assert!(e.to_string().contains("RDB"), "{e}");
+    let (_j, mut replay) = open(&cfg);
+    match replay.next() {
+        Some(Err(e @ JournalError::RdbBase { .. })) => {
+            let text = e.to_string();
+            assert!(text.contains("appendonly.aof.1.base.aof") && text.contains("RDB"), "{text}");
         }
         other => panic!("{other:?}"),
     }
+    assert!(replay.next().is_none(), "the iterator ends after an error");
 }
 
 #[test]

@@ -4,7 +4,7 @@
 
 use std::io::{self, BufRead};
 
-use crate::crc64::crc64;
+use crate::crc_thread::Crc;
 use crate::error::RdbError;
 use crate::lzf;
 use crate::num;
@@ -46,12 +46,12 @@ enum Len {
 pub(crate) struct Input<R> {
     inner: R,
     offset: u64,
-    crc: u64,
+    crc: Crc,
 }
 
 impl<R: BufRead> Input<R> {
     pub(crate) fn new(inner: R) -> Input<R> {
-        Input { inner, offset: 0, crc: 0 }
+        Input { inner, offset: 0, crc: Crc::Inline(0) }
     }
 
     /// Bytes consumed so far.
@@ -60,8 +60,14 @@ impl<R: BufRead> Input<R> {
     }
 
     /// CRC64 of everything consumed so far.
-    pub(crate) fn crc(&self) -> u64 {
-        self.crc
+    pub(crate) fn crc(&mut self) -> u64 {
+        self.crc.value()
+    }
+
+    /// Computes the CRC64 on a helper thread from here on.
+    pub(crate) fn crc_in_background(&mut self) {
+        let so_far = self.crc.value();
+        self.crc = Crc::background(so_far);
     }
 
     pub(crate) fn into_inner(self) -> R {
@@ -98,7 +104,7 @@ impl<R: BufRead> Input<R> {
             }
             let n = avail.len().min(buf.len());
             buf[..n].copy_from_slice(&avail[..n]);
-            self.crc = crc64(self.crc, &avail[..n]);
+            self.crc.update(&avail[..n]);
             self.consume(n);
             buf = &mut buf[n..];
         }
@@ -117,7 +123,7 @@ impl<R: BufRead> Input<R> {
             }
             let n = avail.len().min(usize::try_from(left).unwrap_or(usize::MAX));
             out.extend_from_slice(&avail[..n]);
-            self.crc = crc64(self.crc, &avail[..n]);
+            self.crc.update(&avail[..n]);
             self.consume(n);
             left -= n as u64;
         }
@@ -222,6 +228,7 @@ impl<R: BufRead> Input<R> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::crc64::crc64;
 
     fn input(bytes: &[u8]) -> Input<&[u8]> {
         Input::new(bytes)

@@ -23,6 +23,7 @@
 //! memory allocated ahead of data actually read is bounded.
 
 mod crc64;
+mod crc_thread;
 mod decode;
 mod dump;
 mod encode;

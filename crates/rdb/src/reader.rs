@@ -106,6 +106,16 @@ impl<R: BufRead> RdbReader<R> {
         })
     }
 
+    /// Computes the CRC64 trailer's check on a helper thread from here on
+    /// (see `crc_thread.rs`): for a caller whose own threads wait on this
+    /// reader, as loading at start does.
+    pub fn checksum_in_background(mut self) -> RdbReader<R> {
+        if self.verify_checksum && self.version >= 5 {
+            self.input.crc_in_background();
+        }
+        self
+    }
+
     /// The file's RDB version.
     pub fn version(&self) -> u32 {
         self.version

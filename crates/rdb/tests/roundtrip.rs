@@ -304,6 +304,22 @@ fn checksums() {
 }
 
 #[test]
+fn checksums_on_a_helper_thread() {
+    let read = |bytes: &[u8]| -> Result<Option<ChecksumStatus>, RdbError> {
+        let mut reader = RdbReader::new(bytes)?.checksum_in_background();
+        while reader.next_item()?.is_some() {}
+        Ok(reader.checksum())
+    };
+    let file = small_file(true);
+    assert_eq!(read(&file).unwrap(), Some(ChecksumStatus::Verified));
+    let mut bad = file.clone();
+    let last = bad.len() - 1;
+    bad[last] ^= 1;
+    assert!(matches!(read(&bad), Err(RdbError::BadChecksum { .. })));
+    assert_eq!(read(&small_file(false)).unwrap(), Some(ChecksumStatus::Disabled));
+}
+
+#[test]
 fn stops_after_the_trailer() {
     let mut file = small_file(true);
     let len = file.len();

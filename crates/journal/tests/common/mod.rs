@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use keel_journal::testing::{Failpoints, FaultyFiles, StdFiles};
-use keel_journal::{FsyncPolicy, Journal, JournalConfig, Replay, Tuning};
+use keel_journal::{BaseFormat, FsyncPolicy, Journal, JournalConfig, Replay, Replayed, Tuning};
 
 pub fn config(root: &Path, fsync: FsyncPolicy) -> JournalConfig {
     JournalConfig {
@@ -14,6 +14,7 @@ pub fn config(root: &Path, fsync: FsyncPolicy) -> JournalConfig {
         filename: "appendonly.aof".into(),
         fsync,
         load_truncated: true,
+        base_format: BaseFormat::Aof,
     }
 }
 
@@ -36,9 +37,18 @@ pub fn open(cfg: &JournalConfig) -> (Journal, Replay) {
     Journal::open_with(cfg.clone(), fast_tuning()).unwrap()
 }
 
-/// Replays everything, panicking on error.
+/// Replays everything, panicking on error or on an RDB key.
 pub fn replay_all(replay: Replay) -> Vec<(usize, Vec<Vec<u8>>)> {
-    replay.map(|r| r.unwrap()).collect()
+    replay.map(|r| command(r.unwrap())).collect()
+}
+
+/// A replayed command as (db, argv); panics on an RDB key.
+pub fn command(item: Replayed) -> (usize, Vec<Vec<u8>>) {
+    match item {
+        Replayed::Command { db, argv } => (db, argv),
+        Replayed::Key(key) => panic!("an RDB key where a command was expected: {key:?}"),
+        Replayed::Resize { db, .. } => panic!("an RDB sizing hint (db {db}) where a command was expected"),
+    }
 }
 
 pub fn strs(argv: &[Vec<u8>]) -> Vec<String> {
