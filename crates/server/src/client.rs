@@ -24,6 +24,9 @@ pub enum ReplyMode {
 #[derive(Debug, Default)]
 pub struct Multi {
     pub queued: Vec<Vec<Vec<u8>>>,
+    /// The queued commands' flags, or-ed (Redis's `mstate.cmd_flags`): what
+    /// EXEC is refused by when memory, the disk or replicas say no.
+    pub flags: u32,
     /// A command failed to queue (unknown, wrong arity): EXEC answers EXECABORT.
     pub aborted: bool,
 }

@@ -34,6 +34,36 @@ pub enum AppendFsync {
     No,
 }
 
+/// One `save` rule: BGSAVE once at least `changes` writes happened and more
+/// than `seconds` passed since the last successful save.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SaveRule {
+    pub seconds: u64,
+    pub changes: u64,
+}
+
+/// `save` arguments as Redis's `setConfigSaveOption` reads them: pairs of
+/// seconds (at least 1) and changes; one empty argument means no rules.
+fn parse_save_rules(args: &[&str]) -> Result<Vec<SaveRule>, ConfigError> {
+    let invalid = || ConfigError::Invalid("Invalid save parameters".into());
+    if let [""] = args {
+        return Ok(Vec::new());
+    }
+    if !args.len().is_multiple_of(2) {
+        return Err(invalid());
+    }
+    args.chunks(2)
+        .map(|pair| {
+            let seconds: u64 = pair[0].parse().map_err(|_| invalid())?;
+            let changes: u64 = pair[1].parse().map_err(|_| invalid())?;
+            if seconds < 1 {
+                return Err(invalid());
+            }
+            Ok(SaveRule { seconds, changes })
+        })
+        .collect()
+}
+
 #[derive(Debug, Clone)]
 pub struct Config {
     pub bind: Vec<String>,
@@ -56,6 +86,8 @@ pub struct Config {
     pub appendonly: bool,
     pub appendfsync: AppendFsync,
     pub aof_load_truncated: bool,
+    /// `aof-use-rdb-preamble`: rewrites write the base as an RDB.
+    pub aof_use_rdb_preamble: bool,
     pub appendfilename: String,
     pub appenddirname: String,
     /// Redis's automatic rewrite rule (see `rewrite.rs`): grown by this
@@ -67,7 +99,22 @@ pub struct Config {
     pub keel_aof_max_disk_bytes: u64,
     /// Bytes per second replay is assumed to run at until start-up measures it.
     pub keel_aof_replay_rate: u64,
-    pub save: String,
+    /// `save <seconds> <changes>` rules (`snapshot.rs`'s cron BGSAVEs when
+    /// one is met); empty: no automatic saves and none at shutdown.
+    pub save: Vec<SaveRule>,
+    /// Whether a `save` line was read at start: later ones add rules to it,
+    /// and Redis's default rules are replaced (Redis's `save_loaded`).
+    save_given_at_start: bool,
+    /// `stop-writes-on-bgsave-error`: refuse writes with -MISCONF after a
+    /// failed BGSAVE while save rules exist.
+    pub stop_writes_on_bgsave_error: bool,
+    /// `rdb-key-save-delay` (Redis's hidden test knob): microseconds a save
+    /// sleeps per key written, outside every lock.
+    pub rdb_key_save_delay_us: i64,
+    /// Bytes per second an RDB base is assumed to load at until start-up
+    /// measures it. Measured here: not faster per byte than commands (an
+    /// RDB is denser: fewer bytes for the same keys), 0.6x to 0.9x.
+    pub keel_aof_rdb_load_rate: u64,
     pub loglevel: String,
     pub logfile: String,
     pub pidfile: String,
@@ -83,6 +130,11 @@ pub struct Config {
     pub lfu_log_factor: u32,
     /// `lfu-decay-time`: idle minutes per step down of the LFU counter.
     pub lfu_decay_time: u32,
+    /// `min-replicas-to-write` / `-max-lag`: with both non-zero, writes
+    /// need that many replicas in time. Keel has no replicas yet, so then
+    /// every write is refused (-NOREPLICAS), as Redis without replicas.
+    pub min_replicas_to_write: u32,
+    pub min_replicas_max_lag: u32,
     /// `rdbcompression`: LZF-compress strings in DUMP payloads (and RDB files).
     pub rdbcompression: bool,
     /// `rdbchecksum`: write (and check) the CRC64 trailer of RDB files.
@@ -117,6 +169,7 @@ impl Default for Config {
             appendonly: true,
             appendfsync: AppendFsync::Always,
             aof_load_truncated: true,
+            aof_use_rdb_preamble: true,
             appendfilename: "appendonly.aof".into(),
             appenddirname: "appendonlydir".into(),
             auto_aof_rewrite_percentage: 100,
@@ -124,8 +177,16 @@ impl Default for Config {
             keel_aof_max_recovery_seconds: 0,
             keel_aof_max_disk_bytes: 0,
             keel_aof_replay_rate: 64 << 20,
-            // No snapshots yet (they arrive with the RDB issue).
-            save: String::new(),
+            // Redis 7.0's defaults (server.c, initServerConfig).
+            save: vec![
+                SaveRule { seconds: 3600, changes: 1 },
+                SaveRule { seconds: 300, changes: 100 },
+                SaveRule { seconds: 60, changes: 10_000 },
+            ],
+            save_given_at_start: false,
+            stop_writes_on_bgsave_error: true,
+            rdb_key_save_delay_us: 0,
+            keel_aof_rdb_load_rate: 48 << 20,
             loglevel: "notice".into(),
             logfile: String::new(),
             pidfile: String::new(),
@@ -139,6 +200,8 @@ impl Default for Config {
             maxmemory_policy: "noeviction".into(),
             lfu_log_factor: 10,
             lfu_decay_time: 1,
+            min_replicas_to_write: 0,
+            min_replicas_max_lag: 10,
             rdbcompression: true,
             rdbchecksum: true,
             encoding: Default::default(),
@@ -356,6 +419,10 @@ pub static DIRECTIVES: &[Directive] = &[
     directive!("hz", true, num(1, 500), hz),
     directive!("lfu-log-factor", true, num(0, i32::MAX as u32), lfu_log_factor),
     directive!("lfu-decay-time", true, num(0, i32::MAX as u32), lfu_decay_time),
+    directive!("min-replicas-to-write", true, num(0, i32::MAX as u32), min_replicas_to_write),
+    directive!("min-slaves-to-write", true, num(0, i32::MAX as u32), min_replicas_to_write),
+    directive!("min-replicas-max-lag", true, num(0, i32::MAX as u32), min_replicas_max_lag),
+    directive!("min-slaves-max-lag", true, num(0, i32::MAX as u32), min_replicas_max_lag),
     Directive {
         name: "dir",
         mutable: true,
@@ -369,17 +436,28 @@ pub static DIRECTIVES: &[Directive] = &[
             Ok(())
         },
     },
-    directive!("dbfilename", true, string, dbfilename),
+    Directive {
+        name: "dbfilename",
+        mutable: true,
+        get: |c| c.dbfilename.clone(),
+        set: |c, a| {
+            let name = one(a)?;
+            if name.contains('/') {
+                return Err(ConfigError::Invalid("dbfilename can't be a path, just a filename".into()));
+            }
+            c.dbfilename = name.into();
+            Ok(())
+        },
+    },
     directive!("rdbcompression", true, bool, rdbcompression),
     directive!("rdbchecksum", true, bool, rdbchecksum),
-    // Switching the log on or off at run time (Redis opens the AOF with a
-    // rewrite), or its fsync policy, is not implemented yet: both are
-    // fixed at start (CONFIG SET answers that they are immutable).
-    directive!("appendonly", false, bool, appendonly),
+    // Switched at run time by `durability::apply_config` (CONFIG SET).
+    directive!("appendonly", true, bool, appendonly),
     directive!("aof-load-truncated", true, bool, aof_load_truncated),
+    directive!("aof-use-rdb-preamble", true, bool, aof_use_rdb_preamble),
     Directive {
         name: "appendfsync",
-        mutable: false,
+        mutable: true,
         get: |c| {
             match c.appendfsync {
                 AppendFsync::Always => "always",
@@ -395,7 +473,7 @@ pub static DIRECTIVES: &[Directive] = &[
                 "no" => AppendFsync::No,
                 _ => {
                     return Err(ConfigError::Invalid(
-                        "argument(s) must be one of the following: always, everysec, no".into(),
+                        "argument(s) must be one of the following: everysec, always, no".into(),
                     ))
                 }
             };
@@ -409,25 +487,24 @@ pub static DIRECTIVES: &[Directive] = &[
     directive!("keel-aof-max-recovery-seconds", true, num(0, i32::MAX as u64), keel_aof_max_recovery_seconds),
     directive!("keel-aof-max-disk-bytes", true, memory, keel_aof_max_disk_bytes),
     directive!("keel-aof-replay-rate", true, memory, keel_aof_replay_rate),
+    directive!("keel-aof-rdb-load-rate", true, memory, keel_aof_rdb_load_rate),
     Directive {
         name: "save",
         mutable: true,
-        get: |c| c.save.clone(),
+        get: |c| c.save.iter().map(|r| format!("{} {}", r.seconds, r.changes)).collect::<Vec<_>>().join(" "),
         set: |c, a| {
-            let joined = a.join(" ");
-            let parts: Vec<&str> = joined.split_whitespace().collect();
-            if !parts.len().is_multiple_of(2) || parts.iter().any(|p| p.parse::<u64>().is_err()) {
-                return Err(ConfigError::Invalid("Invalid save parameters".into()));
-            }
-            if !parts.is_empty() {
-                return Err(ConfigError::Invalid(
-                    "save rules are not supported yet: this Keel build does not write snapshots".into(),
-                ));
-            }
-            c.save = parts.join(" ");
+            // `--save "3600 1 300 100"` arrives as one argument: split it,
+            // as Redis does for its multi-argument directives.
+            let words: Vec<&str> = match a {
+                [one] if !one.is_empty() => one.split_whitespace().collect(),
+                _ => a.to_vec(),
+            };
+            c.save = parse_save_rules(&words)?;
             Ok(())
         },
     },
+    directive!("stop-writes-on-bgsave-error", true, bool, stop_writes_on_bgsave_error),
+    directive!("rdb-key-save-delay", true, num(i32::MIN as i64, i32::MAX as i64), rdb_key_save_delay_us),
     // Fixed at start: the log filter is installed once.
     directive!("loglevel", false, enum ["debug", "verbose", "notice", "warning", "nothing"], loglevel),
     directive!("logfile", false, string, logfile),
@@ -506,7 +583,19 @@ impl Config {
     /// Applies one directive at start-up (immutable ones allowed).
     pub fn apply(&mut self, name: &str, args: &[&str]) -> Result<(), ConfigError> {
         let d = find(name).ok_or(ConfigError::Unknown)?;
-        (d.set)(self, args)
+        if d.name != "save" {
+            return (d.set)(self, args);
+        }
+        // The first `save` line replaces the defaults; later ones add rules
+        // (several `save` lines in a file), and `save ""` clears them all.
+        let before = std::mem::take(&mut self.save);
+        (d.set)(self, args)?;
+        if self.save_given_at_start && !self.save.is_empty() {
+            let added = std::mem::replace(&mut self.save, before);
+            self.save.extend(added);
+        }
+        self.save_given_at_start = true;
+        Ok(())
     }
 
     /// CONFIG SET: only mutable directives; all-or-nothing is the caller's.
@@ -515,7 +604,7 @@ impl Config {
         if !d.mutable {
             return Err(ConfigError::Immutable);
         }
-        let args: Vec<&str> = if d.name == "save" || d.name == "bind" {
+        let args: Vec<&str> = if d.name == "bind" {
             value.split_whitespace().collect()
         } else {
             vec![value]
@@ -699,7 +788,37 @@ mod tests {
         let c = Config::load(&args(&["--port", "7000", "--appendonly", "no", "--save", ""])).expect("valid");
         assert_eq!(c.port, 7000);
         assert!(!c.appendonly);
-        assert_eq!(c.save, "");
+        assert!(c.save.is_empty());
+    }
+
+    fn rules(pairs: &[(u64, u64)]) -> Vec<SaveRule> {
+        pairs.iter().map(|&(seconds, changes)| SaveRule { seconds, changes }).collect()
+    }
+
+    #[test]
+    fn save_rules_follow_redis() {
+        let defaults = rules(&[(3600, 1), (300, 100), (60, 10_000)]);
+        assert_eq!(Config::load(&[]).expect("valid").save, defaults);
+        assert_eq!(Config::default().get("save").as_deref(), Some("3600 1 300 100 60 10000"));
+        let c = Config::load(&args(&["--save", "10 2 20 3"])).expect("valid");
+        assert_eq!(c.save, rules(&[(10, 2), (20, 3)]));
+        // Several lines add up; `save ""` clears.
+        let c = Config::load(&args(&["--save", "10", "2", "--save", "5 1"])).expect("valid");
+        assert_eq!(c.save, rules(&[(10, 2), (5, 1)]));
+        let c = Config::load(&args(&["--save", "10 2", "--save", ""])).expect("valid");
+        assert!(c.save.is_empty());
+        for bad in ["1", "0 1", "1 -1", "x 1", "1 2 3"] {
+            let err = Config::load(&args(&["--save", bad])).expect_err(bad);
+            assert!(err.to_string().contains("Invalid save parameters"), "{err}");
+        }
+        // CONFIG SET replaces.
+        let mut c = Config::default();
+        c.set_at_runtime("save", "100 5").expect("valid");
+        assert_eq!(c.save, rules(&[(100, 5)]));
+        c.set_at_runtime("save", "").expect("valid");
+        assert!(c.save.is_empty());
+        assert_eq!(c.set_at_runtime("save", "1 2 3"), Err(ConfigError::Invalid("Invalid save parameters".into())));
+        assert!(c.set_at_runtime("dbfilename", "a/b.rdb").is_err());
     }
 
     #[test]

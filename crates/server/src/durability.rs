@@ -36,17 +36,30 @@
 //! bound, and starts it at 90% of that bound. Rewrites cost CPU, disk
 //! bandwidth and snapshot memory while they run; the greedy policy spends
 //! them only when the recovery or disk budget asks for it.
+//!
+//! # Switching at run time
+//!
+//! [`Aof`] holds the journal and Redis's `aof_state`; [`apply_config`] is
+//! CONFIG SET's hook. `appendonly no` stops logging (in-flight commands may
+//! still append: harmless, the files are no longer what start-up loads
+//! once the next `yes` rewrites them) and releases replies held for the
+//! log. `appendonly yes` opens the journal if it never was and asks for a
+//! rewrite; logging starts at that rewrite's S, so the base and the
+//! records after it meet exactly. `appendfsync` changes the journal's
+//! policy and whether replies are held.
 
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
 
 use keel_engine::{Entry, Value};
-use keel_journal::{FsyncPolicy, Journal, JournalConfig, JournalError, Lsn, Replay};
+use keel_journal::{BaseFormat, FsyncPolicy, Journal, JournalConfig, JournalError, Lsn, Replay, Replayed};
 
-use crate::client::{Client, ClientInfo};
+use crate::client::{Client, ClientInfo, Message};
 use crate::command::{self, CommandSpec, Ctx};
 use crate::config::{AppendFsync, Config};
 use crate::server::Server;
+use crate::snapshot::Inserters;
 
 /// A key or shard whose journal position a logged write must stamp.
 pub enum Stamp {
@@ -60,37 +73,85 @@ pub fn open(config: &Config) -> Result<Option<(Journal, Replay)>, JournalError> 
     if !config.appendonly {
         return Ok(None);
     }
-    let fsync = match config.appendfsync {
-        AppendFsync::Always => FsyncPolicy::Always,
-        AppendFsync::EverySec => FsyncPolicy::EverySec,
-        AppendFsync::No => FsyncPolicy::No,
-    };
+    open_dir(config).map(Some)
+}
+
+/// Opens the append-only directory of `config`, whatever `appendonly` says.
+fn open_dir(config: &Config) -> Result<(Journal, Replay), JournalError> {
+    let fsync = fsync_policy(config.appendfsync);
     let journal_config = JournalConfig {
         dir: config.dir.join(&config.appenddirname),
         filename: config.appendfilename.clone(),
         fsync,
         load_truncated: config.aof_load_truncated,
+        base_format: base_format(config),
     };
-    Journal::open(journal_config).map(Some)
+    Journal::open(journal_config)
 }
 
-/// Replays the journal into the keyspace, executing each command as a
-/// client would. Returns how many commands ran.
+/// The base format `aof-use-rdb-preamble` asks for.
+pub fn base_format(config: &Config) -> BaseFormat {
+    if config.aof_use_rdb_preamble {
+        BaseFormat::Rdb
+    } else {
+        BaseFormat::Aof
+    }
+}
+
+/// Replays the journal into the keyspace: an RDB base's keys are inserted
+/// as they are, by [`Inserters`] on every
+/// core, and commands executed as a client would run them. Returns how
+/// many keys and commands it replayed, and tells the rewrite policy how
+/// fast each part went (their rates per byte differ).
 pub fn replay(server: &Server, replay: Replay) -> Result<u64, String> {
+    std::thread::scope(|scope| replay_in(server, replay, scope))
+}
+
+fn replay_in<'scope, 'env>(server: &'env Server, mut replay: Replay, scope: &'scope std::thread::Scope<'scope, 'env>) -> Result<u64, String> {
     let info = Arc::new(ClientInfo::detached(0));
     let mut client = Client::new(info, true);
     client.is_loader = true;
     let stats = &server.workers[0];
     let progress = &server.load_progress;
     progress.total_bytes.store(replay.total_bytes(), Ordering::Relaxed);
+    let started = Instant::now();
+    // The RDB base comes first: its part ends at the first command, when
+    // its inserters are done.
+    let mut inserters: Option<Inserters<'scope>> = None;
+    let mut rdb_took = None;
     let mut reply = Vec::new();
     let mut count = 0u64;
-    let mut replay = replay;
     while let Some(item) = replay.next() {
-        let (db, argv) = item.map_err(|e| e.to_string())?;
+        let item = item.map_err(|e| e.to_string())?;
         if count.is_multiple_of(1024) {
             progress.loaded_bytes.store(replay.loaded_bytes(), Ordering::Relaxed);
         }
+        let databases = server.keyspace.databases();
+        let (db, argv) = match item {
+            Replayed::Command { db, argv } => (db, argv),
+            Replayed::Resize { db, keys, with_expiry } if db < databases => {
+                let per_shard = |n| crate::snapshot::keys_per_shard(server, n, replay.total_bytes());
+                base_inserters(&mut inserters, scope, server)?.reserve(db, per_shard(keys), per_shard(with_expiry));
+                continue;
+            }
+            Replayed::Resize { .. } => continue,
+            Replayed::Key(entry) if entry.db as usize >= databases => {
+                return Err(format!("AOF base: key in database {} but databases is {databases}", entry.db));
+            }
+            Replayed::Key(entry) => {
+                count += 1;
+                // A closed channel: `finish` below names the inserter's error.
+                if base_inserters(&mut inserters, scope, server)?.send(entry).is_err() {
+                    break;
+                }
+                continue;
+            }
+        };
+        if let Some(base) = inserters.take() {
+            base.finish()?;
+        }
+        count += 1;
+        rdb_took.get_or_insert_with(|| started.elapsed());
         client.db = db;
         let args: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
         reply.clear();
@@ -105,9 +166,30 @@ pub fn replay(server: &Server, replay: Replay) -> Result<u64, String> {
                 String::from_utf8_lossy(&reply).trim_end()
             );
         }
-        count += 1;
     }
+    if let Some(base) = inserters.take() {
+        base.finish()?;
+    }
+    let took = started.elapsed();
+    let rdb_took = rdb_took.unwrap_or(took);
+    let rdb_bytes = replay.rdb_bytes();
+    server.rewrite.note_replay(
+        (replay.total_bytes().saturating_sub(rdb_bytes), took.saturating_sub(rdb_took)),
+        (rdb_bytes, rdb_took),
+    );
     Ok(count)
+}
+
+/// The inserters of an RDB base, started at its first key or hint.
+fn base_inserters<'a, 'scope, 'env>(
+    slot: &'a mut Option<Inserters<'scope>>,
+    scope: &'scope std::thread::Scope<'scope, 'env>,
+    server: &'env Server,
+) -> Result<&'a mut Inserters<'scope>, String> {
+    match slot {
+        Some(base) => Ok(base),
+        None => Ok(slot.insert(Inserters::start(scope, server, true)?)),
+    }
 }
 
 /// Journals as DEL the keys the running command found expired (and so
@@ -120,7 +202,7 @@ pub fn log_expired(ctx: &mut Ctx<'_>) {
             expired.extend(db.expired.drain(..).map(|k| (index, k)));
         }
     }
-    let Some(journal) = ctx.server.journal.as_deref() else { return };
+    let Some(journal) = ctx.server.journal() else { return };
     if ctx.server.loading.load(Ordering::Relaxed) {
         return;
     }
@@ -146,7 +228,7 @@ pub fn record(ctx: &mut Ctx<'_>, spec: &CommandSpec, argv: &[&[u8]]) {
     let whole_shards = spec.has(command::flags::ALL_SHARDS) || matches!(spec.name, "move" | "copy" | "swapdb");
     let replaced = ctx.durability.replaced.take();
     if replaced.is_none() && !ctx.durability.in_transaction && logged_as_is(spec, argv) {
-        let Some(journal) = ctx.server.journal.as_deref() else { return };
+        let Some(journal) = ctx.server.journal() else { return };
         let lsn = journal.append(db, argv);
         ctx.durability.write_lsn = lsn;
         if whole_shards {
@@ -235,7 +317,7 @@ fn state_of(ctx: &mut Ctx<'_>, key: &[u8], with_value: bool) -> Vec<Vec<u8>> {
 /// MULTI/EXEC unit for a transaction), stamps what it wrote, and returns
 /// the journal position its reply depends on (0: none).
 pub fn commit(ctx: &mut Ctx<'_>) -> Lsn {
-    let Some(journal) = ctx.server.journal.as_deref() else { return 0 };
+    let Some(journal) = ctx.server.journal() else { return 0 };
     let state = &mut ctx.durability;
     if state.log.is_empty() {
         return state.read_lsn.max(state.write_lsn);
@@ -259,8 +341,8 @@ pub fn commit(ctx: &mut Ctx<'_>) -> Lsn {
 /// Notes the journal position the keys a command read depend on, when
 /// replies are gated on durability and the journal has undurable records.
 pub fn note_reads(ctx: &mut Ctx<'_>, spec: &CommandSpec, argv: &[&[u8]]) {
-    let Some(journal) = ctx.server.journal.as_deref() else { return };
-    if !ctx.server.gate_replies || journal.durable_lsn() >= journal.appended_lsn() {
+    let Some(journal) = ctx.server.journal() else { return };
+    if !ctx.server.gate_replies() || journal.durable_lsn() >= journal.appended_lsn() {
         return;
     }
     let db = ctx.dbs.selected;
@@ -282,7 +364,7 @@ pub fn note_reads(ctx: &mut Ctx<'_>, spec: &CommandSpec, argv: &[&[u8]]) {
 
 /// Refuses writes while the journal cannot write (Redis's MISCONF).
 pub fn check_writable(server: &Server, spec: &CommandSpec) -> Result<(), command::CmdError> {
-    let Some(journal) = server.journal.as_deref() else { return Ok(()) };
+    let Some(journal) = server.journal() else { return Ok(()) };
     if !spec.has(command::flags::WRITE) || server.loading.load(Ordering::Relaxed) {
         return Ok(());
     }
@@ -306,4 +388,205 @@ pub struct Pending {
     pub in_transaction: bool,
     /// What the running command logs instead of itself (`Ctx::propagate_as`).
     pub replaced: Option<Vec<Vec<Vec<u8>>>>,
+}
+
+/// Redis's `aof_state`, and whether writes are logged.
+///
+/// * `Off`: no logging (`appendonly no`). The journal, if it was ever
+///   opened, stays open and idle.
+/// * `WaitRewrite`: `CONFIG SET appendonly yes` was accepted; the rewrite
+///   that creates the base from the current data is scheduled or running.
+///   Logging starts at that rewrite's instant S (under every shard lock,
+///   so the base and the records after S meet exactly), into an incr file
+///   that the manifest lists only with the new base.
+/// * `On`: logging (from start-up with `appendonly yes`, or once that
+///   rewrite committed).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum AofState {
+    Off,
+    WaitRewrite,
+    On,
+}
+
+/// The journal as `appendonly` and `appendfsync` have it at run time.
+pub struct Aof {
+    /// Opened at start (`appendonly yes`) or by the first `CONFIG SET
+    /// appendonly yes`, and kept: the directory and file name are fixed.
+    journal: OnceLock<Arc<Journal>>,
+    state: AtomicU8,
+    /// Writes are appended: `On`, or `WaitRewrite` past S.
+    logging: AtomicBool,
+    /// Replies wait for the durable LSN: logging under `appendfsync always`.
+    gate: AtomicBool,
+}
+
+impl Aof {
+    /// The state at start: the journal opened for `appendonly yes`.
+    pub fn new(journal: Option<Arc<Journal>>, fsync: AppendFsync) -> Aof {
+        let on = journal.is_some();
+        let aof = Aof {
+            journal: OnceLock::new(),
+            state: AtomicU8::new(if on { AofState::On } else { AofState::Off } as u8),
+            logging: AtomicBool::new(on),
+            gate: AtomicBool::new(on && fsync == AppendFsync::Always),
+        };
+        if let Some(j) = journal {
+            let _ = aof.journal.set(j);
+        }
+        aof
+    }
+
+    /// The journal writes are appended to, if they are logged.
+    pub fn logging(&self) -> Option<&Journal> {
+        if self.logging.load(Ordering::Acquire) {
+            self.journal.get().map(|j| &**j)
+        } else {
+            None
+        }
+    }
+
+    /// The journal, logging or not, unless `appendonly` is off.
+    pub fn enabled(&self) -> Option<&Journal> {
+        match self.state() {
+            AofState::Off => None,
+            AofState::WaitRewrite | AofState::On => self.journal.get().map(|j| &**j),
+        }
+    }
+
+    pub fn state(&self) -> AofState {
+        match self.state.load(Ordering::Acquire) {
+            0 => AofState::Off,
+            1 => AofState::WaitRewrite,
+            _ => AofState::On,
+        }
+    }
+
+    fn set_state(&self, state: AofState) {
+        self.state.store(state as u8, Ordering::Release);
+    }
+
+    pub fn gate_replies(&self) -> bool {
+        self.gate.load(Ordering::Acquire)
+    }
+}
+
+/// Registers the wake-up of workers holding replies on each durable
+/// advance of `journal` (once, when it is opened).
+pub fn attach(server: &Server, journal: &Journal) {
+    let mailboxes = server.mailboxes.read().clone();
+    journal.on_durable(Box::new(move |_lsn| {
+        for mailbox in &mailboxes {
+            if mailbox.awaiting_durable.load(Ordering::Acquire) {
+                mailbox.send(Message::Durable);
+            }
+        }
+    }));
+}
+
+fn fsync_policy(fsync: AppendFsync) -> FsyncPolicy {
+    match fsync {
+        AppendFsync::Always => FsyncPolicy::Always,
+        AppendFsync::EverySec => FsyncPolicy::EverySec,
+        AppendFsync::No => FsyncPolicy::No,
+    }
+}
+
+/// Applies a `CONFIG SET` of `appendonly` or `appendfsync` (`old` the
+/// configuration before, `new` after), as Redis 7.0's `startAppendOnly`,
+/// `stopAppendOnly` and `appendfsync` apply functions do. Runs under the
+/// configuration's write lock: it must not read `server.config`. `Err` is
+/// the reason for CONFIG SET's error.
+pub fn apply_config(server: &Server, old: &Config, new: &Config) -> Result<(), String> {
+    let aof = &server.aof;
+    if new.appendfsync != old.appendfsync {
+        if let Some(journal) = aof.journal.get() {
+            journal.set_fsync(fsync_policy(new.appendfsync));
+        }
+        set_gate(server, aof.logging.load(Ordering::Acquire) && new.appendfsync == AppendFsync::Always);
+    }
+    match (aof.state(), new.appendonly) {
+        (AofState::Off, true) => start(server, new),
+        (AofState::WaitRewrite | AofState::On, false) => {
+            stop(server);
+            Ok(())
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Sets whether replies wait for the journal; releasing them wakes every
+/// worker, since replies held until now may leave at once.
+fn set_gate(server: &Server, gate: bool) {
+    if server.aof.gate.swap(gate, Ordering::AcqRel) && !gate {
+        server.broadcast(|| Message::Durable);
+    }
+}
+
+/// `appendonly yes` at run time: opens the journal if it never was, and
+/// asks for the rewrite that writes the base (`AofState::WaitRewrite`).
+fn start(server: &Server, config: &Config) -> Result<(), String> {
+    let aof = &server.aof;
+    let journal = match aof.journal.get() {
+        Some(j) => j,
+        None => {
+            // What the directory holds is stale (logging was off): the
+            // rewrite replaces it, so its replay is dropped unread.
+            let journal = match open_dir(config) {
+                Ok((journal, _stale)) => journal,
+                Err(e) => {
+                    tracing::warn!("Keel needs to enable the AOF but can't open the AOF directory: {e}");
+                    return Err("Unable to turn on AOF. Check server logs.".into());
+                }
+            };
+            attach(server, &journal);
+            aof.journal.get_or_init(|| Arc::new(journal))
+        }
+    };
+    journal.set_fsync(fsync_policy(config.appendfsync));
+    aof.set_state(AofState::WaitRewrite);
+    crate::rewrite::start_for_enable(server);
+    Ok(())
+}
+
+/// `appendonly no` at run time: stops logging, flushes and syncs what was
+/// logged (best effort, as Redis), cancels a rewrite, and lets held
+/// replies go.
+fn stop(server: &Server) {
+    let aof = &server.aof;
+    aof.set_state(AofState::Off);
+    aof.logging.store(false, Ordering::Release);
+    set_gate(server, false);
+    crate::rewrite::cancel(server);
+    if let Some(journal) = aof.journal.get() {
+        if let Err(e) = journal.flush_and_sync() {
+            tracing::warn!("Fail to fsync the AOF file: {e}");
+        }
+    }
+}
+
+/// At the instant S of a rewrite (every shard locked): a journal waiting
+/// for its base starts logging here, if an earlier attempt has not
+/// already. Returns whether it was waiting (the rewrite's commit then
+/// turns the AOF on).
+pub fn begin_logging_at_s(server: &Server, fsync: AppendFsync) -> bool {
+    let aof = &server.aof;
+    if aof.state() != AofState::WaitRewrite {
+        return false;
+    }
+    if !aof.logging.swap(true, Ordering::AcqRel) {
+        aof.gate.store(fsync == AppendFsync::Always, Ordering::Release);
+    }
+    true
+}
+
+/// The rewrite that created the base committed: `WaitRewrite` becomes `On`
+/// (unless `appendonly no` came meanwhile).
+pub fn rewrite_committed(server: &Server) {
+    let _ = server.aof.state.compare_exchange(
+        AofState::WaitRewrite as u8,
+        AofState::On as u8,
+        Ordering::AcqRel,
+        Ordering::Acquire,
+    );
 }

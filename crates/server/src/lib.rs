@@ -3,7 +3,11 @@
 //! implementation. The keyspace itself lives in `keel-engine`; the wire
 //! format in `keel-protocol`; the append-only log in `keel-journal`; the
 //! RDB format in `keel-rdb` ([`rdb`] converts values to and from it).
-//! [`rewrite`] rewrites the log in the background from a forkless snapshot.
+//! [`rewrite`] rewrites the log in the background from a forkless snapshot;
+//! [`snapshot`] writes and loads `dump.rdb` (SAVE, BGSAVE, the `save`
+//! rules, SHUTDOWN's final save); both job threads wait on a
+//! [`doorbell`], BGSAVE's in the idle scheduling class. [`signals`] turns SIGTERM and
+//! SIGINT into SHUTDOWN; [`alloc`] is jemalloc and its counters.
 //!
 //! A request flows: socket -> [`worker`] reads into the connection's buffer
 //! -> `keel_protocol::parse_request` -> [`command::execute`] looks the
@@ -18,12 +22,14 @@ pub mod blocking;
 pub mod client;
 pub mod command;
 pub mod config;
+pub mod doorbell;
 pub mod durability;
 pub mod glob;
 pub mod lazyfree;
 pub mod rdb;
 pub mod rewrite;
 pub mod server;
+pub mod signals;
 pub mod snapshot;
 pub mod worker;
 
@@ -37,6 +43,8 @@ use crate::worker::{Listeners, Worker};
 
 /// Binds every listener, starts the workers, and blocks until shutdown.
 pub fn run(config: Config) -> io::Result<()> {
+    // Before any thread starts: they all inherit the mask.
+    signals::block()?;
     let threads = match config.threads {
         0 => std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
         n => n,
@@ -99,16 +107,10 @@ pub fn run(config: Config) -> io::Result<()> {
         workers.push(Worker::new(index, server.clone(), listeners)?);
     }
     let mailboxes: Vec<_> = workers.iter().map(Worker::mailbox).collect();
-    *server.mailboxes.write() = mailboxes.clone();
-    if let Some(journal) = server.journal.as_ref().filter(|_| server.gate_replies) {
+    *server.mailboxes.write() = mailboxes;
+    if let Some(journal) = server.journal() {
         // Each durable advance wakes the workers holding replies for it.
-        journal.on_durable(Box::new(move |_lsn| {
-            for mailbox in &mailboxes {
-                if mailbox.awaiting_durable.load(std::sync::atomic::Ordering::Acquire) {
-                    mailbox.send(client::Message::Durable);
-                }
-            }
-        }));
+        durability::attach(&server, journal);
     }
     tracing::info!("Keel ready to accept connections on port {} with {threads} threads", server.port);
     let handles: Vec<_> = workers
@@ -118,6 +120,7 @@ pub fn run(config: Config) -> io::Result<()> {
         .collect::<io::Result<_>>()?;
     let rewriter = rewrite::spawn(server.clone())?;
     let bgsaver = snapshot::spawn(server.clone())?;
+    signals::spawn(server.clone())?;
     // Stops everything after a failed load.
     let fail = |e: String, handles: Vec<std::thread::JoinHandle<()>>| -> io::Result<()> {
         tracing::error!("{e}");
@@ -137,10 +140,7 @@ pub fn run(config: Config) -> io::Result<()> {
         server.loading.store(false, std::sync::atomic::Ordering::Relaxed);
         match loaded {
             Ok(count) => {
-                let took = started.elapsed();
-                tracing::info!("DB loaded from append only file: {count} commands in {took:?}");
-                let bytes = server.load_progress.total_bytes.load(std::sync::atomic::Ordering::Relaxed);
-                server.rewrite.note_replay(bytes, took);
+                tracing::info!("DB loaded from append only file: {count} keys and commands in {:?}", started.elapsed());
             }
             Err(e) => {
                 let r = fail(e.to_string(), handles);

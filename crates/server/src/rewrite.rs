@@ -11,10 +11,11 @@
 //!    instant S. Every write appends under its shards' locks, so every
 //!    record before S is in the old files and every later one in the new.
 //! 3. Shard by shard, under that shard's lock alone, `Shard::snapshot_step`
-//!    hands out about [`STEP_ENTRIES`] entries as they were at S; they are
-//!    encoded as the commands that recreate them ([`emit`]) and, once the
-//!    lock is released, written to the temporary base. Clients run between
-//!    the steps.
+//!    hands out about [`STEP_ENTRIES`] entries as they were at S; once the
+//!    lock is released they are written to the temporary base, as an RDB
+//!    (`aof-use-rdb-preamble yes`, the default: the same encoder as SAVE,
+//!    `aof-base` 1) or as the commands that recreate them ([`emit`]).
+//!    Clients run between the steps.
 //! 4. `Rewrite::commit`: the base replaces the old files (see
 //!    `keel_journal`'s `rewrite.rs` for the file steps and their crash
 //!    safety).
@@ -43,9 +44,13 @@
 //!   bounds allow, and Redis's percentage rule is not used. A rewrite
 //!   starts only when one of them would otherwise be passed, that is, at
 //!   [`GREEDY_MARGIN`] (90%) of it:
-//!   - recovery: the AOF's size divided by the replay rate (bytes per
-//!     second, measured at start-up when at least 1 MiB was replayed, else
-//!     `keel-aof-replay-rate`, default 64mb) reaches 90% of the bound;
+//!   - recovery: the estimated replay time reaches 90% of the bound. An
+//!     RDB base and commands load at different rates per byte (measured
+//!     here: the RDB at 0.6x to 0.9x the commands' rate, being denser),
+//!     so the two are estimated apart ([`ReplayRates`]): the RDB base's
+//!     size over the RDB rate plus the rest over the command rate, each
+//!     measured at start-up when at least 1 MiB of it was read, else
+//!     configured (`keel-aof-rdb-load-rate`, `keel-aof-replay-rate`);
 //!   - disk: the AOF's size plus the base the rewrite would write (a
 //!     rewrite needs room for both until it commits) reaches 90% of the
 //!     bound. The new base is estimated as the AOF's size times the last
@@ -67,11 +72,14 @@ use std::time::{Duration, Instant};
 
 use keel_engine::set::Member;
 use keel_engine::{Entry, Value};
-use keel_journal::{BaseBuffer, Journal, JournalError, RewriteSummary, Sizes};
-use parking_lot::{Condvar, Mutex};
+use keel_journal::{BaseBuffer, BaseFormat, Journal, JournalError, Rewrite, RewriteOptions, RewriteSummary, Sizes};
+use keel_rdb::{RdbValue, RdbWriter, WriteOptions};
+use parking_lot::Mutex;
 
 use crate::command::{CmdError, CommandSpec, Ctx};
 use crate::config::Config;
+use crate::doorbell::Doorbell;
+use crate::durability::AofState;
 use crate::server::{unix_ms, Server};
 
 /// Entries per `snapshot_step`, i.e. per hold of one shard's lock.
@@ -124,16 +132,16 @@ impl AutoPolicy {
         self.max_recovery_s > 0 || self.max_disk_bytes > 0
     }
 
-    /// Whether a rewrite is due for files of `sizes`, replayed at
-    /// `replay_rate` bytes per second (see the module docs).
-    pub fn due(&self, sizes: &Sizes, replay_rate: u64) -> Option<Trigger> {
+    /// Whether a rewrite is due for files of `sizes`, replayed at `rates`
+    /// (see the module docs).
+    pub fn due(&self, sizes: &Sizes, rates: ReplayRates) -> Option<Trigger> {
         if self.greedy() {
             let grown = sizes.current > sizes.rewrite_base + sizes.rewrite_base / 10;
             if !grown {
                 return None;
             }
             if self.max_recovery_s > 0 {
-                let estimate_s = sizes.current as f64 / replay_rate.max(1) as f64;
+                let estimate_s = rates.estimate_s(sizes);
                 if estimate_s >= GREEDY_MARGIN * self.max_recovery_s as f64 {
                     return Some(Trigger::Recovery { estimate_s });
                 }
@@ -162,6 +170,23 @@ impl AutoPolicy {
     }
 }
 
+/// How fast start-up replays, in bytes per second: commands, and an RDB
+/// base (measured apart: their rates per byte differ).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ReplayRates {
+    pub commands: u64,
+    pub rdb: u64,
+}
+
+impl ReplayRates {
+    /// The estimated replay time of files of `sizes`, in seconds: the RDB
+    /// base at the RDB rate, everything else at the command rate.
+    pub fn estimate_s(&self, sizes: &Sizes) -> f64 {
+        let rdb = if sizes.base_rdb { sizes.base.min(sizes.current) } else { 0 };
+        rdb as f64 / self.rdb.max(1) as f64 + (sizes.current - rdb) as f64 / self.commands.max(1) as f64
+    }
+}
+
 /// The rewrite thread's state and INFO's figures.
 #[derive(Default)]
 pub struct Rewriter {
@@ -169,16 +194,20 @@ pub struct Rewriter {
     in_progress: AtomicBool,
     /// Redis's `aof_rewrite_scheduled`: wanted, to start when possible.
     scheduled: AtomicBool,
-    /// Bytes per second replayed at start (0: not measured).
+    /// The running rewrite is to stop at its next step and abort
+    /// (`appendonly` switched: Redis kills the rewrite child).
+    cancelled: AtomicBool,
+    /// Bytes per second of commands replayed at start (0: not measured).
     replay_rate_measured: AtomicU64,
+    /// Bytes per second of RDB base loaded at start (0: not measured).
+    rdb_rate_measured: AtomicU64,
     state: Mutex<State>,
-    wake: Condvar,
+    /// Wakes the rewrite thread.
+    bell: Doorbell,
 }
 
 #[derive(Default)]
 struct State {
-    requested: bool,
-    stop: bool,
     started: Option<Instant>,
     last: Option<(Duration, bool)>,
     rewrites: u64,
@@ -234,21 +263,30 @@ impl Rewriter {
         self.in_progress.load(Ordering::Acquire)
     }
 
-    /// Records how fast start-up replayed the journal.
-    pub fn note_replay(&self, bytes: u64, took: Duration) {
-        if bytes >= REPLAY_MEASURE_MIN_BYTES && !took.is_zero() {
-            let rate = (bytes as f64 / took.as_secs_f64()) as u64;
-            self.replay_rate_measured.store(rate.max(1), Ordering::Relaxed);
-            tracing::info!("journal replayed at {} bytes/s", rate);
+    /// Records how fast start-up replayed the journal's commands and its
+    /// RDB base, each as (bytes, time taken).
+    pub fn note_replay(&self, commands: (u64, Duration), rdb: (u64, Duration)) {
+        for ((bytes, took), cell, what) in
+            [(commands, &self.replay_rate_measured, "commands"), (rdb, &self.rdb_rate_measured, "RDB base")]
+        {
+            if bytes >= REPLAY_MEASURE_MIN_BYTES && !took.is_zero() {
+                let rate = (bytes as f64 / took.as_secs_f64()) as u64;
+                cell.store(rate.max(1), Ordering::Relaxed);
+                tracing::info!("journal replayed {what} at {rate} bytes/s");
+            }
         }
     }
 
-    /// The replay rate recovery estimates use: measured, else configured.
-    pub fn replay_rate(&self, config: &Config) -> (u64, bool) {
-        match self.replay_rate_measured.load(Ordering::Relaxed) {
-            0 => (config.keel_aof_replay_rate.max(1), false),
+    /// The replay rates recovery estimates use, each measured if start-up
+    /// measured it, else configured; and which were measured.
+    pub fn replay_rates(&self, config: &Config) -> (ReplayRates, bool, bool) {
+        let pick = |cell: &AtomicU64, configured: u64| match cell.load(Ordering::Relaxed) {
+            0 => (configured.max(1), false),
             r => (r, true),
-        }
+        };
+        let (commands, commands_measured) = pick(&self.replay_rate_measured, config.keel_aof_replay_rate);
+        let (rdb, rdb_measured) = pick(&self.rdb_rate_measured, config.keel_aof_rdb_load_rate);
+        (ReplayRates { commands, rdb }, commands_measured, rdb_measured)
     }
 
     /// Hands a rewrite to the thread unless one is under way. True if
@@ -258,21 +296,18 @@ impl Rewriter {
             return false;
         }
         self.scheduled.store(false, Ordering::Relaxed);
-        let mut st = self.state.lock();
-        st.requested = true;
-        drop(st);
-        self.wake.notify_one();
+        self.cancelled.store(false, Ordering::Release);
+        self.bell.ring();
         true
     }
 
     /// Stops the thread (at its next step if a rewrite runs: it is aborted).
     pub fn stop(&self) {
-        self.state.lock().stop = true;
-        self.wake.notify_one();
+        self.bell.stop();
     }
 
     fn stopping(&self) -> bool {
-        self.state.lock().stop
+        self.bell.stopping() || self.cancelled.load(Ordering::Acquire)
     }
 
     fn began(&self) {
@@ -313,7 +348,7 @@ impl Rewriter {
 /// BGREWRITEAOF: the reply's status text, or Redis's error.
 pub fn bgrewriteaof(ctx: &mut Ctx<'_>) -> Result<&'static str, CmdError> {
     let server = ctx.server;
-    if server.journal.is_none() {
+    if server.aof.enabled().is_none() {
         tracing::warn!("BGREWRITEAOF: appendonly is off, there is no AOF to rewrite");
         return Err(CmdError::other(
             "ERR Can't execute an AOF background rewriting. Please check the server logs for more information.",
@@ -337,20 +372,53 @@ pub fn bgrewriteaof(ctx: &mut Ctx<'_>) -> Result<&'static str, CmdError> {
     }
 }
 
+/// `CONFIG SET appendonly yes`: the rewrite that writes the base from the
+/// current data, as Redis's `startAppendOnly`. A rewrite under way (an old
+/// one, not logging for the new state) is cancelled and a new one
+/// scheduled; while another snapshot runs, it is scheduled.
+pub fn start_for_enable(server: &Server) {
+    let rewriter = &server.rewrite;
+    rewriter.state.lock().auto_not_before = None;
+    if rewriter.in_progress() {
+        tracing::warn!("AOF was enabled but there is already an AOF rewriting in background. Stopping background AOF and starting a rewrite now.");
+        rewriter.cancelled.store(true, Ordering::Release);
+        rewriter.scheduled.store(true, Ordering::Relaxed);
+    } else if server.snapshot_active.load(Ordering::Acquire) || !rewriter.request() {
+        tracing::warn!("AOF was enabled but there is already another background operation. An AOF background was scheduled to start when possible.");
+        rewriter.scheduled.store(true, Ordering::Relaxed);
+    }
+}
+
+/// `CONFIG SET appendonly no`: a rewrite under way is aborted, none is
+/// scheduled any more.
+pub fn cancel(server: &Server) {
+    let rewriter = &server.rewrite;
+    rewriter.scheduled.store(false, Ordering::Relaxed);
+    if rewriter.in_progress() {
+        rewriter.cancelled.store(true, Ordering::Release);
+    }
+}
+
 /// Worker 0's cron: starts a scheduled rewrite, or an automatic one.
 pub fn cron(server: &Server) {
-    let Some(journal) = server.journal.as_deref() else { return };
+    let Some(journal) = server.aof.enabled() else { return };
     let rewriter = &server.rewrite;
     if rewriter.in_progress() || server.loading.load(Ordering::Relaxed) || server.snapshot_active.load(Ordering::Acquire) {
         return;
     }
     if rewriter.scheduled.load(Ordering::Relaxed) {
-        rewriter.request();
+        // Held back, like the automatic ones, after repeated failures.
+        if rewriter.auto_allowed() {
+            rewriter.request();
+        }
+        return;
+    }
+    if server.aof.state() != AofState::On {
         return;
     }
     let (policy, rate) = {
         let config = server.config.read();
-        (AutoPolicy::from_config(&config), rewriter.replay_rate(&config).0)
+        (AutoPolicy::from_config(&config), rewriter.replay_rates(&config).0)
     };
     if !policy.greedy() && policy.percentage == 0 {
         return;
@@ -382,23 +450,16 @@ pub fn preserve_keys(ctx: &mut Ctx<'_>, spec: &CommandSpec, argv: &[&[u8]]) {
 
 /// Starts the rewrite thread. It lives as long as the server; `stop` ends it.
 pub fn spawn(server: Arc<Server>) -> std::io::Result<std::thread::JoinHandle<()>> {
+    // An ordinary thread, not the idle class BGSAVE's runs in: the greedy
+    // policy promises bounds (recovery time, disk) that a rewrite starved
+    // by busy workers would break.
     std::thread::Builder::new().name("keel-aof-rewrite".into()).spawn(move || run(&server))
 }
 
 fn run(server: &Server) {
     let rewriter = &server.rewrite;
-    loop {
-        {
-            let mut st = rewriter.state.lock();
-            while !st.requested && !st.stop {
-                rewriter.wake.wait(&mut st);
-            }
-            if st.stop {
-                return;
-            }
-            st.requested = false;
-        }
-        let Some(journal) = server.journal.as_deref() else {
+    while rewriter.bell.wait() {
+        let Some(journal) = server.aof.enabled() else {
             rewriter.ended(false);
             continue;
         };
@@ -437,34 +498,44 @@ fn rewrite_once(server: &Server, journal: &Journal) -> Result<RewriteSummary, St
 }
 
 fn snapshot_into_base(server: &Server, journal: &Journal) -> Result<RewriteSummary, String> {
-    let prepared = journal.prepare_rewrite().map_err(|e| e.to_string())?;
+    let (format, rdb_options, fsync) = {
+        let c = server.config.read();
+        let options = WriteOptions {
+            encode: crate::rdb::encode_options(&c.encoding, c.rdbcompression),
+            checksum: c.rdbchecksum,
+            aof_base: true,
+            ..WriteOptions::default()
+        };
+        (crate::durability::base_format(&c), options, c.appendfsync)
+    };
+    // Turning the AOF on: the files on disk miss what changed while it was
+    // off, so the new incr file is listed only with the new base.
+    let enabling = server.aof.state() == AofState::WaitRewrite;
+    let options = RewriteOptions { base_format: format, incr_listed_at_commit: enabling };
+    let prepared = journal.prepare_rewrite_with(options).map_err(|e| e.to_string())?;
     let keyspace = &server.keyspace;
     keyspace.prepare_snapshot(PREPARE_BUDGET);
-    let (mut rewrite, s_ms) = keyspace.begin_snapshot(|_all| (prepared.start(), unix_ms()));
-    let mut buf = BaseBuffer::new();
-    let mut failed: Option<String> = None;
-    'shards: for index in 0..keyspace.shard_count() {
-        loop {
-            if server.rewrite.stopping() || server.shutdown.load(Ordering::Relaxed) {
-                failed = Some("the server is shutting down".into());
-                break 'shards;
-            }
-            let done = {
-                let mut locked = keyspace.lock_one(index);
-                locked.shard(index).snapshot_step(STEP_ENTRIES, |db, key, entry| emit(&mut buf, db, key, entry, s_ms))
-            };
-            if done || buf.len() >= WRITE_BYTES {
-                if let Err(e) = rewrite.write(&mut buf) {
-                    failed = Some(e.to_string());
-                    break 'shards;
-                }
-            }
-            if done {
-                break;
+    let (mut rewrite, s_ms, counts, enabling) = keyspace.begin_snapshot(|all| {
+        // RDB's per-database sizing hints: the key counts at S.
+        let mut counts = vec![(0u64, 0u64); keyspace.databases()];
+        for shard in all.iter_mut() {
+            for (db, count) in counts.iter_mut().enumerate() {
+                let d = shard.db(db);
+                count.0 += d.len() as u64;
+                count.1 += d.expires_len() as u64;
             }
         }
-    }
-    if let Some(e) = failed {
+        let rewrite = prepared.start();
+        // Logging for `appendonly yes` starts exactly here: the base holds
+        // everything before, the new incr file everything after.
+        let enabling = crate::durability::begin_logging_at_s(server, fsync);
+        (rewrite, unix_ms(), counts, enabling)
+    });
+    let written = match format {
+        BaseFormat::Aof => write_aof_base(server, &mut rewrite, s_ms),
+        BaseFormat::Rdb => write_rdb_base(server, &mut rewrite, s_ms, &counts, rdb_options),
+    };
+    if let Err(e) = written {
         for index in 0..keyspace.shard_count() {
             let leftovers = keyspace.lock_one(index).shard(index).abort_snapshot();
             // Freed here, on the rewrite thread, with no lock held.
@@ -473,7 +544,104 @@ fn snapshot_into_base(server: &Server, journal: &Journal) -> Result<RewriteSumma
         rewrite.abort();
         return Err(e);
     }
-    rewrite.commit().map_err(|e: JournalError| e.to_string())
+    let summary = rewrite.commit().map_err(|e: JournalError| e.to_string())?;
+    if enabling {
+        crate::durability::rewrite_committed(server);
+    }
+    Ok(summary)
+}
+
+/// Reads the snapshot shard by shard, [`STEP_ENTRIES`] entries per hold of
+/// a shard's lock: `emit` runs under the lock for each entry, `after_step`
+/// once it is released (with whether the last step was done), to write
+/// what was gathered. Stops with an error when the server shuts down or
+/// the rewrite is cancelled.
+fn scan_snapshot<S>(
+    server: &Server,
+    state: &mut S,
+    mut emit: impl FnMut(&mut S, usize, &[u8], &Entry),
+    mut after_step: impl FnMut(&mut S, bool) -> Result<(), String>,
+) -> Result<(), String> {
+    let keyspace = &server.keyspace;
+    for index in 0..keyspace.shard_count() {
+        loop {
+            if server.rewrite.stopping() || server.shutdown.load(Ordering::Relaxed) {
+                return Err("stopped: the server is shutting down, or appendonly was switched".into());
+            }
+            let done = {
+                let mut locked = keyspace.lock_one(index);
+                locked.shard(index).snapshot_step(STEP_ENTRIES, |db, key, entry| emit(state, db, key, entry))
+            };
+            after_step(state, index + 1 == keyspace.shard_count() && done)?;
+            if done {
+                break;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The base as commands (`aof-use-rdb-preamble no`).
+fn write_aof_base(server: &Server, rewrite: &mut Rewrite, s_ms: u64) -> Result<(), String> {
+    let mut buf = BaseBuffer::new();
+    scan_snapshot(
+        server,
+        &mut buf,
+        |buf, db, key, entry| emit(buf, db, key, entry, s_ms),
+        |buf, last| {
+            if last || buf.len() >= WRITE_BYTES {
+                rewrite.write(buf).map_err(|e| e.to_string())?;
+            }
+            Ok(())
+        },
+    )
+}
+
+/// The base as an RDB file (`aof-use-rdb-preamble yes`), written by the
+/// same encoder as SAVE. Within a shard entries come grouped by database,
+/// but shards follow one another, so a database can come back: a
+/// `SELECTDB` (with its RESIZEDB hint) is written each time it changes.
+/// Keys that had expired at S are left out, as in the AOF base.
+fn write_rdb_base(
+    server: &Server,
+    rewrite: &mut Rewrite,
+    s_ms: u64,
+    counts: &[(u64, u64)],
+    options: WriteOptions,
+) -> Result<(), String> {
+    let io_err = |e: std::io::Error| e.to_string();
+    let out = std::io::BufWriter::with_capacity(WRITE_BYTES, rewrite.base_writer());
+    let writer = RdbWriter::new(out, options).map_err(io_err)?;
+    struct Gathered<W: std::io::Write> {
+        writer: RdbWriter<W>,
+        db: Option<usize>,
+        entries: Vec<(usize, Vec<u8>, RdbValue, Option<u64>)>,
+    }
+    let mut state = Gathered { writer, db: None, entries: Vec::with_capacity(STEP_ENTRIES) };
+    scan_snapshot(
+        server,
+        &mut state,
+        |g, db, key, entry| {
+            if !entry.is_expired(s_ms) {
+                let expire = entry.has_expiry().then_some(entry.expire_at_ms);
+                g.entries.push((db, key.to_vec(), crate::rdb::to_rdb(&entry.value), expire));
+            }
+        },
+        |g, _| {
+            for (db, key, value, expire) in g.entries.drain(..) {
+                if g.db != Some(db) {
+                    let (keys, expires) = counts.get(db).copied().unwrap_or((0, 0));
+                    g.writer.select_db(db as u64, keys, expires).map_err(io_err)?;
+                    g.db = Some(db);
+                }
+                g.writer.write_key(&key, &value, expire).map_err(io_err)?;
+            }
+            Ok(())
+        },
+    )?;
+    let out = state.writer.finish().map_err(io_err)?;
+    out.into_inner().map_err(|e| e.error().to_string())?;
+    Ok(())
 }
 
 /// Appends the commands that recreate `key` as `entry` has it, in database
@@ -555,15 +723,32 @@ mod tests {
         Sizes { current, rewrite_base, ..Sizes::default() }
     }
 
+    /// The same rate for commands and RDB.
+    fn rates(bytes_per_s: u64) -> ReplayRates {
+        ReplayRates { commands: bytes_per_s, rdb: bytes_per_s }
+    }
+
+    #[test]
+    fn recovery_estimate_counts_an_rdb_base_at_its_own_rate() {
+        let rates = ReplayRates { commands: 1_000_000, rdb: 4_000_000 };
+        let aof = Sizes { current: 10_000_000, base: 8_000_000, ..Sizes::default() };
+        assert_eq!(rates.estimate_s(&aof), 10.0);
+        let rdb = Sizes { base_rdb: true, ..aof };
+        assert_eq!(rates.estimate_s(&rdb), 2.0 + 2.0);
+        let p = AutoPolicy { max_recovery_s: 5, ..REDIS };
+        assert!(matches!(p.due(&Sizes { current: 10_000_000, ..Sizes::default() }, rates), Some(Trigger::Recovery { .. })));
+        assert_eq!(p.due(&rdb, rates), None, "4 s of replay is under 90% of 5 s");
+    }
+
     const REDIS: AutoPolicy = AutoPolicy { percentage: 100, min_size: 64 << 20, max_recovery_s: 0, max_disk_bytes: 0 };
 
     #[test]
     fn redis_rule_needs_min_size_and_growth() {
-        assert_eq!(REDIS.due(&sizes(60 << 20, 1), 1), None, "below the minimum size");
-        assert_eq!(REDIS.due(&sizes(100 << 20, 60 << 20), 1), None, "grown 66%");
-        assert_eq!(REDIS.due(&sizes(120 << 20, 60 << 20), 1), Some(Trigger::Growth { percent: 100 }));
+        assert_eq!(REDIS.due(&sizes(60 << 20, 1), rates(1)), None, "below the minimum size");
+        assert_eq!(REDIS.due(&sizes(100 << 20, 60 << 20), rates(1)), None, "grown 66%");
+        assert_eq!(REDIS.due(&sizes(120 << 20, 60 << 20), rates(1)), Some(Trigger::Growth { percent: 100 }));
         let off = AutoPolicy { percentage: 0, ..REDIS };
-        assert_eq!(off.due(&sizes(1 << 40, 1), 1), None);
+        assert_eq!(off.due(&sizes(1 << 40, 1), rates(1)), None);
     }
 
     #[test]
@@ -571,25 +756,25 @@ mod tests {
         // 10 s bound at 1 MB/s: due at 9 MB, not before, whatever the growth.
         let p = AutoPolicy { max_recovery_s: 10, ..REDIS };
         let rate = 1_000_000;
-        assert_eq!(p.due(&sizes(8_900_000, 1), rate), None);
-        assert_eq!(p.due(&sizes(200 << 20, 100 << 20), 100 << 20), None, "Redis's rule would fire here");
-        assert!(matches!(p.due(&sizes(9_000_000, 1), rate), Some(Trigger::Recovery { .. })));
+        assert_eq!(p.due(&sizes(8_900_000, 1), rates(rate)), None);
+        assert_eq!(p.due(&sizes(200 << 20, 100 << 20), rates(100 << 20)), None, "Redis's rule would fire here");
+        assert!(matches!(p.due(&sizes(9_000_000, 1), rates(rate)), Some(Trigger::Recovery { .. })));
         // Not again right after a rewrite whose result alone passes it.
-        assert_eq!(p.due(&sizes(9_500_000, 9_000_000), rate), None);
-        assert!(p.due(&sizes(9_950_000, 9_000_000), rate).is_some());
+        assert_eq!(p.due(&sizes(9_500_000, 9_000_000), rates(rate)), None);
+        assert!(p.due(&sizes(9_950_000, 9_000_000), rates(rate)).is_some());
     }
 
     #[test]
     fn greedy_disk_bound_counts_the_base_to_write() {
         let p = AutoPolicy { max_disk_bytes: 1_000_000, ..REDIS };
         // Before any rewrite the new base may be as large as the files.
-        assert_eq!(p.due(&sizes(440_000, 0), 1), None);
-        assert_eq!(p.due(&sizes(450_000, 0), 1), Some(Trigger::Disk { projected_bytes: 900_000 }));
+        assert_eq!(p.due(&sizes(440_000, 0), rates(1)), None);
+        assert_eq!(p.due(&sizes(450_000, 0), rates(1)), Some(Trigger::Disk { projected_bytes: 900_000 }));
         // After one that compacted 10:1, much later.
         let compacting = Sizes { last_input: 1000, last_output: 100, ..sizes(800_000, 50_000) };
-        assert_eq!(p.due(&compacting, 1), None);
+        assert_eq!(p.due(&compacting, rates(1)), None);
         let compacting = Sizes { current: 820_000, ..compacting };
-        assert_eq!(p.due(&compacting, 1), Some(Trigger::Disk { projected_bytes: 902_000 }));
+        assert_eq!(p.due(&compacting, rates(1)), Some(Trigger::Disk { projected_bytes: 902_000 }));
     }
 
     /// The commands in `buf`, as text, SELECTs included.

@@ -140,10 +140,9 @@ pub struct Server {
     pub pause_writes_only: AtomicBool,
     pub thread_count: usize,
     pub port: u16,
-    /// The one stream of changes, when `appendonly` is on.
-    pub journal: Option<Arc<keel_journal::Journal>>,
-    /// Whether replies wait for the journal to be durable (`appendfsync always`).
-    pub gate_replies: bool,
+    /// The one stream of changes and whether `appendonly` logs to it now
+    /// (switchable at run time): see [`Server::journal`].
+    pub aof: crate::durability::Aof,
     /// True while the journal is replayed at start (no logging then).
     pub loading: AtomicBool,
     /// How far the journal's replay at start has come (INFO loading_*).
@@ -157,6 +156,9 @@ pub struct Server {
     /// `maxmemory`, mirrored out of `config` (kept in step by CONFIG SET)
     /// so that the check before each write takes no lock.
     pub maxmemory: AtomicU64,
+    /// `min-replicas-to-write` and `-max-lag` both set, mirrored likewise:
+    /// with no replicas, writes are refused.
+    pub min_replicas_unmet: AtomicBool,
     /// How lookups record accesses, mirrored out of `config` likewise
     /// (see [`Server::lfu_params`]).
     lfu: AtomicU64,
@@ -251,7 +253,6 @@ impl Server {
         _command_count: usize,
         journal: Option<Arc<keel_journal::Journal>>,
     ) -> Server {
-        let gate_replies = journal.is_some() && config.appendfsync == crate::config::AppendFsync::Always;
         let command_count = crate::command::table().stat_count();
         // Enough shards that two threads rarely want the same lock at the
         // same instant, few enough that ALL_SHARDS commands stay cheap.
@@ -265,6 +266,7 @@ impl Server {
         let run_id = random_hex();
         let replid = random_hex();
         let port = config.port;
+        let config_fsync = config.appendfsync;
         let mirrored = config.clone();
         let server = Server {
             config: RwLock::new(config),
@@ -285,14 +287,14 @@ impl Server {
             pause_writes_only: AtomicBool::new(false),
             thread_count,
             port,
-            journal,
-            gate_replies,
+            aof: crate::durability::Aof::new(journal, config_fsync),
             loading: AtomicBool::new(false),
             load_progress: LoadProgress::default(),
             active_expire: AtomicBool::new(true),
             meter: Mutex::new(Meter::new()),
             peak_memory: AtomicU64::new(0),
             maxmemory: AtomicU64::new(0),
+            min_replicas_unmet: AtomicBool::new(false),
             lfu: AtomicU64::new(0),
             snapshot_active: AtomicBool::new(false),
             rewrite: Default::default(),
@@ -300,6 +302,17 @@ impl Server {
         };
         server.mirror_config(&mirrored);
         server
+    }
+
+    /// The journal writes are logged to, while they are (`appendonly`).
+    pub fn journal(&self) -> Option<&keel_journal::Journal> {
+        self.aof.logging()
+    }
+
+    /// Whether replies wait for the journal to be durable (`appendfsync
+    /// always` while logging).
+    pub fn gate_replies(&self) -> bool {
+        self.aof.gate_replies()
     }
 
     pub fn lru_s(&self) -> u32 {
@@ -316,6 +329,8 @@ impl Server {
     /// Mirrors the settings that the hot path reads out of `config`.
     pub fn mirror_config(&self, config: &Config) {
         self.maxmemory.store(config.maxmemory, Ordering::Relaxed);
+        let unmet = config.min_replicas_to_write > 0 && config.min_replicas_max_lag > 0;
+        self.min_replicas_unmet.store(unmet, Ordering::Relaxed);
         // Both settings are at most i32::MAX: bit 63 says LFU.
         let lfu = config.maxmemory_policy.contains("lfu").then(|| {
             1 << 63 | u64::from(config.lfu_log_factor & LFU_FIELD) << 32 | u64::from(config.lfu_decay_time & LFU_FIELD)

@@ -1,4 +1,6 @@
-//! RDB snapshots: SAVE, BGSAVE [SCHEDULE], and loading `dump.rdb` at start.
+//! RDB snapshots: SAVE, BGSAVE [SCHEDULE], the `save` rules' cron,
+//! `stop-writes-on-bgsave-error`, SHUTDOWN's final save, DEBUG RELOAD, and
+//! loading `dump.rdb` at start.
 //!
 //! A save is a forkless point-in-time snapshot (`keel_engine`'s
 //! `snapshot.rs`), driven as the AOF rewrite drives one (`rewrite.rs`):
@@ -14,10 +16,29 @@
 //! old dump as it was.
 //!
 //! SAVE runs the snapshot on the calling worker's thread (other clients
-//! keep being served by the other workers, and between steps). BGSAVE hands
-//! it to the `keel-bgsave` thread. While an AOF rewrite holds the token,
-//! BGSAVE SCHEDULE's save waits on that thread until it ends, and SAVE
-//! waits on its own thread.
+//! keep being served by the other workers, and between steps). BGSAVE
+//! takes S on the calling thread before it replies (as Redis forks before
+//! replying: no write acknowledged after the reply is in the file) and
+//! hands the writing to the `keel-bgsave` thread. While an AOF rewrite
+//! holds the token, BGSAVE SCHEDULE's save (and a BGSAVE inside EXEC)
+//! waits on that thread, taking S when it can, and SAVE waits on its own
+//! thread.
+//!
+//! The BGSAVE thread is also the cron of the `save` rules (every `1000/hz`
+//! ms, as Redis's serverCron): a rule met starts a BGSAVE, and after a
+//! failed one the rules wait `BGSAVE_RETRY_DELAY_S`. A failed BGSAVE, while
+//! rules exist and `stop-writes-on-bgsave-error` is on, makes the
+//! dispatcher refuse writes with Redis's -MISCONF ([`refuses_writes`])
+//! until a SAVE or BGSAVE succeeds. `dirty` (rdb_changes_since_last_save)
+//! loses, when a save succeeds, what it was at S: writes made during the
+//! save stay counted, as Redis's `dirty_before_bgsave`.
+//!
+//! Loading at start uses every core: the main thread parses the file (its
+//! CRC64 computed on a helper thread, `keel_rdb`'s `crc_thread.rs`) and
+//! routes each entry, in batches over bounded channels, to one of
+//! `--threads` inserter threads by its shard, which builds the value and
+//! inserts it; inserters own disjoint shards. DEBUG RELOAD runs with every
+//! shard locked (as DEBUG does), so it saves and loads under those locks.
 //!
 //! Within a shard `snapshot_step` emits entries grouped by database in
 //! increasing order, but shards follow one another, so a database can come
@@ -32,10 +53,15 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use keel_engine::value::Entry;
-use keel_rdb::{RdbItem, RdbReader, RdbValue, RdbWriter, WriteOptions};
-use parking_lot::{Condvar, Mutex};
+use keel_engine::value::{EncodingLimits, Entry};
+use keel_engine::Locked;
+use keel_rdb::{RdbEntry, RdbItem, RdbReader, RdbValue, RdbWriter, WriteOptions};
+use parking_lot::Mutex;
+use thiserror::Error;
 
+use crate::config::SaveRule;
+
+use crate::doorbell::{Doorbell, Wake};
 use crate::server::{unix_ms, Server};
 
 /// Entries per `snapshot_step`, i.e. per hold of one shard's lock.
@@ -52,8 +78,20 @@ pub struct Saver {
     scheduled: AtomicBool,
     /// A BGSAVE holds the snapshot token and writes (rdb_bgsave_in_progress).
     in_progress: AtomicBool,
+    /// The last BGSAVE failed (rdb_last_bgsave_status:err); a successful
+    /// SAVE or BGSAVE clears it.
+    last_failed: AtomicBool,
+    /// SHUTDOWN aborts a BGSAVE under way (Redis kills its child) without
+    /// counting it as failed.
+    abort: AtomicBool,
+    /// A FLUSHALL wrote the empty dump while a save held the snapshot: that
+    /// save shows the data from before it and must not replace the file.
+    /// Set by FLUSHALL and cleared at each save's S, both under every shard
+    /// lock; read under shard 0's lock just before the rename.
+    superseded: AtomicBool,
     state: Mutex<State>,
-    wake: Condvar,
+    /// Wakes the BGSAVE thread for an accepted BGSAVE, or to stop.
+    bell: Doorbell,
     /// Keys loaded and expired keys skipped by the load at start
     /// (rdb_last_load_keys_loaded, rdb_last_load_keys_expired).
     pub last_load_keys_loaded: AtomicU64,
@@ -62,12 +100,15 @@ pub struct Saver {
 
 #[derive(Default)]
 struct State {
-    requested: bool,
-    stop: bool,
+    /// The snapshot BGSAVE began before its reply (token held), for the
+    /// thread to write.
+    begun: Option<Begun>,
     started: Option<Instant>,
-    /// Duration and outcome of the last BGSAVE.
-    last: Option<(Duration, bool)>,
-    /// Successful saves, SAVE and BGSAVE (rdb_saves).
+    /// Duration of the last BGSAVE that ended (rdb_last_bgsave_time_sec).
+    last_took: Option<Duration>,
+    /// Unix seconds when the last BGSAVE started (Redis's `lastbgsave_try`).
+    last_try_s: u64,
+    /// SAVEs and BGSAVEs started (rdb_saves, counted as Redis does).
     saves: u64,
 }
 
@@ -82,6 +123,13 @@ pub struct SaveInfo {
     pub saves: u64,
 }
 
+/// A failed BGSAVE waits this long before the save rules may start
+/// another (Redis's `CONFIG_BGSAVE_RETRY_DELAY`).
+const BGSAVE_RETRY_DELAY_S: u64 = 5;
+
+/// Redis's `shared.bgsaveerr`, answered to writes after a failed BGSAVE.
+pub const MISCONF_RDB: &str = "MISCONF Redis is configured to save RDB snapshots, but it's currently unable to persist to disk. Commands that may modify the data set are disabled, because this instance is configured to report errors during writes if RDB snapshotting fails (stop-writes-on-bgsave-error option). Please check the Redis logs for details about the RDB error.";
+
 impl Saver {
     pub fn info(&self) -> SaveInfo {
         let st = self.state.lock();
@@ -89,8 +137,8 @@ impl Saver {
             in_progress: self.in_progress.load(Ordering::Acquire),
             scheduled: self.scheduled.load(Ordering::Relaxed),
             current_s: st.started.map_or(-1, |t| t.elapsed().as_secs() as i64),
-            last_s: st.last.map_or(-1, |(d, _)| d.as_secs() as i64),
-            last_ok: st.last.is_none_or(|(_, ok)| ok),
+            last_s: st.last_took.map_or(-1, |d| d.as_secs() as i64),
+            last_ok: !self.last_failed.load(Ordering::Relaxed),
             saves: st.saves,
         }
     }
@@ -101,17 +149,28 @@ impl Saver {
 
     /// Stops the thread (a save under way is aborted at its next step).
     pub fn stop(&self) {
-        self.state.lock().stop = true;
-        self.wake.notify_one();
+        self.bell.stop();
     }
 
     fn stopping(&self) -> bool {
-        self.state.lock().stop
+        self.bell.stopping()
     }
 
     fn count_save(&self) {
         self.state.lock().saves += 1;
     }
+}
+
+/// Redis's `writeCommandsDeniedByDiskError` for RDB: after a failed BGSAVE,
+/// while save rules exist and `stop-writes-on-bgsave-error` is on, writes
+/// (and PING, as Redis) are refused until a save succeeds. One relaxed load
+/// when the last BGSAVE did not fail.
+pub fn refuses_writes(server: &Server) -> bool {
+    if !server.rdb.last_failed.load(Ordering::Relaxed) {
+        return false;
+    }
+    let c = server.config.read();
+    c.stop_writes_on_bgsave_error && !c.save.is_empty()
 }
 
 /// BGSAVE's outcome for the reply.
@@ -122,120 +181,272 @@ pub enum BgsaveReply {
     OtherChild,
 }
 
-/// BGSAVE [SCHEDULE].
-pub fn bgsave(server: &Server, schedule: bool) -> BgsaveReply {
+/// BGSAVE [SCHEDULE]. A BGSAVE that starts now takes its instant S here,
+/// before the reply, as Redis forks before replying: a write acknowledged
+/// after "Background saving started" is never in the file. The thread then
+/// writes the file. A scheduled one takes S when the other snapshot ends;
+/// inside EXEC (whose shard locks S would wait for) it is always
+/// scheduled, as Redis schedules a BGSAVE run by EXEC.
+pub fn bgsave(server: &Server, schedule: bool, in_exec: bool) -> BgsaveReply {
     let saver = &server.rdb;
     if saver.in_progress() {
         return BgsaveReply::AlreadyInProgress;
     }
-    let other = server.snapshot_active.load(Ordering::Acquire) || server.rewrite.in_progress();
     if saver.requested.load(Ordering::Acquire) {
         // Accepted, waiting for the rewrite: as Redis, SCHEDULE again is fine.
         return if schedule { BgsaveReply::Scheduled } else { BgsaveReply::OtherChild };
     }
-    if other && !schedule {
-        return BgsaveReply::OtherChild;
-    }
     if saver.requested.swap(true, Ordering::AcqRel) {
         return BgsaveReply::AlreadyInProgress;
     }
-    saver.scheduled.store(other, Ordering::Relaxed);
-    if !other {
+    let now = !in_exec
+        && !server.rewrite.in_progress()
+        && server.snapshot_active.compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire).is_ok();
+    if !now && !schedule && !in_exec {
+        saver.requested.store(false, Ordering::Release);
+        return BgsaveReply::OtherChild;
+    }
+    saver.scheduled.store(!now, Ordering::Relaxed);
+    let begun = now.then(|| {
         // In progress from the reply on, for whoever polls INFO.
         saver.in_progress.store(true, Ordering::Release);
-    }
-    saver.state.lock().requested = true;
-    saver.wake.notify_one();
-    if other {
-        BgsaveReply::Scheduled
-    } else {
+        begin(server)
+    });
+    saver.state.lock().begun = begun;
+    saver.bell.ring();
+    if now {
         BgsaveReply::Started
+    } else {
+        BgsaveReply::Scheduled
     }
 }
 
-/// SAVE: a synchronous save on the caller's thread. `Err` carries the
-/// error reply.
+/// Why a synchronous save did not write the file.
+#[derive(Debug, Error)]
+pub enum SaveError {
+    #[error("Background save already in progress")]
+    BgsaveInProgress,
+    #[error("the server is shutting down")]
+    ShuttingDown,
+    /// DEBUG RELOAD holds every shard: it cannot wait for a BGSAVE or an
+    /// AOF rewrite to let go of the snapshot.
+    #[error("a BGSAVE or an AOF rewrite is running")]
+    SnapshotBusy,
+    /// The snapshot or the file failed; the old dump is untouched.
+    #[error("{0}")]
+    Write(String),
+}
+
+/// SAVE: a synchronous save on the caller's thread, counted in rdb_saves
+/// as Redis's `saveCommand` counts it. `Err` carries the error reply.
 pub fn save(server: &Server) -> Result<(), String> {
+    if bgsave_busy(server) {
+        return Err(format!("ERR {}", SaveError::BgsaveInProgress));
+    }
+    server.rdb.count_save();
+    save_sync(server).map(|_| ()).map_err(|_| "ERR".to_string())
+}
+
+/// A BGSAVE runs, or was accepted and is not waiting for another snapshot.
+fn bgsave_busy(server: &Server) -> bool {
+    let saver = &server.rdb;
+    saver.in_progress() || saver.requested.load(Ordering::Acquire) && !saver.scheduled.load(Ordering::Relaxed)
+}
+
+/// A synchronous save (SAVE, SHUTDOWN, DEBUG RELOAD): waits for an AOF
+/// rewrite that holds the snapshot token to end, then saves on this
+/// thread. Returns the file's size.
+pub fn save_sync(server: &Server) -> Result<u64, SaveError> {
     loop {
-        if server.rdb.in_progress() || server.rdb.requested.load(Ordering::Acquire) && !server.rdb.scheduled.load(Ordering::Relaxed) {
-            return Err("ERR Background save already in progress".into());
+        if bgsave_busy(server) {
+            return Err(SaveError::BgsaveInProgress);
         }
         if server.snapshot_active.compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire).is_ok() {
             break;
         }
         if server.shutdown.load(Ordering::Relaxed) {
-            return Err("ERR the server is shutting down".into());
+            return Err(SaveError::ShuttingDown);
         }
         // An AOF rewrite holds the snapshot: wait for its end.
         std::thread::sleep(Duration::from_millis(5));
     }
-    let result = save_to_file(server, &|| server.shutdown.load(Ordering::Relaxed));
-    server.snapshot_active.store(false, Ordering::Release);
-    match result {
-        Ok(bytes) => {
-            tracing::info!("DB saved on disk ({bytes} bytes)");
+    let stop = || server.shutdown.load(Ordering::Relaxed);
+    let begun = begin(server);
+    let write = |temp: &Path, options, key_delay_us| write_snapshot(server, begun, temp, options, key_delay_us, &stop);
+    let result = save_to_file(server, Saving::Snapshot, Box::new(write));
+    end_sync_save(server, result)
+}
+
+/// What SHUTDOWN's arguments say about the final save.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FinalSave {
+    /// No argument (and SIGTERM, SIGINT): save if save rules exist.
+    IfRules,
+    Save,
+    NoSave,
+}
+
+/// Redis's `finishShutdown`, for the RDB: aborts a BGSAVE under way, then
+/// (with save rules or SAVE, unless NOSAVE or while loading) saves
+/// synchronously. Writes are paused first (as CLIENT PAUSE WRITE) so that
+/// a write acknowledged after the snapshot's start cannot be missing from
+/// the file; a write already past the pause check when it was set may
+/// still land after S, a window of one command per worker. `Err`: the save
+/// failed without FORCE; writes resume and the server goes on, as Redis.
+pub fn prepare_shutdown(server: &Server, mode: FinalSave, force: bool) -> Result<(), SaveError> {
+    abort_bgsave(server);
+    let rules = !server.config.read().save.is_empty();
+    let loading = server.loading.load(Ordering::Relaxed);
+    if loading || mode == FinalSave::NoSave || mode == FinalSave::IfRules && !rules {
+        return Ok(());
+    }
+    tracing::info!("Saving the final RDB snapshot before exiting.");
+    let paused = (server.pause_until_ms.load(Ordering::Acquire), server.pause_writes_only.load(Ordering::Relaxed));
+    if paused.0 == 0 || paused.1 {
+        server.pause_writes_only.store(true, Ordering::Relaxed);
+    }
+    server.pause_until_ms.store(u64::MAX, Ordering::Release);
+    match save_sync(server) {
+        Ok(_) => Ok(()),
+        Err(e) if force => {
+            tracing::warn!("Error trying to save the DB ({e}). Exit anyway.");
             Ok(())
         }
         Err(e) => {
-            tracing::error!("SAVE failed: {e}");
-            Err("ERR".into())
+            tracing::warn!("Error trying to save the DB, can't exit.");
+            server.pause_writes_only.store(paused.1, Ordering::Relaxed);
+            server.pause_until_ms.store(paused.0, Ordering::Release);
+            server.broadcast(|| crate::client::Message::Resume);
+            Err(e)
+        }
+    }
+}
+
+/// Stops a BGSAVE that is under way or scheduled, and waits for its thread
+/// to let it go (within one snapshot step).
+fn abort_bgsave(server: &Server) {
+    let saver = &server.rdb;
+    if !saver.requested.load(Ordering::Acquire) {
+        return;
+    }
+    tracing::warn!("There is a background save under way. Aborting it!");
+    saver.abort.store(true, Ordering::Relaxed);
+    while saver.requested.load(Ordering::Acquire) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    saver.abort.store(false, Ordering::Relaxed);
+}
+
+/// Lets go of the snapshot token after a synchronous save, and as Redis's
+/// rdbSave lifts -MISCONF when it succeeded.
+fn end_sync_save(server: &Server, result: Result<u64, String>) -> Result<u64, SaveError> {
+    server.snapshot_active.store(false, Ordering::Release);
+    match result {
+        Ok(bytes) => {
+            server.rdb.last_failed.store(false, Ordering::Relaxed);
+            tracing::info!("DB saved on disk ({bytes} bytes)");
+            Ok(bytes)
+        }
+        Err(e) => {
+            tracing::error!("Write error saving DB on disk: {e}");
+            Err(SaveError::Write(e))
         }
     }
 }
 
 /// Starts the BGSAVE thread. It lives as long as the server; `stop` ends it.
+/// Between saves it is also the cron of the `save` rules.
 pub fn spawn(server: Arc<Server>) -> io::Result<std::thread::JoinHandle<()>> {
-    std::thread::Builder::new().name("keel-bgsave".into()).spawn(move || run(&server))
+    crate::doorbell::spawn_job_thread("keel-bgsave", move || run(&server))
+}
+
+/// The first `save` rule that is met now, as Redis's serverCron decides:
+/// enough changes, more than `seconds` since the last successful save, no
+/// other snapshot running, and after a failed BGSAVE a retry delay.
+fn due_rule(server: &Server) -> Option<SaveRule> {
+    if server.loading.load(Ordering::Relaxed)
+        || server.snapshot_active.load(Ordering::Acquire)
+        || server.rewrite.in_progress()
+        || server.rdb.requested.load(Ordering::Acquire)
+    {
+        return None;
+    }
+    let now_s = unix_ms() / 1000;
+    let since_save_s = now_s.saturating_sub(server.lastsave_s.load(Ordering::Relaxed));
+    let retry_ok = !server.rdb.last_failed.load(Ordering::Relaxed)
+        || now_s.saturating_sub(server.rdb.state.lock().last_try_s) > BGSAVE_RETRY_DELAY_S;
+    let dirty = server.dirty.load(Ordering::Relaxed);
+    let c = server.config.read();
+    c.save.iter().copied().find(|r| dirty >= r.changes && since_save_s > r.seconds && retry_ok)
 }
 
 fn run(server: &Server) {
     let saver = &server.rdb;
     loop {
-        {
-            let mut st = saver.state.lock();
-            while !st.requested && !st.stop {
-                saver.wake.wait(&mut st);
+        let hz = u64::from(server.config.read().hz.max(1));
+        match saver.bell.wait_up_to(Duration::from_millis(1000 / hz)) {
+            Wake::Stop => return,
+            Wake::Idle => {
+                if let Some(rule) = due_rule(server) {
+                    tracing::info!("{} changes in {} seconds. Saving...", rule.changes, rule.seconds);
+                    bgsave(server, false, false);
+                }
+                continue;
             }
-            if st.stop {
-                return;
+            Wake::Rung => {}
+        }
+        let begun = saver.state.lock().begun.take();
+        let stop = || saver.stopping() || saver.abort.load(Ordering::Relaxed) || server.shutdown.load(Ordering::Relaxed);
+        let begun = match begun {
+            Some(begun) => begun,
+            None => {
+                // Scheduled: wait for the token (an AOF rewrite holds it).
+                let mut got = false;
+                while !stop() {
+                    if server.snapshot_active.compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+                        got = true;
+                        break;
+                    }
+                    saver.bell.nap(Duration::from_millis(5));
+                }
+                if !got {
+                    saver.scheduled.store(false, Ordering::Relaxed);
+                    saver.requested.store(false, Ordering::Release);
+                    continue;
+                }
+                begin(server)
             }
-            st.requested = false;
-        }
-        // Wait for the token (an AOF rewrite may hold it).
-        let mut got = false;
-        while !saver.stopping() && !server.shutdown.load(Ordering::Relaxed) {
-            if server.snapshot_active.compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire).is_ok() {
-                got = true;
-                break;
-            }
-            let mut st = saver.state.lock();
-            saver.wake.wait_for(&mut st, Duration::from_millis(5));
-        }
-        if !got {
-            saver.scheduled.store(false, Ordering::Relaxed);
-            saver.requested.store(false, Ordering::Release);
-            continue;
-        }
+        };
         saver.scheduled.store(false, Ordering::Relaxed);
         saver.in_progress.store(true, Ordering::Release);
-        saver.state.lock().started = Some(Instant::now());
+        {
+            let mut st = saver.state.lock();
+            st.started = Some(Instant::now());
+            st.last_try_s = unix_ms() / 1000;
+            st.saves += 1;
+        }
         tracing::info!("Background saving started");
-        let result = save_to_file(server, &|| saver.stopping() || server.shutdown.load(Ordering::Relaxed));
+        let write = |temp: &Path, options, key_delay_us| write_snapshot(server, begun, temp, options, key_delay_us, &stop);
+        let result = save_to_file(server, Saving::Snapshot, Box::new(write));
         server.snapshot_active.store(false, Ordering::Release);
-        let ok = match result {
+        match result {
             Ok(bytes) => {
                 tracing::info!("Background saving terminated with success ({bytes} bytes)");
-                true
+                saver.last_failed.store(false, Ordering::Relaxed);
+            }
+            // Aborted for SHUTDOWN or superseded by FLUSHALL, as Redis's
+            // SIGUSR1 to its child: no error.
+            Err(e) if saver.abort.load(Ordering::Relaxed) || e == SUPERSEDED => {
+                tracing::warn!("Background saving aborted: {e}")
             }
             Err(e) => {
                 tracing::error!("Background saving error: {e}");
-                false
+                saver.last_failed.store(true, Ordering::Relaxed);
             }
-        };
+        }
         {
             let mut st = saver.state.lock();
-            let took = st.started.take().map_or(Duration::ZERO, |t| t.elapsed());
-            st.last = Some((took, ok));
+            st.last_took = Some(st.started.take().map_or(Duration::ZERO, |t| t.elapsed()));
         }
         // In this order: whoever sees the save ended may SAVE at once.
         saver.requested.store(false, Ordering::Release);
@@ -243,36 +454,62 @@ fn run(server: &Server) {
     }
 }
 
-/// One save with the token held: snapshot, temp file, fsync, rename. On
-/// success resets `dirty`, sets `lastsave_s`, counts the save, and returns
-/// the file's size.
-fn save_to_file(server: &Server, stop: &dyn Fn() -> bool) -> Result<u64, String> {
-    let (dir, name, options) = {
+/// What writes a dump's contents into the temporary file: given its path,
+/// the encoding and `rdb-key-save-delay`, returns the file's size and
+/// `dirty` as it was at the instant the contents show.
+type WriteDump<'a> = dyn FnOnce(&Path, WriteOptions, i64) -> Result<(u64, u64), String> + 'a;
+
+/// Who is saving, which decides the temporary file's name and how the
+/// rename is kept in order with FLUSHALL.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Saving {
+    /// A snapshot job (BGSAVE, SAVE), with the snapshot token.
+    Snapshot,
+    /// A caller holding every shard (DEBUG RELOAD, FLUSHALL), with or
+    /// without the token; such saves never overlap one another.
+    AllShardsHeld,
+}
+
+/// Why a snapshot job's file did not replace the dump because a FLUSHALL
+/// wrote a newer one meanwhile: not a failure (Redis's FLUSHALL kills its
+/// BGSAVE child with SIGUSR1, which is not counted as one either).
+pub const SUPERSEDED: &str = "superseded by FLUSHALL's dump";
+
+/// One save: contents, temp file, fsync, rename. On success takes what the
+/// file covers off `dirty`, sets `lastsave_s`, and returns the file's size.
+fn save_to_file(server: &Server, saving: Saving, write: Box<WriteDump<'_>>) -> Result<u64, String> {
+    let (dir, name, options, key_delay_us) = {
         let c = server.config.read();
         let options = WriteOptions {
             encode: crate::rdb::encode_options(&c.encoding, c.rdbcompression),
             checksum: c.rdbchecksum,
             ..WriteOptions::default()
         };
-        (c.dir.clone(), c.dbfilename.clone(), options)
+        (c.dir.clone(), c.dbfilename.clone(), options, c.rdb_key_save_delay_us)
     };
-    let temp = dir.join(format!("temp-{}.rdb", std::process::id()));
+    let temp = match saving {
+        Saving::Snapshot => temp_in(&dir),
+        Saving::AllShardsHeld => dir.join(format!("temp-held-{}.rdb", std::process::id())),
+    };
     let target = dir.join(&name);
-    // `dirty` as it was at S is what the file covers.
-    let mut dirty_at_s = 0;
-    let result = write_snapshot(server, &temp, options, stop, &mut dirty_at_s);
-    match result {
-        Ok(bytes) => {
+    match write(&temp, options, key_delay_us) {
+        Ok((bytes, dirty_at_s)) => {
+            // In order with FLUSHALL, which holds every shard.
+            let shard0 = (saving == Saving::Snapshot).then(|| server.keyspace.lock_one(0));
+            if saving == Saving::Snapshot && server.rdb.superseded.load(Ordering::Relaxed) {
+                let _ = fs::remove_file(&temp);
+                return Err(SUPERSEDED.into());
+            }
             if let Err(e) = fs::rename(&temp, &target) {
                 let _ = fs::remove_file(&temp);
                 return Err(format!("rename {} to {}: {e}", temp.display(), target.display()));
             }
+            drop(shard0);
             if let Ok(d) = File::open(&dir) {
                 let _ = d.sync_all();
             }
             server.dirty.fetch_sub(dirty_at_s.min(server.dirty.load(Ordering::Relaxed)), Ordering::Relaxed);
             server.lastsave_s.store(unix_ms() / 1000, Ordering::Relaxed);
-            server.rdb.count_save();
             Ok(bytes)
         }
         Err(e) => {
@@ -282,51 +519,109 @@ fn save_to_file(server: &Server, stop: &dyn Fn() -> bool) -> Result<u64, String>
     }
 }
 
-fn write_snapshot(
-    server: &Server,
-    temp: &Path,
-    options: WriteOptions,
-    stop: &dyn Fn() -> bool,
-    dirty_at_s: &mut u64,
-) -> Result<u64, String> {
-    let file = File::create(temp).map_err(|e| format!("create {}: {e}", temp.display()))?;
+/// An RDB file being written, with a `SELECTDB` (and its `RESIZEDB` hint,
+/// the database's key count) each time the database changes.
+struct DumpWriter {
+    w: RdbWriter<BufWriter<File>>,
+    current_db: Option<usize>,
+    /// (keys, keys with a TTL) per database.
+    counts: Vec<(u64, u64)>,
+    key_delay_us: i64,
+}
+
+impl DumpWriter {
+    fn create(temp: &Path, options: WriteOptions, key_delay_us: i64) -> Result<DumpWriter, String> {
+        let file = File::create(temp).map_err(|e| format!("create {}: {e}", temp.display()))?;
+        let w = RdbWriter::new(BufWriter::with_capacity(256 << 10, file), options).map_err(|e| e.to_string())?;
+        Ok(DumpWriter { w, current_db: None, counts: Vec::new(), key_delay_us })
+    }
+
+    fn key(&mut self, db: usize, key: &[u8], value: &RdbValue, expire: Option<u64>) -> Result<(), String> {
+        if self.current_db != Some(db) {
+            let (keys, expires) = self.counts.get(db).copied().unwrap_or((0, 0));
+            self.w.select_db(db as u64, keys, expires).map_err(|e| e.to_string())?;
+            self.current_db = Some(db);
+        }
+        self.w.write_key(key, value, expire).map_err(|e| e.to_string())?;
+        if self.key_delay_us > 0 {
+            std::thread::sleep(Duration::from_micros(self.key_delay_us as u64));
+        }
+        Ok(())
+    }
+
+    /// Writes the trailer and fsyncs; returns the file's size.
+    fn finish(self) -> Result<u64, String> {
+        let bytes = self.w.bytes_written() + 9;
+        let out = self.w.finish().map_err(|e| e.to_string())?;
+        let file = out.into_inner().map_err(|e| e.error().to_string())?;
+        file.sync_all().map_err(|e| e.to_string())?;
+        Ok(bytes)
+    }
+}
+
+/// (keys, keys with a TTL) per database of `shards`.
+fn db_counts<'s>(shards: impl Iterator<Item = &'s mut keel_engine::Shard>, databases: usize) -> Vec<(u64, u64)> {
+    let mut counts = vec![(0u64, 0u64); databases];
+    for shard in shards {
+        for (db, count) in counts.iter_mut().enumerate() {
+            let d = shard.db(db);
+            count.0 += d.len() as u64;
+            count.1 += d.expires_len() as u64;
+        }
+    }
+    counts
+}
+
+/// A snapshot's instant S, taken: what writing it needs.
+struct Begun {
+    s_ms: u64,
+    /// (keys, keys with a TTL) per database at S.
+    counts: Vec<(u64, u64)>,
+    /// `dirty` at S: what a successful save takes off it.
+    dirty_at_s: u64,
+}
+
+/// Takes S (with the snapshot token held): every shard locked an instant.
+fn begin(server: &Server) -> Begun {
     let keyspace = &server.keyspace;
     keyspace.prepare_snapshot(PREPARE_BUDGET);
-    let (s_ms, counts) = keyspace.begin_snapshot(|all| {
-        let dbs = keyspace.databases();
-        let mut counts = vec![(0u64, 0u64); dbs];
-        for shard in all.iter_mut() {
-            for (db, count) in counts.iter_mut().enumerate() {
-                let d = shard.db(db);
-                count.0 += d.len() as u64;
-                count.1 += d.expires_len() as u64;
-            }
+    keyspace.begin_snapshot(|all| {
+        server.rdb.superseded.store(false, Ordering::Relaxed);
+        Begun {
+            counts: db_counts(all.iter_mut(), keyspace.databases()),
+            s_ms: unix_ms(),
+            dirty_at_s: server.dirty.load(Ordering::Relaxed),
         }
-        *dirty_at_s = server.dirty.load(Ordering::Relaxed);
-        (unix_ms(), counts)
+    })
+}
+
+/// Writes the forkless snapshot begun at S into `temp`; on failure every
+/// shard's snapshot is aborted.
+fn write_snapshot(
+    server: &Server,
+    begun: Begun,
+    temp: &Path,
+    options: WriteOptions,
+    key_delay_us: i64,
+    stop: &dyn Fn() -> bool,
+) -> Result<(u64, u64), String> {
+    let keyspace = &server.keyspace;
+    let result = DumpWriter::create(temp, options, key_delay_us).and_then(|mut out| {
+        out.counts = begun.counts;
+        stream(server, &mut out, begun.s_ms, stop)?;
+        out.finish()
     });
-    let result = stream(server, file, options, s_ms, &counts, stop);
     if result.is_err() {
         for index in 0..keyspace.shard_count() {
             let leftovers = keyspace.lock_one(index).shard(index).abort_snapshot();
             drop(leftovers);
         }
     }
-    result
+    Ok((result?, begun.dirty_at_s))
 }
 
-fn stream(
-    server: &Server,
-    file: File,
-    options: WriteOptions,
-    s_ms: u64,
-    counts: &[(u64, u64)],
-    stop: &dyn Fn() -> bool,
-) -> Result<u64, String> {
-    let io_err = |e: io::Error| e.to_string();
+fn stream(server: &Server, out: &mut DumpWriter, s_ms: u64, stop: &dyn Fn() -> bool) -> Result<(), String> {
     let keyspace = &server.keyspace;
-    let mut w = RdbWriter::new(BufWriter::with_capacity(256 << 10, file), options).map_err(io_err)?;
-    let mut current_db: Option<usize> = None;
     let mut buf: Vec<(usize, Vec<u8>, RdbValue, Option<u64>)> = Vec::with_capacity(STEP_ENTRIES);
     for index in 0..keyspace.shard_count() {
         loop {
@@ -344,23 +639,51 @@ fn stream(
                 })
             };
             for (db, key, value, expire) in buf.drain(..) {
-                if current_db != Some(db) {
-                    let (keys, expires) = counts.get(db).copied().unwrap_or((0, 0));
-                    w.select_db(db as u64, keys, expires).map_err(io_err)?;
-                    current_db = Some(db);
-                }
-                w.write_key(&key, &value, expire).map_err(io_err)?;
+                out.key(db, &key, &value, expire)?;
             }
             if done {
                 break;
             }
         }
     }
-    let bytes = w.bytes_written() + 9;
-    let out = w.finish().map_err(io_err)?;
-    let file = out.into_inner().map_err(|e| e.error().to_string())?;
-    file.sync_all().map_err(io_err)?;
-    Ok(bytes)
+    Ok(())
+}
+
+/// A save from shards the caller holds, every one of them (DEBUG RELOAD
+/// runs with every shard locked, as Redis's single thread): nothing can
+/// change meanwhile, so the keys are written as they are, without the
+/// snapshot machinery. Needs the snapshot token, which it cannot wait for
+/// (its holder would need these locks).
+fn save_held(server: &Server, locked: &mut Locked<'_>) -> Result<u64, SaveError> {
+    if server.snapshot_active.compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire).is_err() {
+        return Err(SaveError::SnapshotBusy);
+    }
+    let now_ms = unix_ms();
+    let write = |temp: &Path, options: WriteOptions, key_delay_us: i64| -> Result<(u64, u64), String> {
+        let mut out = DumpWriter::create(temp, options, key_delay_us)?;
+        out.counts = db_counts(locked.iter_mut(), server.keyspace.databases());
+        for shard in locked.iter_mut() {
+            for (db, d) in shard.dbs.iter().enumerate() {
+                for (key, entry) in d.iter().filter(|(_, e)| !e.is_expired(now_ms)) {
+                    let expire = entry.has_expiry().then_some(entry.expire_at_ms);
+                    out.key(db, key, &crate::rdb::to_rdb(&entry.value), expire)?;
+                }
+            }
+        }
+        Ok((out.finish()?, server.dirty.load(Ordering::Relaxed)))
+    };
+    let result = save_to_file(server, Saving::AllShardsHeld, Box::new(write));
+    end_sync_save(server, result)
+}
+
+/// The file a save writes before renaming it over the dump.
+fn temp_in(dir: &Path) -> PathBuf {
+    dir.join(format!("temp-{}.rdb", std::process::id()))
+}
+
+/// `temp_in` the configured `dir`.
+pub fn temp_path(server: &Server) -> PathBuf {
+    temp_in(&server.config.read().dir)
 }
 
 /// Where `dump.rdb` is, from the configuration.
@@ -369,48 +692,278 @@ pub fn dump_path(server: &Server) -> PathBuf {
     c.dir.join(&c.dbfilename)
 }
 
-/// Loads `path` into the (empty) keyspace: keys that have expired are
-/// skipped. Returns (keys loaded, keys expired), or an error naming the
-/// file and the offset.
-pub fn load(server: &Server, path: &Path) -> Result<(u64, u64), String> {
-    let file = File::open(path).map_err(|e| format!("Fatal error loading the DB {}: {e}", path.display()))?;
+/// Entries per batch handed from the reader to an inserter: enough that
+/// the channel costs little per key.
+const LOAD_BATCH: usize = 256;
+/// Batches queued per inserter before the reader waits: the bound on the
+/// memory a load holds beyond the keyspace.
+const LOAD_QUEUE_BATCHES: usize = 16;
+
+/// Why a load stopped; the caller prefixes the file's name.
+type LoadError = String;
+
+/// What `read_dump` hands on, in file order.
+enum Read {
+    /// An entry that has not expired.
+    Entry(RdbEntry),
+    /// A database's RESIZEDB hint, per shard: size each shard's tables.
+    Reserve { db: usize, keys: usize, with_expiry: usize },
+}
+
+/// Reads `path`, handing what it holds to `sink`. Returns the expired keys
+/// skipped; an error names the offset.
+fn read_dump(server: &Server, path: &Path, sink: &mut dyn FnMut(Read) -> Result<(), LoadError>) -> Result<u64, LoadError> {
+    let file = File::open(path).map_err(|e| e.to_string())?;
     let total = file.metadata().map(|m| m.len()).unwrap_or(0);
     server.load_progress.total_bytes.store(total, Ordering::Relaxed);
+    server.load_progress.loaded_bytes.store(0, Ordering::Relaxed);
     let fail = |e: keel_rdb::RdbError| match e.offset() {
-        Some(off) => format!("Fatal error loading the DB {} at offset {off}: {e}", path.display()),
-        None => format!("Fatal error loading the DB {}: {e}", path.display()),
+        Some(off) => format!("at offset {off}: {e}"),
+        None => e.to_string(),
     };
-    let mut reader = RdbReader::new(BufReader::with_capacity(256 << 10, file)).map_err(fail)?;
-    let limits = server.config.read().encoding;
+    // The parsing thread is what a load waits on: the checksum goes to a helper.
+    let mut reader = RdbReader::new(BufReader::with_capacity(256 << 10, file)).map_err(fail)?.checksum_in_background();
     let now = unix_ms();
-    let lru = server.lru_s();
-    let (mut loaded, mut expired) = (0u64, 0u64);
+    let (mut read, mut expired) = (0u64, 0u64);
+    let mut db = 0;
     while let Some(item) = reader.next_item().map_err(fail)? {
-        let RdbItem::Entry(e) = item else { continue };
+        let e = match item {
+            RdbItem::Entry(e) => e,
+            RdbItem::SelectDb(n) => {
+                db = n as usize;
+                continue;
+            }
+            RdbItem::ResizeDb { db_size, expires_size } if db < server.keyspace.databases() => {
+                let per_shard = |n| keys_per_shard(server, n, total);
+                sink(Read::Reserve { db, keys: per_shard(db_size), with_expiry: per_shard(expires_size) })?;
+                continue;
+            }
+            _ => continue,
+        };
         if e.expire_at_ms.is_some_and(|at| at <= now) {
             expired += 1;
             continue;
         }
         if e.db as usize >= server.keyspace.databases() {
-            return Err(format!(
-                "Fatal error loading the DB {} at offset {}: database {} out of range",
-                path.display(),
-                reader.offset(),
-                e.db
-            ));
+            return Err(format!("at offset {}: database {} out of range", reader.offset(), e.db));
         }
-        let access_s = lru.saturating_sub(e.idle_s.unwrap_or(0).min(u64::from(u32::MAX)) as u32);
-        let mut entry = Entry::new(crate::rdb::from_rdb(e.value, &limits), access_s);
-        entry.expire_at_ms = e.expire_at_ms.unwrap_or(0);
-        let index = server.keyspace.shard_of_key(&e.key);
-        server.keyspace.lock_one(index).shard(index).db(e.db as usize).insert_entry(&e.key, entry);
-        loaded += 1;
-        if loaded % 1024 == 0 {
+        sink(Read::Entry(e))?;
+        read += 1;
+        if read.is_multiple_of(1024) {
             server.load_progress.loaded_bytes.store(reader.offset(), Ordering::Relaxed);
         }
     }
     server.load_progress.loaded_bytes.store(total, Ordering::Relaxed);
+    Ok(expired)
+}
+
+/// A database's share of an RDB file's RESIZEDB hint for one shard (keys
+/// spread evenly over the shards by hash slot). A hint is the file's word:
+/// no more keys than `file_bytes` has room for, three bytes each at least.
+pub fn keys_per_shard(server: &Server, keys: u64, file_bytes: u64) -> usize {
+    (keys.min(file_bytes / 3) as usize).div_ceil(server.keyspace.shard_count())
+}
+
+/// A read entry as the keyspace holds it, in the encodings the current
+/// limits give it (built off any lock).
+fn build_entry(e: RdbEntry, limits: &EncodingLimits, lru_s: u32) -> (usize, Vec<u8>, Entry) {
+    let access_s = lru_s.saturating_sub(e.idle_s.unwrap_or(0).min(u64::from(u32::MAX)) as u32);
+    let mut entry = Entry::new(crate::rdb::from_rdb(e.value, limits), access_s);
+    entry.expire_at_ms = e.expire_at_ms.unwrap_or(0);
+    (e.db as usize, e.key, entry)
+}
+
+/// Inserts into `db`, refusing a key the dataset already has (Redis stops
+/// on a duplicated key too) unless `replace`.
+fn insert_into(db: &mut keel_engine::Db, key: &[u8], entry: Entry, replace: bool) -> Result<(), LoadError> {
+    if !replace && db.peek(key).is_some() {
+        return Err(format!("duplicated key '{}'", String::from_utf8_lossy(key)));
+    }
+    db.insert_entry(key, entry);
+    Ok(())
+}
+
+/// Threads that build loaded entries' values and insert them, one per
+/// worker thread, each owning the shards whose index is its own modulo
+/// their number, so they never contend for a lock. Entries travel to them
+/// in batches over bounded channels. Used by every load at start: dump.rdb
+/// and an AOF's RDB base.
+pub struct Inserters<'scope> {
+    server: &'scope Server,
+    senders: Vec<std::sync::mpsc::SyncSender<Vec<RdbEntry>>>,
+    handles: Vec<std::thread::ScopedJoinHandle<'scope, Result<u64, LoadError>>>,
+    batches: Vec<Vec<RdbEntry>>,
+}
+
+impl<'scope> Inserters<'scope> {
+    /// Starts them in `scope`. With `replace`, a key already present is
+    /// replaced (an AOF base); without, it stops the load (Redis stops on
+    /// a duplicated key in dump.rdb too).
+    pub fn start<'env>(scope: &'scope std::thread::Scope<'scope, 'env>, server: &'env Server, replace: bool) -> Result<Self, LoadError>
+    where
+        'env: 'scope,
+    {
+        let count = server.thread_count.max(1);
+        let limits = server.config.read().encoding;
+        let lru_s = server.lru_s();
+        let keyspace = &server.keyspace;
+        let mut senders = Vec::with_capacity(count);
+        let mut handles = Vec::with_capacity(count);
+        for i in 0..count {
+            let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<RdbEntry>>(LOAD_QUEUE_BATCHES);
+            senders.push(tx);
+            let spawned = std::thread::Builder::new().name(format!("keel-load-{i}")).spawn_scoped(scope, move || {
+                let mut loaded = 0u64;
+                for batch in rx {
+                    for e in batch {
+                        let (db, key, entry) = build_entry(e, &limits, lru_s);
+                        let index = keyspace.shard_of_key(&key);
+                        insert_into(keyspace.lock_one(index).shard(index).db(db), &key, entry, replace)?;
+                        loaded += 1;
+                    }
+                }
+                Ok::<u64, LoadError>(loaded)
+            });
+            handles.push(spawned.map_err(|e| e.to_string())?);
+        }
+        Ok(Inserters { server, senders, handles, batches: (0..count).map(|_| Vec::with_capacity(LOAD_BATCH)).collect() })
+    }
+
+    /// Queues an entry (its database in range) for its shard's inserter.
+    pub fn send(&mut self, e: RdbEntry) -> Result<(), LoadError> {
+        let to = self.server.keyspace.shard_of_key(&e.key) % self.senders.len();
+        self.batches[to].push(e);
+        if self.batches[to].len() == LOAD_BATCH {
+            let full = std::mem::replace(&mut self.batches[to], Vec::with_capacity(LOAD_BATCH));
+            // A closed channel: that inserter stopped on an error, which
+            // `finish` reports.
+            self.senders[to].send(full).map_err(|_| LoadError::new())?;
+        }
+        Ok(())
+    }
+
+    /// Sizes database `db` in every (still empty) shard before its keys
+    /// come: the inserters are between databases then, so the locks are free.
+    pub fn reserve(&self, db: usize, keys_per_shard: usize, with_expiry_per_shard: usize) {
+        let keyspace = &self.server.keyspace;
+        for index in 0..keyspace.shard_count() {
+            keyspace.lock_one(index).shard(index).db(db).reserve_when_empty(keys_per_shard, with_expiry_per_shard);
+        }
+    }
+
+    /// Sends what is left, waits for every inserter, and returns the keys
+    /// inserted or the first inserter's error.
+    pub fn finish(self) -> Result<u64, LoadError> {
+        for (tx, batch) in self.senders.iter().zip(self.batches) {
+            let _ = tx.send(batch);
+        }
+        drop(self.senders);
+        let mut loaded = 0u64;
+        let mut result: Result<(), LoadError> = Ok(());
+        for h in self.handles {
+            match h.join() {
+                Ok(Ok(n)) => loaded += n,
+                Ok(Err(e)) => result = result.and(Err(e)),
+                Err(_) => result = result.and(Err("a loading thread panicked".into())),
+            }
+        }
+        result.map(|()| loaded)
+    }
+}
+
+/// Loads `path` into the (empty) keyspace at start, with every core: this
+/// thread parses and [`Inserters`] insert. Keys that have expired are
+/// skipped. Returns (keys loaded, keys expired), or an error naming the
+/// file and the offset.
+pub fn load(server: &Server, path: &Path) -> Result<(u64, u64), String> {
+    let result = std::thread::scope(|scope| {
+        let mut inserters = Inserters::start(scope, server, false)?;
+        let mut route = |read: Read| match read {
+            Read::Entry(e) => inserters.send(e),
+            Read::Reserve { db, keys, with_expiry } => {
+                inserters.reserve(db, keys, with_expiry);
+                Ok(())
+            }
+        };
+        let read = read_dump(server, path, &mut route);
+        // An inserter's error is the cause of the reader's closed channel.
+        let loaded = inserters.finish()?;
+        Ok((loaded, read?))
+    });
+    let (loaded, expired) = result.map_err(|e: LoadError| format!("Fatal error loading the DB {}: {e}", path.display()))?;
     server.rdb.last_load_keys_loaded.store(loaded, Ordering::Relaxed);
     server.rdb.last_load_keys_expired.store(expired, Ordering::Relaxed);
     Ok((loaded, expired))
+}
+
+/// FLUSHALL's save, with every shard held by the caller and the dataset
+/// just emptied: as Redis's `flushAllDataAndResetRDB`, when `save` rules
+/// exist, the dump is rewritten (empty) at once so that a restart does
+/// not bring the flushed keys back, and `dirty` drops to 0; not counted in
+/// rdb_saves. A BGSAVE or SAVE under way shows the data from before: it
+/// is marked superseded and will not replace this file (Redis kills its
+/// child). An AOF rewrite holding the snapshot is unaffected.
+pub fn save_after_flushall(server: &Server, locked: &mut Locked<'_>) {
+    if server.config.read().save.is_empty() {
+        return;
+    }
+    let result = match save_held(server, locked) {
+        Err(SaveError::SnapshotBusy) => {
+            server.rdb.superseded.store(true, Ordering::Relaxed);
+            // Nothing to write but the header and trailer: the shards are empty.
+            let counts = db_counts(locked.iter_mut(), server.keyspace.databases());
+            let write = |temp: &Path, options: WriteOptions, key_delay_us: i64| -> Result<(u64, u64), String> {
+                let mut out = DumpWriter::create(temp, options, key_delay_us)?;
+                out.counts = counts;
+                Ok((out.finish()?, server.dirty.load(Ordering::Relaxed)))
+            };
+            save_to_file(server, Saving::AllShardsHeld, Box::new(write)).map(|_| ())
+        }
+        other => other.map(|_| ()).map_err(|e| e.to_string()),
+    };
+    if let Err(e) = result {
+        tracing::warn!("FLUSHALL did not save the empty dataset: {e}");
+    }
+}
+
+/// DEBUG RELOAD [MERGE] [NOFLUSH] [NOSAVE] with every shard held by the
+/// caller: saves the dump (unless NOSAVE), empties the dataset (unless
+/// NOFLUSH) and loads the dump back. Without MERGE a key already present
+/// stops the load (Redis would stop the server). `Err` is the reply.
+pub fn debug_reload(server: &Server, locked: &mut Locked<'_>, save: bool, flush: bool, merge: bool) -> Result<(), String> {
+    if save {
+        save_held(server, locked).map_err(|_| "ERR".to_string())?;
+    }
+    if flush {
+        for shard in locked.iter_mut() {
+            for d in shard.dbs.iter_mut() {
+                drop(d.take_all());
+            }
+        }
+    }
+    let limits = server.config.read().encoding;
+    let lru_s = server.lru_s();
+    let path = dump_path(server);
+    let mut insert = |read: Read| match read {
+        Read::Entry(e) => {
+            let (db, key, entry) = build_entry(e, &limits, lru_s);
+            insert_into(locked.shard_for(&server.keyspace, &key).db(db), &key, entry, merge)
+        }
+        Read::Reserve { db, keys, with_expiry } => {
+            for shard in locked.iter_mut() {
+                shard.db(db).reserve_when_empty(keys, with_expiry);
+            }
+            Ok(())
+        }
+    };
+    match read_dump(server, &path, &mut insert) {
+        Ok(_) => {
+            tracing::warn!("DB reloaded by DEBUG RELOAD");
+            Ok(())
+        }
+        Err(e) => {
+            tracing::error!("DEBUG RELOAD of {}: {e}", path.display());
+            Err("ERR Error trying to load the RDB dump".into())
+        }
+    }
 }

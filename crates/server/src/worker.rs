@@ -460,7 +460,7 @@ impl Worker {
         crate::blocking::forget(&self.server, &waiter);
         let start = conn.wbuf.len();
         conn.wbuf.extend_from_slice(reply);
-        if self.server.gate_replies && lsn > 0 {
+        if self.server.gate_replies() && lsn > 0 {
             conn.gate.push_back((start, lsn));
         }
         let limits = self.limits();
@@ -562,7 +562,7 @@ impl Worker {
                     // Expiries are journaled as DELs under the shard's lock,
                     // so they take their place among the shard's writes.
                     for key in db.expired.drain(..) {
-                        if let Some(journal) = self.server.journal.as_deref() {
+                        if let Some(journal) = self.server.journal() {
                             journal.append(index, &[&b"DEL"[..], &key]);
                         }
                     }
@@ -625,7 +625,7 @@ fn process(server: &Server, stats: &WorkerStats, conn: &mut Conn, limits: &keel_
                 if !argv.is_empty() {
                     let start = conn.wbuf.len();
                     let lsn = command::execute(server, stats, &mut conn.client, &mut conn.wbuf, &argv, now_ms);
-                    if server.gate_replies && lsn > 0 && conn.wbuf.len() > start {
+                    if server.gate_replies() && lsn > 0 && conn.wbuf.len() > start {
                         conn.gate.push_back((start, lsn));
                     }
                 }
@@ -682,8 +682,8 @@ fn may_replicate(spec: &command::CommandSpec) -> bool {
 
 /// Where the journal is durable; everything when replies are not gated.
 fn durable_lsn(server: &Server) -> u64 {
-    match server.journal.as_deref() {
-        Some(journal) if server.gate_replies => journal.durable_lsn(),
+    match server.journal() {
+        Some(journal) if server.gate_replies() => journal.durable_lsn(),
         _ => u64::MAX,
     }
 }

@@ -223,7 +223,7 @@ fn a_served_pop_is_in_the_journal() {
         assert_eq!(waiter.read(), Frame::Array(vec![bulk("q"), arr(&["a", "b"])]));
         server.kill9();
     }
-    let server = Server::start_in(&dir, &[]);
+    let server = Server::start_last_in(&dir, &[]);
     let mut c = server.client();
     assert_eq!(c.cmd("LRANGE q 0 -1"), arr(&["c"]));
 }

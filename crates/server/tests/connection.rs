@@ -66,6 +66,7 @@ fn client_list_and_info_use_redis_field_order() {
     assert_eq!(b.cmd("SELECT 3"), ok());
     let ida = id_of(&mut a);
     let idb = id_of(&mut b);
+    a.wait_connected_clients(2);
     let list = text(a.cmd("CLIENT LIST"));
     let lines: Vec<&str> = list.lines().collect();
     assert_eq!(lines.len(), 2);
@@ -290,12 +291,7 @@ fn auth_without_requirepass() {
 fn maxclients_rejects_with_redis_error() {
     let server = Server::start(&["--maxclients", "2"]);
     let mut a = server.client();
-    // The start-up probe connection may not be reaped yet.
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !text(a.send(&["INFO", "clients"])).contains("connected_clients:1\r\n") {
-        assert!(Instant::now() < deadline, "probe connection still counted");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    a.wait_connected_clients(1);
     let mut b = server.client();
     assert_eq!(a.cmd("PING"), simple("PONG"));
     assert_eq!(b.cmd("PING"), simple("PONG"));

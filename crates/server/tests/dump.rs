@@ -138,7 +138,7 @@ fn every_type_survives_an_aof_rewrite_and_a_restart() {
         }
         server.kill9();
     }
-    let server = Server::start_in(&dir, &[]);
+    let server = Server::start_last_in(&dir, &[]);
     let mut c = server.client();
     let after: Vec<(Frame, Frame)> = KEYS.iter().map(|k| (contents(&mut c, k), c.send(&["OBJECT", "ENCODING", k]))).collect();
     assert_eq!(after, before);

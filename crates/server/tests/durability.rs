@@ -218,24 +218,27 @@ fn a_failing_disk_refuses_writes_then_recovers_without_loss() {
         let server = Server::start_in_with_env(&dir, &[], &[("KEEL_JOURNAL_FAILPOINT", "write-enospc:30:2")]);
         let mut c = server.client();
         assert_eq!(c.cmd("SET k0 v0"), common::ok());
-        // A prober writes beside the main writer: while the log cannot be
-        // written, its writes are refused and its reads still answered.
+        // A prober writes beside the main writer once the server logged the
+        // failure (a write of its own appended just before would wait for
+        // the recovery): while the log cannot be written, its writes are
+        // refused and its reads still answered.
         let stop = Arc::new(AtomicBool::new(false));
         let prober = {
             let (stop, port) = (stop.clone(), server.port);
+            let log = std::env::temp_dir().join("keel-test-logs").join(format!("{port}.log"));
             thread::spawn(move || {
                 let mut p = Client::connect(port);
-                let mut refused = false;
-                while !stop.load(Ordering::Relaxed) {
-                    if let Frame::Error(e) = p.send(&["SET", "probe", "x"]) {
-                        let text = String::from_utf8_lossy(&e).to_string();
-                        assert!(text.starts_with("MISCONF"), "{text}");
-                        assert_eq!(p.send(&["GET", "k0"]), bulk("v0"));
-                        refused = true;
+                while !std::fs::read_to_string(&log).unwrap_or_default().contains("refusing writes") {
+                    if stop.load(Ordering::Relaxed) {
+                        return false;
                     }
-                    thread::sleep(Duration::from_millis(5));
+                    thread::sleep(Duration::from_millis(1));
                 }
-                refused
+                let Frame::Error(e) = p.send(&["SET", "probe", "x"]) else { return false };
+                let text = String::from_utf8_lossy(&e).to_string();
+                assert!(text.starts_with("MISCONF"), "{text}");
+                assert_eq!(p.send(&["GET", "k0"]), bulk("v0"));
+                true
             })
         };
         acked.push(0);
@@ -337,9 +340,199 @@ fn replay_does_not_depend_on_when_it_runs() {
         wait_expired(&mut c, "counter");
         server.kill9();
     }
-    let server = Server::start_in(&dir, &[]);
+    let server = Server::start_last_in(&dir, &[]);
     let mut c = server.client();
     assert_eq!(c.cmd("GET counter"), Frame::Null);
     assert_eq!(c.cmd("GET reborn"), bulk("1"));
     assert_eq!(c.cmd("TTL reborn"), int(-1));
+}
+
+fn info_field(c: &mut Client, name: &str) -> String {
+    c.info_field("persistence", name)
+}
+
+/// Waits until no rewrite runs or waits and `n` have started; returns
+/// `aof_last_bgrewrite_status`.
+fn wait_rewrites(c: &mut Client, n: u64) -> String {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let done = info_field(c, "aof_rewrite_in_progress") == "0"
+            && info_field(c, "aof_rewrite_scheduled") == "0"
+            && info_field(c, "aof_rewrites").parse::<u64>().unwrap_or(0) >= n;
+        if done {
+            return info_field(c, "aof_last_bgrewrite_status");
+        }
+        assert!(Instant::now() < deadline, "rewrite {n} never finished");
+        thread::sleep(Duration::from_millis(5));
+    }
+}
+
+fn set_range(c: &mut Client, prefix: &str, n: usize) {
+    for i in 0..n {
+        assert_eq!(c.send(&["SET", &format!("{prefix}:{i}"), &format!("v{i}")]), common::ok());
+    }
+}
+
+fn assert_range(c: &mut Client, prefix: &str, n: usize) {
+    for i in 0..n {
+        assert_eq!(c.send(&["GET", &format!("{prefix}:{i}")]), bulk(&format!("v{i}")), "{prefix}:{i} lost");
+    }
+}
+
+/// `CONFIG SET appendonly yes` at run time, as Redis 7.0's startAppendOnly:
+/// aof_enabled is 1 at once, a rewrite writes the base from the current
+/// data while writers go on, and every write acknowledged after the reply
+/// survives `kill -9` once that rewrite finished. `no` stops logging: what
+/// is written then is not in the files.
+#[test]
+fn appendonly_switches_at_run_time() {
+    let dir = temp_dir("aof-switch");
+    let acked: Vec<Arc<Acked>> = (0..WRITERS)
+        .map(|_| Arc::new(Acked { sets: AtomicU64::new(0), incrs: AtomicU64::new(0), incrs_sent: AtomicU64::new(0) }))
+        .collect();
+    {
+        let server = Server::start_in(&dir, &["--appendonly", "no"]);
+        let mut c = server.client();
+        assert_eq!(info_field(&mut c, "aof_enabled"), "0");
+        // Enough data that the rewrite's snapshot takes many steps.
+        for chunk in 0..60 {
+            let mut argv = vec!["MSET".to_string()];
+            for i in chunk * 500..(chunk + 1) * 500 {
+                argv.extend([format!("before:{i}"), format!("v{i}")]);
+            }
+            assert_eq!(c.send(&argv), common::ok());
+        }
+        assert_eq!(c.cmd("CONFIG SET appendonly yes"), common::ok());
+        assert_eq!(info_field(&mut c, "aof_enabled"), "1", "on at once, as Redis");
+        // Writes acknowledged from now on, during the rewrite and after.
+        let stop = Arc::new(AtomicBool::new(false));
+        let handles: Vec<_> = (0..WRITERS)
+            .map(|id| {
+                let (a, s, port) = (acked[id].clone(), stop.clone(), server.port);
+                thread::spawn(move || writer(port, id, 0, a, s, None))
+            })
+            .collect();
+        assert_eq!(wait_rewrites(&mut c, 1), "ok");
+        assert_eq!(c.cmd("CONFIG GET appendonly"), Frame::Array(vec![bulk("appendonly"), bulk("yes")]));
+        let total = || acked.iter().map(|a| a.sets.load(Ordering::SeqCst)).sum::<u64>();
+        let at_commit = total();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while total() < at_commit + 200 {
+            assert!(Instant::now() < deadline, "writes stalled after the rewrite");
+            thread::sleep(Duration::from_millis(1));
+        }
+        server.kill9();
+        stop.store(true, Ordering::Relaxed);
+        for h in handles {
+            let _ = h.join();
+        }
+    }
+    let files: std::collections::BTreeSet<String> = std::fs::read_dir(dir.join("appendonlydir"))
+        .expect("appendonlydir")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    let expected = ["appendonly.aof.2.base.rdb", "appendonly.aof.2.incr.aof", "appendonly.aof.manifest"];
+    assert_eq!(files, expected.iter().map(|s| s.to_string()).collect());
+    {
+        let server = Server::start_in(&dir, &[]);
+        let mut c = server.client();
+        assert_range(&mut c, "before", 30_000);
+        for (id, a) in acked.iter().enumerate() {
+            check_sets(&mut c, id, 0, a.sets.load(Ordering::SeqCst));
+            let Frame::Integer(n) = c.send(&["INCRBY", &format!("counter:{id}"), "0"]) else { panic!("counter") };
+            assert!(n as u64 >= a.incrs.load(Ordering::SeqCst), "counter {id} lost acknowledged INCRs");
+        }
+        assert_eq!(c.cmd("CONFIG SET appendonly no"), common::ok());
+        assert_eq!(info_field(&mut c, "aof_enabled"), "0");
+        assert_eq!(c.cmd("SET unlogged x"), common::ok());
+        server.kill9();
+    }
+    let server = Server::start_in(&dir, &[]);
+    let mut c = server.client();
+    check_sets(&mut c, 0, 0, acked[0].sets.load(Ordering::SeqCst));
+    assert_eq!(c.cmd("EXISTS unlogged"), int(0), "written while appendonly was no");
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A reply held for a durable position that a failing disk never reaches
+/// leaves as soon as the log stops gating it: `CONFIG SET appendonly no`,
+/// or `appendfsync` moving off `always`.
+#[test]
+fn a_held_reply_leaves_when_the_log_stops_gating_it() {
+    for switch in ["appendonly no", "appendfsync everysec"] {
+        // Every fdatasync fails: the first write is appended, never durable.
+        let dir = temp_dir("held-reply");
+        let server = Server::start_in_with_env(&dir, &[], &[("KEEL_JOURNAL_FAILPOINT", "sync-eio:1:inf")]);
+        let mut held = server.client();
+        let mut admin = server.client();
+        held.write_command(&["SET", "k", "v"]);
+        // The server's log says when the fsync failed (INFO would wait for
+        // the held write too: it reads the whole keyspace).
+        let log = std::env::temp_dir().join("keel-test-logs").join(format!("{}.log", server.port));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !std::fs::read_to_string(&log).unwrap_or_default().contains("refusing writes until a retry succeeds") {
+            assert!(Instant::now() < deadline, "the fsync never failed");
+            thread::sleep(Duration::from_millis(2));
+        }
+        assert_eq!(admin.cmd(&format!("CONFIG SET {switch}")), common::ok());
+        assert_eq!(held.read(), common::ok(), "after CONFIG SET {switch}");
+        assert_eq!(held.cmd("GET k"), bulk("v"));
+        drop(server);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
+/// `CONFIG SET appendfsync` at run time: from `everysec` to `always`, every
+/// acknowledged write survives `kill -9`.
+#[test]
+fn appendfsync_switches_at_run_time() {
+    let dir = temp_dir("fsync-switch");
+    {
+        let server = Server::start_in(&dir, &["--appendfsync", "everysec"]);
+        let mut c = server.client();
+        set_range(&mut c, "lazy", 50);
+        assert_eq!(c.cmd("CONFIG SET appendfsync always"), common::ok());
+        assert_eq!(c.cmd("CONFIG GET appendfsync"), Frame::Array(vec![bulk("appendfsync"), bulk("always")]));
+        let fsyncs = info_field(&mut c, "keel_aof_fsyncs").parse::<u64>().expect("fsyncs");
+        set_range(&mut c, "synced", 200);
+        let after = info_field(&mut c, "keel_aof_fsyncs").parse::<u64>().expect("fsyncs");
+        assert!(after > fsyncs, "always fsyncs for its acknowledgements");
+        server.kill9();
+    }
+    let server = Server::start_in(&dir, &[]);
+    let mut c = server.client();
+    assert_range(&mut c, "synced", 200);
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// CONFIG SET appendonly / appendfsync reply as redis-server 7.0.15 does,
+/// and INFO's aof_enabled follows the same steps.
+#[test]
+fn appendonly_switch_replies_as_redis() {
+    let keel_dir = temp_dir("aof-switch-keel");
+    let redis_dir = temp_dir("aof-switch-redis");
+    let keel = Server::start_in(&keel_dir, &["--appendonly", "no"]);
+    let Some(redis) = Server::start_redis(&["--dir", redis_dir.to_str().expect("utf8 dir")]) else { return };
+    let mut seen = Vec::new();
+    for server in [&keel, &redis] {
+        let mut c = server.client();
+        let mut replies = vec![
+            c.cmd("CONFIG SET appendfsync bogus"),
+            c.cmd("CONFIG SET appendonly maybe"),
+            c.cmd("CONFIG SET appendonly yes"),
+        ];
+        replies.push(bulk(&info_field(&mut c, "aof_enabled")));
+        replies.push(bulk(&wait_rewrites(&mut c, 1)));
+        replies.push(c.cmd("CONFIG GET appendonly"));
+        replies.push(c.cmd("CONFIG SET appendfsync no"));
+        replies.push(c.cmd("CONFIG SET appendonly no"));
+        replies.push(bulk(&info_field(&mut c, "aof_enabled")));
+        seen.push(replies);
+    }
+    assert_eq!(seen[0], seen[1]);
+    drop((keel, redis));
+    let _ = std::fs::remove_dir_all(&keel_dir);
+    let _ = std::fs::remove_dir_all(&redis_dir);
 }

@@ -3,51 +3,13 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::state::{argv, array, assert_same, bulk_bytes, fill_every_type, pipeline, read_state, State, Val};
 use common::{encode, ok, simple, temp_dir, Client, Frame, Server};
 use keel_rdb::{RdbItem, RdbReader, RdbValue};
-
-/// A value as compared: collections in a canonical order, scores as bits.
-#[derive(Debug, Clone, PartialEq)]
-enum Val {
-    Str(Vec<u8>),
-    List(Vec<Vec<u8>>),
-    Set(Vec<Vec<u8>>),
-    Hash(Vec<(Vec<u8>, Vec<u8>)>),
-    ZSet(Vec<(Vec<u8>, u64)>),
-}
-
-/// (db, key) -> (value, expiry in Unix ms).
-type State = BTreeMap<(u64, Vec<u8>), (Val, Option<u64>)>;
-
-fn bulk_bytes(f: &Frame) -> Vec<u8> {
-    match f {
-        Frame::Bulk(b) | Frame::Simple(b) => b.clone(),
-        other => panic!("not a bulk: {other:?}"),
-    }
-}
-
-fn array(f: Frame) -> Vec<Frame> {
-    match f {
-        Frame::Array(items) | Frame::Set(items) => items,
-        other => panic!("not an array: {other:?}"),
-    }
-}
-
-fn score_bits(text: &[u8]) -> u64 {
-    let t = String::from_utf8_lossy(text);
-    let v: f64 = match t.as_ref() {
-        "inf" => f64::INFINITY,
-        "-inf" => f64::NEG_INFINITY,
-        s => s.parse().expect("score"),
-    };
-    // 0.0 and -0.0 compare as one.
-    if v == 0.0 { 0 } else { v.to_bits() }
-}
 
 fn from_rdb(value: RdbValue) -> Val {
     match value {
@@ -69,97 +31,6 @@ fn from_rdb(value: RdbValue) -> Val {
     }
 }
 
-/// Sends `commands` pipelined and returns the replies.
-fn pipeline(c: &mut Client, commands: &[Vec<Vec<u8>>]) -> Vec<Frame> {
-    let mut bytes = Vec::new();
-    for cmd in commands {
-        bytes.extend(encode(cmd));
-    }
-    c.write_raw(&bytes);
-    commands.iter().map(|_| c.read()).collect()
-}
-
-fn argv(words: &[&[u8]]) -> Vec<Vec<u8>> {
-    words.iter().map(|w| w.to_vec()).collect()
-}
-
-/// Everything in every database of the server `c` talks to.
-fn read_state(c: &mut Client) -> State {
-    let mut state = State::new();
-    for db in 0..16u64 {
-        assert_eq!(c.cmd(&format!("SELECT {db}")), ok());
-        let keys: Vec<Vec<u8>> = array(c.cmd("KEYS *")).iter().map(bulk_bytes).collect();
-        for chunk in keys.chunks(500) {
-            let types = pipeline(c, &chunk.iter().map(|k| argv(&[b"TYPE", k])).collect::<Vec<_>>());
-            let mut cmds = Vec::new();
-            for (k, t) in chunk.iter().zip(&types) {
-                let t = bulk_bytes(t);
-                cmds.push(match &t[..] {
-                    b"string" => argv(&[b"GET", k]),
-                    b"list" => argv(&[b"LRANGE", k, b"0", b"-1"]),
-                    b"set" => argv(&[b"SMEMBERS", k]),
-                    b"hash" => argv(&[b"HGETALL", k]),
-                    b"zset" => argv(&[b"ZRANGE", k, b"0", b"-1", b"WITHSCORES"]),
-                    other => panic!("type {}", String::from_utf8_lossy(other)),
-                });
-                cmds.push(argv(&[b"PEXPIRETIME", k]));
-            }
-            let replies = pipeline(c, &cmds);
-            for (i, (k, t)) in chunk.iter().zip(&types).enumerate() {
-                let (value, ttl) = (replies[2 * i].clone(), replies[2 * i + 1].clone());
-                let val = match &bulk_bytes(t)[..] {
-                    b"string" => Val::Str(bulk_bytes(&value)),
-                    b"list" => Val::List(array(value).iter().map(bulk_bytes).collect()),
-                    b"set" => {
-                        let mut m: Vec<_> = array(value).iter().map(bulk_bytes).collect();
-                        m.sort();
-                        Val::Set(m)
-                    }
-                    b"hash" => {
-                        let items: Vec<_> = array(value).iter().map(bulk_bytes).collect();
-                        let mut pairs: Vec<_> = items.chunks(2).map(|p| (p[0].clone(), p[1].clone())).collect();
-                        pairs.sort();
-                        Val::Hash(pairs)
-                    }
-                    _ => {
-                        let items: Vec<_> = array(value).iter().map(bulk_bytes).collect();
-                        let mut pairs: Vec<_> = items.chunks(2).map(|p| (p[0].clone(), score_bits(&p[1]))).collect();
-                        pairs.sort();
-                        Val::ZSet(pairs)
-                    }
-                };
-                let Frame::Integer(ttl) = ttl else { panic!("PEXPIRETIME: {ttl:?}") };
-                let ttl = (ttl >= 0).then_some(ttl as u64);
-                state.insert((db, k.clone()), (val, ttl));
-            }
-        }
-    }
-    assert_eq!(c.cmd("SELECT 0"), ok());
-    state
-}
-
-/// Asserts `got == want`, naming the first few keys that differ (the
-/// states are too big to print whole).
-fn assert_same(got: &State, want: &State, what: &str) {
-    let short = |v: Option<&(Val, Option<u64>)>| {
-        let t = format!("{v:?}");
-        if t.len() > 300 { format!("{}...", &t[..300]) } else { t }
-    };
-    let mut diffs = Vec::new();
-    for k in got.keys().chain(want.keys()) {
-        if got.get(k) != want.get(k) && diffs.len() < 5 {
-            diffs.push(format!(
-                "db {} key {:?}: got {} want {}",
-                k.0,
-                String::from_utf8_lossy(&k.1),
-                short(got.get(k)),
-                short(want.get(k))
-            ));
-        }
-    }
-    assert!(diffs.is_empty(), "{what}: {} vs {} keys; {}", got.len(), want.len(), diffs.join("\n"));
-}
-
 /// Everything in an RDB file.
 fn read_file(path: &Path) -> State {
     let file = std::fs::File::open(path).expect("open dump");
@@ -172,47 +43,6 @@ fn read_file(path: &Path) -> State {
         }
     }
     state
-}
-
-/// Every type in small and big encodings, several databases, TTLs.
-fn fill_every_type(c: &mut Client) {
-    let far = 4_000_000_000_000u64; // year 2096, in ms
-    for db in [0, 3, 15] {
-        assert_eq!(c.cmd(&format!("SELECT {db}")), ok());
-        c.cmd("SET int 12345");
-        c.cmd("SET neg -7");
-        c.cmd("SET str hello");
-        let big = "x".repeat(20_000);
-        c.send(&["SET", "bigstr", &big]);
-        let compressible: String = (0..2000).map(|i| format!("abc{}", i % 10)).collect();
-        c.send(&["SET", "lzf", &compressible]);
-        c.cmd("RPUSH smalllist a b c 1 2 3");
-        let items: Vec<String> = (0..2000).map(|i| format!("item-{i}")).collect();
-        let mut cmd = vec!["RPUSH".to_string(), "biglist".into()];
-        cmd.extend(items.iter().cloned());
-        c.send(&cmd);
-        c.cmd("SADD intset 1 2 3 -100 99999");
-        c.cmd("SADD smallset a b c");
-        let mut cmd = vec!["SADD".to_string(), "bigset".into()];
-        cmd.extend((0..1000).map(|i| format!("m{i}")));
-        c.send(&cmd);
-        let mut cmd = vec!["SADD".to_string(), "bigintset".into()];
-        cmd.extend((0..1000).map(|i| i.to_string()));
-        c.send(&cmd);
-        c.cmd("HSET smallhash f1 v1 f2 2");
-        let mut cmd = vec!["HSET".to_string(), "bighash".into()];
-        cmd.extend((0..1000).flat_map(|i| [format!("f{i}"), format!("v{i}")]));
-        c.send(&cmd);
-        c.cmd("ZADD smallz 1.5 a -inf b 3 c 0.1 d");
-        let mut cmd = vec!["ZADD".to_string(), "bigz".into()];
-        cmd.extend((0..1000).flat_map(|i| [format!("{}", i as f64 / 7.0), format!("z{i}")]));
-        c.send(&cmd);
-        c.cmd(&format!("PEXPIREAT str {far}"));
-        c.cmd(&format!("PEXPIREAT biglist {far}"));
-        c.cmd(&format!("PEXPIREAT smallz {}", far + 1));
-        c.cmd(&format!("SET db{db} only-here"));
-    }
-    assert_eq!(c.cmd("SELECT 0"), ok());
 }
 
 fn wait_bgsave(c: &mut Client) {
@@ -235,8 +65,8 @@ fn save_then_restart_loads_every_key() {
         assert_eq!(c.cmd("SET gone x PX 20"), ok());
         let server_ms = |c: &mut Client| {
             let t = array(c.cmd("TIME"));
-            let s: u64 = String::from_utf8_lossy(&bulk_bytes(&t[0])).parse().unwrap();
-            let us: u64 = String::from_utf8_lossy(&bulk_bytes(&t[1])).parse().unwrap();
+            let s: u64 = String::from_utf8_lossy(&bulk_bytes(&t[0])).parse().expect("test setup");
+            let us: u64 = String::from_utf8_lossy(&bulk_bytes(&t[1])).parse().expect("test setup");
             s * 1000 + us / 1000
         };
         let until = server_ms(&mut c) + 30;
@@ -275,7 +105,8 @@ fn save_then_restart_loads_every_key() {
 #[test]
 fn bgsave_is_point_in_time_under_concurrent_writes() {
     let dir = temp_dir("rdb-bgsave");
-    let server = Server::start_in(&dir, &["--appendonly", "no"]);
+    // No save rules: a cron BGSAVE after this one would reset `dirty`.
+    let server = Server::start_in(&dir, &["--appendonly", "no", "--save", ""]);
     let mut c = server.client();
     const N: usize = 200_000;
     let value = |i: usize, gen: u32| format!("value-{gen}-{i}-{}", "p".repeat(64));
@@ -293,7 +124,9 @@ fn bgsave_is_point_in_time_under_concurrent_writes() {
 
     assert_eq!(c.cmd("BGSAVE"), simple("Background saving started"));
     // Writes from another client while it runs: overwrite, delete, create,
-    // and change collections.
+    // and change collections. A bounded number of batches: the BGSAVE
+    // thread runs in the idle scheduling class, so writes without pause
+    // would hold it back for as long as they go on.
     let mut w = server.client();
     let mut batches_during = 0;
     let mut i = 0;
@@ -312,7 +145,7 @@ fn bgsave_is_point_in_time_under_concurrent_writes() {
         cmds.push(argv(&[b"SADD", b"intset", b"424242"]));
         pipeline(&mut w, &cmds);
         i += 500;
-        if c.info_field("persistence", "rdb_bgsave_in_progress") == "0" {
+        if c.info_field("persistence", "rdb_bgsave_in_progress") == "0" || batches_during == 20 {
             break;
         }
         batches_during += 1;
@@ -327,7 +160,7 @@ fn bgsave_is_point_in_time_under_concurrent_writes() {
     // The writes went through.
     assert!(read_state(&mut c) != before);
     // Dirty counts only what came after S.
-    let dirty: u64 = c.info_field("persistence", "rdb_changes_since_last_save").parse().unwrap();
+    let dirty: u64 = c.info_field("persistence", "rdb_changes_since_last_save").parse().expect("test setup");
     assert!(dirty > 0);
     drop(server);
     let _ = std::fs::remove_dir_all(&dir);
@@ -349,11 +182,9 @@ fn bgsave_and_save_replies() {
     assert_eq!(c.info_field("persistence", "rdb_current_bgsave_time_sec"), "-1");
 }
 
-#[test]
-fn bgsave_while_an_aof_rewrite_runs() {
-    let server = Server::start(&["--appendonly", "yes", "--auto-aof-rewrite-percentage", "0"]);
-    let mut c = server.client();
-    for chunk in (0..200_000).collect::<Vec<_>>().chunks(1000) {
+/// `n` keys k0.. with 50-byte values, a thousand per MSET.
+fn fill_plain(c: &mut Client, n: usize) {
+    for chunk in (0..n).collect::<Vec<_>>().chunks(1000) {
         let mut cmd = vec!["MSET".to_string()];
         for i in chunk {
             cmd.push(format!("k{i}"));
@@ -361,6 +192,42 @@ fn bgsave_while_an_aof_rewrite_runs() {
         }
         c.send(&cmd);
     }
+}
+
+#[test]
+fn bgsave_takes_its_instant_before_replying() {
+    let server = Server::start(&["--appendonly", "no"]);
+    let dir = server.dir.clone().expect("dir");
+    let mut c = server.client();
+    fill_plain(&mut c, 100_000);
+    // Pipelined: the SET is read with the BGSAVE, and runs right after its reply.
+    c.write_raw(&[encode(&["BGSAVE"]), encode(&["SET", "after", "1"]), encode(&["DEL", "k0"])].concat());
+    assert_eq!(c.read(), simple("Background saving started"));
+    assert_eq!(c.read(), ok());
+    assert_eq!(c.read(), Frame::Integer(1));
+    wait_bgsave(&mut c);
+    let saved = read_file(&dir.join("dump.rdb"));
+    assert_eq!(saved.len(), 100_000);
+    assert!(!saved.contains_key(&(0, b"after".to_vec())));
+    assert!(saved.contains_key(&(0, b"k0".to_vec())));
+    // Inside EXEC it is scheduled (as Redis), and runs once EXEC lets go.
+    assert_eq!(c.cmd("MULTI"), ok());
+    assert_eq!(c.cmd("SET inside 1"), simple("QUEUED"));
+    assert_eq!(c.cmd("BGSAVE"), simple("QUEUED"));
+    assert_eq!(c.cmd("EXEC"), Frame::Array(vec![ok(), simple("Background saving scheduled")]));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while c.info_field("persistence", "rdb_saves") != "2" {
+        assert!(Instant::now() < deadline, "the scheduled BGSAVE never ran");
+    }
+    wait_bgsave(&mut c);
+    assert!(read_file(&dir.join("dump.rdb")).contains_key(&(0, b"inside".to_vec())));
+}
+
+#[test]
+fn bgsave_while_an_aof_rewrite_runs() {
+    let server = Server::start(&["--appendonly", "yes", "--auto-aof-rewrite-percentage", "0"]);
+    let mut c = server.client();
+    fill_plain(&mut c, 200_000);
     assert_eq!(c.cmd("BGREWRITEAOF"), simple("Background append only file rewriting started"));
     let bg = c.cmd("BGSAVE");
     let scheduled = c.cmd("BGSAVE SCHEDULE");
@@ -376,7 +243,9 @@ fn bgsave_while_an_aof_rewrite_runs() {
     while c.info_field("persistence", "rdb_saves") != "1" {
         assert!(Instant::now() < deadline, "the scheduled BGSAVE never ran");
     }
-    let dir = server.dir.clone().unwrap();
+    // rdb_saves counts saves started, as Redis's stat_rdb_saves.
+    wait_bgsave(&mut c);
+    let dir = server.dir.clone().expect("test setup");
     assert_eq!(read_file(&dir.join("dump.rdb")).len(), 200_000);
 }
 
@@ -417,13 +286,13 @@ fn start_expecting_exit(dir: &Path) -> (std::process::ExitStatus, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_keel-server"))
         .args(["--port", &port.to_string(), "--threads", "2", "--appendonly", "no", "--dir", &dir.display().to_string()])
         .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
+        .stderr(std::fs::File::create(&log).expect("test setup"))
         .spawn()
         .expect("spawn");
     let mut child = out;
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        if let Some(status) = child.try_wait().unwrap() {
+        if let Some(status) = child.try_wait().expect("test setup") {
             return (status, std::fs::read_to_string(&log).unwrap_or_default());
         }
         if Instant::now() > deadline {
@@ -444,9 +313,9 @@ fn a_corrupt_dump_rdb_stops_start_up() {
         assert_eq!(c.cmd("SAVE"), ok());
     }
     let path = dir.join("dump.rdb");
-    let good = std::fs::read(&path).unwrap();
+    let good = std::fs::read(&path).expect("test setup");
     // Truncated.
-    std::fs::write(&path, &good[..good.len() / 2]).unwrap();
+    std::fs::write(&path, &good[..good.len() / 2]).expect("test setup");
     let (status, log) = start_expecting_exit(&dir);
     assert!(!status.success());
     assert!(log.contains("dump.rdb") && log.contains("offset"), "log: {log}");
@@ -454,13 +323,23 @@ fn a_corrupt_dump_rdb_stops_start_up() {
     let mut bad = good.clone();
     let at = bad.len() / 3;
     bad[at] ^= 0x5a;
-    std::fs::write(&path, &bad).unwrap();
+    std::fs::write(&path, &bad).expect("test setup");
     let (status, log) = start_expecting_exit(&dir);
     assert!(!status.success());
     assert!(log.contains("dump.rdb"), "log: {log}");
     // Not an RDB file at all.
-    std::fs::write(&path, b"hello world").unwrap();
+    std::fs::write(&path, b"hello world").expect("test setup");
     let (status, _) = start_expecting_exit(&dir);
     assert!(!status.success());
+    // A key twice (Redis stops too): whichever loading thread meets it second.
+    let mut w = keel_rdb::RdbWriter::new(Vec::new(), keel_rdb::WriteOptions::default()).expect("header");
+    w.select_db(0, 3, 0).expect("select");
+    for key in [&b"a"[..], b"b", b"a"] {
+        w.write_key(key, &RdbValue::String(b"v".to_vec()), None).expect("key");
+    }
+    std::fs::write(&path, w.finish().expect("trailer")).expect("test setup");
+    let (status, log) = start_expecting_exit(&dir);
+    assert!(!status.success());
+    assert!(log.contains("duplicated key 'a'"), "log: {log}");
     let _ = std::fs::remove_dir_all(&dir);
 }

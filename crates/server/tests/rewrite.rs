@@ -193,6 +193,12 @@ fn bgrewriteaof_under_concurrent_writes_then_kill_9() {
             .collect();
         let total = |p: &[Arc<Progress>]| p.iter().map(|p| p.done.load(Ordering::SeqCst)).sum::<u64>();
         assert!(wait_until(T, || total(&progress) >= 100));
+        // The first rewrite writes an RDB base (the default), the second,
+        // switched at run time, an AOF one.
+        let format = if cycle == 0 { "rdb" } else { "aof" };
+        if cycle == 1 {
+            assert_eq!(c.cmd("CONFIG SET aof-use-rdb-preamble no"), ok());
+        }
         assert_eq!(c.send(&["BGREWRITEAOF"]), simple("Background append only file rewriting started"));
         assert_eq!(wait_rewrites(&mut c, 1), "ok");
         let after = total(&progress);
@@ -206,7 +212,7 @@ fn bgrewriteaof_under_concurrent_writes_then_kill_9() {
         assert_eq!(
             aof_files(&dir),
             [
-                format!("appendonly.aof.{base_seq}.base.aof"),
+                format!("appendonly.aof.{base_seq}.base.{format}"),
                 format!("appendonly.aof.{base_seq}.incr.aof"),
                 "appendonly.aof.manifest".to_string()
             ]
@@ -238,7 +244,8 @@ fn bgrewriteaof_under_concurrent_writes_then_kill_9() {
 #[test]
 fn kill_9_in_the_middle_of_a_rewrite_loses_nothing() {
     let dir = temp_dir("rw-midway");
-    let server = Server::start_in(&dir, &["--auto-aof-rewrite-percentage", "0"]);
+    // Uncompressed, so that the RDB base grows as the scan goes.
+    let server = Server::start_in(&dir, &["--auto-aof-rewrite-percentage", "0", "--rdbcompression", "no"]);
     let mut c = server.client();
     let keys = 120_000;
     prefill(&mut c, keys, 400);
@@ -276,10 +283,10 @@ fn kill_9_in_the_middle_of_a_rewrite_loses_nothing() {
     handle.join().expect("writer");
     assert!(caught, "the rewrite ended before it could be interrupted");
     let files = aof_files(&dir);
-    assert!(files.contains("appendonly.aof.1.base.aof") && files.iter().any(|f| f.starts_with("temp-rewriteaof-bg-")), "{files:?}");
+    assert!(files.contains("appendonly.aof.1.base.rdb") && files.iter().any(|f| f.starts_with("temp-rewriteaof-bg-")), "{files:?}");
     assert_check_aof_valid(&dir);
 
-    let server = Server::start_in(&dir, &["--auto-aof-rewrite-percentage", "0"]);
+    let server = Server::start_in(&dir, &["--auto-aof-rewrite-percentage", "0", "--rdbcompression", "no"]);
     let mut c = server.client();
     assert!(!aof_files(&dir).iter().any(|f| f.starts_with("temp-")), "the leftover temporary base is deleted");
     let (done, begun) = (progress.done.load(Ordering::SeqCst), progress.begun.load(Ordering::SeqCst));
@@ -312,7 +319,7 @@ fn redis_and_keel_load_each_others_rewritten_directories() {
     let dir = temp_dir("rw-interop");
     let long: Vec<String> = (0..150).map(|i| format!("e{i}")).collect();
     {
-        let server = Server::start_in(&dir, &[]);
+        let server = Server::start_in(&dir, &["--aof-use-rdb-preamble", "no"]);
         let mut c = server.client();
         c.cmd("SET plain value");
         c.send(&["SET", "bin", "a\r\nb\0c"]);
@@ -405,7 +412,7 @@ fn bgrewriteaof_replies_as_redis() {
     assert_ne!(i["aof_last_rewrite_time_sec"], "-1");
     assert_eq!(i["aof_current_rewrite_time_sec"], "-1");
     assert_eq!(i["keel_snapshot_saved_bytes"], "0");
-    assert_eq!(i["aof_base_size"], std::fs::metadata(server.dir.as_ref().expect("dir").join("appendonlydir/appendonly.aof.3.base.aof")).expect("base").len().to_string());
+    assert_eq!(i["aof_base_size"], std::fs::metadata(server.dir.as_ref().expect("dir").join("appendonlydir/appendonly.aof.3.base.rdb")).expect("base").len().to_string());
     drop(server);
 
     let server = Server::start(&["--appendonly", "no"]);
@@ -420,8 +427,10 @@ fn bgrewriteaof_replies_as_redis() {
 /// doubled since the last rewrite.
 #[test]
 fn automatic_rewrite_by_growth_percentage() {
-    // A fast cron, so that a trigger is seen within a few writes.
-    let server = Server::start(&["--auto-aof-rewrite-min-size", "64kb", "--hz", "500"]);
+    // A fast cron, so that a trigger is seen within a few writes. An AOF
+    // base, whose size follows the data's (an RDB one compresses the
+    // repetitive values to almost nothing).
+    let server = Server::start(&["--auto-aof-rewrite-min-size", "64kb", "--hz", "500", "--aof-use-rdb-preamble", "no"]);
     let mut c = server.client();
     assert_eq!(
         c.cmd("CONFIG GET auto-aof-rewrite-*"),
@@ -550,7 +559,7 @@ fn a_failing_base_write_fails_the_rewrite_alone() {
     assert_eq!(field(&mut c, "aof_last_write_status"), "ok", "the journal itself never failed");
     assert_eq!(
         aof_files(&dir),
-        ["appendonly.aof.1.base.aof", "appendonly.aof.1.incr.aof", "appendonly.aof.2.incr.aof", "appendonly.aof.manifest"]
+        ["appendonly.aof.1.base.rdb", "appendonly.aof.1.incr.aof", "appendonly.aof.2.incr.aof", "appendonly.aof.manifest"]
             .into_iter()
             .map(String::from)
             .collect::<BTreeSet<_>>()
@@ -682,5 +691,105 @@ fn random_writes_across_databases_during_rewrites() {
     assert_eq!(c.send(&["SELECT", "5"]), ok());
     assert_eq!(c.send(&["DBSIZE"]), int(200_000));
     drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// With RDB bases (`aof-use-rdb-preamble yes`, both servers' default): the
+/// directory redis-server rewrote starts Keel with the same data, every
+/// type and encoding; Keel rewrites it, and redis-server starts on Keel's
+/// directory with the same data. redis-check-aof accepts Keel's directory.
+#[test]
+fn rdb_base_directories_move_between_redis_and_keel() {
+    use common::state::{assert_same, fill_every_type, read_state};
+    let dir = temp_dir("rw-rdb-interop");
+    let d = dir.to_str().expect("utf8 dir");
+    let Some(redis) = Server::start_redis(&["--dir", d, "--appendonly", "yes"]) else { return };
+    let mut r = redis.client();
+    fill_every_type(&mut r);
+    assert_eq!(r.cmd("BGREWRITEAOF"), simple("Background append only file rewriting started"));
+    assert_eq!(wait_rewrites(&mut r, 1), "ok");
+    // After the rewrite: into Redis's incr file.
+    assert_eq!(r.cmd("SET after-redis-rewrite yes"), ok());
+    r.cmd("RPUSH smalllist tail");
+    let want = read_state(&mut r);
+    r.write_command(&["SHUTDOWN", "NOSAVE"]);
+    r.read_to_close();
+    drop(redis);
+    assert!(aof_files(&dir).contains("appendonly.aof.2.base.rdb"), "{:?}", aof_files(&dir));
+
+    let server = Server::start_in(&dir, &[]);
+    let mut c = server.client();
+    assert_same(&read_state(&mut c), &want, "Keel loads redis-server's RDB-based directory");
+    assert_eq!(c.send(&["BGREWRITEAOF"]), simple("Background append only file rewriting started"));
+    assert_eq!(wait_rewrites(&mut c, 1), "ok");
+    assert_eq!(c.cmd("SET after-keel-rewrite yes"), ok());
+    let want = read_state(&mut c);
+    server.kill9();
+    let files = aof_files(&dir);
+    assert!(files.contains("appendonly.aof.3.base.rdb") && files.len() == 3, "{files:?}");
+    assert_check_aof_valid(&dir);
+    let manifest = dir.join("appendonlydir/appendonly.aof.manifest");
+    let check = std::process::Command::new("/usr/bin/redis-check-aof").arg(&manifest).output().expect("redis-check-aof");
+    let text = String::from_utf8_lossy(&check.stdout);
+    assert!(check.status.success() && text.contains("RDB preamble is OK"), "{text}");
+
+    let Some(redis) = Server::start_redis(&["--dir", d, "--appendonly", "yes"]) else { return };
+    let mut r = redis.client();
+    assert_same(&read_state(&mut r), &want, "redis-server loads Keel's RDB base");
+    r.write_command(&["SHUTDOWN", "NOSAVE"]);
+    r.read_to_close();
+    drop(redis);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Runs keel-server on `dir` expecting it to exit at start; returns its
+/// status and its log.
+fn start_expecting_exit(dir: &Path) -> (std::process::ExitStatus, String) {
+    let port = common::free_port();
+    let log = dir.join("keel.log");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_keel-server"))
+        .args(["--port", &port.to_string(), "--dir", &dir.display().to_string()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("log"))
+        .spawn()
+        .expect("spawn");
+    let deadline = Instant::now() + T;
+    loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            return (status, std::fs::read_to_string(&log).unwrap_or_default());
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("keel-server kept running on a damaged RDB base");
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// A damaged RDB base stops start-up with an error naming the file; the
+/// check tool reports it and `--fix` leaves it alone.
+#[test]
+fn a_damaged_rdb_base_stops_start_up() {
+    let dir = temp_dir("rw-rdb-corrupt");
+    {
+        let server = Server::start_in(&dir, &[]);
+        let mut c = server.client();
+        common::state::fill_every_type(&mut c);
+        assert_eq!(c.send(&["BGREWRITEAOF"]), simple("Background append only file rewriting started"));
+        assert_eq!(wait_rewrites(&mut c, 1), "ok");
+    }
+    let base = dir.join("appendonlydir/appendonly.aof.2.base.rdb");
+    let mut bytes = std::fs::read(&base).expect("base");
+    let at = bytes.len() / 2;
+    bytes[at] ^= 0x5a;
+    std::fs::write(&base, &bytes).expect("write");
+    let (status, log) = start_expecting_exit(&dir);
+    assert!(!status.success());
+    assert!(log.contains("appendonly.aof.2.base.rdb") && log.contains("bad RDB"), "log: {log}");
+    let manifest = dir.join("appendonlydir/appendonly.aof.manifest");
+    let mut out = Vec::new();
+    let outcome = keel_journal::check::check(&manifest, true, &mut out).expect("check");
+    assert_eq!(outcome, keel_journal::check::CheckOutcome::Invalid);
+    assert_eq!(std::fs::read(&base).expect("base"), bytes, "--fix leaves an RDB alone");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -10,11 +10,13 @@ use keel_engine::Db;
 
 use super::parse::{eq, i64_arg};
 use super::strings::{string_of, string_of_mut};
+use super::keyspec::*;
 use super::{cmd, flags::*, range, CmdError, CmdResult, CommandSpec, Ctx, KEY1};
 
 pub static COMMANDS: &[CommandSpec] = &[
     cmd("setbit", 4, WRITE | DENYOOM, KEY1, "bitmap", setbit)
-        .doc("Sets or clears the bit at offset in the string value stored at key", "2.2.0"),
+        .doc("Sets or clears the bit at offset in the string value stored at key", "2.2.0")
+        .specs(&[key_at(1, RW | ACCESS | UPDATE)]),
     cmd("getbit", 3, READONLY | FAST, KEY1, "bitmap", getbit)
         .doc("Returns the bit value at offset in the string value stored at key", "2.2.0"),
     cmd("bitcount", -2, READONLY, KEY1, "bitmap", bitcount)
@@ -22,9 +24,13 @@ pub static COMMANDS: &[CommandSpec] = &[
     cmd("bitpos", -3, READONLY, KEY1, "bitmap", bitpos)
         .doc("Find first bit set or clear in a string", "2.8.7"),
     cmd("bitop", -4, WRITE | DENYOOM, range(2, -1, 1), "bitmap", bitop)
-        .doc("Perform bitwise operations between strings", "2.6.0"),
+        .doc("Perform bitwise operations between strings", "2.6.0")
+        .specs(&[key_at(2, OW | UPDATE), ks(RO | ACCESS, index(3), span(-1, 1, 0))]),
     cmd("bitfield", -2, WRITE | DENYOOM, KEY1, "bitmap", bitfield)
-        .doc("Perform arbitrary bitfield integer operations on strings", "3.2.0"),
+        .doc("Perform arbitrary bitfield integer operations on strings", "3.2.0")
+        .specs(&[key_at(1, RW | UPDATE | ACCESS | VARIABLE_FLAGS)
+            .notes("This command allows both access and modification of the key")
+            .flags_by(bitfield_key_flags)]),
     cmd("bitfield_ro", -2, READONLY | FAST, KEY1, "bitmap", bitfield_ro)
         .doc("Perform arbitrary bitfield integer operations on strings. Read-only variant of BITFIELD", "6.0.0"),
 ];
@@ -551,6 +557,24 @@ fn parse_fields(ctx: &Ctx<'_>, argv: &[&[u8]]) -> Result<Vec<Field>, CmdError> {
         j += if is_get { 3 } else { 4 };
     }
     Ok(fields)
+}
+
+/// BITFIELD's key flags (GETKEYSANDFLAGS): only read when every
+/// operation is a well-formed GET or OVERFLOW (Redis's `bitfieldGetKeys`;
+/// a malformed one counts as a write).
+fn bitfield_key_flags(argv: &[&[u8]]) -> u16 {
+    let mut i = 2;
+    while i < argv.len() {
+        let left = argv.len() - i - 1;
+        if eq(argv[i], "get") && left >= 2 {
+            i += 3;
+        } else if eq(argv[i], "overflow") && left >= 1 {
+            i += 2;
+        } else {
+            return RW | ACCESS | UPDATE;
+        }
+    }
+    RO | ACCESS
 }
 
 fn bitfield(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {

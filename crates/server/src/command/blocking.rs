@@ -12,34 +12,47 @@ use smallvec::SmallVec;
 
 use super::lists::{self, End};
 use super::zsets;
+use super::keyspec::*;
 use super::{cmd, flags::*, range, CmdResult, CommandSpec, Ctx, Keys};
 use crate::blocking::{block, parse_timeout};
 
 pub static COMMANDS: &[CommandSpec] = &[
     cmd("blpop", -3, WRITE | NOSCRIPT | BLOCKING, range(1, -2, 1), "list", blpop)
-        .doc("Remove and get the first element in a list, or block until one is available", "2.0.0"),
+        .doc("Remove and get the first element in a list, or block until one is available", "2.0.0")
+        .specs(&[ks(RW | ACCESS | DELETE, index(1), span(-2, 1, 0))]),
     cmd("brpop", -3, WRITE | NOSCRIPT | BLOCKING, range(1, -2, 1), "list", brpop)
-        .doc("Remove and get the last element in a list, or block until one is available", "2.0.0"),
-    cmd("brpoplpush", 4, WRITE | DENYOOM | NOSCRIPT | BLOCKING, range(1, 2, 1), "list", brpoplpush).doc(
-        "Pop an element from a list, push it to another list and return it; or block until one is available",
-        "2.2.0",
-    ),
-    cmd("blmove", 6, WRITE | DENYOOM | NOSCRIPT | BLOCKING, range(1, 2, 1), "list", blmove).doc(
-        "Pop an element from a list, push it to another list and return it; or block until one is available",
-        "6.2.0",
-    ),
+        .doc("Remove and get the last element in a list, or block until one is available", "2.0.0")
+        .specs(&[ks(RW | ACCESS | DELETE, index(1), span(-2, 1, 0))]),
+    cmd("brpoplpush", 4, WRITE | DENYOOM | NOSCRIPT | BLOCKING, range(1, 2, 1), "list", brpoplpush)
+        .doc(
+            "Pop an element from a list, push it to another list and return it; or block until one is available",
+            "2.2.0",
+        )
+        .specs(&[key_at(1, RW | ACCESS | DELETE), key_at(2, RW | INSERT)]),
+    cmd("blmove", 6, WRITE | DENYOOM | NOSCRIPT | BLOCKING, range(1, 2, 1), "list", blmove)
+        .doc(
+            "Pop an element from a list, push it to another list and return it; or block until one is available",
+            "6.2.0",
+        )
+        .specs(&[key_at(1, RW | ACCESS | DELETE), key_at(2, RW | INSERT)]),
     cmd("blmpop", -5, WRITE | BLOCKING, Keys::Custom(mpop_keys), "list", blmpop)
-        .doc("Pop elements from a list, or block until one is available", "7.0.0"),
-    cmd("bzpopmin", -3, WRITE | NOSCRIPT | FAST | BLOCKING, range(1, -2, 1), "sorted_set", bzpopmin).doc(
-        "Remove and return the member with the lowest score from one or more sorted sets, or block until one is available",
-        "5.0.0",
-    ),
-    cmd("bzpopmax", -3, WRITE | NOSCRIPT | FAST | BLOCKING, range(1, -2, 1), "sorted_set", bzpopmax).doc(
-        "Remove and return the member with the highest score from one or more sorted sets, or block until one is available",
-        "5.0.0",
-    ),
-    cmd("bzmpop", -5, WRITE | BLOCKING, Keys::Custom(mpop_keys), "sorted_set", bzmpop)
-        .doc("Remove and return members with scores in a sorted set or block until one is available", "7.0.0"),
+        .doc("Pop elements from a list, or block until one is available", "7.0.0")
+        .specs(&[ks(RW | ACCESS | DELETE, index(2), keynum(0, 1, 1))]),
+    cmd("bzpopmin", -3, WRITE | NOSCRIPT | FAST | BLOCKING, range(1, -2, 1), "sorted-set", bzpopmin)
+        .doc(
+            "Remove and return the member with the lowest score from one or more sorted sets, or block until one is available",
+            "5.0.0",
+        )
+        .specs(&[ks(RW | ACCESS | DELETE, index(1), span(-2, 1, 0))]),
+    cmd("bzpopmax", -3, WRITE | NOSCRIPT | FAST | BLOCKING, range(1, -2, 1), "sorted-set", bzpopmax)
+        .doc(
+            "Remove and return the member with the highest score from one or more sorted sets, or block until one is available",
+            "5.0.0",
+        )
+        .specs(&[ks(RW | ACCESS | DELETE, index(1), span(-2, 1, 0))]),
+    cmd("bzmpop", -5, WRITE | BLOCKING, Keys::Custom(mpop_keys), "sorted-set", bzmpop)
+        .doc("Remove and return members with scores in a sorted set or block until one is available", "7.0.0")
+        .specs(&[ks(RW | ACCESS | DELETE, index(2), keynum(0, 1, 1))]),
 ];
 
 /// BLMPOP and BZMPOP: `timeout numkeys key...`.

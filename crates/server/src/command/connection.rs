@@ -5,21 +5,30 @@ use std::fmt::Write as _;
 use std::sync::atomic::Ordering;
 
 use super::parse::{eq, i64_arg};
-use super::{cmd, flags::*, CmdError, CmdResult, CommandSpec, Ctx, Keys};
+use super::{acl, cmd, flags::*, CmdError, CmdResult, CommandSpec, Ctx, Keys};
 use crate::client::{ClientInfo, Message, ReplyMode};
 use crate::server::unix_ms;
 
 pub static COMMANDS: &[CommandSpec] = &[
-    cmd("ping", -1, FAST | STALE, Keys::None, "connection", ping),
-    cmd("echo", 2, FAST, Keys::None, "connection", echo),
-    cmd("select", 2, LOADING | STALE | FAST, Keys::None, "connection", select),
-    cmd("hello", -1, NOSCRIPT | LOADING | STALE | FAST | NO_AUTH, Keys::None, "connection", hello),
-    cmd("auth", -2, NOSCRIPT | LOADING | STALE | FAST | NO_AUTH, Keys::None, "connection", auth),
-    cmd("quit", -1, ALLOW_BUSY | NOSCRIPT | LOADING | STALE | FAST | NO_AUTH, Keys::None, "connection", quit),
-    cmd("reset", 1, NOSCRIPT | LOADING | STALE | FAST | NO_AUTH, Keys::None, "connection", reset),
+    cmd("ping", -1, FAST, Keys::None, "connection", ping)
+        .doc("Ping the server", "1.0.0")
+        .tips(&["request_policy:all_shards", "response_policy:all_succeeded"]),
+    cmd("echo", 2, LOADING | STALE | FAST, Keys::None, "connection", echo)
+        .doc("Echo the given string", "1.0.0"),
+    cmd("select", 2, LOADING | STALE | FAST, Keys::None, "connection", select)
+        .doc("Change the selected database for the current connection", "1.0.0"),
+    cmd("hello", -1, NOSCRIPT | LOADING | STALE | FAST | NO_AUTH | ALLOW_BUSY, Keys::None, "connection", hello)
+        .doc("Handshake with Redis", "6.0.0"),
+    cmd("auth", -2, NOSCRIPT | LOADING | STALE | FAST | NO_AUTH | ALLOW_BUSY, Keys::None, "connection", auth)
+        .doc("Authenticate to the server", "1.0.0"),
+    cmd("quit", -1, ALLOW_BUSY | NOSCRIPT | LOADING | STALE | FAST | NO_AUTH, Keys::None, "connection", quit)
+        .doc("Close the connection", "1.0.0"),
+    cmd("reset", 1, NOSCRIPT | LOADING | STALE | FAST | NO_AUTH | ALLOW_BUSY, Keys::None, "connection", reset)
+        .doc("Reset the connection", "6.2.0"),
     cmd("client", -2, 0, Keys::None, "connection", super::server::container)
         .doc("A container for client connection commands", "2.4.0")
-        .subs(CLIENT_SUBCOMMANDS),
+        .subs(CLIENT_SUBCOMMANDS)
+        .acl(acl::NONE),
 ];
 
 const CLIENT_FLAGS: u32 = NOSCRIPT | LOADING | STALE;

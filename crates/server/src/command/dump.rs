@@ -5,14 +5,17 @@
 use keel_engine::Entry;
 
 use super::parse::{eq, i64_arg};
-use super::{cmd, flags::*, Access, CmdError, CmdResult, CommandSpec, Ctx, KEY1};
+use super::keyspec::*;
+use super::{acl, cmd, flags::*, Access, CmdError, CmdResult, CommandSpec, Ctx, KEY1};
 
 pub static COMMANDS: &[CommandSpec] = &[
     cmd("dump", 2, READONLY, KEY1, "generic", dump)
         .doc("Return a serialized version of the value stored at the specified key.", "2.6.0")
         .tips(&["nondeterministic_output"]),
     cmd("restore", -4, WRITE | DENYOOM, KEY1, "generic", restore)
-        .doc("Create a key using the provided serialized value, previously obtained using DUMP.", "2.6.0"),
+        .doc("Create a key using the provided serialized value, previously obtained using DUMP.", "2.6.0")
+        .acl(acl::KEYSPACE | acl::DANGEROUS)
+        .specs(&[key_at(1, OW | UPDATE)]),
 ];
 
 fn dump(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {

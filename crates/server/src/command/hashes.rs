@@ -20,22 +20,31 @@ use super::keys::{parse_cursor, parse_member_scan_options};
 use super::parse::{eq, i64_arg};
 use super::strings::incr_float_error;
 use super::strings::long_double::{IncrFloatError, LongDouble, Parsed};
+use super::keyspec::*;
 use super::{cmd, flags::*, CmdError, CmdResult, CommandSpec, Ctx, KEY1};
 
 pub static COMMANDS: &[CommandSpec] = &[
     cmd("hset", -4, WRITE | DENYOOM | FAST, KEY1, "hash", hset).doc("Set the string value of a hash field", "2.0.0"),
     cmd("hsetnx", 4, WRITE | DENYOOM | FAST, KEY1, "hash", hsetnx)
-        .doc("Set the value of a hash field, only if the field does not exist", "2.0.0"),
+        .doc("Set the value of a hash field, only if the field does not exist", "2.0.0")
+        .specs(&[key_at(1, RW | INSERT)]),
     cmd("hget", 3, READONLY | FAST, KEY1, "hash", hget).doc("Get the value of a hash field", "2.0.0"),
     cmd("hmget", -3, READONLY | FAST, KEY1, "hash", hmget)
         .doc("Get the values of all the given hash fields", "2.0.0"),
     cmd("hmset", -4, WRITE | DENYOOM | FAST, KEY1, "hash", hmset)
         .doc("Set multiple hash fields to multiple values", "2.0.0"),
-    cmd("hdel", -3, WRITE | FAST, KEY1, "hash", hdel).doc("Delete one or more hash fields", "2.0.0"),
-    cmd("hlen", 2, READONLY | FAST, KEY1, "hash", hlen).doc("Get the number of fields in a hash", "2.0.0"),
+    cmd("hdel", -3, WRITE | FAST, KEY1, "hash", hdel)
+        .doc("Delete one or more hash fields", "2.0.0")
+        .specs(&[key_at(1, RW | DELETE)]),
+    cmd("hlen", 2, READONLY | FAST, KEY1, "hash", hlen)
+        .doc("Get the number of fields in a hash", "2.0.0")
+        .specs(&[key_at(1, RO)]),
     cmd("hstrlen", 3, READONLY | FAST, KEY1, "hash", hstrlen)
-        .doc("Get the length of the value of a hash field", "3.2.0"),
-    cmd("hexists", 3, READONLY | FAST, KEY1, "hash", hexists).doc("Determine if a hash field exists", "2.0.0"),
+        .doc("Get the length of the value of a hash field", "3.2.0")
+        .specs(&[key_at(1, RO)]),
+    cmd("hexists", 3, READONLY | FAST, KEY1, "hash", hexists)
+        .doc("Determine if a hash field exists", "2.0.0")
+        .specs(&[key_at(1, RO)]),
     cmd("hkeys", 2, READONLY, KEY1, "hash", hkeys)
         .doc("Get all the fields in a hash", "2.0.0")
         .tips(&["nondeterministic_output_order"]),
@@ -46,9 +55,11 @@ pub static COMMANDS: &[CommandSpec] = &[
         .doc("Get all the fields and values in a hash", "2.0.0")
         .tips(&["nondeterministic_output_order"]),
     cmd("hincrby", 4, WRITE | DENYOOM | FAST, KEY1, "hash", hincrby)
-        .doc("Increment the integer value of a hash field by the given number", "2.0.0"),
+        .doc("Increment the integer value of a hash field by the given number", "2.0.0")
+        .specs(&[key_at(1, RW | ACCESS | UPDATE)]),
     cmd("hincrbyfloat", 4, WRITE | DENYOOM | FAST, KEY1, "hash", hincrbyfloat)
-        .doc("Increment the float value of a hash field by the given amount", "2.6.0"),
+        .doc("Increment the float value of a hash field by the given amount", "2.6.0")
+        .specs(&[key_at(1, RW | ACCESS | UPDATE)]),
     cmd("hrandfield", -2, READONLY, KEY1, "hash", hrandfield)
         .doc("Get one or multiple random fields from a hash", "6.2.0")
         .tips(&["nondeterministic_output"]),

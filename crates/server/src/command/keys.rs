@@ -27,7 +27,8 @@
 use keel_engine::{Db, Entry, Key, Value};
 
 use super::parse::{eq, i64_arg};
-use super::{cmd, flags::*, range, Access, CmdError, CmdResult, CommandSpec, Ctx, Keys, KEY1};
+use super::keyspec::*;
+use super::{acl, cmd, flags::*, range, Access, CmdError, CmdResult, CommandSpec, Ctx, Keys, KEY1};
 use crate::lazyfree;
 
 /// OBJECT's subcommands name their key at argument 2.
@@ -38,31 +39,44 @@ const KEY1_2: Keys = Keys::Range { first: 1, last: 2, step: 1 };
 pub static COMMANDS: &[CommandSpec] = &[
     cmd("del", -2, WRITE, range(1, -1, 1), "generic", del)
         .doc("Delete a key", "1.0.0")
-        .tips(&["request_policy:multi_shard", "response_policy:agg_sum"]),
+        .tips(&["request_policy:multi_shard", "response_policy:agg_sum"])
+        .specs(&[ks(RM | DELETE, index(1), span(-1, 1, 0))]),
     cmd("unlink", -2, WRITE | FAST, range(1, -1, 1), "generic", unlink)
         .doc(
             "Delete a key asynchronously in another thread. Otherwise it is just as DEL, but non blocking.",
             "4.0.0",
         )
-        .tips(&["request_policy:multi_shard", "response_policy:agg_sum"]),
+        .tips(&["request_policy:multi_shard", "response_policy:agg_sum"])
+        .specs(&[ks(RM | DELETE, index(1), span(-1, 1, 0))]),
     cmd("exists", -2, READONLY | FAST, range(1, -1, 1), "generic", exists)
         .doc("Determine if a key exists", "1.0.0")
-        .tips(&["request_policy:multi_shard", "response_policy:agg_sum"]),
-    cmd("type", 2, READONLY | FAST, KEY1, "generic", type_).doc("Determine the type stored at key", "1.0.0"),
+        .tips(&["request_policy:multi_shard", "response_policy:agg_sum"])
+        .specs(&[ks(RO, index(1), span(-1, 1, 0))]),
+    cmd("type", 2, READONLY | FAST, KEY1, "generic", type_)
+        .doc("Determine the type stored at key", "1.0.0")
+        .specs(&[key_at(1, RO)]),
     cmd("keys", 2, READONLY | ALL_SHARDS, Keys::None, "generic", keys)
         .doc("Find all keys matching the given pattern", "1.0.0")
-        .tips(&["request_policy:all_shards", "nondeterministic_output_order"]),
+        .tips(&["request_policy:all_shards", "nondeterministic_output_order"])
+        .acl(acl::KEYSPACE | acl::DANGEROUS),
     cmd("scan", -2, READONLY | ALL_SHARDS, Keys::None, "generic", scan)
         .doc("Incrementally iterate the keys space", "2.8.0")
         .tips(&["nondeterministic_output", "request_policy:special"]),
     cmd("randomkey", 1, READONLY | ALL_SHARDS, Keys::None, "generic", randomkey)
         .doc("Return a random key from the keyspace", "1.0.0")
         .tips(&["request_policy:all_shards", "nondeterministic_output"]),
-    cmd("rename", 3, WRITE, KEY1_2, "generic", rename).doc("Rename a key", "1.0.0"),
+    cmd("rename", 3, WRITE, KEY1_2, "generic", rename)
+        .doc("Rename a key", "1.0.0")
+        .specs(&[key_at(1, RW | ACCESS | DELETE), key_at(2, OW | UPDATE)]),
     cmd("renamenx", 3, WRITE | FAST, KEY1_2, "generic", renamenx)
-        .doc("Rename a key, only if the new key does not exist", "1.0.0"),
-    cmd("move", 3, WRITE | FAST, KEY1, "generic", move_).doc("Move a key to another database", "1.0.0"),
-    cmd("copy", -3, WRITE | DENYOOM, KEY1_2, "generic", copy).doc("Copy a key", "6.2.0"),
+        .doc("Rename a key, only if the new key does not exist", "1.0.0")
+        .specs(&[key_at(1, RW | ACCESS | DELETE), key_at(2, OW | INSERT)]),
+    cmd("move", 3, WRITE | FAST, KEY1, "generic", move_)
+        .doc("Move a key to another database", "1.0.0")
+        .specs(&[key_at(1, RW | ACCESS | UPDATE)]),
+    cmd("copy", -3, WRITE | DENYOOM, KEY1_2, "generic", copy)
+        .doc("Copy a key", "6.2.0")
+        .specs(&[key_at(1, RO | ACCESS), key_at(2, OW | UPDATE)]),
     cmd("expire", -3, WRITE | FAST, KEY1, "generic", expire).doc("Set a key's time to live in seconds", "1.0.0"),
     cmd("pexpire", -3, WRITE | FAST, KEY1, "generic", pexpire)
         .doc("Set a key's time to live in milliseconds", "2.6.0"),
@@ -86,40 +100,51 @@ pub static COMMANDS: &[CommandSpec] = &[
             "Alters the last access time of a key(s). Returns the number of existing keys specified.",
             "3.2.1",
         )
-        .tips(&["request_policy:multi_shard", "response_policy:agg_sum"]),
+        .tips(&["request_policy:multi_shard", "response_policy:agg_sum"])
+        .specs(&[ks(RO, index(1), span(-1, 1, 0))]),
     cmd("object", -2, 0, Keys::None, "generic", super::server::container)
         .doc("A container for object introspection commands", "2.2.3")
-        .subs(OBJECT_SUBCOMMANDS),
+        .subs(OBJECT_SUBCOMMANDS)
+        .acl(acl::NONE),
     cmd("memory", -2, 0, Keys::None, "server", super::server::container)
         .doc("A container for memory diagnostics commands", "4.0.0")
         .subs(MEMORY_SUBCOMMANDS),
-    cmd("swapdb", 3, WRITE | FAST | ALL_SHARDS, Keys::None, "server", swapdb).doc("Swaps two Redis databases", "4.0.0"),
+    cmd("swapdb", 3, WRITE | FAST | ALL_SHARDS, Keys::None, "server", swapdb)
+        .doc("Swaps two Redis databases", "4.0.0")
+        .acl(acl::KEYSPACE | acl::DANGEROUS),
     cmd("flushdb", -1, WRITE | ALL_SHARDS, Keys::None, "server", flushdb)
         .doc("Remove all keys from the current database", "1.0.0")
-        .tips(&["request_policy:all_shards", "response_policy:all_succeeded"]),
+        .tips(&["request_policy:all_shards", "response_policy:all_succeeded"])
+        .acl(acl::KEYSPACE | acl::DANGEROUS),
     cmd("flushall", -1, WRITE | ALL_SHARDS, Keys::None, "server", flushall)
         .doc("Remove all keys from all databases", "1.0.0")
-        .tips(&["request_policy:all_shards", "response_policy:all_succeeded"]),
+        .tips(&["request_policy:all_shards", "response_policy:all_succeeded"])
+        .acl(acl::KEYSPACE | acl::DANGEROUS),
 ];
 
 const MEMORY_SUBCOMMANDS: &[CommandSpec] = &[
     cmd("memory|usage", -3, READONLY, KEY2, "server", memory_usage)
-        .doc("Estimate the memory usage of a key", "4.0.0"),
+        .doc("Estimate the memory usage of a key", "4.0.0")
+        .specs(&[key_at(2, RO)]),
 ];
 
 const OBJECT_SUBCOMMANDS: &[CommandSpec] = &[
     cmd("object|encoding", 3, READONLY, KEY2, "generic", object_encoding)
         .doc("Inspect the internal encoding of a Redis object", "2.2.3")
-        .tips(&["nondeterministic_output"]),
+        .tips(&["nondeterministic_output"])
+        .specs(&[key_at(2, RO)]),
     cmd("object|freq", 3, READONLY, KEY2, "generic", object_freq)
         .doc("Get the logarithmic access frequency counter of a Redis object", "4.0.0")
-        .tips(&["nondeterministic_output"]),
+        .tips(&["nondeterministic_output"])
+        .specs(&[key_at(2, RO)]),
     cmd("object|idletime", 3, READONLY, KEY2, "generic", object_idletime)
         .doc("Get the time since a Redis object was last accessed", "2.2.3")
-        .tips(&["nondeterministic_output"]),
+        .tips(&["nondeterministic_output"])
+        .specs(&[key_at(2, RO)]),
     cmd("object|refcount", 3, READONLY, KEY2, "generic", object_refcount)
         .doc("Get the number of references to the value of the key", "2.2.3")
-        .tips(&["nondeterministic_output"]),
+        .tips(&["nondeterministic_output"])
+        .specs(&[key_at(2, RO)]),
     cmd("object|help", 2, LOADING | STALE, Keys::None, "generic", object_help)
         .doc("Show helpful text about the different subcommands", "6.2.0"),
 ];
@@ -881,10 +906,9 @@ fn flushdb(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
 fn flushall(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     let lazy = flush_async(ctx, argv)?;
     let removed = empty(ctx, None, lazy);
-    // Logged as FLUSHALL even when nothing was removed. Redis also writes
-    // an RDB here when `save` points are configured: the snapshot code
-    // hooks in at this point.
+    // Logged as FLUSHALL even when nothing was removed.
     ctx.wrote(removed);
+    crate::snapshot::save_after_flushall(ctx.server, &mut ctx.dbs.locked);
     ctx.out.ok();
     Ok(())
 }

@@ -16,21 +16,28 @@ use keel_engine::{Db, Entry, List, Value};
 use smallvec::SmallVec;
 
 use super::parse::{eq, i64_arg};
+use super::keyspec::*;
 use super::{cmd, flags::*, range, CmdError, CmdResult, CommandSpec, Ctx, Keys, KEY1};
 
 pub static COMMANDS: &[CommandSpec] = &[
     cmd("lpush", -3, WRITE | DENYOOM | FAST, KEY1, "list", lpush)
-        .doc("Prepend one or multiple elements to a list", "1.0.0"),
+        .doc("Prepend one or multiple elements to a list", "1.0.0")
+        .specs(&[key_at(1, RW | INSERT)]),
     cmd("rpush", -3, WRITE | DENYOOM | FAST, KEY1, "list", rpush)
-        .doc("Append one or multiple elements to a list", "1.0.0"),
+        .doc("Append one or multiple elements to a list", "1.0.0")
+        .specs(&[key_at(1, RW | INSERT)]),
     cmd("lpushx", -3, WRITE | DENYOOM | FAST, KEY1, "list", lpushx)
-        .doc("Prepend an element to a list, only if the list exists", "2.2.0"),
+        .doc("Prepend an element to a list, only if the list exists", "2.2.0")
+        .specs(&[key_at(1, RW | INSERT)]),
     cmd("rpushx", -3, WRITE | DENYOOM | FAST, KEY1, "list", rpushx)
-        .doc("Append an element to a list, only if the list exists", "2.2.0"),
+        .doc("Append an element to a list, only if the list exists", "2.2.0")
+        .specs(&[key_at(1, RW | INSERT)]),
     cmd("lpop", -2, WRITE | FAST, KEY1, "list", lpop)
-        .doc("Remove and get the first elements in a list", "1.0.0"),
+        .doc("Remove and get the first elements in a list", "1.0.0")
+        .specs(&[key_at(1, RW | ACCESS | DELETE)]),
     cmd("rpop", -2, WRITE | FAST, KEY1, "list", rpop)
-        .doc("Remove and get the last elements in a list", "1.0.0"),
+        .doc("Remove and get the last elements in a list", "1.0.0")
+        .specs(&[key_at(1, RW | ACCESS | DELETE)]),
     cmd("lrange", 4, READONLY, KEY1, "list", lrange)
         .doc("Get a range of elements from a list", "1.0.0"),
     cmd("lindex", 3, READONLY, KEY1, "list", lindex)
@@ -38,21 +45,28 @@ pub static COMMANDS: &[CommandSpec] = &[
     cmd("lset", 4, WRITE | DENYOOM, KEY1, "list", lset)
         .doc("Set the value of an element in a list by its index", "1.0.0"),
     cmd("llen", 2, READONLY | FAST, KEY1, "list", llen)
-        .doc("Get the length of a list", "1.0.0"),
+        .doc("Get the length of a list", "1.0.0")
+        .specs(&[key_at(1, RO)]),
     cmd("lrem", 4, WRITE, KEY1, "list", lrem)
-        .doc("Remove elements from a list", "1.0.0"),
+        .doc("Remove elements from a list", "1.0.0")
+        .specs(&[key_at(1, RW | DELETE)]),
     cmd("ltrim", 4, WRITE, KEY1, "list", ltrim)
-        .doc("Trim a list to the specified range", "1.0.0"),
+        .doc("Trim a list to the specified range", "1.0.0")
+        .specs(&[key_at(1, RW | DELETE)]),
     cmd("linsert", 5, WRITE | DENYOOM, KEY1, "list", linsert)
-        .doc("Insert an element before or after another element in a list", "2.2.0"),
+        .doc("Insert an element before or after another element in a list", "2.2.0")
+        .specs(&[key_at(1, RW | INSERT)]),
     cmd("lpos", -3, READONLY, KEY1, "list", lpos)
         .doc("Return the index of matching elements on a list", "6.0.6"),
     cmd("lmove", 5, WRITE | DENYOOM, range(1, 2, 1), "list", lmove_command)
-        .doc("Pop an element from a list, push it to another list and return it", "6.2.0"),
+        .doc("Pop an element from a list, push it to another list and return it", "6.2.0")
+        .specs(&[key_at(1, RW | ACCESS | DELETE), key_at(2, RW | INSERT)]),
     cmd("rpoplpush", 3, WRITE | DENYOOM, range(1, 2, 1), "list", rpoplpush)
-        .doc("Remove the last element in a list, prepend it to another list and return it", "1.2.0"),
+        .doc("Remove the last element in a list, prepend it to another list and return it", "1.2.0")
+        .specs(&[key_at(1, RW | ACCESS | DELETE), key_at(2, RW | INSERT)]),
     cmd("lmpop", -4, WRITE, Keys::Custom(lmpop_keys), "list", lmpop)
-        .doc("Pop elements from a list", "7.0.0"),
+        .doc("Pop elements from a list", "7.0.0")
+        .specs(&[ks(RW | ACCESS | DELETE, index(1), keynum(0, 1, 1))]),
 ];
 
 /// Which end of a list a command works on.

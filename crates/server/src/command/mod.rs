@@ -2,8 +2,9 @@
 //!
 //! One table holds every command's name, arity, flags and key positions.
 //! It drives dispatch, shard locking (which shards a command must hold
-//! while it runs), MULTI queueing, and COMMAND INFO/DOCS/GETKEYS. Commands
-//! are grouped by data type, one module each.
+//! while it runs), MULTI queueing, and COMMAND INFO/DOCS/GETKEYS, which
+//! also report Redis's ACL categories, tips and key specs (`keyspec`) from
+//! it. Commands are grouped by data type, one module each.
 
 pub mod bitmaps;
 pub mod blocking;
@@ -11,6 +12,7 @@ pub mod connection;
 pub mod dump;
 pub mod hashes;
 pub mod keys;
+pub mod keyspec;
 pub mod lists;
 pub mod server;
 pub mod sets;
@@ -93,26 +95,83 @@ pub mod flags {
     pub const BLOCKING: u32 = 1 << 12;
     pub const PUBSUB: u32 = 1 << 13;
     pub const SKIP_SLOWLOG: u32 = 1 << 14;
+    pub const NO_ASYNC_LOADING: u32 = 1 << 15;
     /// Keel's own: the command touches keys it cannot name up front
     /// (KEYS, DBSIZE, FLUSHALL...), so it locks every shard.
     pub const ALL_SHARDS: u32 = 1 << 24;
 
+    /// The names in Redis's output order (`addReplyFlagsForCommand`);
+    /// `movablekeys`, derived from the key specs, goes before `allow_busy`.
     pub const NAMES: &[(u32, &str)] = &[
         (WRITE, "write"),
         (READONLY, "readonly"),
         (DENYOOM, "denyoom"),
         (ADMIN, "admin"),
+        (PUBSUB, "pubsub"),
         (NOSCRIPT, "noscript"),
+        (BLOCKING, "blocking"),
         (LOADING, "loading"),
         (STALE, "stale"),
         (SKIP_MONITOR, "skip_monitor"),
         (SKIP_SLOWLOG, "skip_slowlog"),
         (FAST, "fast"),
         (NO_AUTH, "no_auth"),
+        (NO_ASYNC_LOADING, "no_async_loading"),
         (NO_MULTI, "no_multi"),
         (ALLOW_BUSY, "allow_busy"),
-        (BLOCKING, "blocking"),
+    ];
+}
+
+/// ACL categories, in Redis's order (COMMAND INFO lists them so). A
+/// command's own are its group's unless its entry names others
+/// (`CommandSpec::acl`); Redis adds the rest from its flags
+/// (`server::acl_categories`).
+pub mod acl {
+    pub const NONE: u32 = 0;
+    pub const KEYSPACE: u32 = 1 << 0;
+    pub const READ: u32 = 1 << 1;
+    pub const WRITE: u32 = 1 << 2;
+    pub const SET: u32 = 1 << 3;
+    pub const SORTEDSET: u32 = 1 << 4;
+    pub const LIST: u32 = 1 << 5;
+    pub const HASH: u32 = 1 << 6;
+    pub const STRING: u32 = 1 << 7;
+    pub const BITMAP: u32 = 1 << 8;
+    pub const HYPERLOGLOG: u32 = 1 << 9;
+    pub const GEO: u32 = 1 << 10;
+    pub const STREAM: u32 = 1 << 11;
+    pub const PUBSUB: u32 = 1 << 12;
+    pub const ADMIN: u32 = 1 << 13;
+    pub const FAST: u32 = 1 << 14;
+    pub const SLOW: u32 = 1 << 15;
+    pub const BLOCKING: u32 = 1 << 16;
+    pub const DANGEROUS: u32 = 1 << 17;
+    pub const CONNECTION: u32 = 1 << 18;
+    pub const TRANSACTION: u32 = 1 << 19;
+    pub const SCRIPTING: u32 = 1 << 20;
+
+    pub const NAMES: &[(u32, &str)] = &[
+        (KEYSPACE, "keyspace"),
+        (READ, "read"),
+        (WRITE, "write"),
+        (SET, "set"),
+        (SORTEDSET, "sortedset"),
+        (LIST, "list"),
+        (HASH, "hash"),
+        (STRING, "string"),
+        (BITMAP, "bitmap"),
+        (HYPERLOGLOG, "hyperloglog"),
+        (GEO, "geo"),
+        (STREAM, "stream"),
         (PUBSUB, "pubsub"),
+        (ADMIN, "admin"),
+        (FAST, "fast"),
+        (SLOW, "slow"),
+        (BLOCKING, "blocking"),
+        (DANGEROUS, "dangerous"),
+        (CONNECTION, "connection"),
+        (TRANSACTION, "transaction"),
+        (SCRIPTING, "scripting"),
     ];
 }
 
@@ -144,10 +203,12 @@ pub struct CommandSpec {
     pub subcommands: &'static [CommandSpec],
     /// Redis's command tips (COMMAND INFO, e.g. "nondeterministic_output").
     pub tips: &'static [&'static str],
-    /// For `Keys::Custom` commands whose first key has a fixed position
-    /// (SORT, ZUNIONSTORE): the (first, last, step) COMMAND INFO shows.
-    /// Otherwise they show (0, 0, 0), as Redis does for numkeys forms.
-    pub fixed_first_key: bool,
+    /// Redis's key specs; none for a command whose one spec is the one
+    /// its `Keys::Range` implies (`keyspec::key_specs`).
+    pub key_specs: &'static [keyspec::KeySpec],
+    /// Redis's own ACL categories for the command (`acl::*`), where they
+    /// are not just its group's.
+    pub acl: Option<u32>,
 }
 
 impl CommandSpec {
@@ -184,9 +245,14 @@ impl CommandSpec {
         CommandSpec { subcommands, ..self }
     }
 
-    /// Marks a `Keys::Custom` command whose first key is always argument 1.
-    pub const fn fixed_first_key(self) -> CommandSpec {
-        CommandSpec { fixed_first_key: true, ..self }
+    /// Sets Redis's key specs (see `key_specs`).
+    pub const fn specs(self, key_specs: &'static [keyspec::KeySpec]) -> CommandSpec {
+        CommandSpec { key_specs, ..self }
+    }
+
+    /// Sets Redis's own ACL categories (see `acl`).
+    pub const fn acl(self, categories: u32) -> CommandSpec {
+        CommandSpec { acl: Some(categories), ..self }
     }
 
     /// Adds Redis's command tips.
@@ -206,16 +272,6 @@ impl CommandSpec {
             let short = s.name.rsplit('|').next().unwrap_or(s.name);
             short.as_bytes().eq_ignore_ascii_case(name)
         })
-    }
-
-    /// The (first, last, step) COMMAND INFO reports.
-    pub fn legacy_key_range(&self) -> (i64, i64, i64) {
-        match self.keys {
-            Keys::None => (0, 0, 0),
-            Keys::Range { first, last, step } => (first as i64, last as i64, step as i64),
-            Keys::Custom(_) if self.fixed_first_key => (1, 1, 1),
-            Keys::Custom(_) => (0, 0, 0),
-        }
     }
 }
 
@@ -239,7 +295,8 @@ pub const fn cmd(
         handler,
         subcommands: &[],
         tips: &[],
-        fixed_first_key: false,
+        key_specs: &[],
+        acl: None,
     }
 }
 
@@ -560,6 +617,8 @@ fn touches_keys(spec: &CommandSpec) -> bool {
 
 /// Redis's reply to a command that may grow memory past `maxmemory`.
 const OOM: &str = "OOM command not allowed when used memory > 'maxmemory'.";
+/// Redis's `shared.noreplicaserr`.
+const NOREPLICAS: &str = "NOREPLICAS Not enough good replicas to write.";
 
 /// Whether `maxmemory` is set and passed. Keel evicts nothing (the
 /// `noeviction` policy, the only one it accepts with a limit), so past the
@@ -569,17 +628,20 @@ fn out_of_memory(server: &Server) -> bool {
     limit != 0 && crate::alloc::used_memory_recent() > limit
 }
 
-/// Commands refused when out of memory: those flagged `denyoom`, and an
-/// EXEC whose transaction queued one (Redis's `processCommand`).
-fn denies_oom(spec: &CommandSpec, client: &Client) -> bool {
-    spec.has(flags::DENYOOM)
-        || (spec.name == "exec"
-            && client.multi.as_ref().is_some_and(|m| {
-                m.queued.iter().any(|argv| {
-                    let argv: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
-                    resolve(&argv).is_ok_and(|(_, s)| s.has(flags::DENYOOM))
-                })
-            }))
+/// What Redis's processCommand refuses before running or queueing a
+/// command with `flags` (for EXEC, with its queued commands' too), in its
+/// order: memory, then a failed save, then missing replicas.
+fn refusal(server: &Server, flags: u32, ping: bool) -> Option<&'static str> {
+    let write = flags & flags::WRITE != 0;
+    if flags & flags::DENYOOM != 0 && out_of_memory(server) {
+        Some(OOM)
+    } else if (write || ping) && crate::snapshot::refuses_writes(server) {
+        Some(crate::snapshot::MISCONF_RDB)
+    } else if write && server.min_replicas_unmet.load(Ordering::Relaxed) {
+        Some(NOREPLICAS)
+    } else {
+        None
+    }
 }
 
 fn runs_inside_multi(spec: &CommandSpec) -> bool {
@@ -646,11 +708,12 @@ fn dispatch(
                 if !client.authenticated && !spec.has(flags::NO_AUTH) {
                     return Err(CmdError::other("NOAUTH Authentication required."));
                 }
-                if spec.has(flags::DENYOOM) && out_of_memory(server) {
+                if let Some(error) = refusal(server, spec.flags, spec.name == "ping") {
                     multi.aborted = true;
-                    return Err(CmdError::other(OOM));
+                    return Err(CmdError::other(error));
                 }
                 multi.queued.push(argv.iter().map(|a| a.to_vec()).collect());
+                multi.flags |= spec.flags;
                 client.info.multi_len.store(multi.queued.len() as u64, Ordering::Relaxed);
                 ReplyWriter::new(wbuf, client.resp3).simple("QUEUED");
                 return Ok(());
@@ -663,6 +726,11 @@ fn dispatch(
         stats.commands[index].rejected_calls.fetch_add(1, Ordering::Relaxed);
         return Err(CmdError::other("NOAUTH Authentication required."));
     }
+    // EXEC answers for what it would run.
+    let queued = client.multi.as_ref().filter(|_| spec.name == "exec").map_or(0, |m| m.flags);
+    if let Some(error) = refusal(server, spec.flags | queued, spec.name == "ping") {
+        return Err(reject(server, stats, client, index, spec, error));
+    }
     if server.loading.load(Ordering::Relaxed) && !client.is_loader && !spec.has(flags::LOADING) {
         stats.commands[index].rejected_calls.fetch_add(1, Ordering::Relaxed);
         return Err(CmdError::other("LOADING Keel is loading the dataset in memory"));
@@ -674,15 +742,6 @@ fn dispatch(
     }
     if server.clients.monitor_count.load(Ordering::Relaxed) > 0 && !spec.has(flags::SKIP_MONITOR | flags::ADMIN) {
         feed_monitors(server, client, argv);
-    }
-    if out_of_memory(server) && denies_oom(spec, client) {
-        stats.commands[index].rejected_calls.fetch_add(1, Ordering::Relaxed);
-        if spec.name == "exec" {
-            // A refused EXEC ends the transaction (Redis's execCommandAbort).
-            transactions::discard_state(server, client);
-            return Err(CmdError::other(format!("EXECABORT Transaction discarded because of: {OOM}")));
-        }
-        return Err(CmdError::other(OOM));
     }
     let locked = lock_for(&server.keyspace, spec, argv);
     let mut ctx = Ctx::new(server, stats, client, wbuf, locked, now_ms);
@@ -698,6 +757,17 @@ fn dispatch(
         }
     }
     result
+}
+
+/// Counts a refused command; a refused EXEC also ends its transaction
+/// (Redis's rejectCommand and execCommandAbort).
+fn reject(server: &Server, stats: &WorkerStats, client: &mut Client, index: usize, spec: &CommandSpec, error: &str) -> CmdError {
+    stats.commands[index].rejected_calls.fetch_add(1, Ordering::Relaxed);
+    if spec.name == "exec" {
+        transactions::discard_state(server, client);
+        return CmdError::other(format!("EXECABORT Transaction discarded because of: {error}"));
+    }
+    CmdError::other(error)
 }
 
 /// Runs a resolved command under the locks `ctx` already holds, counting
@@ -719,7 +789,7 @@ pub fn run(ctx: &mut Ctx<'_>, index: usize, spec: &CommandSpec, argv: &[&[u8]]) 
     let result = (spec.handler)(ctx, argv);
     crate::durability::log_expired(ctx);
     if ctx.changes.replace(0) > 0 {
-        if ctx.server.journal.is_some() && !ctx.server.loading.load(Ordering::Relaxed) {
+        if ctx.server.journal().is_some() && !ctx.server.loading.load(Ordering::Relaxed) {
             crate::durability::record(ctx, spec, argv);
         }
     } else {

@@ -5,41 +5,47 @@ use std::fmt::Write as _;
 use std::sync::atomic::Ordering;
 
 use super::parse::eq;
-use super::{cmd, flags, flags::*, table, CmdError, CmdResult, CommandSpec, Ctx, Keys};
+use super::keyspec::{self, Begin, Find, KeySpec};
+use super::{acl, cmd, flags, flags::*, table, CmdError, CmdResult, CommandSpec, Ctx, Keys};
 use crate::server::{unix_ms, unix_us, Metric, REDIS_VERSION};
 
 pub static COMMANDS: &[CommandSpec] = &[
     cmd("function", -2, 0, Keys::None, "scripting", container)
         .doc("A container for function commands", "7.0.0")
-        .subs(FUNCTION_SUBCOMMANDS),
+        .subs(FUNCTION_SUBCOMMANDS)
+        .acl(acl::NONE),
     cmd("dbsize", 1, READONLY | FAST | ALL_SHARDS, Keys::None, "server", dbsize)
         .doc("Return the number of keys in the selected database", "1.0.0")
-        .tips(&["request_policy:all_shards", "response_policy:agg_sum"]),
+        .tips(&["request_policy:all_shards", "response_policy:agg_sum"])
+        .acl(acl::KEYSPACE),
     cmd("info", -1, LOADING | STALE | ALL_SHARDS, Keys::None, "server", info)
         .doc("Get information and statistics about the server", "1.0.0")
-        .tips(&["nondeterministic_output", "request_policy:all_shards", "response_policy:special"]),
+        .tips(&["nondeterministic_output", "request_policy:all_shards", "response_policy:special"])
+        .acl(acl::DANGEROUS),
     cmd("config", -2, 0, Keys::None, "server", container)
         .doc("A container for server configuration commands", "2.0.0")
         .subs(CONFIG_SUBCOMMANDS),
     cmd("command", -1, LOADING | STALE, Keys::None, "server", command_all)
         .doc("Get array of Redis command details", "2.8.13")
         .tips(&["nondeterministic_output_order"])
-        .subs(COMMAND_SUBCOMMANDS),
+        .subs(COMMAND_SUBCOMMANDS)
+        .acl(acl::CONNECTION),
     cmd("time", 1, LOADING | STALE | FAST, Keys::None, "server", time)
         .doc("Return the current server time", "2.6.0")
         .tips(&["nondeterministic_output"]),
     cmd("lastsave", 1, LOADING | STALE | FAST, Keys::None, "server", lastsave)
         .doc("Get the UNIX time stamp of the last successful save to disk", "1.0.0")
-        .tips(&["nondeterministic_output"]),
+        .tips(&["nondeterministic_output"])
+        .acl(acl::ADMIN | acl::DANGEROUS),
     cmd("shutdown", -1, ADMIN | NOSCRIPT | LOADING | STALE | NO_MULTI | ALLOW_BUSY, Keys::None, "server", shutdown)
         .doc("Synchronously save the dataset to disk and then shut down the server", "1.0.0"),
     cmd("monitor", 1, ADMIN | NOSCRIPT | LOADING | STALE, Keys::None, "server", monitor)
         .doc("Listen for all requests received by the server in real time", "1.0.0"),
-    cmd("save", 1, ADMIN | NOSCRIPT | NO_MULTI, Keys::None, "server", save)
+    cmd("save", 1, NO_ASYNC_LOADING | ADMIN | NOSCRIPT | NO_MULTI, Keys::None, "server", save)
         .doc("Synchronously save the dataset to disk", "1.0.0"),
-    cmd("bgsave", -1, ADMIN | NOSCRIPT, Keys::None, "server", bgsave)
+    cmd("bgsave", -1, NO_ASYNC_LOADING | ADMIN | NOSCRIPT, Keys::None, "server", bgsave)
         .doc("Asynchronously save the dataset to disk", "1.0.0"),
-    cmd("bgrewriteaof", 1, ADMIN | NOSCRIPT, Keys::None, "server", bgrewriteaof)
+    cmd("bgrewriteaof", 1, NO_ASYNC_LOADING | ADMIN | NOSCRIPT, Keys::None, "server", bgrewriteaof)
         .doc("Asynchronously rewrite the append-only file", "1.0.0"),
     // Every shard is locked while DEBUG runs: DEBUG SLEEP freezes the
     // keyspace as Redis's single thread does, and DEBUG OBJECT can look
@@ -56,33 +62,38 @@ const CONFIG_SUBCOMMANDS: &[CommandSpec] = &[
         .tips(&["request_policy:all_nodes", "response_policy:all_succeeded"]),
     // Locks every shard to zero the per-database expiry counters.
     cmd("config|resetstat", 2, ADMIN | NOSCRIPT | LOADING | STALE | ALL_SHARDS, Keys::None, "server", config_resetstat)
-        .doc("Reset the stats returned by INFO", "2.0.0")
-        .tips(&["request_policy:all_nodes", "response_policy:all_succeeded"]),
+        .doc("Reset the stats returned by INFO", "2.0.0"),
     cmd("config|rewrite", 2, ADMIN | NOSCRIPT | LOADING | STALE, Keys::None, "server", config_rewrite)
-        .doc("Rewrite the configuration file with the in memory configuration", "2.8.0")
-        .tips(&["request_policy:all_nodes", "response_policy:all_succeeded"]),
+        .doc("Rewrite the configuration file with the in memory configuration", "2.8.0"),
     cmd("config|help", 2, LOADING | STALE, Keys::None, "server", config_help)
         .doc("Show helpful text about the different subcommands", "5.0.0"),
 ];
 
 const COMMAND_SUBCOMMANDS: &[CommandSpec] = &[
     cmd("command|count", 2, LOADING | STALE, Keys::None, "server", command_count)
-        .doc("Get total number of Redis commands", "2.8.13"),
+        .doc("Get total number of Redis commands", "2.8.13")
+        .acl(acl::CONNECTION),
     cmd("command|docs", -2, LOADING | STALE, Keys::None, "server", command_docs)
         .doc("Get array of specific Redis command documentation", "7.0.0")
-        .tips(&["nondeterministic_output_order"]),
+        .tips(&["nondeterministic_output_order"])
+        .acl(acl::CONNECTION),
     cmd("command|getkeys", -4, LOADING | STALE, Keys::None, "server", command_getkeys)
-        .doc("Extract keys given a full Redis command", "2.8.13"),
+        .doc("Extract keys given a full Redis command", "2.8.13")
+        .acl(acl::CONNECTION),
     cmd("command|getkeysandflags", -4, LOADING | STALE, Keys::None, "server", command_getkeysandflags)
-        .doc("Extract keys and access flags given a full Redis command", "7.0.0"),
+        .doc("Extract keys and access flags given a full Redis command", "7.0.0")
+        .acl(acl::CONNECTION),
     cmd("command|help", 2, LOADING | STALE, Keys::None, "server", command_help)
-        .doc("Show helpful text about the different subcommands", "5.0.0"),
+        .doc("Show helpful text about the different subcommands", "5.0.0")
+        .acl(acl::CONNECTION),
     cmd("command|info", -2, LOADING | STALE, Keys::None, "server", command_info)
         .doc("Get array of specific Redis command details, or all when no argument is given.", "2.8.13")
-        .tips(&["nondeterministic_output_order"]),
+        .tips(&["nondeterministic_output_order"])
+        .acl(acl::CONNECTION),
     cmd("command|list", -2, LOADING | STALE, Keys::None, "server", command_list)
         .doc("Get an array of Redis command names", "7.0.0")
-        .tips(&["nondeterministic_output_order"]),
+        .tips(&["nondeterministic_output_order"])
+        .acl(acl::CONNECTION),
 ];
 
 /// Client names may not contain spaces, newlines or special characters.
@@ -99,9 +110,11 @@ pub fn validate_client_name(name: &[u8]) -> CmdResult {
 /// rest are not registered and answer "unknown subcommand".
 const FUNCTION_SUBCOMMANDS: &[CommandSpec] = &[
     cmd("function|flush", -2, WRITE | NOSCRIPT, Keys::None, "scripting", function_flush)
-        .doc("Deleting all functions", "7.0.0"),
+        .doc("Deleting all functions", "7.0.0")
+        .tips(&["request_policy:all_shards", "response_policy:all_succeeded"]),
     cmd("function|list", -2, NOSCRIPT, Keys::None, "scripting", function_list)
-        .doc("List information about all the functions", "7.0.0"),
+        .doc("List information about all the functions", "7.0.0")
+        .tips(&["nondeterministic_output_order"]),
     cmd("function|help", 2, LOADING | STALE, Keys::None, "scripting", function_help)
         .doc("Show helpful text about the different subcommands", "7.0.0"),
 ];
@@ -183,17 +196,22 @@ fn lastsave(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
     Ok(())
 }
 
-/// SHUTDOWN [NOSAVE|SAVE] [NOW] [FORCE] [ABORT]. Saving an RDB at shutdown
-/// is not wired in yet (SAVE and BGSAVE are), so no shutdown ever waits:
-/// ABORT always finds none in progress, and SAVE fails (as a failed save
-/// does in Redis) unless FORCE says to stop anyway.
+/// SHUTDOWN [NOSAVE|SAVE] [NOW] [FORCE] [ABORT], as Redis 7.0: a final
+/// synchronous save when save rules exist (or SAVE), none with NOSAVE; a
+/// failed save refuses the shutdown unless FORCE. Keel has no replicas to
+/// wait for, so no shutdown is ever pending: ABORT finds none, NOW changes
+/// nothing.
 fn shutdown(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
-    let (mut nosave, mut save, mut force, mut abort, mut any) = (false, false, false, false, false);
+    use crate::snapshot::FinalSave;
+    let (mut mode, mut force, mut abort, mut any) = (FinalSave::IfRules, false, false, false);
+    let (mut nosave, mut save) = (false, false);
     for arg in &argv[1..] {
         if eq(arg, "nosave") {
             nosave = true;
+            mode = FinalSave::NoSave;
         } else if eq(arg, "save") {
             save = true;
+            mode = FinalSave::Save;
         } else if eq(arg, "now") {
         } else if eq(arg, "force") {
             force = true;
@@ -211,14 +229,11 @@ fn shutdown(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     if abort {
         return Err(CmdError::other("ERR No shutdown in progress."));
     }
-    if save {
-        if !force {
-            tracing::warn!("SHUTDOWN SAVE refused: this Keel build cannot save the dataset to disk");
-            return Err(CmdError::other("ERR Errors trying to SHUTDOWN. Check logs."));
-        }
-        tracing::warn!("SHUTDOWN SAVE FORCE: no save is possible in this build; exiting without one");
-    }
     tracing::warn!("User requested shutdown...");
+    if crate::snapshot::prepare_shutdown(ctx.server, mode, force).is_err() {
+        tracing::warn!("Errors trying to shut down the server. Check the logs for more information.");
+        return Err(CmdError::other("ERR Errors trying to SHUTDOWN. Check logs."));
+    }
     ctx.client.close_after_reply = true;
     ctx.server.request_shutdown();
     Ok(())
@@ -239,7 +254,7 @@ fn bgsave(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
         _ => return Err(CmdError::Syntax),
     };
     use crate::snapshot::BgsaveReply;
-    match crate::snapshot::bgsave(ctx.server, schedule || ctx.durability.in_transaction) {
+    match crate::snapshot::bgsave(ctx.server, schedule, ctx.durability.in_transaction) {
         BgsaveReply::Started => ctx.out.simple("Background saving started"),
         BgsaveReply::Scheduled => ctx.out.simple("Background saving scheduled"),
         BgsaveReply::AlreadyInProgress => return Err(CmdError::other("ERR Background save already in progress")),
@@ -389,7 +404,6 @@ fn write_section(ctx: &mut Ctx<'_>, section: &str, out: &mut String) {
         }
         "memory" => write_memory(ctx, out),
         "persistence" => {
-            let appendonly = server.config.read().appendonly;
             out.push_str("# Persistence\r\n");
             for (name, value) in [
                 ("loading", if server.loading.load(Ordering::Relaxed) { "1" } else { "0" }),
@@ -414,7 +428,9 @@ fn write_section(ctx: &mut Ctx<'_>, section: &str, out: &mut String) {
             field!(out, "rdb_last_cow_size", 0);
             field!(out, "rdb_last_load_keys_expired", server.rdb.last_load_keys_expired.load(Ordering::Relaxed));
             field!(out, "rdb_last_load_keys_loaded", server.rdb.last_load_keys_loaded.load(Ordering::Relaxed));
-            field!(out, "aof_enabled", if appendonly { "1" } else { "0" });
+            // Redis's aof_state != AOF_OFF: 1 from CONFIG SET appendonly yes on.
+            let aof_enabled = server.aof.state() != crate::durability::AofState::Off;
+            field!(out, "aof_enabled", u8::from(aof_enabled));
             let rw = server.rewrite.info();
             field!(out, "aof_rewrite_in_progress", u8::from(rw.in_progress));
             field!(out, "aof_rewrite_scheduled", u8::from(rw.scheduled));
@@ -423,6 +439,10 @@ fn write_section(ctx: &mut Ctx<'_>, section: &str, out: &mut String) {
             field!(out, "aof_last_bgrewrite_status", if rw.last_ok { "ok" } else { "err" });
             field!(out, "aof_rewrites", rw.rewrites);
             field!(out, "aof_rewrites_consecutive_failures", rw.consecutive_failures);
+            let journal = server.aof.enabled();
+            let stats = journal.map(|j| j.stats());
+            let write_ok = stats.as_ref().is_none_or(|s| s.aof_last_write_status_ok);
+            field!(out, "aof_last_write_status", if write_ok { "ok" } else { "err" });
             for (name, value) in [
                 ("aof_last_cow_size", "0"),
                 ("module_fork_in_progress", "0"),
@@ -430,45 +450,41 @@ fn write_section(ctx: &mut Ctx<'_>, section: &str, out: &mut String) {
             ] {
                 field!(out, name, value);
             }
-            match server.journal.as_deref() {
-                None => {
-                    field!(out, "aof_last_write_status", "ok");
+            if let Some((journal, s)) = journal.zip(stats) {
+                field!(out, "aof_current_size", s.aof_current_size);
+                field!(out, "aof_base_size", s.aof_base_size);
+                field!(out, "aof_pending_rewrite", 0);
+                field!(out, "aof_buffer_length", s.pending_bytes);
+                field!(out, "aof_pending_bio_fsync", 0);
+                field!(out, "aof_delayed_fsync", s.aof_delayed_fsync);
+                // Keel's own: the journal's positions and group commit.
+                field!(out, "keel_aof_appended_lsn", s.appended_lsn);
+                field!(out, "keel_aof_durable_lsn", s.durable_lsn);
+                field!(out, "keel_aof_fsyncs", s.fsync_count);
+                field!(out, "keel_aof_fsync_p50_us", s.fsync_latency_p50_us);
+                field!(out, "keel_aof_fsync_p99_us", s.fsync_latency_p99_us);
+                field!(out, "keel_aof_fsync_max_us", s.fsync_latency_max_us);
+                field!(out, "keel_aof_batches", s.batch_count);
+                field!(out, "keel_aof_batch_records_avg", format!("{:.2}", s.batch_records_avg));
+                field!(out, "keel_aof_batch_records_max", s.batch_records_max);
+                field!(out, "keel_aof_batch_bytes_avg", format!("{:.0}", s.batch_bytes_avg));
+                field!(out, "keel_aof_write_errors", s.write_errors);
+                field!(out, "keel_aof_fsync_errors", s.fsync_errors);
+                if let Some(e) = &s.last_error {
+                    field!(out, "keel_aof_last_error", e);
                 }
-                Some(journal) => {
-                    let s = journal.stats();
-                    field!(out, "aof_last_write_status", if s.aof_last_write_status_ok { "ok" } else { "err" });
-                    field!(out, "aof_current_size", s.aof_current_size);
-                    field!(out, "aof_base_size", s.aof_base_size);
-                    field!(out, "aof_pending_rewrite", 0);
-                    field!(out, "aof_buffer_length", s.pending_bytes);
-                    field!(out, "aof_pending_bio_fsync", 0);
-                    field!(out, "aof_delayed_fsync", s.aof_delayed_fsync);
-                    // Keel's own: the journal's positions and group commit.
-                    field!(out, "keel_aof_appended_lsn", s.appended_lsn);
-                    field!(out, "keel_aof_durable_lsn", s.durable_lsn);
-                    field!(out, "keel_aof_fsyncs", s.fsync_count);
-                    field!(out, "keel_aof_fsync_p50_us", s.fsync_latency_p50_us);
-                    field!(out, "keel_aof_fsync_p99_us", s.fsync_latency_p99_us);
-                    field!(out, "keel_aof_fsync_max_us", s.fsync_latency_max_us);
-                    field!(out, "keel_aof_batches", s.batch_count);
-                    field!(out, "keel_aof_batch_records_avg", format!("{:.2}", s.batch_records_avg));
-                    field!(out, "keel_aof_batch_records_max", s.batch_records_max);
-                    field!(out, "keel_aof_batch_bytes_avg", format!("{:.0}", s.batch_bytes_avg));
-                    field!(out, "keel_aof_write_errors", s.write_errors);
-                    field!(out, "keel_aof_fsync_errors", s.fsync_errors);
-                    if let Some(e) = &s.last_error {
-                        field!(out, "keel_aof_last_error", e);
-                    }
-                    // What the automatic rewrites go by (`rewrite.rs`).
-                    let (rate, measured) = server.rewrite.replay_rate(&server.config.read());
-                    field!(out, "keel_aof_rewrite_base_size", s.aof_rewrite_base_size);
-                    field!(out, "keel_aof_replay_rate", rate);
-                    field!(out, "keel_aof_replay_rate_measured", u8::from(measured));
-                    field!(out, "keel_aof_recovery_estimate_sec", format!("{:.2}", s.aof_current_size as f64 / rate as f64));
-                    let (trigger, at) = rw.last_auto.map_or(("none", 0), |(t, at)| (t.name(), at));
-                    field!(out, "keel_aof_last_auto_rewrite", trigger);
-                    field!(out, "keel_aof_last_auto_rewrite_size", at);
-                }
+                // What the automatic rewrites go by (`rewrite.rs`).
+                let (rates, measured, rdb_measured) = server.rewrite.replay_rates(&server.config.read());
+                field!(out, "keel_aof_rewrite_base_size", s.aof_rewrite_base_size);
+                field!(out, "keel_aof_replay_rate", rates.commands);
+                field!(out, "keel_aof_replay_rate_measured", u8::from(measured));
+                field!(out, "keel_aof_rdb_load_rate", rates.rdb);
+                field!(out, "keel_aof_rdb_load_rate_measured", u8::from(rdb_measured));
+                let estimate_s = rates.estimate_s(&journal.sizes());
+                field!(out, "keel_aof_recovery_estimate_sec", format!("{estimate_s:.2}"));
+                let (trigger, at) = rw.last_auto.map_or(("none", 0), |(t, at)| (t.name(), at));
+                field!(out, "keel_aof_last_auto_rewrite", trigger);
+                field!(out, "keel_aof_last_auto_rewrite_size", at);
             }
             // Memory the running snapshot holds besides the dataset: old
             // versions of keys written since it began.
@@ -554,6 +570,10 @@ fn write_section(ctx: &mut Ctx<'_>, section: &str, out: &mut String) {
             out.push_str("# Replication\r\n");
             field!(out, "role", "master");
             field!(out, "connected_slaves", 0);
+            // Shown while min-replicas-to-write is in force, as Redis does.
+            if server.min_replicas_unmet.load(Ordering::Relaxed) {
+                field!(out, "min_slaves_good_slaves", 0);
+            }
             field!(out, "master_failover_state", "no-failover");
             field!(out, "master_replid", server.replid);
             field!(out, "master_replid2", "0000000000000000000000000000000000000000");
@@ -857,6 +877,11 @@ fn config_set(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
             Err(ConfigError::Unknown) => return Err(failed(canonical, "Bad directive or wrong number of arguments")),
         }
     }
+    // Redis's apply functions: the AOF switched on or off, its fsync policy.
+    if let Err(why) = crate::durability::apply_config(ctx.server, &config, &next) {
+        let name = if next.appendonly != config.appendonly { "appendonly" } else { "appendfsync" };
+        return Err(failed(name, &why));
+    }
     ctx.server.mirror_config(&next);
     *config = next;
     drop(config);
@@ -902,127 +927,76 @@ fn config_rewrite(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
 
 // ---------------------------------------------------------------- COMMAND
 
-/// ACL categories in Redis's order (COMMAND INFO lists them in this order).
-const ACL_CATEGORIES: &[&str] = &[
-    "keyspace",
-    "read",
-    "write",
-    "set",
-    "sortedset",
-    "list",
-    "hash",
-    "string",
-    "bitmap",
-    "hyperloglog",
-    "geo",
-    "stream",
-    "pubsub",
-    "admin",
-    "fast",
-    "slow",
-    "blocking",
-    "dangerous",
-    "connection",
-    "transaction",
-    "scripting",
-];
-
-/// A command's ACL categories: the one its group implies plus those Redis
-/// derives from its flags (`setImplicitACLCategories`).
+/// A command's ACL categories: its own (`CommandSpec::acl`, else its
+/// group's) plus those Redis derives from its flags
+/// (`setImplicitACLCategories`), in Redis's order.
 pub fn acl_categories(spec: &CommandSpec) -> Vec<&'static str> {
-    let mut cats: Vec<&str> = Vec::new();
-    let group = match spec.group {
-        "generic" => Some("keyspace"),
-        "string" => Some("string"),
-        "list" => Some("list"),
-        "hash" => Some("hash"),
-        "set" => Some("set"),
-        "sorted_set" | "sortedset" | "zset" => Some("sortedset"),
-        "bitmap" => Some("bitmap"),
-        "hyperloglog" => Some("hyperloglog"),
-        "geo" => Some("geo"),
-        "stream" => Some("stream"),
-        "pubsub" => Some("pubsub"),
-        "transactions" | "transaction" => Some("transaction"),
-        "scripting" => Some("scripting"),
-        "connection" => Some("connection"),
-        _ => None,
-    };
-    cats.extend(group);
-    if spec.name == "dbsize" || spec.name == "flushdb" || spec.name == "flushall" {
-        cats.push("keyspace");
-    }
+    let mut cats = spec.acl.unwrap_or(match spec.group {
+        "generic" => acl::KEYSPACE,
+        "string" => acl::STRING,
+        "list" => acl::LIST,
+        "hash" => acl::HASH,
+        "set" => acl::SET,
+        "sorted-set" => acl::SORTEDSET,
+        "bitmap" => acl::BITMAP,
+        "transactions" => acl::TRANSACTION,
+        "scripting" => acl::SCRIPTING,
+        "connection" => acl::CONNECTION,
+        _ => acl::NONE,
+    });
     if spec.has(flags::WRITE) {
-        cats.push("write");
+        cats |= acl::WRITE;
     }
-    if spec.has(flags::READONLY) && group != Some("scripting") {
-        cats.push("read");
+    if spec.has(flags::READONLY) && cats & acl::SCRIPTING == 0 {
+        cats |= acl::READ;
     }
     if spec.has(flags::ADMIN) {
-        cats.extend(["admin", "dangerous"]);
+        cats |= acl::ADMIN | acl::DANGEROUS;
     }
     if spec.has(flags::PUBSUB) {
-        cats.push("pubsub");
+        cats |= acl::PUBSUB;
     }
     if spec.has(flags::FAST) {
-        cats.push("fast");
-    } else {
-        cats.push("slow");
+        cats |= acl::FAST;
     }
     if spec.has(flags::BLOCKING) {
-        cats.push("blocking");
+        cats |= acl::BLOCKING;
     }
-    if matches!(spec.name, "flushdb" | "flushall" | "info" | "lastsave" | "keys" | "swapdb" | "sort") {
-        cats.push("dangerous");
+    if cats & acl::FAST == 0 {
+        cats |= acl::SLOW;
     }
-    ACL_CATEGORIES.iter().copied().filter(|c| cats.contains(c)).collect()
+    acl::NAMES.iter().filter(|(c, _)| cats & c != 0).map(|(_, name)| *name).collect()
 }
 
 /// Redis's flag names in its output order, `movablekeys` included.
-fn flag_names(spec: &CommandSpec) -> Vec<&'static str> {
-    const ORDER: &[(u32, &str)] = &[
-        (flags::WRITE, "write"),
-        (flags::READONLY, "readonly"),
-        (flags::DENYOOM, "denyoom"),
-        (flags::ADMIN, "admin"),
-        (flags::PUBSUB, "pubsub"),
-        (flags::NOSCRIPT, "noscript"),
-        (flags::BLOCKING, "blocking"),
-        (flags::LOADING, "loading"),
-        (flags::STALE, "stale"),
-        (flags::SKIP_MONITOR, "skip_monitor"),
-        (flags::SKIP_SLOWLOG, "skip_slowlog"),
-        (flags::FAST, "fast"),
-        (flags::NO_AUTH, "no_auth"),
-        (flags::NO_MULTI, "no_multi"),
-    ];
-    let mut names: Vec<&str> = ORDER.iter().filter(|(f, _)| spec.has(*f)).map(|(_, n)| *n).collect();
-    if matches!(spec.keys, Keys::Custom(_)) {
-        names.push("movablekeys");
-    }
-    if spec.has(flags::ALLOW_BUSY) {
-        names.push("allow_busy");
+fn flag_names(spec: &CommandSpec, movable: bool) -> Vec<&'static str> {
+    let mut names = Vec::new();
+    for &(flag, name) in flags::NAMES {
+        if flag == flags::ALLOW_BUSY && movable {
+            names.push("movablekeys");
+        }
+        if spec.has(flag) {
+            names.push(name);
+        }
     }
     names
 }
 
-/// The key-access flags Keel reports for a command's keys: Redis's per-key
-/// flags are finer (OW, RM, insert, delete...); Keel knows only whether the
-/// command writes.
-fn key_flags(spec: &CommandSpec) -> &'static [&'static str] {
-    if spec.has(flags::WRITE) {
-        &["RW", "update"]
-    } else {
-        &["RO", "access"]
+fn reply_key_flags(ctx: &mut Ctx<'_>, flags: u16) {
+    let names: Vec<&str> = keyspec::FLAG_NAMES.iter().filter(|(f, _)| flags & f != 0).map(|(_, n)| *n).collect();
+    ctx.out.set(names.len());
+    for n in names {
+        ctx.out.simple(n);
     }
 }
 
 fn reply_command_info(ctx: &mut Ctx<'_>, spec: &CommandSpec) {
-    let (first, last, step) = spec.legacy_key_range();
+    let specs = keyspec::key_specs(spec);
+    let ((first, last, step), movable) = keyspec::legacy_range(&specs);
     ctx.out.array(10);
     ctx.out.bulk(spec.name.as_bytes());
     ctx.out.int(i64::from(spec.arity));
-    let names = flag_names(spec);
+    let names = flag_names(spec, movable);
     ctx.out.set(names.len());
     for n in names {
         ctx.out.simple(n);
@@ -1039,7 +1013,10 @@ fn reply_command_info(ctx: &mut Ctx<'_>, spec: &CommandSpec) {
     for tip in spec.tips {
         ctx.out.bulk(tip.as_bytes());
     }
-    reply_key_specs(ctx, spec);
+    ctx.out.set(specs.len());
+    for key_spec in specs.iter() {
+        reply_key_spec(ctx, key_spec);
+    }
     if spec.subcommands.is_empty() {
         ctx.out.set(0);
     } else {
@@ -1050,58 +1027,64 @@ fn reply_command_info(ctx: &mut Ctx<'_>, spec: &CommandSpec) {
     }
 }
 
-fn reply_key_specs(ctx: &mut Ctx<'_>, spec: &CommandSpec) {
+/// One key spec as Redis's `addReplyCommandKeySpecs` writes it.
+fn reply_key_spec(ctx: &mut Ctx<'_>, spec: &KeySpec) {
+    ctx.out.map(if spec.notes.is_empty() { 3 } else { 4 });
+    if !spec.notes.is_empty() {
+        ctx.out.bulk(b"notes");
+        ctx.out.bulk(spec.notes.as_bytes());
+    }
+    ctx.out.bulk(b"flags");
+    reply_key_flags(ctx, spec.flags);
     let out = &mut ctx.out;
-    match spec.keys {
-        Keys::None => out.set(0),
-        Keys::Range { first, last, step } => {
-            out.set(1);
-            out.map(3);
-            out.bulk(b"flags");
-            let kf = key_flags(spec);
-            out.set(kf.len());
-            for f in kf {
-                out.simple(f);
-            }
-            out.bulk(b"begin_search");
-            out.map(2);
-            out.bulk(b"type");
+    out.bulk(b"begin_search");
+    out.map(2);
+    out.bulk(b"type");
+    match spec.begin {
+        Begin::Index(pos) => {
             out.bulk(b"index");
             out.bulk(b"spec");
             out.map(1);
             out.bulk(b"index");
-            out.int(first as i64);
-            out.bulk(b"find_keys");
-            out.map(2);
-            out.bulk(b"type");
-            out.bulk(b"range");
+            out.int(pos as i64);
+        }
+        Begin::Keyword { keyword, startfrom } => {
+            out.bulk(b"keyword");
             out.bulk(b"spec");
-            out.map(3);
-            out.bulk(b"lastkey");
-            out.int(if last < 0 { last as i64 } else { last as i64 - first as i64 });
-            out.bulk(b"keystep");
-            out.int(step as i64);
-            out.bulk(b"limit");
-            out.int(0);
+            out.map(2);
+            out.bulk(b"keyword");
+            out.bulk(keyword.as_bytes());
+            out.bulk(b"startfrom");
+            out.int(startfrom as i64);
         }
-        Keys::Custom(_) => {
-            out.set(1);
-            out.map(3);
-            out.bulk(b"flags");
-            let kf = key_flags(spec);
-            out.set(kf.len());
-            for f in kf {
-                out.simple(f);
-            }
-            for part in [&b"begin_search"[..], b"find_keys"] {
-                out.bulk(part);
-                out.map(2);
-                out.bulk(b"type");
-                out.bulk(b"unknown");
-                out.bulk(b"spec");
-                out.map(0);
-            }
+        Begin::Unknown => {
+            out.bulk(b"unknown");
+            out.bulk(b"spec");
+            out.map(0);
         }
+    }
+    out.bulk(b"find_keys");
+    out.map(2);
+    out.bulk(b"type");
+    let fields: &[(&str, i64)] = match spec.find {
+        Find::Range { lastkey, keystep, limit } => {
+            out.bulk(b"range");
+            &[("lastkey", lastkey as i64), ("keystep", keystep as i64), ("limit", limit as i64)]
+        }
+        Find::Keynum { keynumidx, firstkey, keystep } => {
+            out.bulk(b"keynum");
+            &[("keynumidx", keynumidx as i64), ("firstkey", firstkey as i64), ("keystep", keystep as i64)]
+        }
+        Find::Unknown => {
+            out.bulk(b"unknown");
+            &[]
+        }
+    };
+    out.bulk(b"spec");
+    out.map(fields.len());
+    for (name, value) in fields {
+        out.bulk(name.as_bytes());
+        out.int(*value);
     }
 }
 
@@ -1184,8 +1167,9 @@ fn command_docs(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     Ok(())
 }
 
-/// The keys of the command `argv[2..]` names, or Redis's error.
-fn getkeys(argv: &[&[u8]]) -> Result<(&'static CommandSpec, Vec<usize>), CmdError> {
+/// The keys of the command `argv[2..]` names (indexes into `argv[2..]`)
+/// and their key-spec flags, or Redis's error.
+fn getkeys(argv: &[&[u8]]) -> Result<Vec<(usize, u16)>, CmdError> {
     let inner = &argv[2..];
     let Some((_, parent)) = table().lookup(inner[0]) else {
         return Err(CmdError::other("ERR Invalid command specified"));
@@ -1203,33 +1187,29 @@ fn getkeys(argv: &[&[u8]]) -> Result<(&'static CommandSpec, Vec<usize>), CmdErro
     if !spec.arity_ok(inner.len()) {
         return Err(CmdError::other("ERR Invalid number of arguments specified for command"));
     }
-    let keys = spec.key_indexes(inner).to_vec();
+    let keys = keyspec::keys_and_flags(&keyspec::key_specs(spec), inner, &spec.key_indexes(inner));
     if keys.is_empty() {
         return Err(CmdError::other("ERR Invalid arguments specified for command"));
     }
-    Ok((spec, keys))
+    Ok(keys)
 }
 
 fn command_getkeys(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
-    let (_, keys) = getkeys(argv)?;
+    let keys = getkeys(argv)?;
     ctx.out.array(keys.len());
-    for i in keys {
+    for (i, _) in keys {
         ctx.out.bulk(argv[2 + i]);
     }
     Ok(())
 }
 
 fn command_getkeysandflags(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
-    let (spec, keys) = getkeys(argv)?;
+    let keys = getkeys(argv)?;
     ctx.out.array(keys.len());
-    for i in keys {
+    for (i, flags) in keys {
         ctx.out.array(2);
         ctx.out.bulk(argv[2 + i]);
-        let kf = key_flags(spec);
-        ctx.out.set(kf.len());
-        for f in kf {
-            ctx.out.simple(f);
-        }
+        reply_key_flags(ctx, flags);
     }
     Ok(())
 }
@@ -1341,6 +1321,19 @@ fn debug(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
                     "    Write <message> to the server log.",
                     "OBJECT <key>",
                     "    Show low level info about the `key` and associated value.",
+                    "RELOAD [option ...]",
+                    "    Save the RDB on disk and reload it back to memory. Valid <option> values:",
+                    "    * MERGE: conflicting keys will be loaded from RDB.",
+                    "    * NOFLUSH: the existing database will not be removed before load, but",
+                    "      conflicting keys will make the load fail (Keel keeps running).",
+                    "    * NOSAVE: the database will be loaded from an existing RDB file.",
+                    "    Examples:",
+                    "    * DEBUG RELOAD: verify that the server is able to persist, flush and reload",
+                    "      the database.",
+                    "    * DEBUG RELOAD NOSAVE: replace the current database with the contents of an",
+                    "      existing RDB file.",
+                    "    * DEBUG RELOAD NOSAVE NOFLUSH MERGE: add the contents of an existing RDB",
+                    "      file to the database.",
                     "PROTOCOL <type>",
                     "    Reply with a test value of the specified type. <type> can be: string,",
                     "    integer, double, bignum, null, array, set, map, attrib, push, verbatim,",
@@ -1377,6 +1370,7 @@ fn debug(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
             Ok(())
         }
         3 if eq(sub, "object") => debug_object(ctx, argv[2]),
+        _ if eq(sub, "reload") => debug_reload(ctx, &argv[2..]),
         3 if eq(sub, "protocol") => debug_protocol(ctx, argv[2]),
         _ => Err(CmdError::other(format!(
             "ERR unknown subcommand or wrong number of arguments for '{}'. Try {} HELP.",
@@ -1384,6 +1378,26 @@ fn debug(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
             String::from_utf8_lossy(argv[0]).to_ascii_uppercase()
         ))),
     }
+}
+
+/// DEBUG RELOAD [MERGE] [NOFLUSH] [NOSAVE] (`snapshot::debug_reload`),
+/// under every shard's lock as DEBUG runs.
+fn debug_reload(ctx: &mut Ctx<'_>, options: &[&[u8]]) -> CmdResult {
+    let (mut save, mut flush, mut merge) = (true, true, false);
+    for option in options {
+        if eq(option, "merge") {
+            merge = true;
+        } else if eq(option, "noflush") {
+            flush = false;
+        } else if eq(option, "nosave") {
+            save = false;
+        } else {
+            return Err(CmdError::other("ERR DEBUG RELOAD only supports the MERGE, NOFLUSH and NOSAVE options."));
+        }
+    }
+    crate::snapshot::debug_reload(ctx.server, &mut ctx.dbs.locked, save, flush, merge).map_err(CmdError::other)?;
+    ctx.out.ok();
+    Ok(())
 }
 
 fn debug_object(ctx: &mut Ctx<'_>, key: &[u8]) -> CmdResult {

@@ -27,6 +27,7 @@ use smallvec::SmallVec;
 
 use super::keys::{parse_cursor, parse_member_scan_options};
 use super::parse::i64_arg;
+use super::keyspec::*;
 use super::{cmd, flags::*, range, CmdError, CmdResult, CommandSpec, Ctx, Keys, KEY1};
 use crate::server::WorkerStats;
 
@@ -34,32 +35,46 @@ const ORDER: &[&str] = &["nondeterministic_output_order"];
 const RANDOM: &[&str] = &["nondeterministic_output"];
 
 pub static COMMANDS: &[CommandSpec] = &[
-    cmd("sadd", -3, WRITE | DENYOOM | FAST, KEY1, "set", sadd).doc("Add one or more members to a set", "1.0.0"),
-    cmd("srem", -3, WRITE | FAST, KEY1, "set", srem).doc("Remove one or more members from a set", "1.0.0"),
+    cmd("sadd", -3, WRITE | DENYOOM | FAST, KEY1, "set", sadd)
+        .doc("Add one or more members to a set", "1.0.0")
+        .specs(&[key_at(1, RW | INSERT)]),
+    cmd("srem", -3, WRITE | FAST, KEY1, "set", srem)
+        .doc("Remove one or more members from a set", "1.0.0")
+        .specs(&[key_at(1, RW | DELETE)]),
     cmd("smembers", 2, READONLY, KEY1, "set", smembers).doc("Get all the members in a set", "1.0.0").tips(ORDER),
     cmd("sismember", 3, READONLY | FAST, KEY1, "set", sismember)
-        .doc("Determine if a given value is a member of a set", "1.0.0"),
+        .doc("Determine if a given value is a member of a set", "1.0.0")
+        .specs(&[key_at(1, RO)]),
     cmd("smismember", -3, READONLY | FAST, KEY1, "set", smismember)
         .doc("Returns the membership associated with the given elements for a set", "6.2.0"),
-    cmd("scard", 2, READONLY | FAST, KEY1, "set", scard).doc("Get the number of members in a set", "1.0.0"),
+    cmd("scard", 2, READONLY | FAST, KEY1, "set", scard)
+        .doc("Get the number of members in a set", "1.0.0")
+        .specs(&[key_at(1, RO)]),
     cmd("spop", -2, WRITE | FAST, KEY1, "set", spop)
         .doc("Remove and return one or multiple random members from a set", "1.0.0")
-        .tips(RANDOM),
+        .tips(RANDOM)
+        .specs(&[key_at(1, RW | ACCESS | DELETE)]),
     cmd("srandmember", -2, READONLY, KEY1, "set", srandmember)
         .doc("Get one or multiple random members from a set", "1.0.0")
         .tips(RANDOM),
-    cmd("smove", 4, WRITE | FAST, range(1, 2, 1), "set", smove).doc("Move a member from one set to another", "1.0.0"),
+    cmd("smove", 4, WRITE | FAST, range(1, 2, 1), "set", smove)
+        .doc("Move a member from one set to another", "1.0.0")
+        .specs(&[key_at(1, RW | ACCESS | DELETE), key_at(2, RW | INSERT)]),
     cmd("sinter", -2, READONLY, range(1, -1, 1), "set", sinter).doc("Intersect multiple sets", "1.0.0").tips(ORDER),
     cmd("sintercard", -3, READONLY, Keys::Custom(sintercard_keys), "set", sintercard)
-        .doc("Intersect multiple sets and return the cardinality of the result", "7.0.0"),
+        .doc("Intersect multiple sets and return the cardinality of the result", "7.0.0")
+        .specs(&[ks(RO | ACCESS, index(1), keynum(0, 1, 1))]),
     cmd("sinterstore", -3, WRITE | DENYOOM, range(1, -1, 1), "set", sinterstore)
-        .doc("Intersect multiple sets and store the resulting set in a key", "1.0.0"),
+        .doc("Intersect multiple sets and store the resulting set in a key", "1.0.0")
+        .specs(&[key_at(1, RW | UPDATE), ks(RO | ACCESS, index(2), span(-1, 1, 0))]),
     cmd("sunion", -2, READONLY, range(1, -1, 1), "set", sunion).doc("Add multiple sets", "1.0.0").tips(ORDER),
     cmd("sunionstore", -3, WRITE | DENYOOM, range(1, -1, 1), "set", sunionstore)
-        .doc("Add multiple sets and store the resulting set in a key", "1.0.0"),
+        .doc("Add multiple sets and store the resulting set in a key", "1.0.0")
+        .specs(&[key_at(1, OW | UPDATE), ks(RO | ACCESS, index(2), span(-1, 1, 0))]),
     cmd("sdiff", -2, READONLY, range(1, -1, 1), "set", sdiff).doc("Subtract multiple sets", "1.0.0").tips(ORDER),
     cmd("sdiffstore", -3, WRITE | DENYOOM, range(1, -1, 1), "set", sdiffstore)
-        .doc("Subtract multiple sets and store the resulting set in a key", "1.0.0"),
+        .doc("Subtract multiple sets and store the resulting set in a key", "1.0.0")
+        .specs(&[key_at(1, OW | UPDATE), ks(RO | ACCESS, index(2), span(-1, 1, 0))]),
     cmd("sscan", -3, READONLY, KEY1, "set", sscan).doc("Incrementally iterate Set elements", "2.8.0").tips(RANDOM),
 ];
 

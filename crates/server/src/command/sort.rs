@@ -12,16 +12,30 @@ use keel_engine::Db;
 use smallvec::SmallVec;
 
 use super::parse::eq;
-use super::{cmd, flags::*, CmdError, CmdResult, CommandSpec, Ctx, Keys};
+use super::keyspec::*;
+use super::{acl, cmd, flags::*, CmdError, CmdResult, CommandSpec, Ctx, Keys};
 
 pub static COMMANDS: &[CommandSpec] = &[
     cmd("sort", -2, WRITE | DENYOOM | ALL_SHARDS, Keys::Custom(sort_keys), "generic", sort)
         .doc("Sort the elements in a list, set or sorted set", "1.0.0")
-        .fixed_first_key(),
+        .acl(SORTED_TYPES)
+        .specs(&[
+            key_at(1, RO | ACCESS),
+            BY_GET_KEYS,
+            ks(OW | UPDATE, Begin::Unknown, Find::Unknown).notes(
+                "For the optional STORE keyword. It is marked 'unknown' because the keyword can appear anywhere in the argument array",
+            ),
+        ]),
     cmd("sort_ro", -2, READONLY | ALL_SHARDS, Keys::Custom(sort_ro_keys), "generic", sort_ro)
         .doc("Sort the elements in a list, set or sorted set. Read-only variant of SORT.", "7.0.0")
-        .fixed_first_key(),
+        .acl(SORTED_TYPES)
+        .specs(&[key_at(1, RO | ACCESS), BY_GET_KEYS]),
 ];
+
+const SORTED_TYPES: u32 = acl::SET | acl::SORTEDSET | acl::LIST | acl::DANGEROUS;
+const BY_GET_KEYS: KeySpec = ks(RO | ACCESS, Begin::Unknown, Find::Unknown).notes(
+    "For the optional BY/GET keyword. It is marked 'unknown' because the key names derive from the content of the key we sort",
+);
 
 /// The sorted key, and the STORE destination when there is one (the last
 /// STORE wins, as in Redis).

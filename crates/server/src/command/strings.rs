@@ -20,45 +20,67 @@ use keel_protocol::ReplyWriter;
 
 use self::long_double::{IncrFloatError, LongDouble, Parsed};
 use super::parse::{eq, i64_arg};
+use super::keyspec::*;
 use super::{cmd, flags::*, range, CmdError, CmdResult, CommandSpec, Ctx, KEY1};
 
 pub static COMMANDS: &[CommandSpec] = &[
     cmd("get", 2, READONLY | FAST, KEY1, "string", get)
         .doc("Get the value of a key", "1.0.0"),
     cmd("set", -3, WRITE | DENYOOM, KEY1, "string", set)
-        .doc("Set the string value of a key", "1.0.0"),
+        .doc("Set the string value of a key", "1.0.0")
+        .specs(&[key_at(1, RW | ACCESS | UPDATE | VARIABLE_FLAGS)
+            .notes("RW and ACCESS due to the optional `GET` argument")
+            .flags_by(set_key_flags)]),
     cmd("setnx", 3, WRITE | DENYOOM | FAST, KEY1, "string", setnx)
-        .doc("Set the value of a key, only if the key does not exist", "1.0.0"),
+        .doc("Set the value of a key, only if the key does not exist", "1.0.0")
+        .specs(&[key_at(1, OW | INSERT)]),
     cmd("setex", 4, WRITE | DENYOOM, KEY1, "string", setex)
-        .doc("Set the value and expiration of a key", "2.0.0"),
+        .doc("Set the value and expiration of a key", "2.0.0")
+        .specs(&[key_at(1, OW | UPDATE)]),
     cmd("psetex", 4, WRITE | DENYOOM, KEY1, "string", psetex)
-        .doc("Set the value and expiration in milliseconds of a key", "2.6.0"),
+        .doc("Set the value and expiration in milliseconds of a key", "2.6.0")
+        .specs(&[key_at(1, OW | UPDATE)]),
     cmd("getset", 3, WRITE | DENYOOM | FAST, KEY1, "string", getset)
-        .doc("Set the string value of a key and return its old value", "1.0.0"),
+        .doc("Set the string value of a key and return its old value", "1.0.0")
+        .specs(&[key_at(1, RW | ACCESS | UPDATE)]),
     cmd("getdel", 2, WRITE | FAST, KEY1, "string", getdel)
-        .doc("Get the value of a key and delete the key", "6.2.0"),
+        .doc("Get the value of a key and delete the key", "6.2.0")
+        .specs(&[key_at(1, RW | ACCESS | DELETE)]),
     cmd("getex", -2, WRITE | FAST, KEY1, "string", getex)
-        .doc("Get the value of a key and optionally set its expiration", "6.2.0"),
+        .doc("Get the value of a key and optionally set its expiration", "6.2.0")
+        .specs(&[key_at(1, RW | ACCESS | UPDATE).notes("RW and UPDATE because it changes the TTL")]),
     cmd("mget", -2, READONLY | FAST, range(1, -1, 1), "string", mget)
-        .doc("Get the values of all the given keys", "1.0.0"),
+        .doc("Get the values of all the given keys", "1.0.0")
+        .tips(&["request_policy:multi_shard"]),
     cmd("mset", -3, WRITE | DENYOOM, range(1, -1, 2), "string", mset)
-        .doc("Set multiple keys to multiple values", "1.0.1"),
+        .doc("Set multiple keys to multiple values", "1.0.1")
+        .tips(&["request_policy:multi_shard", "response_policy:all_succeeded"])
+        .specs(&[ks(OW | UPDATE, index(1), span(-1, 2, 0))]),
     cmd("msetnx", -3, WRITE | DENYOOM, range(1, -1, 2), "string", msetnx)
-        .doc("Set multiple keys to multiple values, only if none of the keys exist", "1.0.1"),
+        .doc("Set multiple keys to multiple values, only if none of the keys exist", "1.0.1")
+        .tips(&["request_policy:multi_shard", "response_policy:agg_min"])
+        .specs(&[ks(OW | INSERT, index(1), span(-1, 2, 0))]),
     cmd("append", 3, WRITE | DENYOOM | FAST, KEY1, "string", append)
-        .doc("Append a value to a key", "2.0.0"),
+        .doc("Append a value to a key", "2.0.0")
+        .specs(&[key_at(1, RW | INSERT)]),
     cmd("strlen", 2, READONLY | FAST, KEY1, "string", strlen)
-        .doc("Get the length of the value stored in a key", "2.2.0"),
+        .doc("Get the length of the value stored in a key", "2.2.0")
+        .specs(&[key_at(1, RO)]),
     cmd("incr", 2, WRITE | DENYOOM | FAST, KEY1, "string", incr)
-        .doc("Increment the integer value of a key by one", "1.0.0"),
+        .doc("Increment the integer value of a key by one", "1.0.0")
+        .specs(&[key_at(1, RW | ACCESS | UPDATE)]),
     cmd("decr", 2, WRITE | DENYOOM | FAST, KEY1, "string", decr)
-        .doc("Decrement the integer value of a key by one", "1.0.0"),
+        .doc("Decrement the integer value of a key by one", "1.0.0")
+        .specs(&[key_at(1, RW | ACCESS | UPDATE)]),
     cmd("incrby", 3, WRITE | DENYOOM | FAST, KEY1, "string", incrby)
-        .doc("Increment the integer value of a key by the given amount", "1.0.0"),
+        .doc("Increment the integer value of a key by the given amount", "1.0.0")
+        .specs(&[key_at(1, RW | ACCESS | UPDATE)]),
     cmd("decrby", 3, WRITE | DENYOOM | FAST, KEY1, "string", decrby)
-        .doc("Decrement the integer value of a key by the given number", "1.0.0"),
+        .doc("Decrement the integer value of a key by the given number", "1.0.0")
+        .specs(&[key_at(1, RW | ACCESS | UPDATE)]),
     cmd("incrbyfloat", 3, WRITE | DENYOOM | FAST, KEY1, "string", incrbyfloat)
-        .doc("Increment the float value of a key by the given amount", "2.6.0"),
+        .doc("Increment the float value of a key by the given amount", "2.6.0")
+        .specs(&[key_at(1, RW | ACCESS | UPDATE)]),
     cmd("getrange", 4, READONLY, KEY1, "string", getrange)
         .doc("Get a substring of the string stored at a key", "2.4.0"),
     cmd("substr", 4, READONLY, KEY1, "string", getrange)
@@ -283,6 +305,16 @@ fn set_generic(ctx: &mut Ctx<'_>, req: SetRequest<'_>) -> Result<bool, CmdError>
     }
     ctx.wrote(1);
     Ok(true)
+}
+
+/// SET's key flags (GETKEYSANDFLAGS): read too with GET, else only
+/// overwritten (Redis's `setGetKeys`).
+fn set_key_flags(argv: &[&[u8]]) -> u16 {
+    if argv.iter().skip(3).any(|a| eq(a, "get")) {
+        RW | ACCESS | UPDATE
+    } else {
+        OW | UPDATE
+    }
 }
 
 fn set(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {

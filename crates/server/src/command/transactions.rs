@@ -9,16 +9,23 @@ use std::sync::atomic::Ordering;
 
 use smallvec::SmallVec;
 
+use super::keyspec::*;
 use super::{cmd, flags::*, range, resolve, run, CmdError, CmdResult, CommandSpec, Ctx, Keys};
 use crate::client::{Client, Multi};
 use crate::server::Server;
 
 pub static COMMANDS: &[CommandSpec] = &[
-    cmd("multi", 1, NOSCRIPT | LOADING | STALE | FAST | ALLOW_BUSY, Keys::None, "transactions", multi),
-    cmd("exec", 1, NOSCRIPT | LOADING | STALE | SKIP_SLOWLOG, Keys::None, "transactions", exec),
-    cmd("discard", 1, NOSCRIPT | LOADING | STALE | FAST | ALLOW_BUSY, Keys::None, "transactions", discard),
-    cmd("watch", -2, NOSCRIPT | LOADING | STALE | FAST | ALLOW_BUSY, range(1, -1, 1), "transactions", watch),
-    cmd("unwatch", 1, NOSCRIPT | LOADING | STALE | FAST | ALLOW_BUSY, Keys::None, "transactions", unwatch),
+    cmd("multi", 1, NOSCRIPT | LOADING | STALE | FAST | ALLOW_BUSY, Keys::None, "transactions", multi)
+        .doc("Mark the start of a transaction block", "1.2.0"),
+    cmd("exec", 1, NOSCRIPT | LOADING | STALE | SKIP_SLOWLOG, Keys::None, "transactions", exec)
+        .doc("Execute all commands issued after MULTI", "1.2.0"),
+    cmd("discard", 1, NOSCRIPT | LOADING | STALE | FAST | ALLOW_BUSY, Keys::None, "transactions", discard)
+        .doc("Discard all commands issued after MULTI", "2.0.0"),
+    cmd("watch", -2, NOSCRIPT | LOADING | STALE | FAST | ALLOW_BUSY, range(1, -1, 1), "transactions", watch)
+        .doc("Watch the given keys to determine execution of the MULTI/EXEC block", "2.2.0")
+        .specs(&[ks(RO, index(1), span(-1, 1, 0))]),
+    cmd("unwatch", 1, NOSCRIPT | LOADING | STALE | FAST | ALLOW_BUSY, Keys::None, "transactions", unwatch)
+        .doc("Forget about all watched keys", "2.2.0"),
 ];
 
 fn multi(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {

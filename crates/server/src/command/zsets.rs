@@ -24,6 +24,7 @@ use smallvec::SmallVec;
 
 use super::keys::{parse_cursor, parse_member_scan_options};
 use super::parse::{eq, i64_arg};
+use super::keyspec::*;
 use super::{cmd, flags::*, range, CmdError, CmdResult, CommandSpec, Ctx, Keys, KEY1};
 
 const G: &str = "sorted-set";
@@ -33,20 +34,26 @@ pub static COMMANDS: &[CommandSpec] = &[
     cmd("zadd", -4, WRITE | DENYOOM | FAST, KEY1, G, zadd)
         .doc("Add one or more members to a sorted set, or update its score if it already exists", "1.2.0"),
     cmd("zincrby", 4, WRITE | DENYOOM | FAST, KEY1, G, zincrby)
-        .doc("Increment the score of a member in a sorted set", "1.2.0"),
-    cmd("zrem", -3, WRITE | FAST, KEY1, G, zrem).doc("Remove one or more members from a sorted set", "1.2.0"),
+        .doc("Increment the score of a member in a sorted set", "1.2.0")
+        .specs(&[key_at(1, RW | ACCESS | UPDATE)]),
+    cmd("zrem", -3, WRITE | FAST, KEY1, G, zrem)
+        .doc("Remove one or more members from a sorted set", "1.2.0")
+        .specs(&[key_at(1, RW | DELETE)]),
     cmd("zscore", 3, READONLY | FAST, KEY1, G, zscore)
         .doc("Get the score associated with the given member in a sorted set", "1.2.0"),
     cmd("zmscore", -3, READONLY | FAST, KEY1, G, zmscore)
         .doc("Get the score associated with the given members in a sorted set", "6.2.0"),
-    cmd("zcard", 2, READONLY | FAST, KEY1, G, zcard).doc("Get the number of members in a sorted set", "1.2.0"),
+    cmd("zcard", 2, READONLY | FAST, KEY1, G, zcard)
+        .doc("Get the number of members in a sorted set", "1.2.0")
+        .specs(&[key_at(1, RO)]),
     cmd("zcount", 4, READONLY | FAST, KEY1, G, zcount)
         .doc("Count the members in a sorted set with scores within the given values", "2.0.0"),
     cmd("zlexcount", 4, READONLY | FAST, KEY1, G, zlexcount)
         .doc("Count the number of members in a sorted set between a given lexicographical range", "2.8.9"),
     cmd("zrange", -4, READONLY, KEY1, G, zrange).doc("Return a range of members in a sorted set", "1.2.0"),
     cmd("zrangestore", -5, WRITE | DENYOOM, range(1, 2, 1), G, zrangestore)
-        .doc("Store a range of members from sorted set into another key", "6.2.0"),
+        .doc("Store a range of members from sorted set into another key", "6.2.0")
+        .specs(&[key_at(1, OW | UPDATE), key_at(2, RO | ACCESS)]),
     cmd("zrangebyscore", -4, READONLY, KEY1, G, zrangebyscore)
         .doc("Return a range of members in a sorted set, by score", "1.0.5"),
     cmd("zrevrangebyscore", -4, READONLY, KEY1, G, zrevrangebyscore)
@@ -63,34 +70,47 @@ pub static COMMANDS: &[CommandSpec] = &[
     cmd("zrevrank", 3, READONLY | FAST, KEY1, G, zrevrank)
         .doc("Determine the index of a member in a sorted set, with scores ordered from high to low", "2.0.0"),
     cmd("zremrangebyrank", 4, WRITE, KEY1, G, zremrangebyrank)
-        .doc("Remove all members in a sorted set within the given indexes", "2.0.0"),
+        .doc("Remove all members in a sorted set within the given indexes", "2.0.0")
+        .specs(&[key_at(1, RW | DELETE)]),
     cmd("zremrangebyscore", 4, WRITE, KEY1, G, zremrangebyscore)
-        .doc("Remove all members in a sorted set within the given scores", "1.2.0"),
+        .doc("Remove all members in a sorted set within the given scores", "1.2.0")
+        .specs(&[key_at(1, RW | DELETE)]),
     cmd("zremrangebylex", 4, WRITE, KEY1, G, zremrangebylex)
-        .doc("Remove all members in a sorted set between the given lexicographical range", "2.8.9"),
+        .doc("Remove all members in a sorted set between the given lexicographical range", "2.8.9")
+        .specs(&[key_at(1, RW | DELETE)]),
     cmd("zpopmin", -2, WRITE | FAST, KEY1, G, zpopmin)
-        .doc("Remove and return members with the lowest scores in a sorted set", "5.0.0"),
+        .doc("Remove and return members with the lowest scores in a sorted set", "5.0.0")
+        .specs(&[key_at(1, RW | ACCESS | DELETE)]),
     cmd("zpopmax", -2, WRITE | FAST, KEY1, G, zpopmax)
-        .doc("Remove and return members with the highest scores in a sorted set", "5.0.0"),
+        .doc("Remove and return members with the highest scores in a sorted set", "5.0.0")
+        .specs(&[key_at(1, RW | ACCESS | DELETE)]),
     cmd("zmpop", -4, WRITE, Keys::Custom(numkeys_keys), G, zmpop)
-        .doc("Remove and return members with scores in a sorted set", "7.0.0"),
+        .doc("Remove and return members with scores in a sorted set", "7.0.0")
+        .specs(&[ks(RW | ACCESS | DELETE, index(1), keynum(0, 1, 1))]),
     cmd("zrandmember", -2, READONLY, KEY1, G, zrandmember)
         .doc("Get one or multiple random elements from a sorted set", "6.2.0")
         .tips(NONDETERMINISTIC),
-    cmd("zunion", -3, READONLY, Keys::Custom(numkeys_keys), G, zunion).doc("Add multiple sorted sets", "6.2.0"),
-    cmd("zinter", -3, READONLY, Keys::Custom(numkeys_keys), G, zinter).doc("Intersect multiple sorted sets", "6.2.0"),
-    cmd("zdiff", -3, READONLY, Keys::Custom(numkeys_keys), G, zdiff).doc("Subtract multiple sorted sets", "6.2.0"),
+    cmd("zunion", -3, READONLY, Keys::Custom(numkeys_keys), G, zunion)
+        .doc("Add multiple sorted sets", "6.2.0")
+        .specs(&[ks(RO | ACCESS, index(1), keynum(0, 1, 1))]),
+    cmd("zinter", -3, READONLY, Keys::Custom(numkeys_keys), G, zinter)
+        .doc("Intersect multiple sorted sets", "6.2.0")
+        .specs(&[ks(RO | ACCESS, index(1), keynum(0, 1, 1))]),
+    cmd("zdiff", -3, READONLY, Keys::Custom(numkeys_keys), G, zdiff)
+        .doc("Subtract multiple sorted sets", "6.2.0")
+        .specs(&[ks(RO | ACCESS, index(1), keynum(0, 1, 1))]),
     cmd("zunionstore", -4, WRITE | DENYOOM, Keys::Custom(store_keys), G, zunionstore)
         .doc("Add multiple sorted sets and store the resulting sorted set in a new key", "2.0.0")
-        .fixed_first_key(),
+        .specs(&[key_at(1, OW | UPDATE), ks(RO | ACCESS, index(2), keynum(0, 1, 1))]),
     cmd("zinterstore", -4, WRITE | DENYOOM, Keys::Custom(store_keys), G, zinterstore)
         .doc("Intersect multiple sorted sets and store the resulting sorted set in a new key", "2.0.0")
-        .fixed_first_key(),
+        .specs(&[key_at(1, OW | UPDATE), ks(RO | ACCESS, index(2), keynum(0, 1, 1))]),
     cmd("zdiffstore", -4, WRITE | DENYOOM, Keys::Custom(store_keys), G, zdiffstore)
         .doc("Subtract multiple sorted sets and store the resulting sorted set in a new key", "6.2.0")
-        .fixed_first_key(),
+        .specs(&[key_at(1, OW | UPDATE), ks(RO | ACCESS, index(2), keynum(0, 1, 1))]),
     cmd("zintercard", -3, READONLY, Keys::Custom(numkeys_keys), G, zintercard)
-        .doc("Intersect multiple sorted sets and return the cardinality of the result", "7.0.0"),
+        .doc("Intersect multiple sorted sets and return the cardinality of the result", "7.0.0")
+        .specs(&[ks(RO | ACCESS, index(1), keynum(0, 1, 1))]),
     cmd("zscan", -3, READONLY, KEY1, G, zscan)
         .doc("Incrementally iterate sorted sets elements and associated scores", "2.8.0")
         .tips(NONDETERMINISTIC),

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 pub use keel_protocol::frame::Frame;
 
 pub mod diff;
+pub mod state;
 
 /// `INFO section` on a fresh connection, or None if the connection fails.
 fn try_info(port: u16, section: &str) -> Option<Frame> {
@@ -71,6 +72,14 @@ impl Server {
         let dir = temp_dir("server");
         let mut server = Server::start_in(&dir, extra);
         server.dir = Some(dir);
+        server
+    }
+
+    /// `start_in` for the last start on `dir`: the directory is removed
+    /// when this server is dropped.
+    pub fn start_last_in(dir: &std::path::Path, extra: &[&str]) -> Server {
+        let mut server = Server::start_in(dir, extra);
+        server.dir = Some(dir.to_path_buf());
         server
     }
 
@@ -238,6 +247,16 @@ impl Client {
         let text = String::from_utf8_lossy(&text);
         let prefix = format!("{field}:");
         text.lines().find_map(|l| l.strip_prefix(&prefix)).unwrap_or_default().trim().to_string()
+    }
+
+    /// Waits until INFO counts `n` connected clients: a connection closed
+    /// just before (the start-up probe's) is reaped a moment later.
+    pub fn wait_connected_clients(&mut self, n: usize) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while self.info_field("clients", "connected_clients") != n.to_string() {
+            assert!(Instant::now() < deadline, "connected_clients never became {n}");
+            std::thread::sleep(Duration::from_millis(5));
+        }
     }
 
     /// Reads one reply frame.
