@@ -2,6 +2,12 @@
 # Measures Keel against redis-server under the seeds' workloads, alternating
 # the two servers run by run, each server pinned to core 1 and the load
 # generator to core 0, and prints the median of the runs as a Markdown row.
+# Besides ops/s it reports each server's CPU seconds per million operations
+# (user + system, from /proc): when the load generator saturates its core
+# first, as memtier does on W1, both servers idle part of the time and
+# ops/s compares the load generator, while CPU per operation still compares
+# the servers. The last column is the per-CPU ratio, Redis's CPU per op
+# over Keel's.
 #
 #   scripts/bench.sh <memtier_benchmark> <workload> <persistence> [runs] [seconds]
 #
@@ -39,23 +45,31 @@ start() { # name port -> starts the server in its own directory
     else
         taskset -c 1 redis-server --port "$2" --dir "$dir" --save '' "${redis_flags[@]}" >"$dir/log" 2>&1 &
     fi
+    echo $! >"$work/$1.pid"
     for _ in $(seq 100); do redis-cli -p "$2" ping >/dev/null 2>&1 && return; sleep 0.05; done
     echo "$1 did not start" >&2; exit 1
 }
-measure() { # port -> "ops avg p99"
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; } # utime + stime of a pid
+measure() { # port pid -> "ops avg p99 cpu-seconds-per-million-ops"
+    local before after
+    before=$(cpu_ticks "$2")
     taskset -c 0 "$memtier" -s 127.0.0.1 -p "$1" "${load[@]}" --test-time "$seconds" \
-        --hide-histogram --print-percentiles 50,99 2>/dev/null | awk '/^Totals/ {print $2, $5, $7}'
+        --hide-histogram --print-percentiles 50,99 2>/dev/null >"$work/out"
+    after=$(cpu_ticks "$2")
+    awk -v t=$((after - before)) -v hz="$(getconf CLK_TCK)" -v s="$seconds" \
+        '/^Totals/ {printf "%s %s %s %.3f\n", $2, $5, $7, t / hz / ($2 * s / 1e6)}' "$work/out"
 }
 median() { sort -g | awk '{a[NR]=$0} END {print a[int((NR+1)/2)]}'; }
 
 start keel 7701; start redis 7702
 for r in $(seq "$runs"); do
-    measure 7701 >>"$work/keel"
-    measure 7702 >>"$work/redis"
+    measure 7701 "$(cat "$work/keel.pid")" >>"$work/keel"
+    measure 7702 "$(cat "$work/redis.pid")" >>"$work/redis"
 done
 for s in keel redis; do
-    for col in 1 2 3; do awk -v c=$col '{print $c}' "$work/$s" | median; done | paste -sd' ' >"$work/$s.median"
+    for col in 1 2 3 4; do awk -v c=$col '{print $c}' "$work/$s" | median; done | paste -sd' ' >"$work/$s.median"
 done
-read -r ko ka kp <"$work/keel.median"; read -r ro ra rp <"$work/redis.median"
+read -r ko ka kp kc <"$work/keel.median"; read -r ro ra rp rc <"$work/redis.median"
 ratio=$(awk -v k="$ko" -v r="$ro" 'BEGIN {printf "%.2f", k / r}')
-echo "| $workload | $persistence | $ko | $ka | $kp | $ro | $ra | $rp | ${ratio}x |"
+per_cpu=$(awk -v k="$kc" -v r="$rc" 'BEGIN {printf "%.2f", r / k}')
+echo "| $workload | $persistence | $ko | $ka | $kp | $kc | $ro | $ra | $rp | $rc | ${ratio}x | ${per_cpu}x |"

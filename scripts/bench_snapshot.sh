@@ -2,7 +2,8 @@
 # Snapshots, Keel against redis-server on the same data in one run:
 #   (a) p99 and max latency of W1 without a snapshot and under back-to-back
 #       BGSAVEs (the whole measured window is covered by snapshots),
-#   (b) peak memory during those BGSAVEs over memory before (PSS of the
+#   (b) peak memory during back-to-back BGSAVEs under W1 (a second run, as
+#       sampling memory disturbs latency) over memory before (PSS of the
 #       server and its children: Redis's fork child counts with the pages it
 #       copies, shared pages once),
 #   (c) seconds per GB of snapshot (the same dump.rdb for both) to write it
@@ -84,17 +85,26 @@ for server in keel redis; do
     load_s=$(cat "$dir/load_s")
     used=$(awk -v b="$(field "$port" memory used_memory)" 'BEGIN {printf "%.2f", b / 1e9}')
     read -r p99 max <<<"$(w1_latency "$port" "$seconds")"
-    # Back-to-back BGSAVEs for the whole of a W1 run, memory sampled.
-    before=$(pss "$pid")
+    # Back-to-back BGSAVEs for the whole of a W1 run: latency, with nothing
+    # else touching the server.
     w1_latency "$port" "$seconds" >"$dir/during" &
+    load=$!
+    while kill -0 "$load" 2>/dev/null; do
+        redis-cli -p "$port" bgsave >/dev/null 2>&1 || true
+        while [ "$(field "$port" persistence rdb_bgsave_in_progress)" = 1 ]; do sleep 0.1; done
+    done
+    wait "$load"
+    # Then the same again with memory sampled, in a run of its own: reading
+    # smaps_rollup walks the process's page tables under its mmap lock,
+    # stalling its page faults meanwhile, which would show in the latency.
+    before=$(pss "$pid")
+    w1_latency "$port" "$seconds" >/dev/null &
     load=$!
     peak=$before
     while kill -0 "$load" 2>/dev/null; do
         redis-cli -p "$port" bgsave >/dev/null 2>&1 || true
         while [ "$(field "$port" persistence rdb_bgsave_in_progress)" = 1 ]; do
             m=$(pss "$pid"); [ "$m" -gt "$peak" ] && peak=$m
-            # Not more often: reading smaps_rollup walks the process's page
-            # tables under its mmap lock, stalling its page faults meanwhile.
             sleep 0.5
         done
     done
