@@ -28,8 +28,16 @@ fn main() -> ExitCode {
         _ => "info",
     };
     let env_filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| filter.into());
+    // A log line that cannot be written is dropped, as Redis drops it. By
+    // default the subscriber reports the failure with `eprintln!`, which
+    // panics when stderr is the broken pipe: the logging thread (a worker,
+    // or the one that takes SIGTERM) would die.
     if config.logfile.is_empty() {
-        tracing_subscriber::fmt().with_env_filter(env_filter).with_writer(std::io::stderr).init();
+        tracing_subscriber::fmt()
+            .with_env_filter(env_filter)
+            .with_writer(std::io::stderr)
+            .log_internal_errors(false)
+            .init();
     } else {
         let file = match std::fs::OpenOptions::new().create(true).append(true).open(&config.logfile) {
             Ok(f) => f,
@@ -42,6 +50,7 @@ fn main() -> ExitCode {
             .with_env_filter(env_filter)
             .with_ansi(false)
             .with_writer(std::sync::Mutex::new(file))
+            .log_internal_errors(false)
             .init();
     }
     let pidfile = (!config.pidfile.is_empty()).then(|| std::path::PathBuf::from(&config.pidfile));

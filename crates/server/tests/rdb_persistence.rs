@@ -4,6 +4,7 @@
 
 mod common;
 
+use std::io::Write;
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -286,6 +287,25 @@ fn sigterm_is_shutdown_with_no_argument() {
     wait_exit(&mut server);
     assert_eq!(keys_in(&dump), keys(&["a", "b"]));
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A server whose log pipe was closed (its reader exited) loses log lines,
+/// not threads: the worker that logs goes on serving, and the thread that
+/// logs SIGTERM still shuts the server down.
+#[test]
+fn a_closed_log_pipe_loses_lines_not_threads() {
+    let mut server = Server::start_logging_to(std::process::Stdio::piped(), &["--threads", "1", "--save", ""]);
+    drop(server.log_pipe());
+    let mut c = server.client();
+    assert_eq!(c.cmd("CONFIG SET client-query-buffer-limit 1mb"), ok());
+    // Over the limit: the worker logs and closes this client.
+    let mut big = server.client();
+    big.write_raw(b"*1\r\n$2000000\r\n");
+    let _ = big.stream.write_all(&vec![b'x'; 1_500_000]);
+    assert!(big.read_to_close().is_empty());
+    assert_eq!(server.client().cmd("PING"), simple("PONG"));
+    kill(&mut server, "-TERM");
+    wait_exit(&mut server);
 }
 
 /// DEBUG RELOAD's variants; every reply, and the values read after.

@@ -47,6 +47,14 @@ fn server_log(port: u16) -> Stdio {
     }
 }
 
+/// keel-server's arguments for `port` and `dir`: two threads, then `extra`.
+fn keel_args(port: u16, dir: &std::path::Path, extra: &[&str]) -> Vec<String> {
+    let mut args: Vec<String> = vec!["--port".into(), port.to_string(), "--threads".into(), "2".into()];
+    args.extend(["--dir".into(), dir.display().to_string()]);
+    args.extend(extra.iter().map(|s| s.to_string()));
+    args
+}
+
 /// A server process, killed when dropped.
 pub struct Server {
     pub port: u16,
@@ -92,10 +100,22 @@ impl Server {
     /// `start_in` with extra environment variables (failpoints).
     pub fn start_in_with_env(dir: &std::path::Path, extra: &[&str], env: &[(&str, &str)]) -> Server {
         let port = free_port();
-        let mut args: Vec<String> = vec!["--port".into(), port.to_string(), "--threads".into(), "2".into()];
-        args.extend(["--dir".into(), dir.display().to_string()]);
-        args.extend(extra.iter().map(|s| s.to_string()));
-        Server::spawn_env(env!("CARGO_BIN_EXE_keel-server").into(), args, port, env)
+        Server::spawn_to(env!("CARGO_BIN_EXE_keel-server").into(), keel_args(port, dir, extra), port, env, server_log(port))
+    }
+
+    /// `start` with the server's log (its stderr) going to `log`; the read
+    /// end of a piped log is [`Server::log_pipe`].
+    pub fn start_logging_to(log: Stdio, extra: &[&str]) -> Server {
+        let dir = temp_dir("server");
+        let port = free_port();
+        let mut server =
+            Server::spawn_to(env!("CARGO_BIN_EXE_keel-server").into(), keel_args(port, &dir, extra), port, &[], log);
+        server.dir = Some(dir);
+        server
+    }
+
+    pub fn log_pipe(&mut self) -> Option<std::process::ChildStderr> {
+        self.child.stderr.take()
     }
 
     /// Kills the process with SIGKILL, as a crash would.
@@ -127,15 +147,15 @@ impl Server {
     }
 
     fn spawn(path: PathBuf, args: Vec<String>, port: u16) -> Server {
-        Server::spawn_env(path, args, port, &[])
+        Server::spawn_to(path, args, port, &[], server_log(port))
     }
 
-    fn spawn_env(path: PathBuf, args: Vec<String>, port: u16, env: &[(&str, &str)]) -> Server {
+    fn spawn_to(path: PathBuf, args: Vec<String>, port: u16, env: &[(&str, &str)], log: Stdio) -> Server {
         let child = Command::new(path)
             .args(&args)
             .envs(env.iter().copied())
             .stdout(Stdio::null())
-            .stderr(server_log(port))
+            .stderr(log)
             .spawn()
             .expect("spawn server");
         let mut server = Server { port, child, dir: None };
