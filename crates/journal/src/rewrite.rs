@@ -264,6 +264,9 @@ pub struct RewriteOptions {
     /// commit loads the old files alone; after a failed rewrite the next
     /// one's commit covers the unlisted file's records with its base.
     pub incr_listed_at_commit: bool,
+    /// Fdatasync the base every [`BASE_SYNC_EVERY_BYTES`] written
+    /// (`aof-rewrite-incremental-fsync`).
+    pub incremental_fsync: bool,
 }
 
 /// What `Journal::prepare_rewrite` made ready; see the module docs. Dropping
@@ -286,8 +289,8 @@ struct Parts {
     started: Instant,
 }
 
-/// The base is fdatasync'd each time this much more is written, as Redis's
-/// `aof-rewrite-incremental-fsync` does: one big sync at the commit would
+/// With `incremental_fsync` the base is fdatasync'd each time this much
+/// more is written, as Redis's `aof-rewrite-incremental-fsync` does: one big sync at the commit would
 /// hold the disk for as long as the whole base takes to reach it, and the
 /// journal's own fsyncs (acknowledgements under `always`) would queue
 /// behind it.
@@ -346,7 +349,11 @@ impl Journal {
     /// Fails with [`JournalError::RewriteInProgress`] while a rewrite runs.
     /// The base is AOF-format, the new incr file listed at once.
     pub fn prepare_rewrite(&self) -> Result<PreparedRewrite, JournalError> {
-        self.prepare_rewrite_with(RewriteOptions { base_format: BaseFormat::Aof, incr_listed_at_commit: false })
+        self.prepare_rewrite_with(RewriteOptions {
+            base_format: BaseFormat::Aof,
+            incr_listed_at_commit: false,
+            incremental_fsync: true,
+        })
     }
 
     /// [`Journal::prepare_rewrite`] with a choice of base format and of
@@ -514,7 +521,7 @@ impl Rewrite {
         let err = |source| JournalError::Io { path: self.temp_path.clone(), source };
         crate::writer::write_all(&*self.base_file, bytes).map_err(|(source, _)| err(source))?;
         self.base_bytes += bytes.len() as u64;
-        if self.base_bytes - self.base_synced_bytes >= BASE_SYNC_EVERY_BYTES {
+        if self.options.incremental_fsync && self.base_bytes - self.base_synced_bytes >= BASE_SYNC_EVERY_BYTES {
             self.base_file.sync_data().map_err(err)?;
             self.base_synced_bytes = self.base_bytes;
         }

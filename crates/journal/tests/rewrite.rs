@@ -487,7 +487,7 @@ fn an_rdb_base_is_named_listed_checked_and_replayed_as_keys() {
     for i in 0..20 {
         set(&j, 2, i);
     }
-    let options = RewriteOptions { base_format: BaseFormat::Rdb, incr_listed_at_commit: false };
+    let options = RewriteOptions { base_format: BaseFormat::Rdb, incr_listed_at_commit: false, incremental_fsync: true };
     let mut rw = j.prepare_rewrite_with(options).unwrap().start();
     let last = (20..25).map(|i| set(&j, 2, i)).last().unwrap();
     write_rdb_base(&mut rw, 2, 20);
@@ -536,7 +536,7 @@ fn replay_progress_moves_through_an_rdb_base() {
     let tmp = tempfile::tempdir().unwrap();
     let cfg = JournalConfig { base_format: BaseFormat::Rdb, ..config(tmp.path(), FsyncPolicy::Always) };
     let (j, _) = open(&cfg);
-    let options = RewriteOptions { base_format: BaseFormat::Rdb, incr_listed_at_commit: false };
+    let options = RewriteOptions { base_format: BaseFormat::Rdb, incr_listed_at_commit: false, incremental_fsync: true };
     let mut rw = j.prepare_rewrite_with(options).unwrap().start();
     write_rdb_base(&mut rw, 0, 20_000);
     rw.commit().unwrap();
@@ -567,7 +567,7 @@ fn an_incr_file_listed_at_commit_is_invisible_until_its_base_is() {
         set(&j, 0, i);
     }
     let before = manifest(&cfg);
-    let at_commit = RewriteOptions { base_format: BaseFormat::Rdb, incr_listed_at_commit: true };
+    let at_commit = RewriteOptions { base_format: BaseFormat::Rdb, incr_listed_at_commit: true, incremental_fsync: true };
     // A first attempt fails (is aborted) after records went to its file.
     let rw = j.prepare_rewrite_with(at_commit).unwrap().start();
     let last = (5..8).map(|i| set(&j, 0, i)).last().unwrap();

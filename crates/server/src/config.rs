@@ -139,6 +139,11 @@ pub struct Config {
     pub rdbcompression: bool,
     /// `rdbchecksum`: write (and check) the CRC64 trailer of RDB files.
     pub rdbchecksum: bool,
+    /// `rdb-save-incremental-fsync`: fdatasync a dump every 4 MB written.
+    pub rdb_save_incremental_fsync: bool,
+    /// `aof-rewrite-incremental-fsync`: fdatasync a rewrite's base every
+    /// 4 MB written.
+    pub aof_rewrite_incremental_fsync: bool,
     /// The `*-max-listpack-*` thresholds of the collection encodings.
     pub encoding: keel_engine::EncodingLimits,
     /// The file the configuration was read from, absolute (CONFIG REWRITE
@@ -204,6 +209,8 @@ impl Default for Config {
             min_replicas_max_lag: 10,
             rdbcompression: true,
             rdbchecksum: true,
+            rdb_save_incremental_fsync: true,
+            aof_rewrite_incremental_fsync: true,
             encoding: Default::default(),
             config_file: None,
         }
@@ -451,6 +458,8 @@ pub static DIRECTIVES: &[Directive] = &[
     },
     directive!("rdbcompression", true, bool, rdbcompression),
     directive!("rdbchecksum", true, bool, rdbchecksum),
+    directive!("rdb-save-incremental-fsync", true, bool, rdb_save_incremental_fsync),
+    directive!("aof-rewrite-incremental-fsync", true, bool, aof_rewrite_incremental_fsync),
     // Switched at run time by `durability::apply_config` (CONFIG SET).
     directive!("appendonly", true, bool, appendonly),
     directive!("aof-load-truncated", true, bool, aof_load_truncated),

@@ -498,7 +498,7 @@ fn rewrite_once(server: &Server, journal: &Journal) -> Result<RewriteSummary, St
 }
 
 fn snapshot_into_base(server: &Server, journal: &Journal) -> Result<RewriteSummary, String> {
-    let (format, rdb_options, fsync) = {
+    let (format, rdb_options, fsync, incremental_fsync) = {
         let c = server.config.read();
         let options = WriteOptions {
             encode: crate::rdb::encode_options(&c.encoding, c.rdbcompression),
@@ -506,12 +506,12 @@ fn snapshot_into_base(server: &Server, journal: &Journal) -> Result<RewriteSumma
             aof_base: true,
             ..WriteOptions::default()
         };
-        (crate::durability::base_format(&c), options, c.appendfsync)
+        (crate::durability::base_format(&c), options, c.appendfsync, c.aof_rewrite_incremental_fsync)
     };
     // Turning the AOF on: the files on disk miss what changed while it was
     // off, so the new incr file is listed only with the new base.
     let enabling = server.aof.state() == AofState::WaitRewrite;
-    let options = RewriteOptions { base_format: format, incr_listed_at_commit: enabling };
+    let options = RewriteOptions { base_format: format, incr_listed_at_commit: enabling, incremental_fsync };
     let prepared = journal.prepare_rewrite_with(options).map_err(|e| e.to_string())?;
     let keyspace = &server.keyspace;
     keyspace.prepare_snapshot(PREPARE_BUDGET);

@@ -47,7 +47,7 @@
 //! database). Its `RESIZEDB` hint is the database's key count at S.
 
 use std::fs::{self, File};
-use std::io::{self, BufReader, BufWriter};
+use std::io::{self, BufReader, BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -272,7 +272,7 @@ pub fn save_sync(server: &Server) -> Result<u64, SaveError> {
     }
     let stop = || server.shutdown.load(Ordering::Relaxed);
     let begun = begin(server);
-    let write = |temp: &Path, options, key_delay_us| write_snapshot(server, begun, temp, options, key_delay_us, &stop);
+    let write = |temp: &Path, settings| write_snapshot(server, begun, temp, settings, &stop);
     let result = save_to_file(server, Saving::Snapshot, Box::new(write));
     end_sync_save(server, result)
 }
@@ -426,7 +426,7 @@ fn run(server: &Server) {
             st.saves += 1;
         }
         tracing::info!("Background saving started");
-        let write = |temp: &Path, options, key_delay_us| write_snapshot(server, begun, temp, options, key_delay_us, &stop);
+        let write = |temp: &Path, settings| write_snapshot(server, begun, temp, settings, &stop);
         let result = save_to_file(server, Saving::Snapshot, Box::new(write));
         server.snapshot_active.store(false, Ordering::Release);
         match result {
@@ -457,7 +457,7 @@ fn run(server: &Server) {
 /// What writes a dump's contents into the temporary file: given its path,
 /// the encoding and `rdb-key-save-delay`, returns the file's size and
 /// `dirty` as it was at the instant the contents show.
-type WriteDump<'a> = dyn FnOnce(&Path, WriteOptions, i64) -> Result<(u64, u64), String> + 'a;
+type WriteDump<'a> = dyn FnOnce(&Path, DumpSettings) -> Result<(u64, u64), String> + 'a;
 
 /// Who is saving, which decides the temporary file's name and how the
 /// rename is kept in order with FLUSHALL.
@@ -478,21 +478,25 @@ pub const SUPERSEDED: &str = "superseded by FLUSHALL's dump";
 /// One save: contents, temp file, fsync, rename. On success takes what the
 /// file covers off `dirty`, sets `lastsave_s`, and returns the file's size.
 fn save_to_file(server: &Server, saving: Saving, write: Box<WriteDump<'_>>) -> Result<u64, String> {
-    let (dir, name, options, key_delay_us) = {
+    let (dir, name, settings) = {
         let c = server.config.read();
-        let options = WriteOptions {
-            encode: crate::rdb::encode_options(&c.encoding, c.rdbcompression),
-            checksum: c.rdbchecksum,
-            ..WriteOptions::default()
+        let settings = DumpSettings {
+            options: WriteOptions {
+                encode: crate::rdb::encode_options(&c.encoding, c.rdbcompression),
+                checksum: c.rdbchecksum,
+                ..WriteOptions::default()
+            },
+            key_delay_us: c.rdb_key_save_delay_us,
+            incremental_fsync: c.rdb_save_incremental_fsync,
         };
-        (c.dir.clone(), c.dbfilename.clone(), options, c.rdb_key_save_delay_us)
+        (c.dir.clone(), c.dbfilename.clone(), settings)
     };
     let temp = match saving {
         Saving::Snapshot => temp_in(&dir),
         Saving::AllShardsHeld => dir.join(format!("temp-held-{}.rdb", std::process::id())),
     };
     let target = dir.join(&name);
-    match write(&temp, options, key_delay_us) {
+    match write(&temp, settings) {
         Ok((bytes, dirty_at_s)) => {
             // In order with FLUSHALL, which holds every shard.
             let shard0 = (saving == Saving::Snapshot).then(|| server.keyspace.lock_one(0));
@@ -519,10 +523,60 @@ fn save_to_file(server: &Server, saving: Saving, write: Box<WriteDump<'_>>) -> R
     }
 }
 
+/// How a dump is written, read from the configuration when a save starts.
+#[derive(Clone, Copy)]
+struct DumpSettings {
+    options: WriteOptions,
+    /// `rdb-key-save-delay`: microseconds to sleep after each key (tests).
+    key_delay_us: i64,
+    /// `rdb-save-incremental-fsync`.
+    incremental_fsync: bool,
+}
+
+/// Redis's `REDIS_AUTOSYNC_BYTES`: with `rdb-save-incremental-fsync`, a
+/// dump is fdatasync'd each time this much more is written.
+const SAVE_SYNC_EVERY_BYTES: u64 = 4 << 20;
+
+/// A dump's file, fdatasync'd every `sync_every` bytes when asked
+/// (`rdb-save-incremental-fsync`, on by default as in Redis). Without it
+/// gigabytes of dirty pages wait for the final fsync, and the journal's own
+/// fsyncs (acknowledgements under `always`) can queue behind their
+/// writeback; the AOF rewrite's base does the same
+/// (`aof-rewrite-incremental-fsync`).
+struct SyncedFile {
+    file: File,
+    sync_every: Option<u64>,
+    unsynced: u64,
+    syncs: u64,
+}
+
+impl SyncedFile {
+    fn new(file: File, sync_every: Option<u64>) -> SyncedFile {
+        SyncedFile { file, sync_every, unsynced: 0, syncs: 0 }
+    }
+}
+
+impl Write for SyncedFile {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = self.file.write(buf)?;
+        self.unsynced += n as u64;
+        if self.sync_every.is_some_and(|every| self.unsynced >= every) {
+            self.file.sync_data()?;
+            self.unsynced = 0;
+            self.syncs += 1;
+        }
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
 /// An RDB file being written, with a `SELECTDB` (and its `RESIZEDB` hint,
 /// the database's key count) each time the database changes.
 struct DumpWriter {
-    w: RdbWriter<BufWriter<File>>,
+    w: RdbWriter<BufWriter<SyncedFile>>,
     current_db: Option<usize>,
     /// (keys, keys with a TTL) per database.
     counts: Vec<(u64, u64)>,
@@ -530,10 +584,11 @@ struct DumpWriter {
 }
 
 impl DumpWriter {
-    fn create(temp: &Path, options: WriteOptions, key_delay_us: i64) -> Result<DumpWriter, String> {
+    fn create(temp: &Path, settings: DumpSettings) -> Result<DumpWriter, String> {
         let file = File::create(temp).map_err(|e| format!("create {}: {e}", temp.display()))?;
-        let w = RdbWriter::new(BufWriter::with_capacity(256 << 10, file), options).map_err(|e| e.to_string())?;
-        Ok(DumpWriter { w, current_db: None, counts: Vec::new(), key_delay_us })
+        let file = SyncedFile::new(file, settings.incremental_fsync.then_some(SAVE_SYNC_EVERY_BYTES));
+        let w = RdbWriter::new(BufWriter::with_capacity(256 << 10, file), settings.options).map_err(|e| e.to_string())?;
+        Ok(DumpWriter { w, current_db: None, counts: Vec::new(), key_delay_us: settings.key_delay_us })
     }
 
     fn key(&mut self, db: usize, key: &[u8], value: &RdbValue, expire: Option<u64>) -> Result<(), String> {
@@ -553,7 +608,7 @@ impl DumpWriter {
     fn finish(self) -> Result<u64, String> {
         let bytes = self.w.bytes_written() + 9;
         let out = self.w.finish().map_err(|e| e.to_string())?;
-        let file = out.into_inner().map_err(|e| e.error().to_string())?;
+        let file = out.into_inner().map_err(|e| e.error().to_string())?.file;
         file.sync_all().map_err(|e| e.to_string())?;
         Ok(bytes)
     }
@@ -601,12 +656,11 @@ fn write_snapshot(
     server: &Server,
     begun: Begun,
     temp: &Path,
-    options: WriteOptions,
-    key_delay_us: i64,
+    settings: DumpSettings,
     stop: &dyn Fn() -> bool,
 ) -> Result<(u64, u64), String> {
     let keyspace = &server.keyspace;
-    let result = DumpWriter::create(temp, options, key_delay_us).and_then(|mut out| {
+    let result = DumpWriter::create(temp, settings).and_then(|mut out| {
         out.counts = begun.counts;
         stream(server, &mut out, begun.s_ms, stop)?;
         out.finish()
@@ -659,8 +713,8 @@ fn save_held(server: &Server, locked: &mut Locked<'_>) -> Result<u64, SaveError>
         return Err(SaveError::SnapshotBusy);
     }
     let now_ms = unix_ms();
-    let write = |temp: &Path, options: WriteOptions, key_delay_us: i64| -> Result<(u64, u64), String> {
-        let mut out = DumpWriter::create(temp, options, key_delay_us)?;
+    let write = |temp: &Path, settings: DumpSettings| -> Result<(u64, u64), String> {
+        let mut out = DumpWriter::create(temp, settings)?;
         out.counts = db_counts(locked.iter_mut(), server.keyspace.databases());
         for shard in locked.iter_mut() {
             for (db, d) in shard.dbs.iter().enumerate() {
@@ -912,8 +966,8 @@ pub fn save_after_flushall(server: &Server, locked: &mut Locked<'_>) {
             server.rdb.superseded.store(true, Ordering::Relaxed);
             // Nothing to write but the header and trailer: the shards are empty.
             let counts = db_counts(locked.iter_mut(), server.keyspace.databases());
-            let write = |temp: &Path, options: WriteOptions, key_delay_us: i64| -> Result<(u64, u64), String> {
-                let mut out = DumpWriter::create(temp, options, key_delay_us)?;
+            let write = |temp: &Path, settings: DumpSettings| -> Result<(u64, u64), String> {
+                let mut out = DumpWriter::create(temp, settings)?;
                 out.counts = counts;
                 Ok((out.finish()?, server.dirty.load(Ordering::Relaxed)))
             };
@@ -965,5 +1019,26 @@ pub fn debug_reload(server: &Server, locked: &mut Locked<'_>, save: bool, flush:
             tracing::error!("DEBUG RELOAD of {}: {e}", path.display());
             Err("ERR Error trying to load the RDB dump".into())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_synced_file_syncs_every_so_many_bytes_and_only_when_asked() {
+        let dir = std::env::temp_dir().join(format!("keel-synced-file-{}", std::process::id()));
+        fs::create_dir_all(&dir).expect("dir");
+        for (every, syncs) in [(Some(4096), 2), (None, 0)] {
+            let mut f = SyncedFile::new(File::create(dir.join("f")).expect("file"), every);
+            // 6000 bytes cross 4096 once; 5000 more cross it again.
+            f.write_all(&[0; 3000]).expect("write");
+            f.write_all(&[0; 3000]).expect("write");
+            f.write_all(&[0; 5000]).expect("write");
+            assert_eq!(f.syncs, syncs);
+            assert_eq!(f.file.metadata().expect("metadata").len(), 11_000);
+        }
+        fs::remove_dir_all(&dir).expect("cleanup");
     }
 }

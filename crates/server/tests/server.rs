@@ -5,7 +5,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{bulk, err, int, ok, Client, Frame, Server};
+use common::{bulk, err, int, ok, simple, Client, Frame, Server};
 
 fn text(frame: Frame) -> String {
     match frame {
@@ -492,4 +492,34 @@ fn min_replicas_to_write_without_replicas_refuses_writes_as_redis() {
     assert_eq!(min_replicas_sequence(&Server::start(&[])), want);
     let Some(redis) = Server::start_redis(&[]) else { return };
     assert_eq!(min_replicas_sequence(&redis), want, "redis-server answers the same");
+}
+
+/// The incremental-fsync switches, as redis-server answers them.
+fn incremental_fsync_sequence(server: &Server) -> Vec<Frame> {
+    let mut c = server.client();
+    [
+        "CONFIG GET rdb-save-incremental-fsync",
+        "CONFIG GET aof-rewrite-incremental-fsync",
+        "CONFIG SET rdb-save-incremental-fsync no",
+        "CONFIG GET rdb-save-incremental-fsync",
+        "CONFIG SET aof-rewrite-incremental-fsync maybe",
+    ]
+    .iter()
+    .map(|line| c.cmd(line))
+    .collect()
+}
+
+#[test]
+fn incremental_fsync_directives_are_redis_s() {
+    let server = Server::start(&[]);
+    let keel = incremental_fsync_sequence(&server);
+    assert_eq!(keel[0], Frame::Array(vec![bulk("rdb-save-incremental-fsync"), bulk("yes")]));
+    // Saving and rewriting without the incremental syncs.
+    let mut c = server.client();
+    assert_eq!(c.cmd("CONFIG SET aof-rewrite-incremental-fsync no"), ok());
+    assert_eq!(c.cmd("SET k v"), ok());
+    assert_eq!(c.cmd("SAVE"), ok());
+    assert_eq!(c.cmd("BGREWRITEAOF"), simple("Background append only file rewriting started"));
+    let Some(redis) = Server::start_redis(&[]) else { return };
+    assert_eq!(keel, incremental_fsync_sequence(&redis), "redis-server answers the same");
 }
