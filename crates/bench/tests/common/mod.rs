@@ -41,8 +41,21 @@ pub fn require(program: &str, package: &str) -> PathBuf {
     }
 }
 
+/// A free port on loopback, never the same twice in this process: tests
+/// run in parallel, and two servers started on one port would each pass
+/// the readiness check against whichever bound it (one test then talks to
+/// the other's server, or to nothing once that test has stopped it).
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free port")
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    loop {
+        let port =
+            TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free port");
+        let mut given = GIVEN.lock().expect("ports");
+        if !given.contains(&port) {
+            given.push(port);
+            return port;
+        }
+    }
 }
 
 /// Starts `program` with `args(port)` and waits until it accepts
