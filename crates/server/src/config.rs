@@ -81,6 +81,9 @@ pub struct Config {
     pub proto_max_bulk_len: usize,
     pub client_query_buffer_limit: usize,
     pub hz: u32,
+    /// `activerehashing`: the cron moves buckets of tables being rehashed
+    /// (besides the moves every command on the table makes).
+    pub activerehashing: bool,
     pub dir: PathBuf,
     pub dbfilename: String,
     pub appendonly: bool,
@@ -168,6 +171,7 @@ impl Default for Config {
             proto_max_bulk_len: 512 << 20,
             client_query_buffer_limit: 1 << 30,
             hz: 10,
+            activerehashing: true,
             dir: PathBuf::from("."),
             dbfilename: "dump.rdb".into(),
             // Durable by default: every acknowledged write is on disk.
@@ -424,6 +428,7 @@ pub static DIRECTIVES: &[Directive] = &[
     directive!("proto-max-bulk-len", true, memory, proto_max_bulk_len),
     directive!("client-query-buffer-limit", true, memory, client_query_buffer_limit),
     directive!("hz", true, num(1, 500), hz),
+    directive!("activerehashing", true, bool, activerehashing),
     directive!("lfu-log-factor", true, num(0, i32::MAX as u32), lfu_log_factor),
     directive!("lfu-decay-time", true, num(0, i32::MAX as u32), lfu_decay_time),
     directive!("min-replicas-to-write", true, num(0, i32::MAX as u32), min_replicas_to_write),

@@ -545,7 +545,10 @@ impl Worker {
         // gives its slow cycle 25% of the CPU.
         let active_expire = self.server.active_expire.load(Ordering::Relaxed);
         let loading = self.server.loading.load(Ordering::Relaxed);
-        let hz = u64::from(self.server.config.read().hz.max(1));
+        let (hz, active_rehashing) = {
+            let config = self.server.config.read();
+            (u64::from(config.hz.max(1)), config.activerehashing)
+        };
         let own_shards = (shards / workers.max(1)).max(1) as u64;
         let shard_budget = Duration::from_micros(250_000 / hz / own_shards);
         for index in (self.index..shards).step_by(workers) {
@@ -557,7 +560,10 @@ impl Worker {
                         if active_expire && !loading {
                             db.active_expire_cycle(now, deadline);
                         }
-                        db.rehash_step(100);
+                        // Without it a table rehashes only as commands touch it.
+                        if active_rehashing {
+                            db.rehash_step(100);
+                        }
                     }
                     // Expiries are journaled as DELs under the shard's lock,
                     // so they take their place among the shard's writes.

@@ -494,8 +494,9 @@ fn min_replicas_to_write_without_replicas_refuses_writes_as_redis() {
     assert_eq!(min_replicas_sequence(&redis), want, "redis-server answers the same");
 }
 
-/// The incremental-fsync switches, as redis-server answers them.
-fn incremental_fsync_sequence(server: &Server) -> Vec<Frame> {
+/// The incremental-fsync and active-rehashing switches, as redis-server
+/// answers them.
+fn tuning_sequence(server: &Server) -> Vec<Frame> {
     let mut c = server.client();
     [
         "CONFIG GET rdb-save-incremental-fsync",
@@ -503,6 +504,9 @@ fn incremental_fsync_sequence(server: &Server) -> Vec<Frame> {
         "CONFIG SET rdb-save-incremental-fsync no",
         "CONFIG GET rdb-save-incremental-fsync",
         "CONFIG SET aof-rewrite-incremental-fsync maybe",
+        "CONFIG GET activerehashing",
+        "CONFIG SET activerehashing no",
+        "CONFIG GET activerehashing",
     ]
     .iter()
     .map(|line| c.cmd(line))
@@ -510,9 +514,9 @@ fn incremental_fsync_sequence(server: &Server) -> Vec<Frame> {
 }
 
 #[test]
-fn incremental_fsync_directives_are_redis_s() {
+fn fsync_and_rehash_directives_are_redis_s() {
     let server = Server::start(&[]);
-    let keel = incremental_fsync_sequence(&server);
+    let keel = tuning_sequence(&server);
     assert_eq!(keel[0], Frame::Array(vec![bulk("rdb-save-incremental-fsync"), bulk("yes")]));
     // Saving and rewriting without the incremental syncs.
     let mut c = server.client();
@@ -521,5 +525,5 @@ fn incremental_fsync_directives_are_redis_s() {
     assert_eq!(c.cmd("SAVE"), ok());
     assert_eq!(c.cmd("BGREWRITEAOF"), simple("Background append only file rewriting started"));
     let Some(redis) = Server::start_redis(&[]) else { return };
-    assert_eq!(keel, incremental_fsync_sequence(&redis), "redis-server answers the same");
+    assert_eq!(keel, tuning_sequence(&redis), "redis-server answers the same");
 }
