@@ -290,10 +290,10 @@ struct Parts {
 }
 
 /// With `incremental_fsync` the base is fdatasync'd each time this much
-/// more is written, as Redis's `aof-rewrite-incremental-fsync` does: one big sync at the commit would
-/// hold the disk for as long as the whole base takes to reach it, and the
-/// journal's own fsyncs (acknowledgements under `always`) would queue
-/// behind it.
+/// more is written, as Redis's `aof-rewrite-incremental-fsync` does: one
+/// big sync at the commit would hold the disk for as long as the whole base
+/// takes to reach it, and the journal's own fsyncs (acknowledgements under
+/// `always`) would queue behind it.
 pub const BASE_SYNC_EVERY_BYTES: u64 = 4 << 20;
 
 /// [`Rewrite::base_writer`].

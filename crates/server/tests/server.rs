@@ -524,6 +524,12 @@ fn fsync_and_rehash_directives_are_redis_s() {
     assert_eq!(c.cmd("SET k v"), ok());
     assert_eq!(c.cmd("SAVE"), ok());
     assert_eq!(c.cmd("BGREWRITEAOF"), simple("Background append only file rewriting started"));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while c.info_field("persistence", "aof_rewrite_in_progress") != "0" {
+        assert!(Instant::now() < deadline, "rewrite did not end");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(c.info_field("persistence", "aof_last_bgrewrite_status"), "ok");
     let Some(redis) = Server::start_redis(&[]) else { return };
     assert_eq!(keel, tuning_sequence(&redis), "redis-server answers the same");
 }

@@ -100,7 +100,8 @@ impl Server {
     /// `start_in` with extra environment variables (failpoints).
     pub fn start_in_with_env(dir: &std::path::Path, extra: &[&str], env: &[(&str, &str)]) -> Server {
         let port = free_port();
-        Server::spawn_to(env!("CARGO_BIN_EXE_keel-server").into(), keel_args(port, dir, extra), port, env, server_log(port))
+        let args = keel_args(port, dir, extra);
+        Server::spawn_to(env!("CARGO_BIN_EXE_keel-server").into(), args, port, env, server_log(port))
     }
 
     /// `start` with the server's log (its stderr) going to `log`; the read
