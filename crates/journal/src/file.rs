@@ -4,9 +4,12 @@
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::path::Path;
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
+
+use crate::prealloc::PreallocatedFile;
 
 /// An append-only file. `&self` methods: the everysec fsync thread syncs the
 /// file while the writer thread appends to it.
@@ -23,15 +26,29 @@ pub trait LogFile: Send + Sync {
     fn is_empty(&self) -> io::Result<bool> {
         Ok(self.len()? == 0)
     }
+    /// Gives back space written ahead of the end (`prealloc.rs`), for good:
+    /// the file is done with (a clean shutdown, a switch to a new file).
+    fn release_space(&self) -> io::Result<()> {
+        Ok(())
+    }
 }
 
 /// Opens log files for appending.
 pub trait FileFactory: Send + Sync {
     /// Opens `path` for appending, creating it if absent, keeping its content.
     fn open_append(&self, path: &Path) -> io::Result<Arc<dyn LogFile>>;
+    /// [`FileFactory::open_append`] for an incr file, which the writer
+    /// appends to and syncs for as long as it is current, with up to
+    /// `space_ahead` bytes written ahead of its end (`prealloc.rs`; read as
+    /// it changes).
+    fn open_incr(&self, path: &Path, space_ahead: Arc<AtomicU64>) -> io::Result<Arc<dyn LogFile>> {
+        let _ = space_ahead;
+        self.open_append(path)
+    }
 }
 
-/// The real thing: `std::fs::File` opened with `O_APPEND`.
+/// The real thing: `std::fs::File` opened with `O_APPEND`, and for incr
+/// files a [`PreallocatedFile`].
 #[derive(Clone, Copy, Debug, Default)]
 pub struct StdFiles;
 
@@ -61,6 +78,9 @@ impl FileFactory for StdFiles {
     fn open_append(&self, path: &Path) -> io::Result<Arc<dyn LogFile>> {
         let f = OpenOptions::new().append(true).create(true).open(path)?;
         Ok(Arc::new(StdFile(f)))
+    }
+    fn open_incr(&self, path: &Path, space_ahead: Arc<AtomicU64>) -> io::Result<Arc<dyn LogFile>> {
+        Ok(Arc::new(PreallocatedFile::open(path, space_ahead)?))
     }
 }
 
@@ -209,6 +229,10 @@ impl FileFactory for FaultyFiles {
         let inner = self.inner.open_append(path)?;
         Ok(Arc::new(FaultyFile { inner, failpoints: Arc::clone(&self.failpoints) }))
     }
+    fn open_incr(&self, path: &Path, space_ahead: Arc<AtomicU64>) -> io::Result<Arc<dyn LogFile>> {
+        let inner = self.inner.open_incr(path, space_ahead)?;
+        Ok(Arc::new(FaultyFile { inner, failpoints: Arc::clone(&self.failpoints) }))
+    }
 }
 
 impl LogFile for FaultyFile {
@@ -233,6 +257,9 @@ impl LogFile for FaultyFile {
     }
     fn len(&self) -> io::Result<u64> {
         self.inner.len()
+    }
+    fn release_space(&self) -> io::Result<()> {
+        self.inner.release_space()
     }
 }
 

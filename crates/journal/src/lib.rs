@@ -20,6 +20,12 @@
 //! that starts with `REDIS` is read as an RDB followed by RESP commands,
 //! as Redis reads it; replay yields its keys as [`Replayed::Key`].
 //!
+//! The incr file being written has space written ahead of its last record
+//! (`prealloc.rs`: annotation lines, which Redis skips), so that each
+//! fdatasync flushes data only; it is cut off at start and by
+//! [`Journal::close`]. [`JournalConfig::space_ahead`] says how much (0:
+//! none), [`Journal::set_space_ahead`] changes it.
+//!
 //! # Rewrite
 //!
 //! [`Journal::prepare_rewrite`], [`PreparedRewrite::start`] (the instant S:
@@ -59,6 +65,7 @@ pub mod check;
 mod file;
 mod load;
 mod manifest;
+mod prealloc;
 mod resp;
 mod rewrite;
 mod stats;
@@ -152,6 +159,9 @@ pub struct JournalConfig {
     /// Redis 7.0 creates one at start). Rewrites choose theirs
     /// ([`RewriteOptions`]).
     pub base_format: BaseFormat,
+    /// Bytes of space to keep written ahead of the incr file's end
+    /// (`prealloc.rs`); 0 for none.
+    pub space_ahead: u64,
 }
 
 /// Knobs that are not Redis configuration, and the file factory.
@@ -257,9 +267,10 @@ impl Journal {
     pub fn open_with(config: JournalConfig, tuning: Tuning) -> Result<(Journal, Replay), JournalError> {
         let prepared = load::prepare(&config)?;
         let incr_path = config.dir.join(&prepared.incr_name);
+        let space_ahead = Arc::new(AtomicU64::new(config.space_ahead));
         let file = tuning
             .files
-            .open_append(&incr_path)
+            .open_incr(&incr_path, Arc::clone(&space_ahead))
             .map_err(|source| JournalError::Io { path: incr_path.clone(), source })?;
         let start = prepared.total_size;
         let inner = Arc::new(Inner {
@@ -300,6 +311,7 @@ impl Journal {
         let files = Arc::new(rewrite::Files::new(
             &config,
             Arc::clone(&tuning.files),
+            space_ahead,
             prepared.manifest.clone(),
             prepared.base_size,
             prepared.base_rdb,
@@ -486,6 +498,22 @@ impl Journal {
 
 impl Drop for Journal {
     fn drop(&mut self) {
+        self.close();
+    }
+}
+
+impl Journal {
+    /// Changes how much space incr files keep written ahead of their end
+    /// ([`JournalConfig::space_ahead`]); space already written stays.
+    pub fn set_space_ahead(&self, bytes: u64) {
+        self.files.space_ahead.store(bytes, Ordering::Relaxed);
+    }
+
+    /// Writes and syncs everything appended, cuts off the space written
+    /// ahead (`prealloc.rs`) and stops the journal's threads: the files are
+    /// then as a clean shutdown leaves them. Appends after this are never
+    /// written. Idempotent; dropping the journal does it too.
+    pub fn close(&self) {
         {
             let mut g = self.inner.gather.lock();
             g.shutdown = true;

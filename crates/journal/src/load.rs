@@ -34,8 +34,9 @@ pub(crate) enum Problem {
 #[derive(Debug)]
 pub(crate) struct Scan {
     pub(crate) size: u64,
-    /// End of the last complete record outside a transaction: where
-    /// `--fix` or `aof-load-truncated` cut the file.
+    /// End of the last complete command outside a transaction (or of the
+    /// RDB part), annotations after it not counted: where `--fix` and
+    /// `aof-load-truncated` cut the file, and where the writer goes on.
     pub(crate) valid_up_to: u64,
     pub(crate) valid_line: u64,
     pub(crate) commands: u64,
@@ -61,17 +62,42 @@ fn eq_name(arg: &[u8], name: &[u8]) -> bool {
     arg.eq_ignore_ascii_case(name)
 }
 
-fn zeroes_from(path: &Path, offset: u64) -> io::Result<bool> {
+/// Whether the byte at `offset` starts an annotation.
+fn annotation_at(path: &Path, offset: u64) -> io::Result<bool> {
     let mut f = File::open(path)?;
     f.seek(SeekFrom::Start(offset))?;
+    let mut b = [0u8; 1];
+    Ok(f.read(&mut b)? == 1 && b[0] == b'#')
+}
+
+/// Whether the file from `offset` on is what a crash in the middle of a
+/// write leaves: part of one record (possibly none of it), then only zero
+/// bytes (a size the kernel committed before the data) or space written
+/// ahead (`prealloc.rs`: `#` and `\n`). `size` is the file's size.
+fn torn_from(path: &Path, offset: u64, size: u64) -> io::Result<bool> {
+    let mut f = File::open(path)?;
+    // Where the run of filler and zero bytes that ends the file starts.
+    let mut filler_from = size;
     let mut buf = vec![0u8; 64 * 1024];
-    loop {
-        match f.read(&mut buf)? {
-            0 => return Ok(true),
-            n if buf[..n].iter().all(|&b| b == 0) => {}
-            _ => return Ok(false),
+    while filler_from > offset {
+        let n = (filler_from - offset).min(buf.len() as u64) as usize;
+        f.seek(SeekFrom::Start(filler_from - n as u64))?;
+        f.read_exact(&mut buf[..n])?;
+        match buf[..n].iter().rposition(|&b| !matches!(b, 0 | b'#' | b'\n')) {
+            Some(i) => {
+                filler_from -= (n - i - 1) as u64;
+                break;
+            }
+            None => filler_from -= n as u64,
         }
     }
+    if filler_from == offset {
+        return Ok(true);
+    }
+    // What precedes the filler must end inside one record.
+    f.seek(SeekFrom::Start(offset))?;
+    let mut r = RecordReader::new(BufReader::new(f), filler_from - offset);
+    Ok(matches!(r.next_item(Mode::Skim), Err(ReadError::Eof { .. })))
 }
 
 /// Reads a whole AOF file checking its structure (no values are kept). A
@@ -112,7 +138,7 @@ pub(crate) fn scan_aof(path: &Path) -> io::Result<Scan> {
                 }
                 break;
             }
-            Ok(Some(Item::Annotation)) => {}
+            Ok(Some(Item::Annotation)) => continue,
             Ok(Some(Item::Command(argv))) => {
                 scan.commands += 1;
                 if eq_name(&argv[0], b"MULTI") {
@@ -132,6 +158,11 @@ pub(crate) fn scan_aof(path: &Path) -> io::Result<Scan> {
                     break;
                 }
             }
+            Err(ReadError::Eof { record_start }) if annotation_at(path, origin + record_start)? => {
+                // Space written ahead whose last line was cut short; like
+                // any annotation after the last command, not content.
+                break;
+            }
             Err(ReadError::Eof { .. }) => {
                 scan.problem = Some(Problem::Torn {
                     offset: multi_start.unwrap_or(record_start),
@@ -141,10 +172,11 @@ pub(crate) fn scan_aof(path: &Path) -> io::Result<Scan> {
             }
             Err(ReadError::Format { record_start, offset, reason }) => {
                 let record_start = origin + record_start;
-                scan.problem = Some(if zeroes_from(path, record_start)? {
+                scan.problem = Some(if torn_from(path, record_start, size)? {
                     Problem::Torn {
                         offset: multi_start.unwrap_or(record_start),
-                        reason: "zero bytes at the end of the file".into(),
+                        reason: "a partial command, then zero bytes or space written ahead, at the end of the file"
+                            .into(),
                     }
                 } else {
                     Problem::Corrupt { offset: origin + offset, reason }
@@ -328,6 +360,19 @@ pub(crate) fn prepare(config: &JournalConfig) -> Result<Prepared, JournalError> 
         if *size > 0 {
             let scan = scan_aof(&path).map_err(io_err(&path))?;
             match scan.problem {
+                None if scan.valid_up_to < *size => {
+                    // Annotations after the last command: space the writer
+                    // wrote ahead (`prealloc.rs`), left by a crash. The
+                    // writer goes on from the last command.
+                    let f = OpenOptions::new().write(true).open(&path).map_err(io_err(&path))?;
+                    f.set_len(scan.valid_up_to).map_err(io_err(&path))?;
+                    tracing::info!(
+                        "journal: {}: cut {} bytes of annotations after the last command",
+                        path.display(),
+                        *size - scan.valid_up_to
+                    );
+                    *size = scan.valid_up_to;
+                }
                 None => {}
                 Some(Problem::Corrupt { offset, reason }) => {
                     return Err(JournalError::Corrupt { file: path, offset, reason });

@@ -63,6 +63,9 @@ use crate::{resp, BaseFormat, Journal, JournalConfig, JournalError, JournalStats
 pub(crate) struct Files {
     config: JournalConfig,
     factory: Arc<dyn FileFactory>,
+    /// What incr files keep written ahead (`JournalConfig::space_ahead`,
+    /// changed by `Journal::set_space_ahead`).
+    pub(crate) space_ahead: Arc<AtomicU64>,
     /// The manifest as on disk. Held across file operations by the rewrite
     /// steps only (never by appenders, `stats` or `sizes`).
     manifest: Mutex<Manifest>,
@@ -119,6 +122,7 @@ impl Files {
     pub(crate) fn new(
         config: &JournalConfig,
         factory: Arc<dyn FileFactory>,
+        space_ahead: Arc<AtomicU64>,
         manifest: Manifest,
         base_size: u64,
         base_rdb: bool,
@@ -126,6 +130,7 @@ impl Files {
         Files {
             config: config.clone(),
             factory,
+            space_ahead,
             manifest: Mutex::new(manifest),
             rewriting: AtomicBool::new(false),
             base_size: AtomicU64::new(base_size),
@@ -171,9 +176,16 @@ impl Files {
         self.config.dir.join(name)
     }
 
-    fn open_file(&self, path: &std::path::Path) -> Result<Arc<dyn LogFile>, JournalError> {
+    /// Creates `path` empty and opens it: the incr file the writer will
+    /// move to (`incr`), or a base.
+    fn open_file(&self, path: &std::path::Path, incr: bool) -> Result<Arc<dyn LogFile>, JournalError> {
         load::create_empty(path)?;
-        self.factory.open_append(path).map_err(|source| JournalError::Io { path: path.to_path_buf(), source })
+        let opened = if incr {
+            self.factory.open_incr(path, Arc::clone(&self.space_ahead))
+        } else {
+            self.factory.open_append(path)
+        };
+        opened.map_err(|source| JournalError::Io { path: path.to_path_buf(), source })
     }
 
     /// Replaces the manifest on disk. A failure after the rename (the
@@ -381,11 +393,11 @@ impl Journal {
         options.incr_listed_at_commit |= unlisted > 0;
         let mut m = files.manifest.lock();
         let temp_path = files.path(&format!("{TEMP_BASE_PREFIX}{}.aof", std::process::id()));
-        let base_file = files.open_file(&temp_path)?;
+        let base_file = files.open_file(&temp_path, false)?;
         let seq = m.next_incr_seq().max(unlisted + 1);
         let name = manifest::incr_name(&files.config.filename, seq);
         let incr_path = files.path(&name);
-        let incr_file = match files.open_file(&incr_path) {
+        let incr_file = match files.open_file(&incr_path, true) {
             Ok(f) => f,
             Err(e) => {
                 load::remove_leftover(&temp_path);

@@ -293,6 +293,11 @@ impl Writer {
             let (shutdown, sync_request) = self.gather_next();
             self.cycle(sync_request);
             if shutdown {
+                if self.retry_at.is_none() {
+                    if let Err(e) = self.cur.file.release_space() {
+                        tracing::warn!("journal: cutting pre-written space off {}: {e}", self.inner.file_name.lock());
+                    }
+                }
                 if self.retry_at.is_some() {
                     tracing::error!(
                         "journal: shutting down with {} bytes not on disk: {}",
@@ -522,6 +527,9 @@ impl Writer {
             }
             let Some(sw) = self.switches.pop_front() else { break };
             debug_assert!(self.retained.iter().all(|b| b.end() <= sw.at || b.start >= sw.at));
+            if let Err(e) = self.cur.file.release_space() {
+                tracing::warn!("journal: cutting pre-written space off {}: {e}", self.inner.file_name.lock());
+            }
             *self.inner.sync_file.lock() = Arc::clone(&sw.file);
             *self.inner.file_name.lock() = sw.name.clone();
             self.cur = Segment { file: sw.file, start: sw.at };

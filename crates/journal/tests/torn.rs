@@ -224,3 +224,63 @@ fn old_style_single_aof_is_upgraded() {
     let (_j, replay) = open(&cfg);
     assert_eq!(replay_all(replay).len(), 2);
 }
+
+/// Space as the writer writes it ahead (`prealloc.rs`) at file offsets
+/// `from..from + len`: `#`, with `\n` at offsets 511 mod 512, the first byte
+/// `#` always.
+fn space(from: u64, len: u64) -> Vec<u8> {
+    let mut bytes: Vec<u8> = (from..from + len).map(|o| if o % 512 == 511 { b'\n' } else { b'#' }).collect();
+    bytes[0] = b'#';
+    bytes
+}
+
+#[test]
+fn space_written_ahead_after_the_last_command_is_cut_without_a_warning() {
+    for len in [1, 511, 512, 4096, 4097] {
+        let tmp = tempfile::tempdir().unwrap();
+        let (cfg, good) = setup(tmp.path());
+        append_raw(&incr_path(&cfg), &space(good, len));
+        let strict = keel_journal::JournalConfig { load_truncated: false, ..cfg.clone() };
+        let (j, replay) = Journal::open_with(strict, fast_tuning()).unwrap();
+        assert!(replay.warnings().is_empty(), "len {len}: {:?}", replay.warnings());
+        assert_eq!(replay_all(replay).len(), 3, "len {len}");
+        assert_eq!(j.appended_lsn(), good, "len {len}");
+        assert_eq!(std::fs::metadata(incr_path(&cfg)).unwrap().len(), good, "len {len}");
+    }
+}
+
+#[test]
+fn a_partial_command_then_space_written_ahead_is_a_torn_tail() {
+    let tail = resp(&["SET", "torn", "value-value"]);
+    for cut in 1..tail.len() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (cfg, good) = setup(tmp.path());
+        let mut bytes = tail[..cut].to_vec();
+        let at = good + cut as u64;
+        bytes.extend((at..at + 2000).map(|o| if o % 512 == 511 { b'\n' } else { b'#' }));
+        append_raw(&incr_path(&cfg), &bytes);
+
+        let strict = keel_journal::JournalConfig { load_truncated: false, ..cfg.clone() };
+        match Journal::open_with(strict, fast_tuning()) {
+            Err(JournalError::Corrupt { offset, .. }) => assert_eq!(offset, good, "cut {cut}"),
+            other => panic!("cut {cut}: {other:?}"),
+        }
+        let (j, replay) = open(&cfg);
+        assert_eq!(replay.warnings().len(), 1, "cut {cut}");
+        assert_eq!(replay_all(replay).len(), 3, "cut {cut}");
+        assert_eq!(j.appended_lsn(), good, "cut {cut}");
+    }
+}
+
+#[test]
+fn garbage_before_space_written_ahead_is_still_corruption() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (cfg, good) = setup(tmp.path());
+    let mut bytes = b"*2\r\n$3\r\nDEL\r\n$1\r\nkXY".to_vec();
+    bytes.extend(space(good + bytes.len() as u64, 1000));
+    append_raw(&incr_path(&cfg), &bytes);
+    match Journal::open_with(cfg.clone(), fast_tuning()) {
+        Err(JournalError::Corrupt { offset, .. }) => assert!(offset >= good, "{offset}"),
+        other => panic!("{other:?}"),
+    }
+}

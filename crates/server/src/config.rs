@@ -100,6 +100,10 @@ pub struct Config {
     /// Keel's greedy rewrite bounds (0: off); either one replaces Redis's rule.
     pub keel_aof_max_recovery_seconds: u64,
     pub keel_aof_max_disk_bytes: u64,
+    /// Space the incr file keeps written ahead of its end, so that each
+    /// fdatasync flushes data only (`keel_journal`'s `prealloc.rs`); 0: none.
+    /// Under `keel-aof-max-disk-bytes` at most a 32nd of that bound.
+    pub keel_aof_space_ahead: u64,
     /// Bytes per second replay is assumed to run at until start-up measures it.
     pub keel_aof_replay_rate: u64,
     /// `save <seconds> <changes>` rules (`snapshot.rs`'s cron BGSAVEs when
@@ -185,6 +189,7 @@ impl Default for Config {
             auto_aof_rewrite_min_size: 64 << 20,
             keel_aof_max_recovery_seconds: 0,
             keel_aof_max_disk_bytes: 0,
+            keel_aof_space_ahead: 4 << 20,
             keel_aof_replay_rate: 64 << 20,
             // Redis 7.0's defaults (server.c, initServerConfig).
             save: vec![
@@ -500,6 +505,7 @@ pub static DIRECTIVES: &[Directive] = &[
     directive!("auto-aof-rewrite-min-size", true, memory, auto_aof_rewrite_min_size),
     directive!("keel-aof-max-recovery-seconds", true, num(0, i32::MAX as u64), keel_aof_max_recovery_seconds),
     directive!("keel-aof-max-disk-bytes", true, memory, keel_aof_max_disk_bytes),
+    directive!("keel-aof-space-ahead", true, memory, keel_aof_space_ahead),
     directive!("keel-aof-replay-rate", true, memory, keel_aof_replay_rate),
     directive!("keel-aof-rdb-load-rate", true, memory, keel_aof_rdb_load_rate),
     Directive {

@@ -85,8 +85,18 @@ fn open_dir(config: &Config) -> Result<(Journal, Replay), JournalError> {
         fsync,
         load_truncated: config.aof_load_truncated,
         base_format: base_format(config),
+        space_ahead: space_ahead(config),
     };
     Journal::open(journal_config)
+}
+
+/// `keel-aof-space-ahead`, within a 32nd of `keel-aof-max-disk-bytes`:
+/// the space counts against the directory's bound.
+fn space_ahead(config: &Config) -> u64 {
+    match config.keel_aof_max_disk_bytes {
+        0 => config.keel_aof_space_ahead,
+        bound => config.keel_aof_space_ahead.min(bound / 32),
+    }
 }
 
 /// The base format `aof-use-rdb-preamble` asks for.
@@ -469,6 +479,14 @@ impl Aof {
     pub fn gate_replies(&self) -> bool {
         self.gate.load(Ordering::Acquire)
     }
+
+    /// At the end of an orderly shutdown: the files as a clean close leaves
+    /// them (`Journal::close`).
+    pub fn close(&self) {
+        if let Some(journal) = self.journal.get() {
+            journal.close();
+        }
+    }
 }
 
 /// Registers the wake-up of workers holding replies on each durable
@@ -504,6 +522,9 @@ pub fn apply_config(server: &Server, old: &Config, new: &Config) -> Result<(), S
             journal.set_fsync(fsync_policy(new.appendfsync));
         }
         set_gate(server, aof.logging.load(Ordering::Acquire) && new.appendfsync == AppendFsync::Always);
+    }
+    if let Some(journal) = aof.journal.get() {
+        journal.set_space_ahead(space_ahead(new));
     }
     match (aof.state(), new.appendonly) {
         (AofState::Off, true) => start(server, new),

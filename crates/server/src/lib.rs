@@ -176,6 +176,7 @@ pub fn run(config: Config) -> io::Result<()> {
     let _ = rewriter.join();
     server.rdb.stop();
     let _ = bgsaver.join();
+    server.aof.close();
     if let Some(path) = &server.config.read().unixsocket {
         let _ = std::fs::remove_file(path);
     }

@@ -311,6 +311,53 @@ fn keel_and_redis_read_each_others_append_only_files() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The incr file's size without the space written ahead of it.
+fn incr_content_len(c: &mut Client) -> u64 {
+    let num = |c: &mut Client, f: &str| c.info_field("persistence", f).parse::<u64>().expect(f);
+    num(c, "aof_current_size") - num(c, "aof_base_size")
+}
+
+/// The space written ahead of the incr file (`keel-aof-space-ahead`) is a
+/// directive CONFIG knows; a `kill -9` leaves it in the file, redis-server
+/// loads the directory as it is, and Keel cuts the space off at start.
+#[test]
+fn space_written_ahead_outlives_a_crash_in_both_servers() {
+    let dir = temp_dir("space-ahead");
+    let incr = dir.join("appendonlydir/appendonly.aof.1.incr.aof");
+    let size = || std::fs::metadata(&incr).expect("incr file").len();
+    {
+        let server = Server::start_in(&dir, &["--keel-aof-space-ahead", "64kb"]);
+        let mut c = server.client();
+        let get = c.cmd("CONFIG GET keel-aof-space-ahead");
+        assert_eq!(get, Frame::Array(vec![bulk("keel-aof-space-ahead"), bulk("65536")]));
+        for i in 0..100 {
+            assert_eq!(c.send(&["SET", &format!("k{i}"), &format!("v{i}")]), common::ok());
+        }
+        let content = incr_content_len(&mut c);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while size() <= content {
+            assert!(Instant::now() < deadline, "no space written ahead of {content} bytes");
+            thread::sleep(Duration::from_millis(5));
+        }
+        assert!(size() <= content + 65536 + 512, "{} bytes for {content}", size());
+        server.kill9();
+    }
+    let flags = ["--dir", dir.to_str().expect("utf8 dir"), "--appendonly", "yes"];
+    if let Some(redis) = Server::start_redis(&flags) {
+        let mut r = redis.client();
+        assert_eq!(r.cmd("DBSIZE"), int(100));
+        assert_eq!(r.cmd("GET k99"), bulk("v99"));
+        r.write_command(&["SHUTDOWN", "NOSAVE"]);
+        r.read_to_close();
+    }
+    let server = Server::start_in(&dir, &[]);
+    let mut c = server.client();
+    assert_eq!(c.cmd("DBSIZE"), int(100));
+    assert_eq!(size(), incr_content_len(&mut c), "the space is cut off at start");
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Waits until `key`'s TTL has run out (its own remaining time, not a
 /// guess at how long something else takes).
 fn wait_expired(c: &mut Client, key: &str) {

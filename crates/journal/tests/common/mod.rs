@@ -15,6 +15,7 @@ pub fn config(root: &Path, fsync: FsyncPolicy) -> JournalConfig {
         fsync,
         load_truncated: true,
         base_format: BaseFormat::Aof,
+        space_ahead: 4 << 20,
     }
 }
 
@@ -93,4 +94,15 @@ pub fn resp(argv: &[&str]) -> Vec<u8> {
         out.extend_from_slice(format!("${}\r\n{a}\r\n", a.len()).as_bytes());
     }
     out
+}
+
+/// The length of an incr file without the space its writer keeps written
+/// ahead (`#` and `\n` bytes after the last command's `\r\n`).
+pub fn content_len(path: &Path) -> u64 {
+    let bytes = std::fs::read(path).unwrap();
+    match bytes.iter().rposition(|&b| b != b'#' && b != b'\n') {
+        Some(i) if bytes[i] == b'\r' => i as u64 + 2,
+        Some(i) => i as u64 + 1,
+        None => 0,
+    }
 }
