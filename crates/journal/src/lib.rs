@@ -77,7 +77,6 @@ pub use stats::JournalStats;
 
 use writer::{Gather, Inner, Syncer, Writer};
 
-/// File-level hooks for tests and fault injection.
 /// Entry points for the fuzz targets in `fuzz/`: the journal's own parsers
 /// (its record reader and the manifest), which read files a crash or a
 /// user may have damaged.
@@ -101,12 +100,26 @@ pub mod fuzzing {
         commands
     }
 
+    /// Scans `bytes` as start-up scans the last incr file (torn tails,
+    /// zero bytes, space written ahead): must never panic, and where it
+    /// would cut the file must lie within it.
+    pub fn scan_file(bytes: &[u8]) {
+        let path = std::env::temp_dir().join(format!("keel-fuzz-scan-{}.aof", std::process::id()));
+        std::fs::write(&path, bytes).expect("write the input");
+        let scan = crate::load::scan_aof(&path).expect("scan");
+        assert!(scan.valid_up_to <= bytes.len() as u64, "cut past the end");
+        if let Some(crate::load::Problem::Torn { offset, .. }) = scan.problem {
+            assert!(offset <= bytes.len() as u64 && scan.valid_up_to <= offset, "torn at {offset}");
+        }
+    }
+
     /// Parses `bytes` as a manifest; true if it was accepted.
     pub fn parse_manifest(bytes: &[u8]) -> bool {
         crate::manifest::Manifest::parse(bytes).is_ok()
     }
 }
 
+/// File-level hooks for tests and fault injection.
 pub mod testing {
     pub use crate::file::{Failpoints, Fault, FaultyFiles, FileFactory, LogFile, Op, StdFiles};
 }
