@@ -27,6 +27,15 @@ pub struct StartupConfigError {
     pub reason: ConfigError,
 }
 
+/// `oom-score-adj`: whether and how the process's `oom_score_adj` follows
+/// `oom-score-adj-values` (`process.rs`). Redis's `yes` is `relative`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OomScoreAdj {
+    No,
+    Relative,
+    Absolute,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AppendFsync {
     Always,
@@ -126,6 +135,13 @@ pub struct Config {
     pub logfile: String,
     pub pidfile: String,
     pub daemonize: bool,
+    /// `process.rs` applies these four.
+    pub disable_thp: bool,
+    pub jemalloc_bg_thread: bool,
+    pub oom_score_adj: OomScoreAdj,
+    /// For a master, a replica and a background child, in that order
+    /// (Keel is always a master and forks no children: it uses the first).
+    pub oom_score_adj_values: [i32; 3],
     pub enable_debug_command: String,
     pub lazyfree_lazy_user_del: bool,
     pub lazyfree_lazy_user_flush: bool,
@@ -205,6 +221,10 @@ impl Default for Config {
             logfile: String::new(),
             pidfile: String::new(),
             daemonize: false,
+            disable_thp: true,
+            jemalloc_bg_thread: true,
+            oom_score_adj: OomScoreAdj::No,
+            oom_score_adj_values: [0, 200, 800],
             enable_debug_command: "no".into(),
             lazyfree_lazy_user_del: false,
             lazyfree_lazy_user_flush: false,
@@ -529,17 +549,58 @@ pub static DIRECTIVES: &[Directive] = &[
     directive!("loglevel", false, enum ["debug", "verbose", "notice", "warning", "nothing"], loglevel),
     directive!("logfile", false, string, logfile),
     directive!("pidfile", false, string, pidfile),
+    directive!("daemonize", false, bool, daemonize),
+    directive!("disable-thp", false, bool, disable_thp),
+    directive!("jemalloc-bg-thread", true, bool, jemalloc_bg_thread),
     Directive {
-        name: "daemonize",
-        mutable: false,
-        get: |c| yes_no(c.daemonize),
-        set: |c, a| {
-            if parse_bool(one(a)?)? {
-                return Err(ConfigError::Invalid(
-                    "daemonize yes is not supported: run keel-server under a service manager".into(),
-                ));
+        name: "oom-score-adj",
+        mutable: true,
+        get: |c| {
+            match c.oom_score_adj {
+                OomScoreAdj::No => "no",
+                OomScoreAdj::Relative => "yes",
+                OomScoreAdj::Absolute => "absolute",
             }
-            c.daemonize = false;
+            .into()
+        },
+        set: |c, a| {
+            c.oom_score_adj = match one(a)?.to_ascii_lowercase().as_str() {
+                "no" => OomScoreAdj::No,
+                "yes" | "relative" => OomScoreAdj::Relative,
+                "absolute" => OomScoreAdj::Absolute,
+                _ => {
+                    return Err(ConfigError::Invalid(
+                        "argument(s) must be one of the following: no, yes, relative, absolute".into(),
+                    ))
+                }
+            };
+            Ok(())
+        },
+    },
+    Directive {
+        name: "oom-score-adj-values",
+        mutable: true,
+        get: |c| c.oom_score_adj_values.map(|v| v.to_string()).join(" "),
+        set: |c, a| {
+            let words: Vec<&str> = match a {
+                [one] => one.split_whitespace().collect(),
+                _ => a.to_vec(),
+            };
+            let values: [&str; 3] =
+                words.try_into().map_err(|_| ConfigError::Invalid("wrong number of arguments".into()))?;
+            let mut parsed = [0i32; 3];
+            for (out, word) in parsed.iter_mut().zip(values) {
+                *out = word.parse().ok().filter(|v| (-2000..=2000).contains(v)).ok_or_else(|| {
+                    ConfigError::Invalid("Invalid oom-score-adj-values, elements must be between -2000 and 2000.".into())
+                })?;
+            }
+            if parsed[1] < parsed[0] || parsed[2] < parsed[1] {
+                tracing::warn!(
+                    "The oom-score-adj-values configuration may not work for non-privileged processes! \
+                     Please consult the documentation."
+                );
+            }
+            c.oom_score_adj_values = parsed;
             Ok(())
         },
     },

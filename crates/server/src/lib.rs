@@ -7,7 +7,9 @@
 //! [`snapshot`] writes and loads `dump.rdb` (SAVE, BGSAVE, the `save`
 //! rules, SHUTDOWN's final save); both job threads wait on a
 //! [`doorbell`], BGSAVE's in the idle scheduling class. [`signals`] turns SIGTERM and
-//! SIGINT into SHUTDOWN; [`alloc`] is jemalloc and its counters.
+//! SIGINT into SHUTDOWN; [`alloc`] is jemalloc and its counters;
+//! [`process`] what the server does to its own process (`daemonize`,
+//! `disable-thp`, `oom-score-adj`, `jemalloc-bg-thread`).
 //!
 //! A request flows: socket -> [`worker`] reads into the connection's buffer
 //! -> `keel_protocol::parse_request` -> [`command::execute`] looks the
@@ -26,6 +28,7 @@ pub mod doorbell;
 pub mod durability;
 pub mod glob;
 pub mod lazyfree;
+pub mod process;
 pub mod rdb;
 pub mod rewrite;
 pub mod server;
@@ -45,6 +48,12 @@ use crate::worker::{Listeners, Worker};
 pub fn run(config: Config) -> io::Result<()> {
     // Before any thread starts: they all inherit the mask.
     signals::block()?;
+    if config.disable_thp {
+        process::disable_thp();
+    }
+    process::apply_jemalloc_bg_thread(&config);
+    // As Redis at start: a failure is only logged.
+    let _ = process::apply_oom_score(&config);
     let threads = match config.threads {
         0 => std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
         n => n,

@@ -20,6 +20,14 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if config.daemonize {
+        // Before any thread starts (logging included): a fork keeps only
+        // the calling thread.
+        if let Err(e) = keel_server::process::daemonize() {
+            eprintln!("keel-server: daemonize: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
     let filter = match config.loglevel.as_str() {
         "debug" => "debug",
         "verbose" => "info",
@@ -53,7 +61,12 @@ fn main() -> ExitCode {
             .log_internal_errors(false)
             .init();
     }
-    let pidfile = (!config.pidfile.is_empty()).then(|| std::path::PathBuf::from(&config.pidfile));
+    // A daemon always has one, at Redis's default path unless named.
+    let pidfile = match (config.pidfile.as_str(), config.daemonize) {
+        ("", false) => None,
+        ("", true) => Some(std::path::PathBuf::from("/var/run/redis.pid")),
+        (path, _) => Some(std::path::PathBuf::from(path)),
+    };
     if let Some(path) = &pidfile {
         if let Err(e) = std::fs::write(path, format!("{}\n", std::process::id())) {
             tracing::warn!("Failed to write PID file {}: {e}", path.display());

@@ -882,6 +882,15 @@ fn config_set(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
         let name = if next.appendonly != config.appendonly { "appendonly" } else { "appendfsync" };
         return Err(failed(name, &why));
     }
+    if (next.oom_score_adj, next.oom_score_adj_values) != (config.oom_score_adj, config.oom_score_adj_values) {
+        if let Err(why) = crate::process::apply_oom_score(&next) {
+            let name = if next.oom_score_adj != config.oom_score_adj { "oom-score-adj" } else { "oom-score-adj-values" };
+            return Err(failed(name, &why));
+        }
+    }
+    if next.jemalloc_bg_thread != config.jemalloc_bg_thread {
+        crate::process::apply_jemalloc_bg_thread(&next);
+    }
     ctx.server.mirror_config(&next);
     *config = next;
     drop(config);

@@ -115,6 +115,11 @@ impl Server {
         server
     }
 
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     pub fn log_pipe(&mut self) -> Option<std::process::ChildStderr> {
         self.child.stderr.take()
     }

@@ -1,0 +1,106 @@
+//! What the server does to its own process, as Redis does: `daemonize`,
+//! `disable-thp`, `oom-score-adj` with `oom-score-adj-values`, and
+//! `jemalloc-bg-thread`.
+
+use std::fs::OpenOptions;
+use std::io;
+use std::os::fd::AsRawFd;
+
+use parking_lot::Mutex;
+
+use crate::config::{Config, OomScoreAdj};
+
+/// Detaches from the terminal as Redis's `daemonize()`: forks (the parent
+/// exits at once with success), starts a new session, and points stdin,
+/// stdout and stderr at `/dev/null`. Must run before any thread starts: a
+/// fork keeps only the calling thread.
+pub fn daemonize() -> io::Result<()> {
+    // SAFETY: the process is single-threaded here (called before logging
+    // or any thread starts), so the child inherits a consistent state.
+    match unsafe { libc::fork() } {
+        -1 => return Err(io::Error::last_os_error()),
+        0 => {}
+        _ => std::process::exit(0),
+    }
+    // SAFETY: plain syscalls on the child's own session and descriptors.
+    unsafe {
+        if libc::setsid() == -1 {
+            return Err(io::Error::last_os_error());
+        }
+        let null = OpenOptions::new().read(true).write(true).open("/dev/null")?;
+        for fd in 0..3 {
+            if libc::dup2(null.as_raw_fd(), fd) == -1 {
+                return Err(io::Error::last_os_error());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `disable-thp yes` (the default): where the system enables transparent
+/// huge pages for every process (`[always]`), turns them off for this one,
+/// as Redis does at start: with them, a write to one key can fault in 2 MB
+/// and latency suffers. Under `madvise` or `never` nothing asks for them.
+pub fn disable_thp() {
+    let always = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
+        .is_ok_and(|s| s.contains("[always]"));
+    // SAFETY: prctl with integer arguments only.
+    if always && unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) } == -1 {
+        tracing::warn!("Failed to disable transparent huge pages: {}", io::Error::last_os_error());
+    }
+}
+
+/// The process's `oom_score_adj` from before Keel first changed it (Redis's
+/// `oom_score_adj_base`), while Keel controls it.
+static OOM_BASE: Mutex<Option<i32>> = Mutex::new(None);
+
+const OOM_PATH: &str = "/proc/self/oom_score_adj";
+
+/// Applies `oom-score-adj` and `oom-score-adj-values` as Redis's
+/// `setOOMScoreAdj` for a master: `absolute` writes the master's value,
+/// `relative` (or `yes`) adds it to the score the process started with,
+/// clamped to [-1000, 1000]; `no` puts back that starting score if Keel had
+/// changed it. `Err` carries CONFIG SET's reason.
+pub fn apply_oom_score(config: &Config) -> Result<(), String> {
+    let mut base = OOM_BASE.lock();
+    let value = match config.oom_score_adj {
+        OomScoreAdj::No => match base.take() {
+            Some(b) => b,
+            None => return Ok(()),
+        },
+        mode => {
+            let b = match *base {
+                Some(b) => b,
+                None => {
+                    let read = std::fs::read_to_string(OOM_PATH)
+                        .map_err(|e| e.to_string())
+                        .and_then(|s| s.trim().parse::<i32>().map_err(|e| e.to_string()));
+                    match read {
+                        Ok(b) => *base.insert(b),
+                        Err(e) => {
+                            tracing::warn!("Unable to read oom_score_adj: {e}");
+                            return Err(OOM_FAILED.into());
+                        }
+                    }
+                }
+            };
+            let master = config.oom_score_adj_values[0];
+            let v = if mode == OomScoreAdj::Relative { master + b } else { master };
+            v.clamp(-1000, 1000)
+        }
+    };
+    std::fs::write(OOM_PATH, format!("{value}\n")).map_err(|e| {
+        tracing::warn!("Unable to write oom_score_adj: {e}");
+        OOM_FAILED.to_string()
+    })
+}
+
+const OOM_FAILED: &str = "Failed to set current oom_score_adj. Check server logs.";
+
+/// `jemalloc-bg-thread`: jemalloc's background threads purge freed pages,
+/// so that the workers do not (Redis's default, yes).
+pub fn apply_jemalloc_bg_thread(config: &Config) {
+    if let Err(e) = tikv_jemalloc_ctl::background_thread::write(config.jemalloc_bg_thread) {
+        tracing::warn!("Failed to set jemalloc's background threads: {e}");
+    }
+}
