@@ -172,6 +172,9 @@ pub struct JournalConfig {
     /// Redis 7.0 creates one at start). Rewrites choose theirs
     /// ([`RewriteOptions`]).
     pub base_format: BaseFormat,
+    /// `aof-timestamp-enabled`: a `#TS:<unix seconds>` annotation before
+    /// the first record of each second ([`Journal::set_timestamps`]).
+    pub timestamps: bool,
     /// Bytes of space to keep written ahead of the incr file's end
     /// (`prealloc.rs`); 0 for none.
     pub space_ahead: u64,
@@ -288,6 +291,7 @@ impl Journal {
         let start = prepared.total_size;
         let inner = Arc::new(Inner {
             policy: std::sync::atomic::AtomicU8::new(config.fsync as u8),
+            timestamps: AtomicBool::new(config.timestamps),
             retry_interval: tuning.retry_interval,
             everysec_interval: tuning.everysec_interval,
             backlog_max_bytes: tuning.backlog_max_bytes,
@@ -302,6 +306,7 @@ impl Journal {
                 records: 0,
                 start,
                 selected_db: None,
+                last_timestamp_s: 0,
                 writer_sleeping: false,
                 shutdown: false,
                 sync_request: 0,
@@ -358,6 +363,7 @@ impl Journal {
     /// `durable_lsn() >= lsn`. O(bytes), one short mutex hold, no syscalls.
     pub fn append<A: AsRef<[u8]>>(&self, db: usize, argv: &[A]) -> Lsn {
         let mut g = self.inner.gather.lock();
+        self.stamp(&mut g);
         if g.selected_db != Some(db) {
             resp::encode_select(&mut g.buf, db);
             g.selected_db = Some(db);
@@ -365,6 +371,23 @@ impl Journal {
         resp::encode_command(&mut g.buf, argv);
         g.records += 1;
         self.publish_append(g)
+    }
+
+    /// The `#TS:` annotation a record needs first, if timestamps are on
+    /// and the second changed (Redis puts it before the SELECT too).
+    fn stamp(&self, g: &mut Gather) {
+        if self.inner.timestamps.load(Ordering::Relaxed) {
+            let now = resp::unix_s();
+            if now > g.last_timestamp_s {
+                resp::encode_timestamp(&mut g.buf, now);
+                g.last_timestamp_s = now;
+            }
+        }
+    }
+
+    /// `aof-timestamp-enabled` at run time ([`JournalConfig::timestamps`]).
+    pub fn set_timestamps(&self, on: bool) {
+        self.inner.timestamps.store(on, Ordering::Relaxed);
     }
 
     fn publish_append(&self, mut g: parking_lot::MutexGuard<'_, Gather>) -> Lsn {
@@ -586,6 +609,7 @@ impl Transaction<'_> {
             return self.journal.appended_lsn();
         };
         let mut g = self.journal.inner.gather.lock();
+        self.journal.stamp(&mut g);
         if g.selected_db != Some(first_db) {
             resp::encode_select(&mut g.buf, first_db);
         }

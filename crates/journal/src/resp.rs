@@ -64,6 +64,20 @@ pub(crate) fn encode_command<A: AsRef<[u8]>>(out: &mut Vec<u8>, argv: &[A]) {
     }
 }
 
+/// Encodes Redis's timestamp annotation, `#TS:<unix seconds>\r\n`
+/// (`aof-timestamp-enabled`), which `redis-check-aof
+/// --truncate-to-timestamp` cuts at.
+pub(crate) fn encode_timestamp(out: &mut Vec<u8>, unix_s: u64) {
+    out.extend_from_slice(b"#TS:");
+    push_decimal(out, unix_s);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// The clock timestamp annotations carry.
+pub(crate) fn unix_s() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
 /// Encodes `SELECT <db>`, exactly as Redis's `feedAppendOnlyFile` does.
 pub(crate) fn encode_select(out: &mut Vec<u8>, db: usize) {
     let mut num = Vec::with_capacity(20);

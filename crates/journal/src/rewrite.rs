@@ -233,6 +233,12 @@ impl BaseBuffer {
         BaseBuffer::default()
     }
 
+    /// Adds Redis's `#TS:` annotation with the current time, which an
+    /// AOF-format base starts with under `aof-timestamp-enabled`.
+    pub fn push_timestamp(&mut self) {
+        resp::encode_timestamp(&mut self.bytes, resp::unix_s());
+    }
+
     /// Adds one command, executed in database `db`.
     pub fn push<A: AsRef<[u8]>>(&mut self, db: usize, argv: &[A]) {
         if self.db != Some(db) {

@@ -88,6 +88,8 @@ pub(crate) struct Gather {
     /// Database of the last record, `None` until the first: a SELECT is
     /// emitted whenever the next record's differs.
     pub(crate) selected_db: Option<usize>,
+    /// The second of the last timestamp annotation (`Inner::timestamps`).
+    pub(crate) last_timestamp_s: u64,
     /// The writer waits on `writer_cv`: whoever adds work must notify it.
     pub(crate) writer_sleeping: bool,
     pub(crate) shutdown: bool,
@@ -122,6 +124,9 @@ pub(crate) struct Inner {
     /// The [`FsyncPolicy`], changeable at run time (`Journal::set_fsync`).
     /// The writer reads it once per cycle.
     pub(crate) policy: AtomicU8,
+    /// Records are preceded by a `#TS:` annotation whenever the second
+    /// changed since the last one, as Redis's `aof-timestamp-enabled`.
+    pub(crate) timestamps: AtomicBool,
     pub(crate) retry_interval: Duration,
     pub(crate) everysec_interval: Duration,
     pub(crate) backlog_max_bytes: u64,

@@ -12,7 +12,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
-use keel_journal::FsyncPolicy;
+use keel_journal::{FsyncPolicy, Journal};
 
 /// Whether `bin` can be run (redis-check-aof has no `--version`: it takes
 /// it for a file name and fails, so only the start counts).
@@ -274,4 +274,51 @@ fn a_directory_left_with_space_written_ahead_loads_in_redis_and_keel() {
     let incr = incr_path(&crashed_cfg);
     assert_eq!(std::fs::metadata(&incr).unwrap().len(), content_len(&incr));
     drop(j);
+}
+
+/// `aof-timestamp-enabled`: a `#TS:` annotation before the first record of
+/// each second, which Keel replays past and redis-check-aof
+/// `--truncate-to-timestamp` cuts at.
+#[test]
+fn timestamp_annotations_let_redis_check_aof_truncate_to_a_time() {
+    if !have_redis_tools() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = keel_journal::JournalConfig { timestamps: true, ..config(tmp.path(), FsyncPolicy::Always) };
+    let (j, _) = Journal::open_with(cfg.clone(), fast_tuning()).unwrap();
+    let next_second = || {
+        let now = |_: ()| std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+        let start = now(());
+        while now(()) == start {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        now(())
+    };
+    j.append(0, &[&b"SET"[..], b"early", b"1"]);
+    j.append(1, &[&b"SET"[..], b"early", b"2"]);
+    j.flush_and_sync().unwrap();
+    let cut = next_second();
+    next_second();
+    j.append(0, &[&b"SET"[..], b"late", b"3"]);
+    j.flush_and_sync().unwrap();
+    drop(j);
+    let text = String::from_utf8_lossy(&std::fs::read(incr_path(&cfg)).unwrap()).into_owned();
+    assert_eq!(text.matches("#TS:").count(), 2, "{text}");
+    assert!(text.starts_with("#TS:"), "the annotation comes before the SELECT: {text}");
+    let (_j, replay) = open(&cfg);
+    assert_eq!(replay_all(replay).len(), 3);
+    drop(_j);
+
+    let out = Command::new("redis-check-aof")
+        .args(["--truncate-to-timestamp", &cut.to_string()])
+        .arg(cfg.dir.join("appendonly.aof.manifest"))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    let (_j, replay) = open(&cfg);
+    let keys: Vec<String> = replay_all(replay).iter().map(|(_, argv)| strs(argv)[1].clone()).collect();
+    assert_eq!(keys, ["early", "early"]);
 }

@@ -100,6 +100,8 @@ pub struct Config {
     pub aof_load_truncated: bool,
     /// `aof-use-rdb-preamble`: rewrites write the base as an RDB.
     pub aof_use_rdb_preamble: bool,
+    /// `#TS:` annotations in the AOF (`keel_journal`'s `JournalConfig::timestamps`).
+    pub aof_timestamp_enabled: bool,
     pub appendfilename: String,
     pub appenddirname: String,
     /// Redis's automatic rewrite rule (see `rewrite.rs`): grown by this
@@ -199,6 +201,7 @@ impl Default for Config {
             appendfsync: AppendFsync::Always,
             aof_load_truncated: true,
             aof_use_rdb_preamble: true,
+            aof_timestamp_enabled: false,
             appendfilename: "appendonly.aof".into(),
             appenddirname: "appendonlydir".into(),
             auto_aof_rewrite_percentage: 100,
@@ -494,6 +497,7 @@ pub static DIRECTIVES: &[Directive] = &[
     directive!("appendonly", true, bool, appendonly),
     directive!("aof-load-truncated", true, bool, aof_load_truncated),
     directive!("aof-use-rdb-preamble", true, bool, aof_use_rdb_preamble),
+    directive!("aof-timestamp-enabled", true, bool, aof_timestamp_enabled),
     Directive {
         name: "appendfsync",
         mutable: true,

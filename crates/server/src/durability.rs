@@ -85,6 +85,7 @@ fn open_dir(config: &Config) -> Result<(Journal, Replay), JournalError> {
         fsync,
         load_truncated: config.aof_load_truncated,
         base_format: base_format(config),
+        timestamps: config.aof_timestamp_enabled,
         space_ahead: space_ahead(config),
     };
     Journal::open(journal_config)
@@ -525,6 +526,7 @@ pub fn apply_config(server: &Server, old: &Config, new: &Config) -> Result<(), S
     }
     if let Some(journal) = aof.journal.get() {
         journal.set_space_ahead(space_ahead(new));
+        journal.set_timestamps(new.aof_timestamp_enabled);
     }
     match (aof.state(), new.appendonly) {
         (AofState::Off, true) => start(server, new),

@@ -581,9 +581,13 @@ fn scan_snapshot<S>(
     Ok(())
 }
 
-/// The base as commands (`aof-use-rdb-preamble no`).
+/// The base as commands (`aof-use-rdb-preamble no`), after a `#TS:`
+/// annotation under `aof-timestamp-enabled`, as Redis's.
 fn write_aof_base(server: &Server, rewrite: &mut Rewrite, s_ms: u64) -> Result<(), String> {
     let mut buf = BaseBuffer::new();
+    if server.config.read().aof_timestamp_enabled {
+        buf.push_timestamp();
+    }
     scan_snapshot(
         server,
         &mut buf,

@@ -358,6 +358,49 @@ fn space_written_ahead_outlives_a_crash_in_both_servers() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `aof-timestamp-enabled`: a `#TS:` annotation before the first write of
+/// each second while it is on (CONFIG SET switches it); Keel and
+/// redis-server both load the files.
+#[test]
+fn aof_timestamp_annotations_follow_their_directive() {
+    let dir = temp_dir("aof-ts");
+    let incr = dir.join("appendonlydir/appendonly.aof.1.incr.aof");
+    let stamps = || String::from_utf8_lossy(&std::fs::read(&incr).expect("incr")).matches("#TS:").count();
+    let next_second = || {
+        let now = || std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_secs();
+        let start = now();
+        while now() == start {
+            thread::sleep(Duration::from_millis(5));
+        }
+    };
+    {
+        let server = Server::start_in(&dir, &["--aof-timestamp-enabled", "yes"]);
+        let mut c = server.client();
+        assert_eq!(c.cmd("SET a 1"), common::ok());
+        assert_eq!(stamps(), 1);
+        next_second();
+        assert_eq!(c.cmd("SET b 2"), common::ok());
+        assert_eq!(stamps(), 2);
+        assert_eq!(c.cmd("CONFIG SET aof-timestamp-enabled no"), common::ok());
+        next_second();
+        assert_eq!(c.cmd("SET c 3"), common::ok());
+        assert_eq!(stamps(), 2);
+        c.write_command(&["SHUTDOWN"]);
+        c.read_to_close();
+    }
+    let flags = ["--dir", dir.to_str().expect("utf8 dir"), "--appendonly", "yes"];
+    if let Some(redis) = Server::start_redis(&flags) {
+        assert_eq!(redis.client().cmd("DBSIZE"), int(3));
+        let mut r = redis.client();
+        r.write_command(&["SHUTDOWN", "NOSAVE"]);
+        r.read_to_close();
+    }
+    let server = Server::start_in(&dir, &[]);
+    assert_eq!(server.client().cmd("MGET a b c"), Frame::Array(vec![bulk("1"), bulk("2"), bulk("3")]));
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Waits until `key`'s TTL has run out (its own remaining time, not a
 /// guess at how long something else takes).
 fn wait_expired(c: &mut Client, key: &str) {

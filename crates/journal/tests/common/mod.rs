@@ -15,6 +15,7 @@ pub fn config(root: &Path, fsync: FsyncPolicy) -> JournalConfig {
         fsync,
         load_truncated: true,
         base_format: BaseFormat::Aof,
+        timestamps: false,
         space_ahead: 4 << 20,
     }
 }
