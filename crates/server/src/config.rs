@@ -83,6 +83,9 @@ pub struct Config {
     pub threads: usize,
     pub databases: usize,
     pub requirepass: Option<Vec<u8>>,
+    /// `protected-mode`: with no password, only clients on the loopback
+    /// interface or the unix socket are served (`worker.rs`).
+    pub protected_mode: bool,
     pub maxclients: usize,
     pub timeout_s: u64,
     pub tcp_keepalive_s: u64,
@@ -186,6 +189,7 @@ impl Default for Config {
             threads: 0,
             databases: 16,
             requirepass: None,
+            protected_mode: true,
             maxclients: 10_000,
             timeout_s: 0,
             tcp_keepalive_s: 300,
@@ -439,6 +443,7 @@ pub static DIRECTIVES: &[Directive] = &[
     },
     directive!("threads", false, num(0, 1024), threads),
     directive!("databases", false, num(1, 1 << 20), databases),
+    directive!("protected-mode", true, bool, protected_mode),
     Directive {
         name: "requirepass",
         mutable: true,

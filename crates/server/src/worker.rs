@@ -5,7 +5,7 @@
 
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};
-use std::net::SocketAddr;
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -200,7 +200,9 @@ impl Worker {
                         );
                     }
                     let laddr = stream.local_addr().map(|a| fmt_addr(&a)).unwrap_or_default();
-                    self.add_conn(Stream::Tcp(stream), fmt_addr(&peer), laddr, false);
+                    // Redis's `islocalClient`: these two addresses exactly.
+                    let local = peer.ip() == Ipv4Addr::LOCALHOST || peer.ip() == Ipv6Addr::LOCALHOST;
+                    self.add_conn(Stream::Tcp(stream), fmt_addr(&peer), laddr, local);
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) => {
@@ -229,17 +231,25 @@ impl Worker {
         }
     }
 
-    fn add_conn(&mut self, mut stream: Stream, addr: String, laddr: String, unix: bool) {
+    /// Takes a new connection; `local`: from the unix socket or the
+    /// loopback address (what `protected-mode` lets in).
+    fn add_conn(&mut self, mut stream: Stream, addr: String, laddr: String, local: bool) {
         self.stats.connections_received.fetch_add(1, Ordering::Relaxed);
-        let (maxclients, needs_auth) = {
+        let (maxclients, needs_auth, protected) = {
             let config = self.server.config.read();
-            (config.maxclients, config.requirepass.is_some())
+            (config.maxclients, config.requirepass.is_some(), config.protected_mode)
         };
         if self.server.clients.connected.load(Ordering::Relaxed) >= maxclients {
             let _ = stream.write_all(b"-ERR max number of clients reached\r\n");
             self.stats.rejected_connections.fetch_add(1, Ordering::Relaxed);
             return;
         }
+        if protected && !needs_auth && !local {
+            let _ = stream.write_all(PROTECTED_MODE_DENIED);
+            self.stats.rejected_connections.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let unix = matches!(stream, Stream::Unix(_));
         let fd = match &stream {
             Stream::Tcp(s) => std::os::fd::AsRawFd::as_raw_fd(s),
             Stream::Unix(s) => std::os::fd::AsRawFd::as_raw_fd(s),
@@ -724,6 +734,19 @@ fn write_out(conn: &mut Conn, stats: &WorkerStats, durable: u64) -> io::Result<(
     conn.client.info.obl.store((conn.wbuf.len() - conn.wpos) as u64, Ordering::Relaxed);
     Ok(())
 }
+
+/// Redis 7.0's answer to a client `protected-mode` turns away, word for word.
+const PROTECTED_MODE_DENIED: &[u8] = b"-DENIED Redis is running in protected mode because protected \
+mode is enabled and no password is set for the default user. In this mode connections are only accepted \
+from the loopback interface. If you want to connect from external computers to Redis you may adopt one of \
+the following solutions: 1) Just disable protected mode sending the command 'CONFIG SET protected-mode no' \
+from the loopback interface by connecting to Redis from the same host the server is running, however MAKE \
+SURE Redis is not publicly accessible from internet if you do so. Use CONFIG REWRITE to make this change \
+permanent. 2) Alternatively you can just disable the protected mode by editing the Redis configuration \
+file, and setting the protected mode option to 'no', and then restarting the server. 3) If you started the \
+server manually just for testing, restart it with the '--protected-mode no' option. 4) Setup a an \
+authentication password for the default user. NOTE: You only need to do one of the above things in order \
+for the server to start accepting connections from the outside.\r\n";
 
 fn fmt_addr(addr: &SocketAddr) -> String {
     match addr {

@@ -533,3 +533,53 @@ fn fsync_and_rehash_directives_are_redis_s() {
     let Some(redis) = Server::start_redis(&[]) else { return };
     assert_eq!(keel, tuning_sequence(&redis), "redis-server answers the same");
 }
+
+/// An address of this machine that is not loopback, if it has one.
+fn outside_address() -> Option<std::net::IpAddr> {
+    // No packet is sent: connecting a UDP socket only picks the route.
+    let socket = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
+    socket.connect("192.0.2.1:9").ok()?;
+    let ip = socket.local_addr().ok()?.ip();
+    (!ip.is_loopback() && !ip.is_unspecified()).then_some(ip)
+}
+
+/// What a client from `ip` gets: PING's reply, or the server's refusal.
+fn ping_from(ip: std::net::IpAddr, port: u16) -> Frame {
+    let mut c = Client::connect_to(ip, port);
+    c.write_command(&["PING"]);
+    c.read()
+}
+
+/// `protected-mode` (on by default): with no password, a client from
+/// outside the loopback interface gets Redis's -DENIED and is closed;
+/// turning it off, or setting a password, lets it in. Compared with
+/// redis-server under the same flags.
+#[test]
+fn protected_mode_turns_away_outside_clients_without_a_password() {
+    let Some(ip) = outside_address() else {
+        eprintln!("NOTICE: no non-loopback address; skipping the protected-mode test");
+        return;
+    };
+    let script = |server: &Server| -> Vec<Frame> {
+        let mut local = server.client();
+        let mut replies = vec![ping_from(ip, server.port), local.cmd("INFO stats")];
+        replies.push(local.cmd("CONFIG SET protected-mode no"));
+        replies.push(ping_from(ip, server.port));
+        replies.push(local.cmd("CONFIG SET protected-mode yes"));
+        replies.push(local.cmd("CONFIG SET requirepass sesame"));
+        replies.push(ping_from(ip, server.port));
+        replies
+    };
+    let flags = ["--bind", "0.0.0.0"];
+    let keel = script(&Server::start(&flags));
+    let Frame::Error(denied) = &keel[0] else { panic!("not refused: {:?}", keel[0]) };
+    assert!(denied.starts_with(b"DENIED Redis is running in protected mode"), "{}", String::from_utf8_lossy(denied));
+    let Frame::Bulk(stats) = &keel[1] else { panic!("INFO") };
+    assert!(String::from_utf8_lossy(stats).contains("rejected_connections:1\r\n"));
+    assert_eq!(keel[3], simple("PONG"));
+    assert!(matches!(&keel[6], Frame::Error(e) if e.starts_with(b"NOAUTH")), "{:?}", keel[6]);
+    if let Some(redis) = Server::start_redis(&flags) {
+        let redis = script(&redis);
+        assert_eq!((&keel[0], &keel[2..]), (&redis[0], &redis[2..]));
+    }
+}

@@ -225,7 +225,12 @@ pub struct Client {
 
 impl Client {
     pub fn connect(port: u16) -> Client {
-        let stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+        Client::connect_to(std::net::Ipv4Addr::LOCALHOST.into(), port)
+    }
+
+    /// Connects to `ip:port` (a server bound to more than loopback).
+    pub fn connect_to(ip: std::net::IpAddr, port: u16) -> Client {
+        let stream = TcpStream::connect((ip, port)).expect("connect");
         stream.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
         stream.set_nodelay(true).expect("nodelay");
         Client { stream, buf: Vec::new() }
