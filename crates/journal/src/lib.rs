@@ -292,6 +292,7 @@ impl Journal {
         let inner = Arc::new(Inner {
             policy: std::sync::atomic::AtomicU8::new(config.fsync as u8),
             timestamps: AtomicBool::new(config.timestamps),
+            fsync_suspended: AtomicBool::new(false),
             retry_interval: tuning.retry_interval,
             everysec_interval: tuning.everysec_interval,
             backlog_max_bytes: tuning.backlog_max_bytes,
@@ -382,6 +383,19 @@ impl Journal {
                 resp::encode_timestamp(&mut g.buf, now);
                 g.last_timestamp_s = now;
             }
+        }
+    }
+
+    /// Redis's `no-appendfsync-on-rewrite` while a BGSAVE or a rewrite
+    /// runs: with `on`, the journal writes but does not fdatasync (under
+    /// `Always`, `durable_lsn` follows what is written), except when asked
+    /// ([`Journal::flush_and_sync`]); with `off`, the next cycle syncs again.
+    pub fn suspend_fsync(&self, on: bool) {
+        let inner = &self.inner;
+        if inner.fsync_suspended.swap(on, Ordering::AcqRel) && !on {
+            // The everysec thread sleeps until told.
+            let _s = inner.syncer.lock();
+            inner.syncer_cv.notify_all();
         }
     }
 

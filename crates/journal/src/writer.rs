@@ -124,6 +124,10 @@ pub(crate) struct Inner {
     /// The [`FsyncPolicy`], changeable at run time (`Journal::set_fsync`).
     /// The writer reads it once per cycle.
     pub(crate) policy: AtomicU8,
+    /// `no-appendfsync-on-rewrite` while a save or rewrite runs: nothing is
+    /// fdatasync'd unless asked for, and under `Always` replies wait for
+    /// the write alone (`Journal::suspend_fsync`).
+    pub(crate) fsync_suspended: AtomicBool,
     /// Records are preceded by a `#TS:` annotation whenever the second
     /// changed since the last one, as Redis's `aof-timestamp-enabled`.
     pub(crate) timestamps: AtomicBool,
@@ -460,10 +464,15 @@ impl Writer {
             self.count_delayed_fsync();
         }
 
-        let want_sync = match policy {
-            FsyncPolicy::Always => self.written > self.synced,
-            _ => sync_request > self.synced && self.written > self.synced,
-        };
+        // Suspended, only an explicit request (shutdown, `appendonly no`)
+        // syncs, as Redis flushes then whatever `no-appendfsync-on-rewrite`.
+        let suspended = inner.fsync_suspended.load(Ordering::Acquire);
+        let requested = sync_request > self.synced;
+        let want_sync = self.written > self.synced
+            && match policy {
+                FsyncPolicy::Always => !suspended || requested,
+                _ => requested,
+            };
         let resync = self.must_resync;
         if want_sync || resync {
             self.pause_syncer();
@@ -474,8 +483,8 @@ impl Writer {
         }
 
         let durable = match policy {
-            FsyncPolicy::Always => self.synced,
-            FsyncPolicy::EverySec | FsyncPolicy::No => self.written,
+            FsyncPolicy::Always if !suspended => self.synced,
+            _ => self.written,
         };
         if bytes > 0 {
             inner.stats.record_batch(records, bytes, started.elapsed());
@@ -612,7 +621,8 @@ pub(crate) fn run_syncer(inner: Arc<Inner>) {
                 let due = last_start + inner.everysec_interval;
                 let now = Instant::now();
                 let failed = inner.syncer_failed.load(Ordering::Acquire);
-                if s.paused || failed || inner.policy() != FsyncPolicy::EverySec {
+                let suspended = inner.fsync_suspended.load(Ordering::Acquire);
+                if s.paused || failed || suspended || inner.policy() != FsyncPolicy::EverySec {
                     inner.syncer_cv.wait(&mut s);
                 } else if now < due {
                     inner.syncer_cv.wait_until(&mut s, due);

@@ -242,3 +242,27 @@ fn the_fsync_policy_changes_at_run_time() {
     let (_j, replay) = open(&cfg);
     assert_eq!(replay_all(replay).len(), 22);
 }
+
+/// `suspend_fsync` (Redis's `no-appendfsync-on-rewrite` while a save runs):
+/// under `Always`, records are acknowledged once written, with no
+/// fdatasync, and syncing resumes after; an explicit request still syncs.
+#[test]
+fn suspended_fsync_acknowledges_what_is_written_then_syncs_again() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = config(tmp.path(), FsyncPolicy::Always);
+    let (j, _) = open(&cfg);
+    let set = |i: u32| j.append(0, &[&b"SET"[..], format!("k{i}").as_bytes(), b"v"]);
+    assert!(wait_durable(&j, set(0), Duration::from_secs(10)));
+    let synced = j.stats().fsync_count;
+    j.suspend_fsync(true);
+    for i in 1..20 {
+        assert!(wait_durable(&j, set(i), Duration::from_secs(10)));
+    }
+    assert_eq!(j.stats().fsync_count, synced, "no fdatasync while suspended");
+    j.flush_and_sync().unwrap();
+    assert_eq!(j.stats().fsync_count, synced + 1, "an explicit request syncs");
+    set(20);
+    j.suspend_fsync(false);
+    assert!(wait_durable(&j, set(21), Duration::from_secs(10)));
+    assert!(j.stats().fsync_count > synced + 1, "syncing resumed");
+}

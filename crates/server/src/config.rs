@@ -103,6 +103,9 @@ pub struct Config {
     pub aof_load_truncated: bool,
     /// `aof-use-rdb-preamble`: rewrites write the base as an RDB.
     pub aof_use_rdb_preamble: bool,
+    /// No fdatasync of the AOF while a BGSAVE or rewrite runs
+    /// (`durability::suspend_fsync_while_saving`).
+    pub no_appendfsync_on_rewrite: bool,
     /// `#TS:` annotations in the AOF (`keel_journal`'s `JournalConfig::timestamps`).
     pub aof_timestamp_enabled: bool,
     pub appendfilename: String,
@@ -206,6 +209,7 @@ impl Default for Config {
             aof_load_truncated: true,
             aof_use_rdb_preamble: true,
             aof_timestamp_enabled: false,
+            no_appendfsync_on_rewrite: false,
             appendfilename: "appendonly.aof".into(),
             appenddirname: "appendonlydir".into(),
             auto_aof_rewrite_percentage: 100,
@@ -503,6 +507,7 @@ pub static DIRECTIVES: &[Directive] = &[
     directive!("aof-load-truncated", true, bool, aof_load_truncated),
     directive!("aof-use-rdb-preamble", true, bool, aof_use_rdb_preamble),
     directive!("aof-timestamp-enabled", true, bool, aof_timestamp_enabled),
+    directive!("no-appendfsync-on-rewrite", true, bool, no_appendfsync_on_rewrite),
     Directive {
         name: "appendfsync",
         mutable: true,

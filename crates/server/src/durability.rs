@@ -430,6 +430,8 @@ pub struct Aof {
     logging: AtomicBool,
     /// Replies wait for the durable LSN: logging under `appendfsync always`.
     gate: AtomicBool,
+    /// `no-appendfsync-on-rewrite`, mirrored from the configuration.
+    pub no_fsync_on_rewrite: AtomicBool,
 }
 
 impl Aof {
@@ -441,6 +443,7 @@ impl Aof {
             state: AtomicU8::new(if on { AofState::On } else { AofState::Off } as u8),
             logging: AtomicBool::new(on),
             gate: AtomicBool::new(on && fsync == AppendFsync::Always),
+            no_fsync_on_rewrite: AtomicBool::new(false),
         };
         if let Some(j) = journal {
             let _ = aof.journal.set(j);
@@ -487,6 +490,19 @@ impl Aof {
         if let Some(journal) = self.journal.get() {
             journal.close();
         }
+    }
+}
+
+/// Redis's `no-appendfsync-on-rewrite`: while a BGSAVE or an AOF rewrite
+/// runs (Redis: while it has a child process), the journal writes without
+/// fdatasync, so the disk serves the save; under `always` a reply then
+/// waits for the write alone. Called whenever one of them starts or ends
+/// and when the directive changes; reads atomics only (it may run under the
+/// configuration's lock).
+pub fn suspend_fsync_while_saving(server: &Server) {
+    if let Some(journal) = server.aof.journal.get() {
+        let saving = server.rdb.in_progress() || server.rewrite.in_progress();
+        journal.suspend_fsync(saving && server.aof.no_fsync_on_rewrite.load(Ordering::Acquire));
     }
 }
 

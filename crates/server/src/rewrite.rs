@@ -464,6 +464,7 @@ fn run(server: &Server) {
             continue;
         };
         rewriter.began();
+        crate::durability::suspend_fsync_while_saving(server);
         let ok = match rewrite_once(server, journal) {
             Ok(s) => {
                 tracing::info!(
@@ -481,6 +482,7 @@ fn run(server: &Server) {
             }
         };
         rewriter.ended(ok);
+        crate::durability::suspend_fsync_while_saving(server);
     }
 }
 

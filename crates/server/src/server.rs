@@ -336,6 +336,8 @@ impl Server {
             1 << 63 | u64::from(config.lfu_log_factor & LFU_FIELD) << 32 | u64::from(config.lfu_decay_time & LFU_FIELD)
         });
         self.lfu.store(lfu.unwrap_or(0), Ordering::Relaxed);
+        self.aof.no_fsync_on_rewrite.store(config.no_appendfsync_on_rewrite, Ordering::Release);
+        crate::durability::suspend_fsync_while_saving(self);
     }
 
     pub fn count_error(&self, text: &str) {

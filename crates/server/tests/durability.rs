@@ -401,6 +401,32 @@ fn aof_timestamp_annotations_follow_their_directive() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `no-appendfsync-on-rewrite yes`: while a BGSAVE runs, writes are
+/// acknowledged without an fdatasync (INFO's count stands still); with it
+/// off (set at run time) they are synced again, BGSAVE or not.
+#[test]
+fn no_appendfsync_on_rewrite_skips_fsyncs_while_a_save_runs() {
+    // Each key of the dump waits a second: the save outlasts the test.
+    let server = Server::start(&["--no-appendfsync-on-rewrite", "yes", "--rdb-key-save-delay", "1000000"]);
+    let mut c = server.client();
+    let fsyncs = |c: &mut Client| info_field(c, "keel_aof_fsyncs").parse::<u64>().expect("fsyncs");
+    set_range(&mut c, "pre", 20);
+    assert_eq!(c.cmd("BGSAVE"), common::simple("Background saving started"));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while info_field(&mut c, "rdb_bgsave_in_progress") != "1" {
+        assert!(Instant::now() < deadline, "BGSAVE did not start");
+        thread::sleep(Duration::from_millis(5));
+    }
+    let before = fsyncs(&mut c);
+    set_range(&mut c, "during", 50);
+    assert_eq!(fsyncs(&mut c), before, "fsyncs during the save");
+    assert_eq!(c.cmd("CONFIG SET no-appendfsync-on-rewrite no"), common::ok());
+    set_range(&mut c, "after", 5);
+    assert!(fsyncs(&mut c) > before, "writes are synced again");
+    assert_eq!(info_field(&mut c, "rdb_bgsave_in_progress"), "1");
+    assert_range(&mut c, "during", 50);
+}
+
 /// Waits until `key`'s TTL has run out (its own remaining time, not a
 /// guess at how long something else takes).
 fn wait_expired(c: &mut Client, key: &str) {
