@@ -53,6 +53,22 @@ impl Reply {
     }
 }
 
+/// A free port, never one handed out before in this process: the tests of
+/// a binary run in parallel, and two servers started on one port would
+/// each pass the readiness check against whichever bound it (one test then
+/// talks to the other's server, or to nothing once that test stopped it).
+pub fn free_port() -> u16 {
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    loop {
+        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let mut given = GIVEN.lock().unwrap();
+        if !given.contains(&port) {
+            given.push(port);
+            return port;
+        }
+    }
+}
+
 pub struct Redis {
     child: Child,
     conn: BufReader<TcpStream>,
@@ -62,7 +78,7 @@ impl Redis {
     /// Starts `redis-server` with its files in `dir`, no automatic saves,
     /// no AOF, and `extra` arguments (e.g. `--dbfilename x.rdb`).
     pub fn start(dir: &Path, extra: &[&str]) -> Redis {
-        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let port = free_port();
         let mut child = Command::new("redis-server")
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--daemonize", "no"])
             .arg("--dir")
