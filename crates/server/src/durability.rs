@@ -497,11 +497,12 @@ impl Aof {
 /// runs (Redis: while it has a child process), the journal writes without
 /// fdatasync, so the disk serves the save; under `always` a reply then
 /// waits for the write alone. Called whenever one of them starts or ends
-/// and when the directive changes; reads atomics only (it may run under the
-/// configuration's lock).
-pub fn suspend_fsync_while_saving(server: &Server) {
+/// and when the directive changes (`starting`: one is about to, and is not
+/// shown in progress yet, so that INFO never shows a save whose fsyncs still
+/// run); reads atomics only (it may run under the configuration's lock).
+pub fn suspend_fsync_while_saving(server: &Server, starting: bool) {
     if let Some(journal) = server.aof.journal.get() {
-        let saving = server.rdb.in_progress() || server.rewrite.in_progress();
+        let saving = starting || server.rdb.in_progress() || server.rewrite.in_progress();
         journal.suspend_fsync(saving && server.aof.no_fsync_on_rewrite.load(Ordering::Acquire));
     }
 }

@@ -464,7 +464,7 @@ fn run(server: &Server) {
             continue;
         };
         rewriter.began();
-        crate::durability::suspend_fsync_while_saving(server);
+        crate::durability::suspend_fsync_while_saving(server, true);
         let ok = match rewrite_once(server, journal) {
             Ok(s) => {
                 tracing::info!(
@@ -482,7 +482,7 @@ fn run(server: &Server) {
             }
         };
         rewriter.ended(ok);
-        crate::durability::suspend_fsync_while_saving(server);
+        crate::durability::suspend_fsync_while_saving(server, false);
     }
 }
 

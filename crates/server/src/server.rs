@@ -337,7 +337,7 @@ impl Server {
         });
         self.lfu.store(lfu.unwrap_or(0), Ordering::Relaxed);
         self.aof.no_fsync_on_rewrite.store(config.no_appendfsync_on_rewrite, Ordering::Release);
-        crate::durability::suspend_fsync_while_saving(self);
+        crate::durability::suspend_fsync_while_saving(self, false);
     }
 
     pub fn count_error(&self, text: &str) {

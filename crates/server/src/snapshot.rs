@@ -418,8 +418,8 @@ fn run(server: &Server) {
             }
         };
         saver.scheduled.store(false, Ordering::Relaxed);
+        crate::durability::suspend_fsync_while_saving(server, true);
         saver.in_progress.store(true, Ordering::Release);
-        crate::durability::suspend_fsync_while_saving(server);
         {
             let mut st = saver.state.lock();
             st.started = Some(Instant::now());
@@ -452,7 +452,7 @@ fn run(server: &Server) {
         // In this order: whoever sees the save ended may SAVE at once.
         saver.requested.store(false, Ordering::Release);
         saver.in_progress.store(false, Ordering::Release);
-        crate::durability::suspend_fsync_while_saving(server);
+        crate::durability::suspend_fsync_while_saving(server, false);
     }
 }
 
