@@ -27,6 +27,20 @@ pub struct StartupConfigError {
     pub reason: ConfigError,
 }
 
+/// One class's `client-output-buffer-limit`: a client whose pending output
+/// reaches `hard` bytes, or stays at `soft` or more for over
+/// `soft_seconds`, is closed. 0 turns a limit off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OutputLimit {
+    pub hard: u64,
+    pub soft: u64,
+    pub soft_seconds: u64,
+}
+
+/// The classes of `client-output-buffer-limit`, in Redis's order. Keel's
+/// clients are all `normal` (no replicas, no pub/sub yet).
+pub const OUTPUT_LIMIT_CLASSES: [&str; 3] = ["normal", "slave", "pubsub"];
+
 /// `oom-score-adj`: whether and how the process's `oom_score_adj` follows
 /// `oom-score-adj-values` (`process.rs`). Redis's `yes` is `relative`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,6 +100,8 @@ pub struct Config {
     /// `protected-mode`: with no password, only clients on the loopback
     /// interface or the unix socket are served (`worker.rs`).
     pub protected_mode: bool,
+    /// `client-output-buffer-limit`, by class ([`OUTPUT_LIMIT_CLASSES`]).
+    pub output_limits: [OutputLimit; 3],
     pub maxclients: usize,
     pub timeout_s: u64,
     pub tcp_keepalive_s: u64,
@@ -93,6 +109,8 @@ pub struct Config {
     pub proto_max_bulk_len: usize,
     pub client_query_buffer_limit: usize,
     pub hz: u32,
+    /// `dynamic-hz`: the cron runs faster with many clients ([`Config::effective_hz`]).
+    pub dynamic_hz: bool,
     /// `activerehashing`: the cron moves buckets of tables being rehashed
     /// (besides the moves every command on the table makes).
     pub activerehashing: bool,
@@ -193,6 +211,11 @@ impl Default for Config {
             databases: 16,
             requirepass: None,
             protected_mode: true,
+            output_limits: [
+                OutputLimit { hard: 0, soft: 0, soft_seconds: 0 },
+                OutputLimit { hard: 256 << 20, soft: 64 << 20, soft_seconds: 60 },
+                OutputLimit { hard: 32 << 20, soft: 8 << 20, soft_seconds: 60 },
+            ],
             maxclients: 10_000,
             timeout_s: 0,
             tcp_keepalive_s: 300,
@@ -200,6 +223,7 @@ impl Default for Config {
             proto_max_bulk_len: 512 << 20,
             client_query_buffer_limit: 1 << 30,
             hz: 10,
+            dynamic_hz: true,
             activerehashing: true,
             dir: PathBuf::from("."),
             dbfilename: "dump.rdb".into(),
@@ -449,6 +473,48 @@ pub static DIRECTIVES: &[Directive] = &[
     directive!("databases", false, num(1, 1 << 20), databases),
     directive!("protected-mode", true, bool, protected_mode),
     Directive {
+        name: "client-output-buffer-limit",
+        mutable: true,
+        get: |c| {
+            let class = |(name, l): (&&str, &OutputLimit)| format!("{name} {} {} {}", l.hard, l.soft, l.soft_seconds);
+            OUTPUT_LIMIT_CLASSES.iter().zip(&c.output_limits).map(class).collect::<Vec<_>>().join(" ")
+        },
+        set: |c, a| {
+            // `<class> <hard> <soft> <soft seconds>`, any number of times,
+            // checked whole before any is taken (Redis's wording).
+            let words: Vec<&str> = match a {
+                [one] => one.split_whitespace().collect(),
+                _ => a.to_vec(),
+            };
+            if !words.len().is_multiple_of(4) {
+                return Err(ConfigError::Invalid("Wrong number of arguments in buffer limit configuration.".into()));
+            }
+            let mut limits = c.output_limits;
+            for class in words.chunks(4) {
+                let index = match class[0].to_ascii_lowercase().as_str() {
+                    "normal" => 0,
+                    "slave" | "replica" => 1,
+                    "pubsub" => 2,
+                    _ => {
+                        return Err(ConfigError::Invalid(
+                            "Invalid client class specified in buffer limit configuration.".into(),
+                        ))
+                    }
+                };
+                let bad = || {
+                    ConfigError::Invalid("Error in hard, soft or soft_seconds setting in buffer limit configuration.".into())
+                };
+                limits[index] = OutputLimit {
+                    hard: parse_memory(class[1]).map_err(|_| bad())?,
+                    soft: parse_memory(class[2]).map_err(|_| bad())?,
+                    soft_seconds: class[3].parse().map_err(|_| bad())?,
+                };
+            }
+            c.output_limits = limits;
+            Ok(())
+        },
+    },
+    Directive {
         name: "requirepass",
         mutable: true,
         get: |c| c.requirepass.as_deref().map(|p| String::from_utf8_lossy(p).into_owned()).unwrap_or_default(),
@@ -465,6 +531,7 @@ pub static DIRECTIVES: &[Directive] = &[
     directive!("proto-max-bulk-len", true, memory, proto_max_bulk_len),
     directive!("client-query-buffer-limit", true, memory, client_query_buffer_limit),
     directive!("hz", true, num(1, 500), hz),
+    directive!("dynamic-hz", true, bool, dynamic_hz),
     directive!("activerehashing", true, bool, activerehashing),
     directive!("lfu-log-factor", true, num(0, i32::MAX as u32), lfu_log_factor),
     directive!("lfu-decay-time", true, num(0, i32::MAX as u32), lfu_decay_time),
@@ -675,6 +742,24 @@ pub fn find(name: &str) -> Option<&'static Directive> {
 }
 
 impl Config {
+    /// The cron's frequency with `clients` connected: `hz`, doubled under
+    /// `dynamic-hz` while there are more than 200 clients per tick, up to
+    /// 500 (Redis's serverCron rule, which keeps per-tick client work
+    /// bounded).
+    pub fn effective_hz(&self, clients: usize) -> u32 {
+        let mut hz = self.hz.max(1);
+        if self.dynamic_hz {
+            while clients / hz as usize > 200 {
+                hz *= 2;
+                if hz > 500 {
+                    hz = 500;
+                    break;
+                }
+            }
+        }
+        hz
+    }
+
     /// Applies one directive at start-up (immutable ones allowed).
     pub fn apply(&mut self, name: &str, args: &[&str]) -> Result<(), ConfigError> {
         let d = find(name).ok_or(ConfigError::Unknown)?;

@@ -156,6 +156,9 @@ pub struct Server {
     /// `maxmemory`, mirrored out of `config` (kept in step by CONFIG SET)
     /// so that the check before each write takes no lock.
     pub maxmemory: AtomicU64,
+    /// `client-output-buffer-limit normal` (hard, soft, soft seconds),
+    /// mirrored for the workers, which check it at every flush.
+    pub output_limit: [AtomicU64; 3],
     /// `min-replicas-to-write` and `-max-lag` both set, mirrored likewise:
     /// with no replicas, writes are refused.
     pub min_replicas_unmet: AtomicBool,
@@ -294,6 +297,7 @@ impl Server {
             meter: Mutex::new(Meter::new()),
             peak_memory: AtomicU64::new(0),
             maxmemory: AtomicU64::new(0),
+            output_limit: Default::default(),
             min_replicas_unmet: AtomicBool::new(false),
             lfu: AtomicU64::new(0),
             snapshot_active: AtomicBool::new(false),
@@ -329,6 +333,10 @@ impl Server {
     /// Mirrors the settings that the hot path reads out of `config`.
     pub fn mirror_config(&self, config: &Config) {
         self.maxmemory.store(config.maxmemory, Ordering::Relaxed);
+        let normal = config.output_limits[0];
+        for (cell, v) in self.output_limit.iter().zip([normal.hard, normal.soft, normal.soft_seconds]) {
+            cell.store(v, Ordering::Relaxed);
+        }
         let unmet = config.min_replicas_to_write > 0 && config.min_replicas_max_lag > 0;
         self.min_replicas_unmet.store(unmet, Ordering::Relaxed);
         // Both settings are at most i32::MAX: bit 63 says LFU.

@@ -6,7 +6,7 @@
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -82,6 +82,9 @@ struct Conn {
     gate: VecDeque<(usize, u64)>,
     /// In the worker's list of connections waiting for durability.
     gated: bool,
+    /// Since when (Unix seconds) the pending output has been at or over the
+    /// soft `client-output-buffer-limit`.
+    over_soft_since: Option<u64>,
 }
 
 pub struct Listeners {
@@ -179,7 +182,7 @@ impl Worker {
                 self.expire_blocked();
             }
             if Instant::now() >= next_cron {
-                let hz = self.server.config.read().hz.max(1);
+                let hz = self.server.config.read().effective_hz(self.server.clients.connected.load(Ordering::Relaxed));
                 next_cron = Instant::now() + Duration::from_millis(1000 / u64::from(hz));
                 self.cron();
             }
@@ -276,6 +279,7 @@ impl Worker {
             paused: false,
             gate: VecDeque::new(),
             gated: false,
+            over_soft_since: None,
         });
     }
 
@@ -496,6 +500,14 @@ impl Worker {
             self.close(key);
             return;
         }
+        if !done && over_output_limit(conn, &self.server.output_limit) {
+            tracing::warn!(
+                "Client addr={} scheduled to be closed ASAP for overcoming of output buffer limits.",
+                conn.client.info.addr
+            );
+            self.close(key);
+            return;
+        }
         if !conn.gate.is_empty() && !conn.gated {
             conn.gated = true;
             self.gated.push(key);
@@ -557,7 +569,8 @@ impl Worker {
         let loading = self.server.loading.load(Ordering::Relaxed);
         let (hz, active_rehashing) = {
             let config = self.server.config.read();
-            (u64::from(config.hz.max(1)), config.activerehashing)
+            let clients = self.server.clients.connected.load(Ordering::Relaxed);
+            (u64::from(config.effective_hz(clients)), config.activerehashing)
         };
         let own_shards = (shards / workers.max(1)).max(1) as u64;
         let shard_budget = Duration::from_micros(250_000 / hz / own_shards);
@@ -733,6 +746,26 @@ fn write_out(conn: &mut Conn, stats: &WorkerStats, durable: u64) -> io::Result<(
     }
     conn.client.info.obl.store((conn.wbuf.len() - conn.wpos) as u64, Ordering::Relaxed);
     Ok(())
+}
+
+/// Whether `conn`'s pending output passes `client-output-buffer-limit`
+/// (`limit`: hard, soft, soft seconds), as Redis's
+/// `checkClientOutputBufferLimits`: the hard limit at once, the soft one
+/// once held for more than its seconds. Like Redis, which counts only what
+/// overflows a client's 16 KB reply buffer, the first 16 KB are not counted.
+fn over_output_limit(conn: &mut Conn, limit: &[AtomicU64; 3]) -> bool {
+    let [hard, soft, soft_s] = [0, 1, 2].map(|i| limit[i].load(Ordering::Relaxed));
+    let used = ((conn.wbuf.len() - conn.wpos) as u64).saturating_sub(16 << 10);
+    if hard > 0 && used >= hard {
+        return true;
+    }
+    if soft == 0 || used < soft {
+        conn.over_soft_since = None;
+        return false;
+    }
+    let now = crate::server::unix_ms() / 1000;
+    let since = *conn.over_soft_since.get_or_insert(now);
+    now - since > soft_s
 }
 
 /// Redis 7.0's answer to a client `protected-mode` turns away, word for word.

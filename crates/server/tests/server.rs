@@ -583,3 +583,74 @@ fn protected_mode_turns_away_outside_clients_without_a_password() {
         assert_eq!((&keel[0], &keel[2..]), (&redis[0], &redis[2..]));
     }
 }
+
+/// `client-output-buffer-limit`: CONFIG answers as Redis's, and a client
+/// that sends requests without reading their replies is closed once its
+/// pending output passes the normal class's hard limit, while others go on.
+#[test]
+fn output_buffer_limit_closes_a_client_that_does_not_read() {
+    let config_script = |server: &Server| -> Vec<Frame> {
+        let mut c = server.client();
+        let set = |c: &mut Client, v: &str| c.send(&["CONFIG", "SET", "client-output-buffer-limit", v]);
+        vec![
+            c.cmd("CONFIG GET client-output-buffer-limit"),
+            set(&mut c, "normal 1 2"),
+            set(&mut c, "master 0 0 0"),
+            set(&mut c, "normal 1x 0 0"),
+            set(&mut c, "normal 0 0 -1"),
+            set(&mut c, "normal 1mb 512kb 10 pubsub 1 2 3"),
+            c.cmd("CONFIG GET client-output-buffer-limit"),
+        ]
+    };
+    let keel = Server::start(&[]);
+    let got = config_script(&keel);
+    if let Some(redis) = Server::start_redis(&[]) {
+        assert_eq!(got, config_script(&redis));
+    }
+
+    let mut c = keel.client();
+    let big = "x".repeat(8 << 20);
+    assert_eq!(c.send(&["SET", "big", &big]), ok());
+    assert_eq!(c.send(&["CONFIG", "SET", "client-output-buffer-limit", "normal 1mb 0 0"]), ok());
+    let mut reader = keel.client();
+    for _ in 0..20 {
+        reader.write_command(&["GET", "big"]);
+    }
+    // 160 MB of replies: far more than the socket holds, so the rest waits
+    // in the server's buffer, past the limit.
+    let got = reader.read_to_close().len();
+    assert!(got < 20 * big.len(), "the client was not closed ({got} bytes read)");
+    assert_eq!(c.cmd("STRLEN big"), int(8 << 20));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while c.info_field("clients", "connected_clients") != "1" {
+        assert!(Instant::now() < deadline, "the client is still connected");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// `dynamic-hz` (on by default): with more than 200 clients per tick the
+/// cron runs twice as often, as INFO's `hz` shows; off, it keeps `hz`.
+/// Redis shows the same (after its next cron tick).
+#[test]
+fn dynamic_hz_follows_the_number_of_clients() {
+    let check = |server: &Server| {
+        let mut c = server.client();
+        let _others: Vec<Client> = (0..201).map(|_| server.client()).collect();
+        let hz = |c: &mut Client| c.info_field("server", "hz");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while hz(&mut c) != "2" {
+            assert!(Instant::now() < deadline, "hz {} with 202 clients at hz 1", hz(&mut c));
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert_eq!(c.info_field("server", "configured_hz"), "1");
+        assert_eq!(c.cmd("CONFIG SET dynamic-hz no"), ok());
+        while hz(&mut c) != "1" {
+            assert!(Instant::now() < deadline, "hz {} without dynamic-hz", hz(&mut c));
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    check(&Server::start(&["--hz", "1"]));
+    if let Some(redis) = Server::start_redis(&["--hz", "1"]) {
+        check(&redis);
+    }
+}

@@ -376,7 +376,7 @@ fn write_section(ctx: &mut Ctx<'_>, section: &str, out: &mut String) {
             field!(out, "server_time_usec", unix_us());
             field!(out, "uptime_in_seconds", uptime);
             field!(out, "uptime_in_days", uptime / 86_400);
-            field!(out, "hz", config.hz);
+            field!(out, "hz", config.effective_hz(server.clients.connected.load(Ordering::Relaxed)));
             field!(out, "configured_hz", config.hz);
             field!(out, "lru_clock", server.lru_s());
             let exe = std::env::current_exe().map(|p| p.display().to_string()).unwrap_or_default();
