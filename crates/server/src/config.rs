@@ -173,6 +173,12 @@ pub struct Config {
     pub lazyfree_lazy_user_flush: bool,
     pub lazyfree_lazy_expire: bool,
     pub lazyfree_lazy_server_del: bool,
+    /// These two only say how Redis treats what Keel does not do yet
+    /// (evict keys: `maxmemory-policy` is `noeviction` only; replicate:
+    /// no sync files): kept and reported, with no effect, as in a Redis
+    /// that does neither.
+    pub lazyfree_lazy_eviction: bool,
+    pub rdb_del_sync_files: bool,
     pub maxmemory: u64,
     pub maxmemory_policy: String,
     /// `lfu-log-factor`: how slowly the LFU counter grows (Redis's 10).
@@ -265,6 +271,8 @@ impl Default for Config {
             lazyfree_lazy_user_flush: false,
             lazyfree_lazy_expire: false,
             lazyfree_lazy_server_del: false,
+            lazyfree_lazy_eviction: false,
+            rdb_del_sync_files: false,
             maxmemory: 0,
             maxmemory_policy: "noeviction".into(),
             lfu_log_factor: 10,
@@ -690,6 +698,8 @@ pub static DIRECTIVES: &[Directive] = &[
     directive!("lazyfree-lazy-user-flush", true, bool, lazyfree_lazy_user_flush),
     directive!("lazyfree-lazy-expire", true, bool, lazyfree_lazy_expire),
     directive!("lazyfree-lazy-server-del", true, bool, lazyfree_lazy_server_del),
+    directive!("lazyfree-lazy-eviction", true, bool, lazyfree_lazy_eviction),
+    directive!("rdb-del-sync-files", true, bool, rdb_del_sync_files),
     // Collection encodings, each under its Redis 7 name and the ziplist
     // name it replaced (Redis accepts both; CONFIG GET * lists both).
     directive!("hash-max-listpack-entries", true, num(0, i64::MAX as usize), encoding.hash_max_listpack_entries),

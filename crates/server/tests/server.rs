@@ -494,8 +494,8 @@ fn min_replicas_to_write_without_replicas_refuses_writes_as_redis() {
     assert_eq!(min_replicas_sequence(&redis), want, "redis-server answers the same");
 }
 
-/// The incremental-fsync and active-rehashing switches, as redis-server
-/// answers them.
+/// The incremental-fsync, active-rehashing and lazy-eviction switches, as
+/// redis-server answers them.
 fn tuning_sequence(server: &Server) -> Vec<Frame> {
     let mut c = server.client();
     [
@@ -507,6 +507,13 @@ fn tuning_sequence(server: &Server) -> Vec<Frame> {
         "CONFIG GET activerehashing",
         "CONFIG SET activerehashing no",
         "CONFIG GET activerehashing",
+        // No effect in Keel (no eviction, no replication), as in a Redis
+        // that neither evicts nor replicates; their values are kept.
+        "CONFIG GET lazyfree-lazy-eviction",
+        "CONFIG SET lazyfree-lazy-eviction yes",
+        "CONFIG GET lazyfree-lazy-eviction",
+        "CONFIG GET rdb-del-sync-files",
+        "CONFIG SET rdb-del-sync-files maybe",
     ]
     .iter()
     .map(|line| c.cmd(line))
