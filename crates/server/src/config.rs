@@ -109,6 +109,9 @@ pub struct Config {
     pub proto_max_bulk_len: usize,
     pub client_query_buffer_limit: usize,
     pub hz: u32,
+    /// `slowlog-log-slower-than` (µs; negative: off) and `slowlog-max-len`.
+    pub slowlog_log_slower_than: i64,
+    pub slowlog_max_len: usize,
     /// `dynamic-hz`: the cron runs faster with many clients ([`Config::effective_hz`]).
     pub dynamic_hz: bool,
     /// `activerehashing`: the cron moves buckets of tables being rehashed
@@ -230,6 +233,8 @@ impl Default for Config {
             client_query_buffer_limit: 1 << 30,
             hz: 10,
             dynamic_hz: true,
+            slowlog_log_slower_than: 10_000,
+            slowlog_max_len: 128,
             activerehashing: true,
             dir: PathBuf::from("."),
             dbfilename: "dump.rdb".into(),
@@ -540,6 +545,8 @@ pub static DIRECTIVES: &[Directive] = &[
     directive!("client-query-buffer-limit", true, memory, client_query_buffer_limit),
     directive!("hz", true, num(1, 500), hz),
     directive!("dynamic-hz", true, bool, dynamic_hz),
+    directive!("slowlog-log-slower-than", true, num(i64::MIN, i64::MAX), slowlog_log_slower_than),
+    directive!("slowlog-max-len", true, num(0, i64::MAX as usize), slowlog_max_len),
     directive!("activerehashing", true, bool, activerehashing),
     directive!("lfu-log-factor", true, num(0, i32::MAX as u32), lfu_log_factor),
     directive!("lfu-decay-time", true, num(0, i32::MAX as u32), lfu_decay_time),

@@ -33,6 +33,7 @@ pub mod rdb;
 pub mod rewrite;
 pub mod server;
 pub mod signals;
+pub mod slowlog;
 pub mod snapshot;
 pub mod worker;
 

@@ -156,6 +156,7 @@ pub struct Server {
     /// `maxmemory`, mirrored out of `config` (kept in step by CONFIG SET)
     /// so that the check before each write takes no lock.
     pub maxmemory: AtomicU64,
+    pub slowlog: crate::slowlog::SlowLog,
     /// `client-output-buffer-limit normal` (hard, soft, soft seconds),
     /// mirrored for the workers, which check it at every flush.
     pub output_limit: [AtomicU64; 3],
@@ -298,6 +299,8 @@ impl Server {
             peak_memory: AtomicU64::new(0),
             maxmemory: AtomicU64::new(0),
             output_limit: Default::default(),
+            // Configured by `mirror_config` below, as at each CONFIG SET.
+            slowlog: crate::slowlog::SlowLog::new(-1, 0),
             min_replicas_unmet: AtomicBool::new(false),
             lfu: AtomicU64::new(0),
             snapshot_active: AtomicBool::new(false),
@@ -333,6 +336,7 @@ impl Server {
     /// Mirrors the settings that the hot path reads out of `config`.
     pub fn mirror_config(&self, config: &Config) {
         self.maxmemory.store(config.maxmemory, Ordering::Relaxed);
+        self.slowlog.configure(config.slowlog_log_slower_than, config.slowlog_max_len);
         let normal = config.output_limits[0];
         for (cell, v) in self.output_limit.iter().zip([normal.hard, normal.soft, normal.soft_seconds]) {
             cell.store(v, Ordering::Relaxed);

@@ -661,3 +661,53 @@ fn dynamic_hz_follows_the_number_of_clients() {
         check(&redis);
     }
 }
+
+/// SLOWLOG, beside redis-server: which commands are logged (every one at
+/// threshold 0, none at -1, not EXEC itself), their arguments as logged
+/// (trimmed, secrets redacted), client names, the length bound, and the
+/// replies of LEN, RESET and bad counts.
+#[test]
+fn slowlog_records_what_redis_s_does() {
+    let script = |server: &Server| -> Vec<Frame> {
+        let mut c = server.client();
+        let mut replies = vec![c.cmd("CONFIG SET slowlog-log-slower-than 0"), c.cmd("SLOWLOG RESET")];
+        c.cmd("CLIENT SETNAME logged");
+        c.cmd("SET k v");
+        c.cmd("AUTH nobody secret");
+        c.send(&["CONFIG", "SET", "requirepass", "hunter2", "maxmemory", "0"]);
+        c.cmd("AUTH hunter2");
+        c.cmd("CONFIG SET requirepass");
+        c.send(&["CONFIG", "SET", "requirepass", ""]);
+        let long = "x".repeat(200);
+        c.send(&["SADD", "s", &long]);
+        let many: Vec<String> = (0..40).map(|i| i.to_string()).collect();
+        let mut sadd = vec!["SADD", "t"];
+        sadd.extend(many.iter().map(String::as_str));
+        c.send(&sadd);
+        c.cmd("MULTI");
+        c.cmd("INCR n");
+        c.cmd("EXEC");
+        replies.push(c.cmd("CONFIG SET slowlog-log-slower-than -1"));
+        c.cmd("PING");
+        // Each entry without its id, time, duration and client port.
+        let Frame::Array(entries) = c.cmd("SLOWLOG GET -1") else { panic!("SLOWLOG GET") };
+        for entry in entries {
+            let Frame::Array(fields) = entry else { panic!("entry") };
+            replies.push(Frame::Array(vec![fields[3].clone(), fields[5].clone()]));
+        }
+        replies.push(c.cmd("SLOWLOG GET -2"));
+        replies.push(c.cmd("SLOWLOG GET 1 2"));
+        replies.push(c.cmd("CONFIG SET slowlog-max-len 2"));
+        replies.push(c.cmd("SLOWLOG LEN"));
+        replies.push(c.cmd("SLOWLOG RESET"));
+        replies.push(c.cmd("SLOWLOG LEN"));
+        replies
+    };
+    let keel = script(&Server::start(&[]));
+    let text = format!("{keel:?}");
+    assert!(!text.contains("secret") && !text.contains("hunter2"), "a password was logged: {text}");
+    assert!(keel.len() > 12, "{keel:?}");
+    if let Some(redis) = Server::start_redis(&[]) {
+        assert_eq!(keel, script(&redis));
+    }
+}

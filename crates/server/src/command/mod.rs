@@ -798,7 +798,13 @@ pub fn run(ctx: &mut Ctx<'_>, index: usize, spec: &CommandSpec, argv: &[&[u8]]) 
     ctx.durability.replaced = None;
     let stat = &ctx.stats.commands[index];
     stat.calls.fetch_add(1, Ordering::Relaxed);
-    stat.usec.fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+    let us = started.elapsed().as_micros() as u64;
+    stat.usec.fetch_add(us, Ordering::Relaxed);
+    if ctx.server.slowlog.wants(us) && !spec.has(flags::SKIP_SLOWLOG) {
+        let name = ctx.client.info.name.lock().clone().unwrap_or_default();
+        let redacted = crate::slowlog::redacted_args(argv);
+        ctx.server.slowlog.push(argv, &redacted, us, &ctx.client.info.addr, &name);
+    }
     if result.is_err() {
         stat.failed_calls.fetch_add(1, Ordering::Relaxed);
     }

@@ -1,5 +1,5 @@
-//! Server commands: INFO, CONFIG, COMMAND, DBSIZE, TIME, LASTSAVE,
-//! SHUTDOWN, MONITOR, DEBUG.
+//! Server commands: INFO, CONFIG, SLOWLOG, COMMAND, DBSIZE, TIME,
+//! LASTSAVE, SHUTDOWN, MONITOR, DEBUG.
 
 use std::fmt::Write as _;
 use std::sync::atomic::Ordering;
@@ -25,6 +25,9 @@ pub static COMMANDS: &[CommandSpec] = &[
     cmd("config", -2, 0, Keys::None, "server", container)
         .doc("A container for server configuration commands", "2.0.0")
         .subs(CONFIG_SUBCOMMANDS),
+    cmd("slowlog", -2, 0, Keys::None, "server", container)
+        .doc("A container for slow log commands", "2.2.12")
+        .subs(SLOWLOG_SUBCOMMANDS),
     cmd("command", -1, LOADING | STALE, Keys::None, "server", command_all)
         .doc("Get array of Redis command details", "2.8.13")
         .tips(&["nondeterministic_output_order"])
@@ -67,6 +70,20 @@ const CONFIG_SUBCOMMANDS: &[CommandSpec] = &[
         .doc("Rewrite the configuration file with the in memory configuration", "2.8.0"),
     cmd("config|help", 2, LOADING | STALE, Keys::None, "server", config_help)
         .doc("Show helpful text about the different subcommands", "5.0.0"),
+];
+
+const SLOWLOG_SUBCOMMANDS: &[CommandSpec] = &[
+    cmd("slowlog|get", -2, ADMIN | LOADING | STALE, Keys::None, "server", slowlog_get)
+        .doc("Get the slow log's entries", "2.2.12")
+        .tips(&["request_policy:all_nodes", "nondeterministic_output"]),
+    cmd("slowlog|len", 2, ADMIN | LOADING | STALE, Keys::None, "server", slowlog_len)
+        .doc("Get the slow log's length", "2.2.12")
+        .tips(&["request_policy:all_nodes", "response_policy:agg_sum", "nondeterministic_output"]),
+    cmd("slowlog|reset", 2, ADMIN | LOADING | STALE, Keys::None, "server", slowlog_reset)
+        .doc("Clear all entries from the slow log", "2.2.12")
+        .tips(&["request_policy:all_nodes", "response_policy:all_succeeded"]),
+    cmd("slowlog|help", 2, LOADING | STALE, Keys::None, "server", slowlog_help)
+        .doc("Show helpful text about the different subcommands", "6.2.0"),
 ];
 
 const COMMAND_SUBCOMMANDS: &[CommandSpec] = &[
@@ -788,6 +805,69 @@ fn total_system_memory() -> u64 {
 }
 
 // ---------------------------------------------------------------- CONFIG
+
+/// SLOWLOG GET [count]: the newest `count` entries (10; -1: all), each
+/// [id, unix time, microseconds, arguments, client address, client name].
+fn slowlog_get(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
+    let count = match argv.get(2) {
+        None => Some(10),
+        Some(arg) => match super::parse::i64_arg(arg) {
+            Ok(-1) => None,
+            Ok(n) if n >= 0 => Some(n as usize),
+            _ => return Err(CmdError::other("ERR count should be greater than or equal to -1")),
+        },
+    };
+    if argv.len() > 3 {
+        return Err(CmdError::other(
+            "ERR unknown subcommand or wrong number of arguments for 'GET'. Try SLOWLOG HELP.",
+        ));
+    }
+    let entries = ctx.server.slowlog.newest(count);
+    ctx.out.array(entries.len());
+    for e in entries {
+        ctx.out.array(6);
+        ctx.out.int(e.id as i64);
+        ctx.out.int(e.time_s as i64);
+        ctx.out.int(e.duration_us as i64);
+        ctx.out.array(e.args.len());
+        for arg in &e.args {
+            ctx.out.bulk(arg);
+        }
+        ctx.out.bulk(e.addr.as_bytes());
+        ctx.out.bulk(&e.name);
+    }
+    Ok(())
+}
+
+fn slowlog_len(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
+    ctx.out.int(ctx.server.slowlog.len() as i64);
+    Ok(())
+}
+
+fn slowlog_reset(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
+    ctx.server.slowlog.reset();
+    ctx.out.ok();
+    Ok(())
+}
+
+fn slowlog_help(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
+    reply_help(
+        ctx,
+        argv[0],
+        &[
+            "GET [<count>]",
+            "    Return top <count> entries from the slowlog (default: 10, -1 mean all).",
+            "    Entries are made of:",
+            "    id, timestamp, time in microseconds, arguments array, client IP and port,",
+            "    client name",
+            "LEN",
+            "    Return the length of the slowlog.",
+            "RESET",
+            "    Reset the slowlog.",
+        ],
+    );
+    Ok(())
+}
 
 fn config_help(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     reply_help(
