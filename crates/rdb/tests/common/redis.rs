@@ -69,6 +69,26 @@ pub fn free_port() -> u16 {
     }
 }
 
+/// Whether `conn` reaches the process `pid`, done loading: PING answered
+/// +PONG, and INFO's process_id is `pid`.
+fn answered_by(conn: &mut BufReader<TcpStream>, pid: u32) -> std::io::Result<bool> {
+    conn.get_mut().write_all(b"*1\r\n$4\r\nPING\r\n")?;
+    let mut line = Vec::new();
+    conn.read_until(b'\n', &mut line)?;
+    if line != b"+PONG\r\n" {
+        return Ok(false);
+    }
+    conn.get_mut().write_all(b"*2\r\n$4\r\nINFO\r\n$6\r\nserver\r\n")?;
+    line.clear();
+    conn.read_until(b'\n', &mut line)?;
+    let len: usize = String::from_utf8_lossy(line.get(1..line.len().saturating_sub(2)).unwrap_or_default())
+        .parse()
+        .unwrap_or(0);
+    let mut info = vec![0u8; len + 2];
+    conn.read_exact(&mut info)?;
+    Ok(String::from_utf8_lossy(&info).contains(&format!("process_id:{pid}\r\n")))
+}
+
 pub struct Redis {
     child: Child,
     conn: BufReader<TcpStream>,
@@ -89,23 +109,23 @@ impl Redis {
             .spawn()
             .unwrap();
         let deadline = Instant::now() + Duration::from_secs(20);
-        let stream = loop {
+        // Ready once this very process answers PING without -LOADING. A
+        // connection that fails or is reset (a port briefly held by a
+        // process on its way out) is retried until the deadline.
+        loop {
             if let Some(status) = child.try_wait().unwrap() {
                 panic!("redis-server exited at startup: {status}");
             }
-            match TcpStream::connect(("127.0.0.1", port)) {
-                Ok(s) => break s,
-                Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
-                Err(e) => panic!("redis-server did not start: {e}"),
+            assert!(Instant::now() < deadline, "redis-server did not start on port {port}");
+            if let Ok(stream) = TcpStream::connect(("127.0.0.1", port)) {
+                stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+                let mut conn = BufReader::new(stream);
+                if answered_by(&mut conn, child.id()).unwrap_or(false) {
+                    return Redis { child, conn };
+                }
             }
-        };
-        stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-        let mut r = Redis { child, conn: BufReader::new(stream) };
-        while matches!(r.cmd(&[b"PING"]), Reply::Error(ref e) if e.starts_with("LOADING")) {
-            assert!(Instant::now() < deadline, "redis-server still loading");
             std::thread::sleep(Duration::from_millis(20));
         }
-        r
     }
 
     pub fn cmd(&mut self, argv: &[&[u8]]) -> Reply {
