@@ -9,7 +9,8 @@
 //! [`doorbell`], BGSAVE's in the idle scheduling class. [`signals`] turns SIGTERM and
 //! SIGINT into SHUTDOWN; [`alloc`] is jemalloc and its counters;
 //! [`process`] what the server does to its own process (`daemonize`,
-//! `disable-thp`, `oom-score-adj`, `jemalloc-bg-thread`).
+//! `disable-thp`, `oom-score-adj`, `jemalloc-bg-thread`); [`slowlog`] keeps
+//! SLOWLOG's entries.
 //!
 //! A request flows: socket -> [`worker`] reads into the connection's buffer
 //! -> `keel_protocol::parse_request` -> [`command::execute`] looks the
