@@ -41,8 +41,7 @@ pub trait FileFactory: Send + Sync {
     /// appends to and syncs for as long as it is current, with up to
     /// `space_ahead` bytes written ahead of its end (`prealloc.rs`; read as
     /// it changes).
-    fn open_incr(&self, path: &Path, space_ahead: Arc<AtomicU64>) -> io::Result<Arc<dyn LogFile>> {
-        let _ = space_ahead;
+    fn open_incr(&self, path: &Path, _space_ahead: Arc<AtomicU64>) -> io::Result<Arc<dyn LogFile>> {
         self.open_append(path)
     }
 }

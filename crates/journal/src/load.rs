@@ -128,7 +128,13 @@ pub(crate) fn scan_aof(path: &Path) -> io::Result<Scan> {
     let mut multi_start: Option<u64> = None;
     loop {
         let record_start = origin + r.position();
-        match r.next_item(Mode::Skim) {
+        // Space written ahead whose last line was cut short ends the input
+        // as the file's end does: like any annotation, it is not content.
+        let item = match r.next_item(Mode::Skim) {
+            Err(ReadError::Eof { record_start }) if annotation_at(path, origin + record_start)? => Ok(None),
+            item => item,
+        };
+        match item {
             Ok(None) => {
                 if let Some(ms) = multi_start {
                     scan.problem = Some(Problem::Torn {
@@ -157,11 +163,6 @@ pub(crate) fn scan_aof(path: &Path) -> io::Result<Scan> {
                     });
                     break;
                 }
-            }
-            Err(ReadError::Eof { record_start }) if annotation_at(path, origin + record_start)? => {
-                // Space written ahead whose last line was cut short; like
-                // any annotation after the last command, not content.
-                break;
             }
             Err(ReadError::Eof { .. }) => {
                 scan.problem = Some(Problem::Torn {

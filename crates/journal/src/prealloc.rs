@@ -8,7 +8,8 @@
 //! Overwriting blocks that are already written and synced leaves no metadata
 //! to flush. On this project's machine (ext4 on a virtio disk) an 18 KB
 //! write + fdatasync takes 185-240 us at the median appending and 122-130
-//! us overwriting; BENCHMARKS.md has what it does to `appendfsync always`.
+//! us overwriting (`scripts/bench_fsync_overwrite.py`); BENCHMARKS.md has
+//! what it does to `appendfsync always`.
 //! Databases do the same with their logs (PostgreSQL's pre-zeroed WAL
 //! segments, RocksDB's recycled log files).
 //!

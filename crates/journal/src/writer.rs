@@ -306,8 +306,7 @@ impl Writer {
                     if let Err(e) = self.cur.file.release_space() {
                         tracing::warn!("journal: cutting pre-written space off {}: {e}", self.inner.file_name.lock());
                     }
-                }
-                if self.retry_at.is_some() {
+                } else {
                     tracing::error!(
                         "journal: shutting down with {} bytes not on disk: {}",
                         self.inner.appended.load(Ordering::Acquire).saturating_sub(self.synced),

@@ -284,3 +284,17 @@ fn garbage_before_space_written_ahead_is_still_corruption() {
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn an_open_transaction_before_a_cut_line_of_space_is_still_torn() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (cfg, good) = setup(tmp.path());
+    let mut bytes = resp(&["MULTI"]);
+    bytes.extend(resp(&["SET", "in", "tx"]));
+    bytes.extend(b"#####");
+    append_raw(&incr_path(&cfg), &bytes);
+    let (j, replay) = open(&cfg);
+    assert!(replay.warnings()[0].contains("MULTI"), "{:?}", replay.warnings());
+    assert_eq!(replay_all(replay).len(), 3);
+    assert_eq!(j.appended_lsn(), good);
+}

@@ -208,7 +208,9 @@ pub fn bgsave(server: &Server, schedule: bool, in_exec: bool) -> BgsaveReply {
     }
     saver.scheduled.store(!now, Ordering::Relaxed);
     let begun = now.then(|| {
-        // In progress from the reply on, for whoever polls INFO.
+        // In progress from the reply on, for whoever polls INFO (fsyncs
+        // suspended first, under no-appendfsync-on-rewrite).
+        crate::durability::suspend_fsync_while_saving(server, true);
         saver.in_progress.store(true, Ordering::Release);
         begin(server)
     });
