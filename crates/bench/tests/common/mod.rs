@@ -76,8 +76,12 @@ fn start(program: &Path, args: impl Fn(u16) -> Vec<String>) -> Server {
             if let Ok(Some(_)) = server.child.try_wait() {
                 break; // lost the port race: try another
             }
-            if TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                return server;
+            // A connect to a port nobody listens on yet can be given that
+            // very port as its source (a TCP self-connect): not the server.
+            if let Ok(stream) = TcpStream::connect(("127.0.0.1", port)) {
+                if stream.local_addr().map(|a| a.port()).ok() != Some(port) {
+                    return server;
+                }
             }
             assert!(Instant::now() < deadline, "{} did not start listening on {port}", program.display());
             std::thread::sleep(Duration::from_millis(10));
