@@ -12,7 +12,8 @@ use parking_lot::{Condvar, Mutex};
 /// class. A snapshot shares the cores with the workers (Redis's fork
 /// child competes with its parent as an equal); an idle-class thread runs
 /// only on a core no worker wants and yields it the moment one wakes, so a
-/// BGSAVE takes longer under load instead of slowing replies.
+/// BGSAVE takes longer under load instead of slowing replies. Not quite
+/// "the moment": see [`crate::give_way`] for the rest of the bargain.
 pub fn spawn_job_thread(name: &str, job: impl FnOnce() + Send + 'static) -> std::io::Result<std::thread::JoinHandle<()>> {
     let name = name.to_string();
     std::thread::Builder::new().name(name.clone()).spawn(move || {

@@ -6,7 +6,8 @@
 //! [`rewrite`] rewrites the log in the background from a forkless snapshot;
 //! [`snapshot`] writes and loads `dump.rdb` (SAVE, BGSAVE, the `save`
 //! rules, SHUTDOWN's final save); both job threads wait on a
-//! [`doorbell`], BGSAVE's in the idle scheduling class. [`signals`] turns SIGTERM and
+//! [`doorbell`], BGSAVE's in the idle scheduling class and stepping aside
+//! for busy workers ([`give_way`]). [`signals`] turns SIGTERM and
 //! SIGINT into SHUTDOWN; [`alloc`] is jemalloc and its counters;
 //! [`process`] what the server does to its own process (`daemonize`,
 //! `disable-thp`, `oom-score-adj`, `jemalloc-bg-thread`); [`slowlog`] keeps
@@ -26,6 +27,7 @@ pub mod client;
 pub mod command;
 pub mod config;
 pub mod doorbell;
+pub mod give_way;
 pub mod durability;
 pub mod glob;
 pub mod lazyfree;

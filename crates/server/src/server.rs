@@ -122,6 +122,8 @@ pub struct Server {
     /// Clients waiting in blocking pops.
     pub blocking: crate::blocking::Registry,
     pub workers: Vec<Arc<WorkerStats>>,
+    /// Which workers have work, and where: BGSAVE steps aside for them.
+    pub worker_cores: crate::give_way::WorkerCores,
     pub mailboxes: RwLock<Vec<Arc<Mailbox>>>,
     pub errorstats: Mutex<BTreeMap<String, u64>>,
     pub started: Instant,
@@ -278,6 +280,7 @@ impl Server {
             clients: Clients::default(),
             blocking: Default::default(),
             workers: (0..thread_count).map(|_| Arc::new(WorkerStats::new(command_count))).collect(),
+            worker_cores: crate::give_way::WorkerCores::new(thread_count),
             mailboxes: RwLock::new(Vec::new()),
             errorstats: Mutex::new(BTreeMap::new()),
             started: Instant::now(),

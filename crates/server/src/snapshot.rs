@@ -64,8 +64,10 @@ use crate::config::SaveRule;
 use crate::doorbell::{Doorbell, Wake};
 use crate::server::{unix_ms, Server};
 
-/// Entries per `snapshot_step`, i.e. per hold of one shard's lock.
-pub const STEP_ENTRIES: usize = 1000;
+/// Entries per `snapshot_step`, i.e. per hold of one shard's lock: few,
+/// because a worker that wants the shard meanwhile waits for the rest of
+/// the step (1000 gave W1's p99 during a BGSAVE 3.6 ms against 3.2 at 64).
+pub const STEP_ENTRIES: usize = 64;
 /// Buckets per `finish_rehash_step` before S.
 const PREPARE_BUDGET: usize = 1024;
 
@@ -429,7 +431,11 @@ fn run(server: &Server) {
             st.saves += 1;
         }
         tracing::info!("Background saving started");
-        let write = |temp: &Path, settings| write_snapshot(server, begun, temp, settings, &stop);
+        let next_piece = || {
+            server.worker_cores.give_way();
+            stop()
+        };
+        let write = |temp: &Path, settings| write_snapshot(server, begun, temp, settings, &next_piece);
         let result = save_to_file(server, Saving::Snapshot, Box::new(write));
         server.snapshot_active.store(false, Ordering::Release);
         match result {
@@ -653,18 +659,20 @@ fn begin(server: &Server) -> Begun {
 }
 
 /// Writes the forkless snapshot begun at S into `temp`; on failure every
-/// shard's snapshot is aborted.
+/// shard's snapshot is aborted. `next_piece` is called before each piece
+/// of the work (a step under a shard's lock, an entry written): true
+/// stops the save; BGSAVE's also steps aside there for busy workers.
 fn write_snapshot(
     server: &Server,
     begun: Begun,
     temp: &Path,
     settings: DumpSettings,
-    stop: &dyn Fn() -> bool,
+    next_piece: &dyn Fn() -> bool,
 ) -> Result<(u64, u64), String> {
     let keyspace = &server.keyspace;
     let result = DumpWriter::create(temp, settings).and_then(|mut out| {
         out.counts = begun.counts;
-        stream(server, &mut out, begun.s_ms, stop)?;
+        stream(server, &mut out, begun.s_ms, next_piece)?;
         out.finish()
     });
     if result.is_err() {
@@ -676,13 +684,14 @@ fn write_snapshot(
     Ok((result?, begun.dirty_at_s))
 }
 
-fn stream(server: &Server, out: &mut DumpWriter, s_ms: u64, stop: &dyn Fn() -> bool) -> Result<(), String> {
+fn stream(server: &Server, out: &mut DumpWriter, s_ms: u64, next_piece: &dyn Fn() -> bool) -> Result<(), String> {
+    let stopped = || Err::<(), String>("the server is shutting down".into());
     let keyspace = &server.keyspace;
     let mut buf: Vec<(usize, Vec<u8>, RdbValue, Option<u64>)> = Vec::with_capacity(STEP_ENTRIES);
     for index in 0..keyspace.shard_count() {
         loop {
-            if stop() {
-                return Err("the server is shutting down".into());
+            if next_piece() {
+                return stopped();
             }
             let done = {
                 let mut locked = keyspace.lock_one(index);
@@ -695,6 +704,9 @@ fn stream(server: &Server, out: &mut DumpWriter, s_ms: u64, stop: &dyn Fn() -> b
                 })
             };
             for (db, key, value, expire) in buf.drain(..) {
+                if next_piece() {
+                    return stopped();
+                }
                 out.key(db, &key, &value, expire)?;
             }
             if done {

@@ -158,12 +158,14 @@ impl Worker {
             if let Some(deadline) = self.next_block_deadline() {
                 timeout = timeout.min(Duration::from_millis((deadline + 1).saturating_sub(unix_ms())));
             }
+            self.server.worker_cores.idle(self.index);
             if let Err(e) = self.poll.poll(&mut events, Some(timeout)) {
                 if e.kind() != io::ErrorKind::Interrupted {
                     tracing::error!("poll failed: {e}");
                     return;
                 }
             }
+            self.server.worker_cores.busy(self.index);
             for event in events.iter() {
                 match event.token() {
                     WAKER => self.drain_mailbox(),
