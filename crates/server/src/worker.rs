@@ -586,7 +586,12 @@ impl Worker {
                             db.active_expire_cycle(now, deadline);
                         }
                         // Without it a table rehashes only as commands touch it.
-                        if active_rehashing {
+                        // Not while loading (Redis's databasesCron does not run
+                        // then either): a step also starts a pending shrink, and
+                        // a table sized from RESIZEDB is nearly empty at first,
+                        // so the load would grow it all over again, leaving its
+                        // last doubling to be rehashed under the first clients.
+                        if active_rehashing && !loading {
                             db.rehash_step(100);
                         }
                     }
