@@ -16,7 +16,9 @@
 //! work, naps while a worker that last ran on its own CPU has work: the
 //! nap hands that worker the core. For at most [`MAX_WAIT`] at a time,
 //! after which the thread does one piece anyway, so that a save under a
-//! load that never lets up still ends (with a small share of the core).
+//! load that never lets up still ends (with a small share of the core:
+//! under keel-bench's W1, which saturates the server's one core, a BGSAVE
+//! of 1.5 GB wrote 182 MB in 40 s, against 116 MB in the idle class alone).
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
