@@ -13,13 +13,14 @@
 #
 # workload: w1 (100 connections, 50/50 GET/SET, random 100-1000 B values,
 #   random keys) or w2-<size>-<sets>:<gets> (70 clients, pipeline 20, e.g.
-#   w2-100-1:1). persistence: off, everysec or always. Keel is
-#   target/release/keel-server (build it first), Redis /usr/bin/redis-server.
+#   w2-100-1:1). persistence: off, everysec or always. Keel is $KEEL,
+#   default target/release/keel-server (build it first), Redis
+#   /usr/bin/redis-server.
 # KEEL_THREADS (default 1) sets Keel's --threads.
 set -euo pipefail
 memtier=$1 workload=$2 persistence=$3 runs=${4:-3} seconds=${5:-10}
 cd "$(dirname "$0")/.."
-keel=target/release/keel-server
+keel=${KEEL:-target/release/keel-server}
 work=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null; wait; rm -rf "$work"' EXIT
 
