@@ -19,4 +19,7 @@ if [ ${#need[@]} -gt 0 ]; then
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}" >/dev/null
 fi
 
+# Test servers log to $TMPDIR/keel-test-logs/<port>.log: start each run
+# with none, so that the logs there are this run's.
+rm -rf "${TMPDIR:-/tmp}/keel-test-logs"
 cargo test --workspace --all-targets --locked "$@"
