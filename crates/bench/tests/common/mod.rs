@@ -58,10 +58,14 @@ fn free_port() -> u16 {
     }
 }
 
-/// Starts `program` with `args(port)` and waits until it accepts
-/// connections. The port is free when chosen but another process on the
-/// machine may take it first; then the server exits and a new port is tried.
-fn start(program: &Path, args: impl Fn(u16) -> Vec<String>) -> Server {
+/// Starts `program` with `args(port)` and waits until it answers `probe`
+/// with a reply starting with `expect` on that port. The port is free when
+/// chosen but something else may take it first; then the server exits and
+/// a new port is tried. Accepting a connection proves nothing: another
+/// test's `free_port` briefly listens on the ports it looks at, and a
+/// probe once connected to such a listener while the server it stood for
+/// had lost the port (keel-bench then found the port closed).
+fn start(program: &Path, args: impl Fn(u16) -> Vec<String>, probe: &[u8], expect: &[u8]) -> Server {
     for _ in 0..5 {
         let port = free_port();
         let child = Command::new(program)
@@ -76,12 +80,8 @@ fn start(program: &Path, args: impl Fn(u16) -> Vec<String>) -> Server {
             if let Ok(Some(_)) = server.child.try_wait() {
                 break; // lost the port race: try another
             }
-            // A connect to a port nobody listens on yet can be given that
-            // very port as its source (a TCP self-connect): not the server.
-            if let Ok(stream) = TcpStream::connect(("127.0.0.1", port)) {
-                if stream.local_addr().map(|a| a.port()).ok() != Some(port) {
-                    return server;
-                }
+            if answers(port, probe, expect) {
+                return server;
             }
             assert!(Instant::now() < deadline, "{} did not start listening on {port}", program.display());
             std::thread::sleep(Duration::from_millis(10));
@@ -90,12 +90,27 @@ fn start(program: &Path, args: impl Fn(u16) -> Vec<String>) -> Server {
     panic!("{} could not bind a free port in 5 tries", program.display());
 }
 
+/// Whether whatever listens on `port` answers `probe` with `expect...`.
+fn answers(port: u16, probe: &[u8], expect: &[u8]) -> bool {
+    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else { return false };
+    // A connect to a port nobody listens on yet can be given that very
+    // port as its source (a TCP self-connect), which would echo the probe.
+    if stream.local_addr().map(|a| a.port()).ok() == Some(port) {
+        return false;
+    }
+    let mut reply = vec![0u8; expect.len()];
+    stream.set_read_timeout(Some(Duration::from_millis(500))).is_ok()
+        && stream.write_all(probe).is_ok()
+        && std::io::Read::read_exact(&mut stream, &mut reply).is_ok()
+        && reply == expect
+}
+
 /// Debian's redis-server, persistence off.
 pub fn start_redis() -> Server {
     let path = require("redis-server", "redis-server");
     start(&path, |port| {
         ["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"].map(String::from).to_vec()
-    })
+    }, b"PING\r\n", b"+PONG")
 }
 
 /// Debian's memcached, 64 MB, on 127.0.0.1 only, with `extra` options.
@@ -110,7 +125,7 @@ pub fn start_memcached(extra: &[&str]) -> Server {
         }
         args.extend(extra.iter().map(|s| s.to_string()));
         args
-    })
+    }, b"version\r\n", b"VERSION ")
 }
 
 /// memcached's `stats` counters (get_hits, get_misses, cmd_set, ...).
