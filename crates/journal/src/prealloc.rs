@@ -84,6 +84,11 @@ struct Tail {
     closed: bool,
     /// No extension before this (after a failure).
     quiet_until: Option<Instant>,
+    /// The helper's fdatasync failed. Both threads sync one open file,
+    /// whose write-back error Linux reports to the first fdatasync after
+    /// it: the writer's own sync could then succeed over its lost pages,
+    /// so the writer's next `sync_data` returns this error instead.
+    failed_sync: Option<io::Error>,
 }
 
 struct Shared {
@@ -111,7 +116,14 @@ impl PreallocatedFile {
             file,
             ahead,
             end: AtomicU64::new(len),
-            tail: Mutex::new(Tail { filled: len, extending: false, wanted: false, closed: false, quiet_until: None }),
+            tail: Mutex::new(Tail {
+                filled: len,
+                extending: false,
+                wanted: false,
+                closed: false,
+                quiet_until: None,
+                failed_sync: None,
+            }),
             cv: Condvar::new(),
         });
         let helper = Arc::clone(&shared);
@@ -163,9 +175,10 @@ impl Shared {
                     let synced = self.file.sync_data();
                     tail = self.tail.lock();
                     if let Err(e) = synced {
-                        // The writer's own fdatasync meets the same failure
-                        // and repairs the file (cutting this filler off).
+                        // Handed to the writer, which repairs the file
+                        // (cutting this filler off with the rest).
                         tracing::debug!("journal: syncing pre-written space: {e}");
+                        tail.failed_sync = Some(e);
                         tail.quiet_until = Some(Instant::now() + RETRY_AFTER);
                     }
                 }
@@ -186,9 +199,9 @@ impl Shared {
 
     /// Writes filler from `from` to the next `PIECE` boundary, or to the
     /// end of the line that reaches `want_to` if that comes first; returns
-    /// where it ends (the caller syncs it). It ends at a line's end: Redis appends to a
-    /// file it took over, and a command after a cut line would read as part
-    /// of that annotation. `at_end`: nothing but records precede `from`, so
+    /// where it ends (the caller syncs it). It ends at a line's end: Redis
+    /// appends to a file it took over, and a command after a cut line would
+    /// read as part of that annotation. `at_end`: nothing but records precede `from`, so
     /// its first byte is `#` whatever the offset (a `\n` there would be an
     /// empty line after the last record, which Redis refuses).
     fn write_piece(&self, from: u64, want_to: u64, at_end: bool) -> io::Result<u64> {
@@ -254,6 +267,9 @@ impl LogFile for PreallocatedFile {
         let s = &*self.shared;
         s.file.sync_data()?;
         let mut tail = s.tail.lock();
+        if let Some(e) = tail.failed_sync.take() {
+            return Err(e);
+        }
         let low_water = s.ahead.load(Ordering::Relaxed) / 2;
         if !tail.wanted && tail.filled < s.end.load(Ordering::Acquire) + low_water {
             tail.wanted = true;
@@ -390,6 +406,17 @@ mod tests {
         let mut got = vec![0u8; 14];
         File::open(&path).unwrap().read_exact_at(&mut got, 0).unwrap();
         assert_eq!(&got, b"abczzzzzzztail");
+    }
+
+    #[test]
+    fn a_failed_sync_of_the_helper_fails_the_writers_next_sync() {
+        let tmp = tempfile::tempdir().unwrap();
+        let f = PreallocatedFile::open(&tmp.path().join("a.aof"), Arc::new(AtomicU64::new(0))).unwrap();
+        f.append(b"abc").unwrap();
+        f.shared.tail.lock().failed_sync = Some(io::Error::from_raw_os_error(libc::EIO));
+        let e = f.sync_data().expect_err("the helper's failure reaches the writer");
+        assert_eq!(e.raw_os_error(), Some(libc::EIO));
+        f.sync_data().expect("reported once");
     }
 
     #[test]

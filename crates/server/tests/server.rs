@@ -628,11 +628,7 @@ fn output_buffer_limit_closes_a_client_that_does_not_read() {
     let got = reader.read_to_close().len();
     assert!(got < 20 * big.len(), "the client was not closed ({got} bytes read)");
     assert_eq!(c.cmd("STRLEN big"), int(8 << 20));
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while c.info_field("clients", "connected_clients") != "1" {
-        assert!(Instant::now() < deadline, "the client is still connected");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    c.wait_connected_clients(1);
 }
 
 /// `dynamic-hz` (on by default): with more than 200 clients per tick the
