@@ -14,10 +14,16 @@ pub mod diff;
 pub mod state;
 
 /// `INFO section` on a fresh connection, or None if the connection fails.
-fn try_info(port: u16, section: &str) -> Option<Frame> {
+/// INFO `section` on a fresh connection, authenticated with `password`
+/// first where the server has one.
+fn try_info(port: u16, password: Option<&str>, section: &str) -> Option<Frame> {
     let stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
     stream.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
-    Client { stream, buf: Vec::new() }.try_send(&["INFO", section])
+    let mut client = Client { stream, buf: Vec::new() };
+    if let Some(password) = password {
+        client.try_send(&["AUTH", password])?;
+    }
+    client.try_send(&["INFO", section])
 }
 
 /// A free TCP port on loopback (bound then released; good enough for tests).
@@ -169,20 +175,21 @@ impl Server {
         // Listening is not enough: the port must be answered by this very
         // process (its INFO process_id), not by another test's server.
         let pid = server.child.id().to_string();
+        let password = args.iter().position(|a| a == "--requirepass").and_then(|i| args.get(i + 1));
+        let password = password.map(String::as_str);
         loop {
             assert!(server.alive(), "server on port {port} exited at start (port taken?)");
             assert!(Instant::now() < deadline, "server did not start on port {port}");
             // A connection that fails or is reset (the port briefly held by
             // a process on its way out) is retried until the deadline.
-            if let Some(info) = try_info(port, "server") {
-                // Behind requirepass INFO is refused: nothing to verify then.
-                let Frame::Bulk(text) = info else { return server };
+            if let Some(info) = try_info(port, password, "server") {
+                let Frame::Bulk(text) = info else { panic!("INFO server on port {port}: {info:?}") };
                 let text = String::from_utf8_lossy(&text);
                 let answered_by = text.lines().find_map(|l| l.strip_prefix("process_id:")).unwrap_or("");
                 assert_eq!(answered_by.trim(), pid, "port {port} is answered by another process");
                 // Serving starts before the journal is replayed (others
                 // get -LOADING meanwhile): wait for the data.
-                let loading = || match try_info(port, "persistence") {
+                let loading = || match try_info(port, password, "persistence") {
                     Some(Frame::Bulk(t)) => String::from_utf8_lossy(&t).contains("loading:1"),
                     _ => true,
                 };
