@@ -105,9 +105,9 @@ struct Counters {
 pub struct Sizes {
     /// Redis's `aof_current_size`: base plus incr files.
     pub current: u64,
-    /// Redis's `aof_base_size`.
+    /// The base file's size.
     pub base: u64,
-    /// Redis's `aof_rewrite_base_size`.
+    /// Redis's `aof_rewrite_base_size` (INFO's `aof_base_size`).
     pub rewrite_base: u64,
     pub rewriting: bool,
     /// The last successful rewrite's input (files replaced, at S) and
@@ -161,8 +161,8 @@ impl Files {
 
     pub(crate) fn fill_stats(&self, s: &mut JournalStats, written: Lsn) {
         s.aof_current_size = self.current_size(written);
-        s.aof_base_size = self.base_size.load(Ordering::Acquire);
-        s.aof_rewrite_base_size = self.rewrite_base_size.load(Ordering::Acquire);
+        s.aof_base_size = self.rewrite_base_size.load(Ordering::Acquire);
+        s.base_file_size = self.base_size.load(Ordering::Acquire);
         let c = self.counters.lock();
         s.aof_rewrites = c.started;
         s.aof_rewrite_in_progress = c.running_since.is_some();

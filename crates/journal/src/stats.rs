@@ -16,11 +16,12 @@ pub struct JournalStats {
     pub durable_lsn: Lsn,
     /// Redis's `aof_current_size`: base plus incr files, as written.
     pub aof_current_size: u64,
-    /// Redis's `aof_base_size`.
+    /// Redis's `aof_base_size` (its `aof_rewrite_base_size`): the size
+    /// right after the last rewrite, or the base file's after a start; what
+    /// `auto-aof-rewrite-percentage` grows from.
     pub aof_base_size: u64,
-    /// Redis's `aof_rewrite_base_size` (not in its INFO): the size right
-    /// after the last rewrite, what `auto-aof-rewrite-percentage` grows from.
-    pub aof_rewrite_base_size: u64,
+    /// The base file's size.
+    pub base_file_size: u64,
     /// Rewrites started (Redis's `aof_rewrites`), whether one runs, how long
     /// the running and the last one took, and how the last one ended.
     pub aof_rewrites: u64,

@@ -134,8 +134,8 @@ fn rotation_then_commit_replaces_the_files_and_every_step_loads() {
     let st = j.stats();
     let base_len = std::fs::metadata(cfg.dir.join("appendonly.aof.2.base.aof")).unwrap().len();
     let incr_len = content_len(&cfg.dir.join("appendonly.aof.2.incr.aof"));
-    assert_eq!((st.aof_base_size, st.aof_current_size), (base_len, base_len + incr_len));
-    assert_eq!(st.aof_rewrite_base_size, base_len + incr_len);
+    assert_eq!((st.base_file_size, st.aof_current_size), (base_len, base_len + incr_len));
+    assert_eq!(st.aof_base_size, base_len + incr_len);
     assert_eq!((st.aof_rewrites, st.aof_rewrite_in_progress, st.aof_last_rewrite_ok), (1, false, true));
     assert!(st.aof_last_rewrite_ms.is_some() && st.aof_current_rewrite_ms.is_none());
 

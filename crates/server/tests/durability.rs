@@ -314,7 +314,7 @@ fn keel_and_redis_read_each_others_append_only_files() {
 /// The incr file's size without the space written ahead of it.
 fn incr_content_len(c: &mut Client) -> u64 {
     let num = |c: &mut Client, f: &str| c.info_field("persistence", f).parse::<u64>().expect(f);
-    num(c, "aof_current_size") - num(c, "aof_base_size")
+    num(c, "aof_current_size") - num(c, "keel_aof_base_file_size")
 }
 
 /// The space written ahead of the incr file (`keel-aof-space-ahead`) is a

@@ -492,7 +492,7 @@ fn write_section(ctx: &mut Ctx<'_>, section: &str, out: &mut String) {
                 }
                 // What the automatic rewrites go by (`rewrite.rs`).
                 let (rates, measured, rdb_measured) = server.rewrite.replay_rates(&server.config.read());
-                field!(out, "keel_aof_rewrite_base_size", s.aof_rewrite_base_size);
+                field!(out, "keel_aof_base_file_size", s.base_file_size);
                 field!(out, "keel_aof_replay_rate", rates.commands);
                 field!(out, "keel_aof_replay_rate_measured", u8::from(measured));
                 field!(out, "keel_aof_rdb_load_rate", rates.rdb);
