@@ -302,6 +302,7 @@ impl Journal {
             switched: AtomicU64::new(0),
             gather: Mutex::new(Gather {
                 sealed: Vec::new(),
+                spares: Vec::new(),
                 switches: std::collections::VecDeque::new(),
                 buf: Vec::new(),
                 records: 0,
@@ -405,6 +406,9 @@ impl Journal {
     }
 
     fn publish_append(&self, mut g: parking_lot::MutexGuard<'_, Gather>) -> Lsn {
+        if g.buf.len() >= writer::SEAL_AT {
+            g.seal();
+        }
         let end = g.start + g.buf.len() as u64;
         self.inner.appended.store(end, Ordering::Release);
         let wake = std::mem::replace(&mut g.writer_sleeping, false);

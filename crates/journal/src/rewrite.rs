@@ -55,7 +55,7 @@ use parking_lot::Mutex;
 use crate::file::{FileFactory, LogFile};
 use crate::load::{self, TEMP_BASE_PREFIX};
 use crate::manifest::{self, AofInfo, FileKind, Manifest};
-use crate::writer::{Batch, Inner, Switch};
+use crate::writer::{Inner, Switch};
 use crate::{resp, BaseFormat, Journal, JournalConfig, JournalError, JournalStats, Lsn};
 
 /// The manifest and the sizes of the files it lists, shared by the journal
@@ -455,14 +455,8 @@ impl PreparedRewrite {
         };
         let inner = p.inner;
         let mut g = inner.gather.lock();
-        if !g.buf.is_empty() {
-            // A batch never straddles a switch.
-            let bytes = std::mem::take(&mut g.buf);
-            let batch = Batch { start: g.start, bytes, records: g.records };
-            g.start = batch.end();
-            g.records = 0;
-            g.sealed.push(batch);
-        }
+        // A batch never straddles a switch.
+        g.seal();
         let at = g.start;
         g.switches.push_back(Switch { at, ..p.incr });
         // Each file is replayed from database 0: the new one starts with a

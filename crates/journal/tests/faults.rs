@@ -75,8 +75,14 @@ fn fault_then_recover(
     arm(&fp);
     let n = append_until_failure(&j, 5);
     let durable_at_failure = j.durable_lsn();
-    // More records keep coming while failing: appenders never block.
-    let last = append_n(&j, 5 + n, 5 + n + 20);
+    // More records keep coming while failing: appenders never block. Of
+    // 200 KB each, 4 MB in all: appenders seal batches meanwhile (at 1 MB),
+    // to be written in order once the fault clears.
+    let big = vec![b'v'; 200_000];
+    let mut last = 0;
+    for i in 5 + n..5 + n + 20 {
+        last = j.append(0, &[&b"SET"[..], format!("k{i}").as_bytes(), &big]);
+    }
     std::thread::sleep(Duration::from_millis(100)); // several retries
     assert!(matches!(j.health(), Err(JournalError::Poisoned(_))), "{:?}", j.health());
     let st = j.stats();

@@ -36,7 +36,8 @@ fn round_trip_every_policy() {
     for policy in [FsyncPolicy::Always, FsyncPolicy::EverySec, FsyncPolicy::No] {
         let tmp = tempfile::tempdir().unwrap();
         let cfg = config(tmp.path(), policy);
-        let big = vec![0xffu8; 300_000];
+        // Past the size at which appenders seal a batch (1 MB).
+        let big = vec![0xffu8; 1_500_000];
         let (j, _) = open(&cfg);
         let l1 = j.append(0, &[&b"SET"[..], b"a", b"1"]);
         let l2 = j.append(0, &[&b"SET"[..], b"bin\r\n\0", &big]);
@@ -116,7 +117,8 @@ fn durable_lsn_is_monotonic_and_reported() {
 
 /// Many threads append concurrently and wait for durability like clients:
 /// every record is replayed exactly once, each thread's records in order,
-/// and the file's order is LSN order.
+/// and the file's order is LSN order. Values of 2 KB make 24 MB in all, so
+/// appenders also seal batches at 1 MB between two writes.
 #[test]
 fn group_commit_many_threads() {
     for policy in [FsyncPolicy::Always, FsyncPolicy::EverySec] {
@@ -135,7 +137,7 @@ fn group_commit_many_threads() {
                     let mut lsns = Vec::with_capacity(per_thread);
                     for i in 0..per_thread {
                         let key = format!("t{t}");
-                        let val = format!("{i}");
+                        let val = format!("{i}:{}", "v".repeat(2000));
                         let lsn = j.append(t % 3, &[b"RPUSH", key.as_bytes(), val.as_bytes()]);
                         lsns.push(lsn);
                         // Every 10th append waits like a client would.
@@ -180,7 +182,8 @@ fn group_commit_many_threads() {
             let t: usize = argv[1][1..].parse().unwrap();
             assert_eq!(db, t % 3, "SELECT tracked across interleaved threads");
             let want = next.entry(argv[1].clone()).or_insert(0);
-            assert_eq!(argv[2].parse::<u64>().unwrap(), *want, "per-thread order");
+            let (i, pad) = argv[2].split_once(':').unwrap();
+            assert_eq!((i.parse::<u64>().unwrap(), pad.len()), (*want, 2000), "per-thread order");
             *want += 1;
             count += 1;
         }
