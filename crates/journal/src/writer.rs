@@ -6,8 +6,10 @@
 //! mutex hold and go on; nobody but the writer thread touches the file. The
 //! writer loops:
 //!
-//! 1. sleep on `writer_cv` until there is something to do (new bytes, a
-//!    forced sync, shutdown, or the time of a retry after a failure);
+//! 1. under `always`, let the sync gap pass since the last fdatasync ended
+//!    (`JournalConfig::sync_gap`); then sleep on `writer_cv` until there is
+//!    something to do (new bytes, a forced sync, shutdown, or the time of a
+//!    retry after a failure);
 //! 2. swap `Gather::buf` for an empty buffer (one pointer swap under the
 //!    lock): that batch is everything appended since the last swap;
 //! 3. one `write(2)` per batch (more on short writes, after a failure, or
@@ -160,6 +162,8 @@ pub(crate) struct Inner {
     /// Records are preceded by a `#TS:` annotation whenever the second
     /// changed since the last one, as Redis's `aof-timestamp-enabled`.
     pub(crate) timestamps: AtomicBool,
+    /// [`crate::JournalConfig::sync_gap`], in microseconds.
+    pub(crate) sync_gap_us: AtomicU64,
     pub(crate) retry_interval: Duration,
     pub(crate) everysec_interval: Duration,
     pub(crate) backlog_max_bytes: u64,
@@ -273,6 +277,10 @@ pub(crate) struct Writer {
     /// An fdatasync failed: sync again before anything counts as synced.
     must_resync: bool,
     last_delayed_count: Option<Instant>,
+    /// When the last successful fdatasync returned.
+    last_sync_end: Option<Instant>,
+    /// Records were appended while the last cycle wrote and synced.
+    appends_went_on: bool,
     /// Buffers written and let go since the last `gather_next`, to be
     /// handed to `Gather::spares`.
     emptied: Vec<Vec<u8>>,
@@ -316,6 +324,8 @@ impl Writer {
             truncate_to: None,
             must_resync: false,
             last_delayed_count: None,
+            last_sync_end: None,
+            appends_went_on: false,
             emptied: Vec::new(),
             linger: false,
         }
@@ -351,6 +361,7 @@ impl Writer {
 
     /// Waits for work, then moves the gathered bytes into `retained`.
     fn gather_next(&mut self) -> (bool, Lsn) {
+        self.let_sync_gap_pass();
         let inner = Arc::clone(&self.inner);
         let mut g = inner.gather.lock();
         loop {
@@ -522,6 +533,7 @@ impl Writer {
         if bytes > 0 {
             inner.stats.record_batch(records, bytes, started.elapsed());
         }
+        self.appends_went_on = inner.appended.load(Ordering::Acquire) > self.written;
         if self.retry_at.take().is_some() || resync {
             inner.clear_error();
         }
@@ -533,6 +545,22 @@ impl Writer {
         }
         inner.notify_progress();
         self.trim();
+    }
+
+    /// Under `always`, sleeps until the sync gap has passed since the last
+    /// fdatasync returned; at most the gap, whatever waits. Only when
+    /// records were appended while the last cycle ran: writes that keep
+    /// coming are worth gathering for, while clients that all wait for the
+    /// sync just made (one client alone, a few in step) would only wait
+    /// longer, since their next writes come when it releases their replies.
+    fn let_sync_gap_pass(&self) {
+        if self.inner.policy() != FsyncPolicy::Always || !self.appends_went_on {
+            return;
+        }
+        let gap = Duration::from_micros(self.inner.sync_gap_us.load(Ordering::Relaxed));
+        if let Some(left) = self.last_sync_end.and_then(|end| (end + gap).checked_duration_since(Instant::now())) {
+            std::thread::sleep(left);
+        }
     }
 
     /// fdatasyncs the current file; on success everything written is
@@ -550,6 +578,7 @@ impl Writer {
         self.synced = self.written;
         self.inner.synced.fetch_max(self.synced, Ordering::AcqRel);
         self.must_resync = false;
+        self.last_sync_end = Some(Instant::now());
         Ok(())
     }
 

@@ -269,3 +269,62 @@ fn suspended_fsync_acknowledges_what_is_written_then_syncs_again() {
     assert!(wait_durable(&j, set(21), Duration::from_secs(10)));
     assert!(j.stats().fsync_count > synced + 1, "syncing resumed");
 }
+
+/// `sync_gap`: while appends keep coming, fdatasyncs are at least the gap
+/// apart; a client that waits for each of its writes alone never waits for
+/// the gap.
+#[test]
+fn sync_gap_spaces_syncs_only_while_appends_go_on() {
+    let tmp = tempfile::tempdir().unwrap();
+    let gap = Duration::from_millis(50);
+    let cfg = keel_journal::JournalConfig { sync_gap: gap, ..config(tmp.path(), FsyncPolicy::Always) };
+    let (j, _) = open(&cfg);
+    let j = Arc::new(j);
+
+    // Ten gaps' worth of appends by two threads that never wait: tens of
+    // syncs at most (a cycle that no append overlapped goes without a gap;
+    // on a fast file system some do), where without the gap each append
+    // of the thousands would find a sync of its own.
+    let syncs = syncs_under_appends(&j, 10 * gap);
+    assert!(syncs <= 60, "{syncs} fdatasyncs in ten 50 ms gaps");
+
+    // One client alone: each write waits for its sync, nothing is appended
+    // meanwhile, so no gap (20 of them would take a second).
+    let started = std::time::Instant::now();
+    for _ in 0..20 {
+        let lsn = j.append(0, &[&b"SET"[..], b"k", b"v"]);
+        assert!(wait_durable(&j, lsn, T));
+    }
+    assert!(started.elapsed() < 14 * gap, "{:?} for 20 lone writes", started.elapsed());
+
+    // Off at run time.
+    j.set_sync_gap(Duration::ZERO);
+    let syncs = syncs_under_appends(&j, 4 * gap);
+    assert!(syncs > 60, "{syncs} fdatasyncs in 200 ms without a gap");
+}
+
+/// Appends from two threads, a record every few microseconds each, for
+/// `how_long`; returns the fdatasyncs it took to make them durable.
+fn syncs_under_appends(j: &Arc<keel_journal::Journal>, how_long: Duration) -> u64 {
+    let before = j.stats().fsync_count;
+    let threads: Vec<_> = (0..2)
+        .map(|_| {
+            let j = Arc::clone(j);
+            std::thread::spawn(move || {
+                let started = std::time::Instant::now();
+                let mut last = 0;
+                while started.elapsed() < how_long {
+                    last = j.append(0, &[&b"SET"[..], b"k", b"v"]);
+                    let pause = std::time::Instant::now();
+                    while pause.elapsed() < Duration::from_micros(5) {
+                        std::hint::spin_loop();
+                    }
+                }
+                last
+            })
+        })
+        .collect();
+    let last = threads.into_iter().map(|t| t.join().unwrap()).max().unwrap();
+    assert!(wait_durable(j, last, T));
+    j.stats().fsync_count - before
+}

@@ -142,6 +142,13 @@ pub struct Config {
     /// fdatasync flushes data only (`keel_journal`'s `prealloc.rs`); 0: none.
     /// Under `keel-aof-max-disk-bytes` at most a 32nd of that bound.
     pub keel_aof_space_ahead: u64,
+    /// Under `appendfsync always`, the least time in microseconds from the
+    /// end of one fdatasync to the start of the next, while writes keep
+    /// coming (`keel_journal::JournalConfig::sync_gap`). 0, the default:
+    /// none. It pays where the server's cores are saturated (pipelined
+    /// writes: fewer syncs leave more CPU) and costs latency where they are
+    /// not (ten clients writing in a closed loop); BENCHMARKS.md has both.
+    pub keel_aof_sync_gap_us: u64,
     /// Bytes per second replay is assumed to run at until start-up measures it.
     pub keel_aof_replay_rate: u64,
     /// `save <seconds> <changes>` rules (`snapshot.rs`'s cron BGSAVEs when
@@ -252,6 +259,7 @@ impl Default for Config {
             keel_aof_max_recovery_seconds: 0,
             keel_aof_max_disk_bytes: 0,
             keel_aof_space_ahead: 4 << 20,
+            keel_aof_sync_gap_us: 0,
             keel_aof_replay_rate: 64 << 20,
             // Redis 7.0's defaults (server.c, initServerConfig).
             save: vec![
@@ -622,6 +630,7 @@ pub static DIRECTIVES: &[Directive] = &[
     directive!("keel-aof-max-recovery-seconds", true, num(0, i32::MAX as u64), keel_aof_max_recovery_seconds),
     directive!("keel-aof-max-disk-bytes", true, memory, keel_aof_max_disk_bytes),
     directive!("keel-aof-space-ahead", true, memory, keel_aof_space_ahead),
+    directive!("keel-aof-sync-gap-us", true, num(0, 10_000), keel_aof_sync_gap_us),
     directive!("keel-aof-replay-rate", true, memory, keel_aof_replay_rate),
     directive!("keel-aof-rdb-load-rate", true, memory, keel_aof_rdb_load_rate),
     Directive {

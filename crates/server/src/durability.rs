@@ -50,7 +50,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use keel_engine::{Entry, Value};
 use keel_journal::{BaseFormat, FsyncPolicy, Journal, JournalConfig, JournalError, Lsn, Replay, Replayed};
@@ -87,6 +87,7 @@ fn open_dir(config: &Config) -> Result<(Journal, Replay), JournalError> {
         base_format: base_format(config),
         timestamps: config.aof_timestamp_enabled,
         space_ahead: space_ahead(config),
+        sync_gap: Duration::from_micros(config.keel_aof_sync_gap_us),
     };
     Journal::open(journal_config)
 }
@@ -543,6 +544,7 @@ pub fn apply_config(server: &Server, old: &Config, new: &Config) -> Result<(), S
     }
     if let Some(journal) = aof.journal.get() {
         journal.set_space_ahead(space_ahead(new));
+        journal.set_sync_gap(Duration::from_micros(new.keel_aof_sync_gap_us));
         journal.set_timestamps(new.aof_timestamp_enabled);
     }
     match (aof.state(), new.appendonly) {

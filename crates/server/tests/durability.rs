@@ -317,6 +317,44 @@ fn incr_content_len(c: &mut Client) -> u64 {
     num(c, "aof_current_size") - num(c, "keel_aof_base_file_size")
 }
 
+/// `keel-aof-sync-gap-us` is a directive CONFIG knows, with its range;
+/// with a gap, pipelined writes from several clients are acknowledged only
+/// once on disk, as without one: all of them outlive a `kill -9`.
+#[test]
+fn writes_acknowledged_across_a_sync_gap_outlive_a_crash() {
+    let dir = temp_dir("sync-gap");
+    {
+        let server = Server::start_in(&dir, &["--keel-aof-sync-gap-us", "300"]);
+        let mut c = server.client();
+        assert_eq!(c.cmd("CONFIG GET keel-aof-sync-gap-us"), Frame::Array(vec![bulk("keel-aof-sync-gap-us"), bulk("300")]));
+        assert_eq!(
+            c.cmd("CONFIG SET keel-aof-sync-gap-us 10001"),
+            common::err("ERR CONFIG SET failed (possibly related to argument 'keel-aof-sync-gap-us') - argument must be between 0 and 10000 inclusive")
+        );
+        let writers: Vec<_> = (0..4)
+            .map(|w| {
+                let mut c = server.client();
+                thread::spawn(move || {
+                    for i in 0..200 {
+                        c.write_command(&["SET", &format!("w{w}:{i}"), &format!("{i}")]);
+                    }
+                    for _ in 0..200 {
+                        assert_eq!(c.read(), common::ok());
+                    }
+                })
+            })
+            .collect();
+        writers.into_iter().for_each(|w| w.join().expect("writer"));
+        server.kill9();
+    }
+    let server = Server::start_in(&dir, &[]);
+    let mut c = server.client();
+    assert_eq!(c.cmd("DBSIZE"), int(800));
+    assert_eq!(c.cmd("GET w3:199"), bulk("199"));
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// The space written ahead of the incr file (`keel-aof-space-ahead`) is a
 /// directive CONFIG knows; a `kill -9` leaves it in the file, redis-server
 /// loads the directory as it is, and Keel cuts the space off at start.

@@ -17,6 +17,7 @@ pub fn config(root: &Path, fsync: FsyncPolicy) -> JournalConfig {
         base_format: BaseFormat::Aof,
         timestamps: false,
         space_ahead: 4 << 20,
+        sync_gap: Duration::ZERO,
     }
 }
 
