@@ -109,7 +109,7 @@ pub fn run(config: Config) -> io::Result<()> {
         Some((journal, replay)) => (Some(Arc::new(journal)), Some(replay)),
         None => (None, None),
     };
-    let server = Arc::new(Server::new(config, threads, command::table().commands.len(), journal));
+    let server = Arc::new(Server::new(config, threads, journal));
     // Clients are served from the start: while the journal replays they
     // are answered -LOADING (commands flagged `loading` still run).
     let rdb_path = snapshot::dump_path(&server);

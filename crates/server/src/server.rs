@@ -251,12 +251,11 @@ pub fn unix_us() -> u64 {
 }
 
 impl Server {
-    /// `_command_count` is kept for callers; the statistics are sized from
-    /// the command table, subcommands included.
+    /// The command statistics are sized from the command table,
+    /// subcommands included.
     pub fn new(
         config: Config,
         thread_count: usize,
-        _command_count: usize,
         journal: Option<Arc<keel_journal::Journal>>,
     ) -> Server {
         let command_count = crate::command::table().stat_count();
