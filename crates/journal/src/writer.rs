@@ -10,8 +10,9 @@
 //!    (`JournalConfig::sync_gap`); then sleep on `writer_cv` until there is
 //!    something to do (new bytes, a forced sync, shutdown, or the time of a
 //!    retry after a failure);
-//! 2. swap `Gather::buf` for an empty buffer (one pointer swap under the
-//!    lock): that batch is everything appended since the last swap;
+//! 2. seal `Gather::buf` into a batch (one swap for a spare buffer under
+//!    the lock) and take it, after any batches appenders sealed meanwhile:
+//!    together, everything appended since the last time;
 //! 3. one `write(2)` per batch (more on short writes, after a failure, or
 //!    when appenders sealed batches meanwhile), then, for `always`, one
 //!    `fdatasync(2)`;
@@ -558,6 +559,9 @@ impl Writer {
             return;
         }
         let gap = Duration::from_micros(self.inner.sync_gap_us.load(Ordering::Relaxed));
+        if gap.is_zero() {
+            return;
+        }
         if let Some(left) = self.last_sync_end.and_then(|end| (end + gap).checked_duration_since(Instant::now())) {
             std::thread::sleep(left);
         }

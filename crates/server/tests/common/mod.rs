@@ -13,9 +13,8 @@ pub use keel_protocol::frame::Frame;
 pub mod diff;
 pub mod state;
 
-/// `INFO section` on a fresh connection, or None if the connection fails.
-/// INFO `section` on a fresh connection, authenticated with `password`
-/// first where the server has one.
+/// `INFO section` on a fresh connection, authenticated with `password`
+/// first where the server has one; None if the connection fails.
 fn try_info(port: u16, password: Option<&str>, section: &str) -> Option<Frame> {
     let stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
     stream.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
