@@ -22,7 +22,7 @@ memtier=$1 workload=$2 persistence=$3 runs=${4:-3} seconds=${5:-10}
 cd "$(dirname "$0")/.."
 keel=${KEEL:-target/release/keel-server}
 work=$(mktemp -d)
-trap 'kill $(jobs -p) 2>/dev/null; wait; rm -rf "$work"' EXIT
+trap 'kill $(jobs -p) 2>/dev/null || true; wait || true; rm -rf "$work"' EXIT
 
 case $persistence in
     off) keel_flags=(--appendonly no); redis_flags=(--appendonly no) ;;

@@ -26,7 +26,7 @@ keys=$(awk -v g="$size_gb" 'BEGIN {printf "%d", g * 1e9 / 550}')
 work=$(mktemp -d)
 # Servers start in command substitutions, so they are not this shell's
 # jobs: their pids are kept in a file for the cleanup.
-trap 'kill $(jobs -p) $(cat "$work/pids" 2>/dev/null) 2>/dev/null; wait 2>/dev/null; rm -rf "$work"' EXIT
+trap 'kill $(jobs -p) $(cat "$work/pids" 2>/dev/null) 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"' EXIT
 
 field() { redis-cli -p "$1" info "$2" | tr -d '\r' | awk -F: -v f="$3" '$1 == f {print $2}'; }
 start() { # binary port dir -> pid on stdout once it answers PONG (loaded)

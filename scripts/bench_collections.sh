@@ -25,7 +25,7 @@ mode=${1:?memory|throughput}
 cd "$(dirname "$0")/.."
 keel=target/release/keel-server
 work=$(mktemp -d)
-trap 'kill $(jobs -p) 2>/dev/null; wait; rm -rf "$work"' EXIT
+trap 'kill $(jobs -p) 2>/dev/null || true; wait || true; rm -rf "$work"' EXIT
 
 start() { # name port
     local dir=$work/$1-$2; mkdir -p "$dir"

@@ -20,7 +20,7 @@ keel=target/release/keel-server
 memtier=${MEMTIER:-/tmp/memtier/memtier_benchmark}
 port=7731
 work=$(mktemp -d)
-trap 'kill $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$work"' EXIT
+trap 'kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"' EXIT
 
 field() { redis-cli -p "$port" info persistence | tr -d '\r' | awk -F: -v f="$1" '$1 == f {print $2}'; }
 run() { # yes|no -> one row

@@ -28,7 +28,7 @@ memtier=${MEMTIER:-/tmp/memtier/memtier_benchmark}
 cpus=${SERVER_CPUS:-1}
 keys=$(awk -v g="$size_gb" 'BEGIN {printf "%d", g * 1e9 / 550}')
 work=$(mktemp -d)
-trap 'kill $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$work"' EXIT
+trap 'kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"' EXIT
 w1=(-t 1 -c 100 --ratio 1:1 --data-size-range 100-1000 -R --key-pattern R:R --key-maximum "$keys")
 
 now() { date +%s.%N; }

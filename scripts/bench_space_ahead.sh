@@ -17,7 +17,7 @@ tool=$1 load_name=$2 runs=${3:-3} seconds=${4:-8}
 cd "$(dirname "$0")/.."
 keel=target/release/keel-server
 work=$(mktemp -d)
-trap 'kill $(jobs -p) 2>/dev/null; wait; rm -rf "$work"' EXIT
+trap 'kill $(jobs -p) 2>/dev/null || true; wait || true; rm -rf "$work"' EXIT
 
 case $load_name in
     w1) load=(-t 1 -c 100 --ratio 1:1 --data-size-range 100-1000 -R --key-pattern R:R --key-maximum 1000000) ;;

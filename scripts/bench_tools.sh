@@ -40,7 +40,7 @@ cargo build --release --locked -q -p keel-bench
 keel_bench=${CARGO_TARGET_DIR:-target}/release/keel-bench
 
 work=$(mktemp -d)
-trap 'kill $(jobs -p) 2>/dev/null; wait; rm -rf "$work"' EXIT
+trap 'kill $(jobs -p) 2>/dev/null || true; wait || true; rm -rf "$work"' EXIT
 
 port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 free_port() { # first free port from $1 up
