@@ -16,6 +16,7 @@
 # futex calls during the BGSAVE window (a worker that waits for a shard's
 # lock shows there).
 set -euo pipefail
+source "$(dirname "$0")/bgsave_while.sh"
 size_gb=${1:?size in GB}
 rounds=${2:?rounds}
 seconds=${3:?seconds per window}
@@ -70,30 +71,32 @@ for i in $(seq $#); do
     w1 "${ports[-1]}" 30 >/dev/null
 done
 
+window() { # port server-pid bgsave(yes|no) -> "ops p50 p90 p99 p99.9 yields futex-calls"
+    local counts=$work/counts yields=n/a futexes=n/a
+    rm -f "$counts"
+    w1 "$1" "$seconds" >"$work/window" &
+    local load=$!
+    # Counted in both windows alike: a traced syscall costs the worker too.
+    if [ $counting = yes ]; then
+        perf stat -x, -e syscalls:sys_enter_sched_yield,syscalls:sys_enter_futex \
+            -t "$(worker_tid "$2")" -o "$counts" sleep "$seconds" &
+    fi
+    if [ "$3" = yes ]; then bgsave_while "$1" "$load"; fi
+    wait
+    if [ -s "$counts" ]; then
+        yields=$(awk -F, '/sched_yield/ {print $1}' "$counts")
+        futexes=$(awk -F, '/futex/ {print $1}' "$counts")
+    fi
+    echo "$(cat "$work/window") $yields $futexes"
+}
+
 echo "| build | round | ops/s | p50 | p90 | p99 | p99.9 | ops/s during BGSAVE | p50 | p90 | p99 | p99.9 | p99 ratio | worker yields | worker futex calls |"
 echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 for round in $(seq "$rounds"); do
     for i in $(seq $#); do
-        port=${ports[$((i - 1))]}
-        read -r ops p50 p90 p99 p999 <<<"$(w1 "$port" "$seconds")"
-        w1 "$port" "$seconds" >"$work/during" &
-        load=$!
-        counts=$work/counts; rm -f "$counts"
-        if [ $counting = yes ]; then
-            perf stat -x, -e syscalls:sys_enter_sched_yield,syscalls:sys_enter_futex \
-                -t "$(worker_tid "${pids[$((i - 1))]}")" -o "$counts" sleep "$seconds" &
-        fi
-        while kill -0 "$load" 2>/dev/null; do
-            redis-cli -p "$port" bgsave >/dev/null 2>&1 || true
-            while [ "$(field "$port" persistence rdb_bgsave_in_progress)" = 1 ]; do sleep 0.1; done
-        done
-        wait
-        read -r bops bp50 bp90 bp99 bp999 <"$work/during"
-        yields=n/a futexes=n/a
-        if [ -s "$counts" ]; then
-            yields=$(awk -F, '/sched_yield/ {print $1}' "$counts")
-            futexes=$(awk -F, '/futex/ {print $1}' "$counts")
-        fi
+        port=${ports[$((i - 1))]} pid=${pids[$((i - 1))]}
+        read -r ops p50 p90 p99 p999 _ _ <<<"$(window "$port" "$pid" no)"
+        read -r bops bp50 bp90 bp99 bp999 yields futexes <<<"$(window "$port" "$pid" yes)"
         ratio=$(awk -v a="$bp99" -v b="$p99" 'BEGIN {printf "%.2f", a / b}')
         echo "| ${!i} | $round | $ops | $p50 | $p90 | $p99 | $p999 | $bops | $bp50 | $bp90 | $bp99 | $bp999 | $ratio | $yields | $futexes |"
     done

@@ -12,6 +12,7 @@
 # target/release/keel-server (build it first), pinned to core 1; memtier
 # ($MEMTIER, default /tmp/memtier/memtier_benchmark) to core 0.
 set -euo pipefail
+source "$(dirname "$0")/bgsave_while.sh"
 dump=$(realpath "${1:?dump.rdb}")
 pairs=${2:-2}
 seconds=${3:-20}
@@ -39,10 +40,7 @@ run() { # yes|no -> one row
         --key-pattern R:R --key-maximum "$keys" --test-time "$seconds" --hide-histogram \
         --print-percentiles 50,99,99.9,100 2>/dev/null | awk '/^Totals/ {print $2, $6, $7, $8, $9}' >"$dir/during" &
     load=$!
-    while kill -0 "$load" 2>/dev/null; do
-        redis-cli -p "$port" bgsave >/dev/null 2>&1 || true
-        while [ "$(field rdb_bgsave_in_progress)" = 1 ]; do sleep 0.2; done
-    done
+    bgsave_while "$port" "$load"
     wait "$load"
     read -r ops p50 p99 p999 max <"$dir/during"
     echo "| $1 | $ops | $p50 | $p99 | $p999 | $max |"

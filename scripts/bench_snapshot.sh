@@ -20,6 +20,7 @@
 # ${KEEL_THREADS:-1}; memtier is $MEMTIER (default
 # /tmp/memtier/memtier_benchmark). Prints one Markdown row per server.
 set -euo pipefail
+source "$(dirname "$0")/bgsave_while.sh"
 size_gb=${1:?size in GB}
 seconds=${2:-20}
 cd "$(dirname "$0")/.."
@@ -80,19 +81,18 @@ echo "| server | used_memory GB | dump GB | W1 p99 ms | W1 max ms | W1 p99 durin
 echo "|---|---|---|---|---|---|---|---|---|---|---|"
 port=7712
 for server in keel redis; do
-    dir=$work/$server; mkdir -p "$dir"; cp "$work/seed/dump.rdb" "$dir/"
+    # A link, not a copy: a copy's writeback would run beside the load
+    # (on the second core when Keel loads with both).
+    dir=$work/$server; mkdir -p "$dir"; ln "$work/seed/dump.rdb" "$dir/"
     start "$server" "$port" "$dir"
     load_s=$(cat "$dir/load_s")
     used=$(awk -v b="$(field "$port" memory used_memory)" 'BEGIN {printf "%.2f", b / 1e9}')
     read -r p99 max <<<"$(w1_latency "$port" "$seconds")"
     # Back-to-back BGSAVEs for the whole of a W1 run: latency, with nothing
-    # else touching the server.
+    # else touching the server but the one connection that starts them.
     w1_latency "$port" "$seconds" >"$dir/during" &
     load=$!
-    while kill -0 "$load" 2>/dev/null; do
-        redis-cli -p "$port" bgsave >/dev/null 2>&1 || true
-        while [ "$(field "$port" persistence rdb_bgsave_in_progress)" = 1 ]; do sleep 0.1; done
-    done
+    bgsave_while "$port" "$load"
     wait "$load"
     # Then the same again with memory sampled, in a run of its own: reading
     # smaps_rollup walks the process's page tables under its mmap lock,
