@@ -299,10 +299,11 @@ fn sync_gap_spaces_syncs_only_while_appends_go_on() {
     }
     assert!(started.elapsed() < Duration::from_secs(5), "{:?} for 10 lone writes", started.elapsed());
 
-    // Off at run time.
+    // Off at run time: more syncs in the same ten gaps' time than a 50 ms
+    // gap allows (about a dozen), on any disk that syncs in under 25 ms.
     j.set_sync_gap(Duration::ZERO);
-    let syncs = syncs_under_appends(&j, 4 * gap);
-    assert!(syncs > 60, "{syncs} fdatasyncs in 200 ms without a gap");
+    let syncs = syncs_under_appends(&j, 10 * gap);
+    assert!(syncs > 20, "{syncs} fdatasyncs in 500 ms without a gap");
 }
 
 /// Appends from two threads, a record every few microseconds each, for
