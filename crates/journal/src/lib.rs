@@ -185,6 +185,16 @@ pub struct JournalConfig {
     /// elsewhere. Only while records keep being appended during the syncs:
     /// a client writing alone never waits for it.
     pub sync_gap: Duration,
+    /// Whether the writer thread runs in Linux's `SCHED_BATCH` class
+    /// ([`Journal::set_writer_batch_class`]): at the workers' weight, so
+    /// never starved, but its wake-ups (records to write, an fdatasync
+    /// returning) do not preempt the thread running on its core. Sharing
+    /// a core with a busy worker, it runs when that worker sleeps or its
+    /// time slice ends, and each sync carries everything the worker
+    /// gathered meanwhile: fewer syncs and context switches for the same
+    /// writes. A durable write that comes alone while its core is
+    /// saturated by other work waits up to a time slice longer.
+    pub writer_batch_class: bool,
 }
 
 /// Knobs that are not Redis configuration, and the file factory.
@@ -300,6 +310,7 @@ impl Journal {
             policy: std::sync::atomic::AtomicU8::new(config.fsync as u8),
             timestamps: AtomicBool::new(config.timestamps),
             sync_gap_us: AtomicU64::new(config.sync_gap.as_micros() as u64),
+            writer_batch_class: AtomicBool::new(config.writer_batch_class),
             fsync_suspended: AtomicBool::new(false),
             retry_interval: tuning.retry_interval,
             everysec_interval: tuning.everysec_interval,
@@ -411,6 +422,12 @@ impl Journal {
     /// [`JournalConfig::sync_gap`] at run time.
     pub fn set_sync_gap(&self, gap: Duration) {
         self.inner.sync_gap_us.store(gap.as_micros() as u64, Ordering::Relaxed);
+    }
+
+    /// [`JournalConfig::writer_batch_class`] at run time, from the writer's
+    /// next cycle.
+    pub fn set_writer_batch_class(&self, on: bool) {
+        self.inner.writer_batch_class.store(on, Ordering::Relaxed);
     }
 
     /// `aof-timestamp-enabled` at run time ([`JournalConfig::timestamps`]).

@@ -6,7 +6,9 @@
 //! mutex hold and go on; nobody but the writer thread touches the file. The
 //! writer loops:
 //!
-//! 1. under `always`, let the sync gap pass since the last fdatasync ended
+//! 1. enter the scheduling class asked for
+//!    (`JournalConfig::writer_batch_class`); under `always`, let the sync
+//!    gap pass since the last fdatasync ended
 //!    (`JournalConfig::sync_gap`); then sleep on `writer_cv` until there is
 //!    something to do (new bytes, a forced sync, shutdown, or the time of a
 //!    retry after a failure);
@@ -165,6 +167,8 @@ pub(crate) struct Inner {
     pub(crate) timestamps: AtomicBool,
     /// [`crate::JournalConfig::sync_gap`], in microseconds.
     pub(crate) sync_gap_us: AtomicU64,
+    /// [`crate::JournalConfig::writer_batch_class`].
+    pub(crate) writer_batch_class: AtomicBool,
     pub(crate) retry_interval: Duration,
     pub(crate) everysec_interval: Duration,
     pub(crate) backlog_max_bytes: u64,
@@ -290,6 +294,9 @@ pub(crate) struct Writer {
     /// a wake-up (a futex syscall) per record and each write(2) carries many
     /// records, as Redis writes once per event-loop turn.
     linger: bool,
+    /// The scheduling class this thread is in: `Some(true)` for
+    /// `SCHED_BATCH`, `None` before the first cycle sets it.
+    batch_class: Option<bool>,
 }
 
 /// How long the writer gathers after a write when no reply waits for it.
@@ -329,6 +336,7 @@ impl Writer {
             appends_went_on: false,
             emptied: Vec::new(),
             linger: false,
+            batch_class: None,
         }
     }
 
@@ -362,6 +370,7 @@ impl Writer {
 
     /// Waits for work, then moves the gathered bytes into `retained`.
     fn gather_next(&mut self) -> (bool, Lsn) {
+        self.apply_batch_class();
         self.let_sync_gap_pass();
         let inner = Arc::clone(&self.inner);
         let mut g = inner.gather.lock();
@@ -564,6 +573,22 @@ impl Writer {
         }
         if let Some(left) = self.last_sync_end.and_then(|end| (end + gap).checked_duration_since(Instant::now())) {
             std::thread::sleep(left);
+        }
+    }
+
+    /// Moves this thread into or out of `SCHED_BATCH` when
+    /// [`Inner::writer_batch_class`] changed.
+    fn apply_batch_class(&mut self) {
+        let want = self.inner.writer_batch_class.load(Ordering::Relaxed);
+        if self.batch_class == Some(want) {
+            return;
+        }
+        self.batch_class = Some(want);
+        let policy = if want { libc::SCHED_BATCH } else { libc::SCHED_OTHER };
+        let param = libc::sched_param { sched_priority: 0 };
+        // SAFETY: `param` outlives the call; pid 0 is this thread.
+        if unsafe { libc::sched_setscheduler(0, policy, &param) } != 0 {
+            tracing::warn!("journal: could not set the writer's scheduling class: {}", io::Error::last_os_error());
         }
     }
 

@@ -149,6 +149,14 @@ pub struct Config {
     /// writes: fewer syncs leave more CPU) and costs latency where they are
     /// not (ten clients writing in a closed loop); BENCHMARKS.md has both.
     pub keel_aof_sync_gap_us: u64,
+    /// Whether the journal's writer thread runs in `SCHED_BATCH`
+    /// (`keel_journal::JournalConfig::writer_batch_class`): it then never
+    /// preempts a worker on its core, and syncs what the worker gathered
+    /// once it sleeps or its time slice ends. Yes, the default: on a
+    /// saturated core, fewer and fuller syncs; the cost, a durable write
+    /// alone amid a flood of other work on the same core waiting up to a
+    /// time slice longer (BENCHMARKS.md has both).
+    pub keel_aof_writer_batch_class: bool,
     /// Bytes per second replay is assumed to run at until start-up measures it.
     pub keel_aof_replay_rate: u64,
     /// `save <seconds> <changes>` rules (`snapshot.rs`'s cron BGSAVEs when
@@ -260,6 +268,7 @@ impl Default for Config {
             keel_aof_max_disk_bytes: 0,
             keel_aof_space_ahead: 4 << 20,
             keel_aof_sync_gap_us: 0,
+            keel_aof_writer_batch_class: true,
             keel_aof_replay_rate: 64 << 20,
             // Redis 7.0's defaults (server.c, initServerConfig).
             save: vec![
@@ -631,6 +640,7 @@ pub static DIRECTIVES: &[Directive] = &[
     directive!("keel-aof-max-disk-bytes", true, memory, keel_aof_max_disk_bytes),
     directive!("keel-aof-space-ahead", true, memory, keel_aof_space_ahead),
     directive!("keel-aof-sync-gap-us", true, num(0, 10_000), keel_aof_sync_gap_us),
+    directive!("keel-aof-writer-batch-class", true, bool, keel_aof_writer_batch_class),
     directive!("keel-aof-replay-rate", true, memory, keel_aof_replay_rate),
     directive!("keel-aof-rdb-load-rate", true, memory, keel_aof_rdb_load_rate),
     Directive {

@@ -88,6 +88,7 @@ fn open_dir(config: &Config) -> Result<(Journal, Replay), JournalError> {
         timestamps: config.aof_timestamp_enabled,
         space_ahead: space_ahead(config),
         sync_gap: Duration::from_micros(config.keel_aof_sync_gap_us),
+        writer_batch_class: config.keel_aof_writer_batch_class,
     };
     Journal::open(journal_config)
 }
@@ -545,6 +546,7 @@ pub fn apply_config(server: &Server, old: &Config, new: &Config) -> Result<(), S
     if let Some(journal) = aof.journal.get() {
         journal.set_space_ahead(space_ahead(new));
         journal.set_sync_gap(Duration::from_micros(new.keel_aof_sync_gap_us));
+        journal.set_writer_batch_class(new.keel_aof_writer_batch_class);
         journal.set_timestamps(new.aof_timestamp_enabled);
     }
     match (aof.state(), new.appendonly) {

@@ -28,6 +28,13 @@ const READ_CHUNK: usize = 16 * 1024;
 /// Replies are flushed when this much is pending even mid-pipeline, so a
 /// huge pipeline does not buffer all its replies.
 const WRITE_HIGH_WATER: usize = 256 * 1024;
+/// A worker that has held a reply this long for the journal yields its
+/// core at the end of each loop turn ([`Worker::yield_to_a_late_writer`]):
+/// about two fdatasyncs of a fast disk, far under a 4 ms scheduler tick.
+/// Not after each event: a yield per event, after 200 us or after 1 ms,
+/// cut the records per sync of pipelined 100-byte SETs from about 200 to
+/// 30 and their rate by half.
+const YIELD_TO_WRITER_AFTER: Duration = Duration::from_micros(200);
 
 enum Stream {
     Tcp(TcpStream),
@@ -105,6 +112,9 @@ pub struct Worker {
     any_paused: bool,
     /// Connections holding replies until the journal is durable.
     gated: Vec<usize>,
+    /// When `gated` last went from empty to not (at most the age of its
+    /// oldest reply): see [`YIELD_TO_WRITER_AFTER`].
+    gated_since: Option<Instant>,
     /// Connections whose client waits in a blocking pop.
     blocked: Vec<usize>,
 }
@@ -131,6 +141,7 @@ impl Worker {
             listeners,
             any_paused: false,
             gated: Vec::new(),
+            gated_since: None,
             blocked: Vec::new(),
         })
     }
@@ -179,6 +190,7 @@ impl Worker {
             if self.server.shutdown.load(Ordering::Relaxed) {
                 return;
             }
+            self.yield_to_a_late_writer();
             self.resume_if_unpaused();
             if !self.blocked.is_empty() {
                 self.expire_blocked();
@@ -513,6 +525,7 @@ impl Worker {
         if !conn.gate.is_empty() && !conn.gated {
             conn.gated = true;
             self.gated.push(key);
+            self.gated_since.get_or_insert_with(Instant::now);
             self.mailbox.awaiting_durable.store(true, Ordering::SeqCst);
             // A durable advance between the write above and the flag would
             // wake nobody: look once more now that the flag is up.
@@ -525,12 +538,31 @@ impl Worker {
     /// Writes the replies the journal's durable position now allows.
     fn release_durable(&mut self) {
         let waiting = std::mem::take(&mut self.gated);
+        let since = self.gated_since.take();
         self.mailbox.awaiting_durable.store(false, Ordering::SeqCst);
         for key in waiting {
             if let Some(conn) = self.conns.get_mut(key) {
                 conn.gated = false;
                 self.flush(key);
             }
+        }
+        // Replies still held have waited since before this release.
+        if !self.gated.is_empty() {
+            self.gated_since = since.or(self.gated_since);
+        }
+    }
+
+    /// Hands the core to the journal's writer when a reply has waited for
+    /// it too long. The writer runs in `SCHED_BATCH`
+    /// (`keel-aof-writer-batch-class`) and so never preempts a worker on
+    /// its core: it runs when the worker sleeps, which under a closed loop
+    /// of durable writes is soon, or when the worker's time slice ends,
+    /// which under a flood of other requests can take several
+    /// milliseconds, scheduler ticks apart (BENCHMARKS.md). A yield with
+    /// nothing else to run costs one syscall.
+    fn yield_to_a_late_writer(&self) {
+        if self.gated_since.is_some_and(|since| since.elapsed() >= YIELD_TO_WRITER_AFTER) {
+            std::thread::yield_now();
         }
     }
 

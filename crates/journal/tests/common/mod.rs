@@ -18,6 +18,7 @@ pub fn config(root: &Path, fsync: FsyncPolicy) -> JournalConfig {
         timestamps: false,
         space_ahead: 4 << 20,
         sync_gap: Duration::ZERO,
+        writer_batch_class: true,
     }
 }
 
