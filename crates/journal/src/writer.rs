@@ -6,15 +6,14 @@
 //! mutex hold and go on; nobody but the writer thread touches the file. The
 //! writer loops:
 //!
-//! 1. enter the scheduling class asked for
-//!    (`JournalConfig::writer_batch_class`); under `always`, let the sync
-//!    gap pass since the last fdatasync ended
+//! 1. under `always`, let the sync gap pass since the last fdatasync ended
 //!    (`JournalConfig::sync_gap`); then sleep on `writer_cv` until there is
 //!    something to do (new bytes, a forced sync, shutdown, or the time of a
 //!    retry after a failure);
 //! 2. seal `Gather::buf` into a batch (one swap for a spare buffer under
 //!    the lock) and take it, after any batches appenders sealed meanwhile:
-//!    together, everything appended since the last time;
+//!    together, everything appended since the last time; enter the
+//!    scheduling class asked for (`JournalConfig::writer_batch_class`);
 //! 3. one `write(2)` per batch (more on short writes, after a failure, or
 //!    when appenders sealed batches meanwhile), then, for `always`, one
 //!    `fdatasync(2)`;
@@ -349,6 +348,9 @@ impl Writer {
     pub(crate) fn run(mut self) {
         loop {
             let (shutdown, sync_request) = self.gather_next();
+            // After the wait, so that a change applies to the cycle of the
+            // first record appended after it.
+            self.apply_batch_class();
             self.cycle(sync_request);
             if shutdown {
                 if self.retry_at.is_none() {
@@ -370,7 +372,6 @@ impl Writer {
 
     /// Waits for work, then moves the gathered bytes into `retained`.
     fn gather_next(&mut self) -> (bool, Lsn) {
-        self.apply_batch_class();
         self.let_sync_gap_pass();
         let inner = Arc::clone(&self.inner);
         let mut g = inner.gather.lock();

@@ -112,8 +112,10 @@ pub struct Worker {
     any_paused: bool,
     /// Connections holding replies until the journal is durable.
     gated: Vec<usize>,
-    /// When `gated` last went from empty to not (at most the age of its
-    /// oldest reply): see [`YIELD_TO_WRITER_AFTER`].
+    /// When `gated` last went from empty to not: no later than its oldest
+    /// reply was held. Under a steady stream of held replies it stays
+    /// old, and the worker yields at the end of every turn: see
+    /// [`YIELD_TO_WRITER_AFTER`].
     gated_since: Option<Instant>,
     /// Connections whose client waits in a blocking pop.
     blocked: Vec<usize>,
