@@ -48,7 +48,7 @@ start() { # name port
     for _ in $(seq 100); do redis-cli -p "$2" ping >/dev/null 2>&1 && return; sleep 0.05; done
     echo "$1 did not start" >&2; exit 1
 }
-run() { # port [seconds] [args...] -> "ops p50 p99"
+run() { # port seconds memtier-args... -> "ops p50 p99"
     local port=$1 secs=$2; shift 2
     taskset -c 0 "$tool" -s 127.0.0.1 -p "$port" "$@" --test-time "$secs" \
         --hide-histogram --print-percentiles 50,99 2>/dev/null | awk '/^Totals/ {print $2, $6, $7}'

@@ -28,8 +28,8 @@ const READ_CHUNK: usize = 16 * 1024;
 /// Replies are flushed when this much is pending even mid-pipeline, so a
 /// huge pipeline does not buffer all its replies.
 const WRITE_HIGH_WATER: usize = 256 * 1024;
-/// A worker that has held a reply this long for the journal yields its
-/// core at the end of each loop turn ([`Worker::yield_to_a_late_writer`]):
+/// A worker that has been holding replies for the journal this long
+/// without a break yields its core at the end of each loop turn ([`Worker::yield_to_a_late_writer`]):
 /// about two fdatasyncs of a fast disk, far under a 4 ms scheduler tick.
 /// Not after each event: a yield per event, after 200 us or after 1 ms,
 /// cut the records per sync of pipelined 100-byte SETs from about 200 to
