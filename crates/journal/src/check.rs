@@ -1,7 +1,9 @@
 //! `keel-check-aof`: checks a multi-part AOF (given its manifest) or a
-//! single AOF file, as Redis's `redis-check-aof` does, and with `fix`
+//! single AOF file, as Redis's `redis-check-aof` does. [`Repair::Fix`]
 //! truncates the last file at the end of its last valid command (never
-//! asking: no stdin). Only the last file may be truncated. A file that
+//! asking: no stdin); [`Repair::ToTimestamp`] cuts it at its first
+//! timestamp annotation (`aof-timestamp-enabled`) later than a given time,
+//! to undo what was written after it. Only the last file may be truncated. A file that
 //! starts with an RDB (an RDB base, or an old-style AOF with an RDB
 //! preamble) has its RDB checked whole (every key decoded, the checksum
 //! compared) and then its command tail; a bad RDB is never fixed.
@@ -28,12 +30,24 @@ fn is_manifest(bytes: &[u8]) -> bool {
     bytes.split(|&b| b == b'\n').any(|l| l.first() != Some(&b'#') && l.starts_with(b"file"))
 }
 
+/// What to do besides checking.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Repair {
+    /// Report only.
+    Nothing,
+    /// `--fix`: truncate a bad tail of the last file.
+    Fix,
+    /// `--truncate-to-timestamp <unix seconds>`: cut the last file at its
+    /// first timestamp annotation later than this.
+    ToTimestamp(u64),
+}
+
 /// Checks `path` (a manifest or an AOF file), reporting to `out`.
-pub fn check(path: &Path, fix: bool, out: &mut dyn Write) -> io::Result<CheckOutcome> {
+pub fn check(path: &Path, repair: Repair, out: &mut dyn Write) -> io::Result<CheckOutcome> {
     let bytes = fs::read(path)?;
     if !is_manifest(&bytes) {
         writeln!(out, "Start checking Old-Style AOF")?;
-        return check_file(path, true, fix, out);
+        return check_file(path, true, repair, out);
     }
     writeln!(out, "Start checking Multi Part AOF")?;
     let m = match Manifest::parse(&bytes) {
@@ -60,7 +74,7 @@ pub fn check(path: &Path, fix: bool, out: &mut dyn Write) -> io::Result<CheckOut
         } else if i == usize::from(m.base.is_some()) {
             writeln!(out, "Start to check INCR files.")?;
         }
-        match check_file(&fpath, last, fix, out)? {
+        match check_file(&fpath, last, repair, out)? {
             CheckOutcome::Valid => writeln!(out, "{kind} AOF {} is valid", info.name)?,
             CheckOutcome::Fixed => {
                 writeln!(out, "Successfully truncated AOF {}", info.name)?;
@@ -73,9 +87,26 @@ pub fn check(path: &Path, fix: bool, out: &mut dyn Write) -> io::Result<CheckOut
     Ok(outcome)
 }
 
-fn check_file(path: &Path, last: bool, fix: bool, out: &mut dyn Write) -> io::Result<CheckOutcome> {
+fn check_file(path: &Path, last: bool, repair: Repair, out: &mut dyn Write) -> io::Result<CheckOutcome> {
     let scan = load::scan_aof(path)?;
     let name = path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into());
+    if let Repair::ToTimestamp(unix_s) = repair {
+        // Damage after the cut goes with what is cut.
+        let cut = scan.timestamps.iter().find(|&&(_, t)| t > unix_s).map(|&(offset, _)| offset);
+        let damage = match &scan.problem {
+            Some(Problem::Torn { offset, .. } | Problem::Corrupt { offset, .. }) => Some(*offset),
+            Some(Problem::BadRdb { .. }) => Some(0),
+            None => None,
+        };
+        match cut {
+            Some(cut) if damage.is_none_or(|d| d >= cut) => return cut_at_timestamp(path, &name, cut, unix_s, last, out),
+            None if damage.is_none() => {
+                writeln!(out, "Truncate nothing in AOF {name} to timestamp {unix_s}")?;
+                return Ok(CheckOutcome::Valid);
+            }
+            _ => {}
+        }
+    }
     if let Some(Problem::BadRdb { reason }) = &scan.problem {
         writeln!(out, "{name}: {reason}")?;
         writeln!(out, "RDB preamble of AOF file is not sane, aborting.")?;
@@ -101,7 +132,7 @@ fn check_file(path: &Path, last: bool, fix: bool, out: &mut dyn Write) -> io::Re
     if scan.problem.is_none() {
         return Ok(CheckOutcome::Valid);
     }
-    if !fix {
+    if repair != Repair::Fix {
         writeln!(out, "AOF {name} is not valid. Use the --fix option to try fixing it.")?;
         return Ok(CheckOutcome::Invalid);
     }
@@ -117,5 +148,31 @@ fn check_file(path: &Path, last: bool, fix: bool, out: &mut dyn Write) -> io::Re
     let f = OpenOptions::new().write(true).open(path)?;
     f.set_len(scan.valid_up_to)?;
     f.sync_all()?;
+    Ok(CheckOutcome::Fixed)
+}
+
+/// `--truncate-to-timestamp`: cuts `path` at `cut`, the start of its first
+/// timestamp annotation later than `unix_s` (Redis's words throughout).
+fn cut_at_timestamp(path: &Path, name: &str, cut: u64, unix_s: u64, last: bool, out: &mut dyn Write) -> io::Result<CheckOutcome> {
+    if cut == 0 {
+        writeln!(out, "AOF {name} has nothing before timestamp {unix_s}, aborting...")?;
+        return Ok(CheckOutcome::Invalid);
+    }
+    if !last {
+        writeln!(
+            out,
+            "Failed to truncate AOF {name} to timestamp {unix_s} to offset {cut} because it is not the last file."
+        )?;
+        writeln!(
+            out,
+            "If you insist, please delete all files after this file according to the manifest file and delete \
+             the corresponding records in manifest file manually. Then re-run keel-check-aof."
+        )?;
+        return Ok(CheckOutcome::Invalid);
+    }
+    let f = OpenOptions::new().write(true).open(path)?;
+    f.set_len(cut)?;
+    f.sync_all()?;
+    writeln!(out, "Successfully truncated AOF {name} to timestamp {unix_s}")?;
     Ok(CheckOutcome::Fixed)
 }

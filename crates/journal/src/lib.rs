@@ -242,8 +242,22 @@ impl Tuning {
 pub enum JournalError {
     #[error("{}: {source}", path.display())]
     Io { path: PathBuf, source: std::io::Error },
-    #[error("bad AOF format in {} at offset {offset}: {reason}", file.display())]
+    /// Redis's words for both, with the offset and the reason added.
+    #[error(
+        "Bad file format reading the append only file {} at offset {offset} ({reason}): make a backup of \
+         your AOF file, then use keel-check-aof --fix <filename.manifest>",
+        file.display()
+    )]
     Corrupt { file: PathBuf, offset: u64, reason: String },
+    /// A file ends inside a command or transaction where a torn tail may
+    /// not be cut (not the last file, or `aof-load-truncated no`).
+    #[error(
+        "Unexpected end of file reading the append only file {} at offset {offset} ({reason}). You can: \
+         1) Make a backup of your AOF file, then use keel-check-aof --fix <filename.manifest>. \
+         2) Alternatively you can set the 'aof-load-truncated' configuration option to yes and restart the server.",
+        file.display()
+    )]
+    Truncated { file: PathBuf, offset: u64, reason: String },
     /// The last write or fsync failed; writes must be refused until a retry
     /// succeeds (the server answers `-MISCONF`).
     #[error("AOF write error: {0}")]
@@ -251,6 +265,9 @@ pub enum JournalError {
     /// More appended bytes wait for the disk than `Tuning::backlog_max_bytes`.
     #[error("AOF backlog of {pending_bytes} bytes exceeds {limit_bytes} bytes: the disk is too slow")]
     Backlog { pending_bytes: u64, limit_bytes: u64 },
+    /// A file the manifest lists is not in the directory (Redis's words).
+    #[error("The append log file {name} doesn't exist: {source}")]
+    Missing { name: String, source: std::io::Error },
     #[error("AOF manifest: {0}")]
     Manifest(String),
     /// The RDB part of a base file is damaged: loading stops (it cannot be

@@ -43,6 +43,8 @@ pub(crate) struct Scan {
     /// Size of the RDB the file starts with, if it does.
     pub(crate) rdb_bytes: Option<u64>,
     pub(crate) problem: Option<Problem>,
+    /// Where each timestamp annotation starts, and its Unix time.
+    pub(crate) timestamps: Vec<(u64, u64)>,
 }
 
 pub(crate) fn is_rdb(path: &Path) -> io::Result<bool> {
@@ -107,7 +109,7 @@ pub(crate) fn scan_aof(path: &Path) -> io::Result<Scan> {
     let f = File::open(path)?;
     let size = f.metadata()?.len();
     let mut input = BufReader::with_capacity(1 << 20, f);
-    let mut scan = Scan { size, valid_up_to: 0, valid_line: 1, commands: 0, rdb_bytes: None, problem: None };
+    let mut scan = Scan { size, valid_up_to: 0, valid_line: 1, commands: 0, rdb_bytes: None, problem: None, timestamps: Vec::new() };
     // Offsets in the file of the reader's position 0: past the RDB part.
     let mut origin = 0;
     if is_rdb(path)? {
@@ -144,7 +146,11 @@ pub(crate) fn scan_aof(path: &Path) -> io::Result<Scan> {
                 }
                 break;
             }
-            Ok(Some(Item::Annotation)) => continue,
+            Ok(Some(Item::Annotation(Some(unix_s)))) => {
+                scan.timestamps.push((record_start, unix_s));
+                continue;
+            }
+            Ok(Some(Item::Annotation(None))) => continue,
             Ok(Some(Item::Command(argv))) => {
                 scan.commands += 1;
                 if eq_name(&argv[0], b"MULTI") {
@@ -341,9 +347,9 @@ pub(crate) fn prepare(config: &JournalConfig) -> Result<Prepared, JournalError> 
     let mut sizes = Vec::with_capacity(listed.len());
     for file in &listed {
         let path = dir.join(file);
-        let meta = fs::metadata(&path).map_err(|e| JournalError::Io {
-            path: path.clone(),
-            source: io::Error::new(e.kind(), format!("listed in the AOF manifest: {e}")),
+        let meta = fs::metadata(&path).map_err(|e| match e.kind() {
+            io::ErrorKind::NotFound => JournalError::Missing { name: file.clone(), source: e },
+            _ => JournalError::Io { path: path.clone(), source: e },
         })?;
         sizes.push(meta.len());
     }
@@ -380,14 +386,7 @@ pub(crate) fn prepare(config: &JournalConfig) -> Result<Prepared, JournalError> 
                 }
                 Some(Problem::BadRdb { reason }) => return Err(JournalError::RdbBase { file: path, reason }),
                 Some(Problem::Torn { offset, reason }) if !config.load_truncated => {
-                    return Err(JournalError::Corrupt {
-                        file: path,
-                        offset,
-                        reason: format!(
-                            "{reason} (a torn tail: set aof-load-truncated yes, or run \
-                             keel-check-aof --fix on the manifest)"
-                        ),
-                    });
+                    return Err(JournalError::Truncated { file: path, offset, reason });
                 }
                 Some(Problem::Torn { offset, reason }) => {
                     let f = OpenOptions::new().write(true).open(&path).map_err(io_err(&path))?;
@@ -551,6 +550,11 @@ impl Replay {
         &self.warnings
     }
 
+    /// The file the last item came from.
+    pub fn current_file(&self) -> Option<&Path> {
+        self.current.as_ref().map(|c| c.path.as_path())
+    }
+
     /// Bytes of every file to replay.
     pub fn total_bytes(&self) -> u64 {
         self.total_bytes
@@ -675,7 +679,7 @@ impl Iterator for Replay {
             };
             let record_start = reader.position();
             let err = match reader.next_item(Mode::Full) {
-                Ok(Some(Item::Annotation)) => continue,
+                Ok(Some(Item::Annotation(_))) => continue,
                 Ok(Some(Item::Command(argv))) => {
                     let name = &argv[0];
                     if eq_name(name, b"SELECT") {
@@ -700,19 +704,21 @@ impl Iterator for Replay {
                         return Some(Ok(Replayed::Command { db: self.db, argv }));
                     }
                 }
-                Ok(None) if self.multi_open => {
-                    corrupt(reader.position(), "end of file inside a MULTI/EXEC transaction")
-                }
+                Ok(None) if self.multi_open => JournalError::Truncated {
+                    file: path.clone(),
+                    offset: origin + reader.position(),
+                    reason: "end of file inside a MULTI/EXEC transaction".into(),
+                },
                 Ok(None) => {
                     self.finished_bytes += current.len;
                     self.current = None;
                     continue;
                 }
-                Err(ReadError::Eof { record_start }) => corrupt(
-                    record_start,
-                    "unexpected end of file inside a command (only the last file may have a \
-                     torn tail)",
-                ),
+                Err(ReadError::Eof { record_start }) => JournalError::Truncated {
+                    file: path.clone(),
+                    offset: origin + record_start,
+                    reason: "end of file inside a command; only the last file may have a torn tail".into(),
+                },
                 Err(ReadError::Format { offset, reason, .. }) => corrupt(offset, &reason),
                 Err(ReadError::Io(source)) => JournalError::Io { path: path.clone(), source },
             };

@@ -37,6 +37,9 @@ use std::path::{Path, PathBuf};
 use crate::resp::parse_u64;
 use crate::BaseFormat;
 
+/// Redis's message for most malformed lines.
+const INVALID: &str = "Invalid AOF manifest file format";
+
 /// Redis's `MANIFEST_MAX_LINE`.
 const MANIFEST_LINE_MAX: usize = 1024;
 
@@ -94,7 +97,8 @@ pub(crate) fn incr_name(appendfilename: &str, seq: u64) -> String {
 }
 
 impl Manifest {
-    /// Parses a manifest; the error says which line and why.
+    /// Parses a manifest; the error says which line and why, in Redis's
+    /// words (scripts that watch the log match them).
     pub(crate) fn parse(text: &[u8]) -> Result<Manifest, String> {
         let mut m = Manifest::default();
         let mut lines = 0usize;
@@ -112,15 +116,15 @@ impl Manifest {
             }
             let at = |msg: &str| format!("line {lines}: {msg}");
             if raw.len() > MANIFEST_LINE_MAX || raw.last() != Some(&b'\n') {
-                return Err(at("line too long or not terminated by a newline"));
+                return Err(at("The AOF manifest file contains too long line"));
             }
             let line = trim(raw);
             if line.is_empty() {
-                return Err(at("invalid AOF manifest file format (empty line)"));
+                return Err(at(INVALID));
             }
-            let args = split_args(line).ok_or_else(|| at("unbalanced quotes"))?;
+            let args = split_args(line).ok_or_else(|| at(INVALID))?;
             if args.len() < 6 || args.len() % 2 != 0 {
-                return Err(at("invalid AOF manifest file format"));
+                return Err(at(INVALID));
             }
             let (mut name, mut seq, mut kind) = (None, 0u64, None);
             for pair in args.chunks(2) {
@@ -128,43 +132,43 @@ impl Manifest {
                 match key.as_str() {
                     "file" => {
                         let n = String::from_utf8(pair[1].clone())
-                            .map_err(|_| at("file name is not UTF-8"))?;
+                            .map_err(|_| at("File name is not UTF-8"))?;
                         if n.is_empty() || n.contains('/') || n == "." || n == ".." {
-                            return Err(at("file can't be a path, just a filename"));
+                            return Err(at("File can't be a path, just a filename"));
                         }
                         name = Some(n);
                     }
                     "seq" => {
-                        seq = parse_u64(&pair[1]).ok_or_else(|| at("invalid seq"))?;
+                        seq = parse_u64(&pair[1]).ok_or_else(|| at(INVALID))?;
                     }
                     "type" => kind = pair[1].first().copied(),
                     _ => {}
                 }
             }
             let (Some(name), true, Some(kind)) = (name, seq > 0, kind) else {
-                return Err(at("invalid AOF manifest file format (missing file, seq or type)"));
+                return Err(at(INVALID));
             };
             let info = |kind| AofInfo { name, seq, kind };
             match kind {
                 b'b' => {
                     if m.base.is_some() {
-                        return Err(at("found duplicate base file information"));
+                        return Err(at("Found duplicate base file information"));
                     }
                     m.base = Some(info(FileKind::Base));
                 }
                 b'h' => m.history.push(info(FileKind::History)),
                 b'i' => {
                     if seq <= max_incr_seq {
-                        return Err(at("found a non-monotonic sequence number"));
+                        return Err(at("Found a non-monotonic sequence number"));
                     }
                     max_incr_seq = seq;
                     m.incr.push(info(FileKind::Incr));
                 }
-                _ => return Err(at("unknown AOF file type")),
+                _ => return Err(at("Unknown AOF file type")),
             }
         }
         if lines == 0 {
-            return Err("found an empty AOF manifest".into());
+            return Err("Found an empty AOF manifest".into());
         }
         Ok(m)
     }

@@ -73,6 +73,11 @@ pub(crate) fn encode_timestamp(out: &mut Vec<u8>, unix_s: u64) {
     out.extend_from_slice(b"\r\n");
 }
 
+/// The time of a `#TS:<seconds>\r\n` annotation line.
+fn timestamp_of(line: &[u8]) -> Option<u64> {
+    parse_u64(line.strip_prefix(b"#TS:")?.strip_suffix(b"\r\n")?)
+}
+
 /// The clock timestamp annotations carry.
 pub(crate) fn unix_s() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
@@ -91,8 +96,9 @@ pub(crate) enum Item {
     /// A complete command. In [`Mode::Skim`] only the first argument is kept
     /// (and only when it is short); the others are empty.
     Command(Vec<Vec<u8>>),
-    /// An annotation line (`#...\n`), skipped.
-    Annotation,
+    /// An annotation line (`#...\n`), skipped; the Unix time it carries
+    /// if it is a timestamp annotation (`#TS:<seconds>\r\n`).
+    Annotation(Option<u64>),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -150,8 +156,8 @@ impl<R: BufRead> RecordReader<R> {
         let first = self.peek_byte()?.ok_or(ReadError::Eof { record_start })?;
         match first {
             b'#' => {
-                self.read_line(ANNOTATION_LINE_MAX, record_start)?;
-                Ok(Some(Item::Annotation))
+                let line = self.read_line(ANNOTATION_LINE_MAX, record_start)?;
+                Ok(Some(Item::Annotation(timestamp_of(&line))))
             }
             b'*' => {
                 let argc = self.read_header(b'*', record_start)?;
@@ -330,7 +336,7 @@ mod tests {
         loop {
             match r.next_item(mode) {
                 Ok(Some(Item::Command(argv))) => out.push(argv),
-                Ok(Some(Item::Annotation)) => {}
+                Ok(Some(Item::Annotation(_))) => {}
                 Ok(None) => return (out, None),
                 Err(e) => return (out, Some(e)),
             }

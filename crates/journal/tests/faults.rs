@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use common::*;
-use keel_journal::check::{check, CheckOutcome};
+use keel_journal::check::{check, CheckOutcome, Repair};
 use keel_journal::testing::{Fault, Op};
 use keel_journal::{FsyncPolicy, Journal, JournalConfig, JournalError};
 
@@ -17,7 +17,7 @@ const T: Duration = Duration::from_secs(10);
 
 fn assert_log_valid(cfg: &JournalConfig) {
     let mut out = Vec::new();
-    let outcome = check(&cfg.dir.join("appendonly.aof.manifest"), false, &mut out).unwrap();
+    let outcome = check(&cfg.dir.join("appendonly.aof.manifest"), Repair::Nothing, &mut out).unwrap();
     assert_eq!(outcome, CheckOutcome::Valid, "{}", String::from_utf8_lossy(&out));
 }
 
@@ -99,7 +99,7 @@ fn fault_then_recover(
     } else {
         let mut out = Vec::new();
         let manifest = cfg.dir.join("appendonly.aof.manifest");
-        check(&manifest, false, &mut out).unwrap();
+        check(&manifest, Repair::Nothing, &mut out).unwrap();
         let text = String::from_utf8_lossy(&out);
         assert!(text.contains("torn tail") && !text.contains("bad command"), "{text}");
     }

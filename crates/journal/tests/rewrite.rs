@@ -12,7 +12,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use common::*;
-use keel_journal::check::{check, CheckOutcome};
+use keel_journal::check::{check, CheckOutcome, Repair};
 use keel_journal::testing::{Fault, Op};
 use keel_journal::{BaseBuffer, BaseFormat, FsyncPolicy, Journal, JournalConfig, JournalError, Replayed, RewriteOptions};
 use keel_rdb::{RdbValue, RdbWriter, WriteOptions};
@@ -40,7 +40,7 @@ fn manifest(cfg: &JournalConfig) -> String {
 /// as "db:KEY k<i>=v".
 fn check_and_load(cfg: &JournalConfig) -> Vec<String> {
     let mut out = Vec::new();
-    let outcome = check(&cfg.dir.join("appendonly.aof.manifest"), false, &mut out).unwrap();
+    let outcome = check(&cfg.dir.join("appendonly.aof.manifest"), Repair::Nothing, &mut out).unwrap();
     assert_eq!(outcome, CheckOutcome::Valid, "{}", String::from_utf8_lossy(&out));
     let (_j, replay) = open(cfg);
     replay
@@ -257,7 +257,7 @@ fn leftovers_of_an_interrupted_rewrite_load_and_are_cleaned_up() {
           file appendonly.aof.3.incr.aof seq 3 type i\n",
     );
     let mut out = Vec::new();
-    assert_eq!(check(&cfg.dir.join("appendonly.aof.manifest"), false, &mut out).unwrap(), CheckOutcome::Valid);
+    assert_eq!(check(&cfg.dir.join("appendonly.aof.manifest"), Repair::Nothing, &mut out).unwrap(), CheckOutcome::Valid);
     assert_eq!(check_and_load(&cfg), ["0:SET d 4", "0:SET e 5"]);
     assert_eq!(
         files_in(&cfg.dir),
@@ -518,7 +518,7 @@ fn an_rdb_base_is_named_listed_checked_and_replayed_as_keys() {
     bytes[at] ^= 0xff;
     std::fs::write(&base, &bytes).unwrap();
     let mut out = Vec::new();
-    let outcome = check(&cfg.dir.join("appendonly.aof.manifest"), true, &mut out).unwrap();
+    let outcome = check(&cfg.dir.join("appendonly.aof.manifest"), Repair::Fix, &mut out).unwrap();
     let text = String::from_utf8_lossy(&out);
     assert_eq!(outcome, CheckOutcome::Invalid, "{text}");
     assert!(text.contains("RDB preamble of AOF file is not sane"), "{text}");

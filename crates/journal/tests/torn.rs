@@ -40,7 +40,7 @@ fn every_cut_of_the_last_command_is_truncated() {
         // Without aof-load-truncated: refused, with the offset of the torn command.
         let strict = keel_journal::JournalConfig { load_truncated: false, ..cfg.clone() };
         match Journal::open_with(strict, fast_tuning()) {
-            Err(JournalError::Corrupt { offset, file, .. }) => {
+            Err(JournalError::Truncated { offset, file, .. }) => {
                 assert_eq!(offset, good, "cut {cut}");
                 assert_eq!(file, incr_path(&cfg));
             }
@@ -163,7 +163,7 @@ fn damage_in_a_file_before_the_last_fails_replay() {
     let (db, first) = command(replay.next().unwrap().unwrap());
     assert_eq!((db, strs(&first)), (0, vec!["SET".to_string(), "b".into(), "1".into()]));
     match replay.next() {
-        Some(Err(JournalError::Corrupt { file, offset, .. })) => {
+        Some(Err(JournalError::Truncated { file, offset, .. })) => {
             assert_eq!(file, base_path(&cfg));
             assert_eq!(offset, good);
         }
@@ -200,7 +200,12 @@ fn bad_manifests_are_refused() {
         Err(JournalError::Manifest(_))
     ));
     std::fs::write(&manifest, "file appendonly.aof.9.incr.aof seq 9 type i\n").unwrap();
-    assert!(matches!(Journal::open_with(cfg.clone(), fast_tuning()), Err(JournalError::Io { .. })));
+    match Journal::open_with(cfg.clone(), fast_tuning()) {
+        Err(e @ JournalError::Missing { .. }) => {
+            assert!(e.to_string().contains("appendonly.aof.9.incr.aof doesn't exist"), "{e}")
+        }
+        other => panic!("{other:?}"),
+    }
 }
 
 #[test]
@@ -262,7 +267,7 @@ fn a_partial_command_then_space_written_ahead_is_a_torn_tail() {
 
         let strict = keel_journal::JournalConfig { load_truncated: false, ..cfg.clone() };
         match Journal::open_with(strict, fast_tuning()) {
-            Err(JournalError::Corrupt { offset, .. }) => assert_eq!(offset, good, "cut {cut}"),
+            Err(JournalError::Truncated { offset, .. }) => assert_eq!(offset, good, "cut {cut}"),
             other => panic!("cut {cut}: {other:?}"),
         }
         let (j, replay) = open(&cfg);
@@ -297,4 +302,49 @@ fn an_open_transaction_before_a_cut_line_of_space_is_still_torn() {
     assert!(replay.warnings()[0].contains("MULTI"), "{:?}", replay.warnings());
     assert_eq!(replay_all(replay).len(), 3);
     assert_eq!(j.appended_lsn(), good);
+}
+
+/// `--truncate-to-timestamp T` cuts the last file at its first timestamp
+/// annotation later than T: what was written after T goes, the rest stays
+/// loadable. A cut that would leave nothing is refused.
+#[test]
+fn check_aof_truncates_to_a_timestamp() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (cfg, good) = setup(tmp.path());
+    let mut later = Vec::new();
+    for (unix_s, key) in [(100, "a"), (200, "b"), (300, "c")] {
+        later.extend(format!("#TS:{unix_s}\r\n").as_bytes());
+        later.extend(resp(&["SET", key, "v"]));
+    }
+    append_raw(&incr_path(&cfg), &later);
+    let manifest = cfg.dir.join("appendonly.aof.manifest");
+    let bin = env!("CARGO_BIN_EXE_keel-check-aof");
+    let truncate = |unix_s: &str| {
+        let out = std::process::Command::new(bin).args(["--truncate-to-timestamp", unix_s]).arg(&manifest).output().unwrap();
+        (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    let (ok, text) = truncate("300");
+    assert!(ok && text.contains("Truncate nothing"), "{text}");
+    let (ok, text) = truncate("250");
+    assert!(ok && text.contains("Successfully truncated AOF appendonly.aof.1.incr.aof to timestamp 250"), "{text}");
+    let keys = |cfg| {
+        let (_j, replay) = open(cfg);
+        replay_all(replay).into_iter().map(|(_, argv)| String::from_utf8_lossy(&argv[1]).into_owned()).collect::<Vec<_>>()
+    };
+    assert_eq!(keys(&cfg), ["k0", "k1", "k2", "a", "b"]);
+    let (ok, text) = truncate("150");
+    assert!(ok, "{text}");
+    assert_eq!(keys(&cfg), ["k0", "k1", "k2", "a"]);
+    // Everything from the first annotation on, but not the file's start.
+    let (ok, text) = truncate("0");
+    assert!(ok, "{text}");
+    assert_eq!(std::fs::metadata(incr_path(&cfg)).unwrap().len(), good);
+    let (ok, text) = truncate("x");
+    assert!(!ok && text.contains("Invalid timestamp"), "{text}");
+    // A single file whose first line is already later: nothing would stay.
+    let single = tmp.path().join("single.aof");
+    std::fs::write(&single, [b"#TS:100\r\n".as_slice(), &resp(&["SET", "a", "v"])].concat()).unwrap();
+    let out = std::process::Command::new(bin).args(["--truncate-to-timestamp", "50"]).arg(&single).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success() && text.contains("has nothing before timestamp 50, aborting"), "{text}");
 }

@@ -37,8 +37,9 @@ pub enum RdbError {
     /// than 10.
     #[error("can't handle RDB format version {version}")]
     UnsupportedVersion { version: u32 },
-    /// The CRC64 trailer does not match the file's contents.
-    #[error("wrong RDB checksum at byte {offset}: stored {stored:#018x}, computed {computed:#018x}")]
+    /// The CRC64 trailer does not match the file's contents ("RDB CRC
+    /// error" is Redis's phrase, which scripts match).
+    #[error("RDB CRC error at byte {offset}: wrong RDB checksum, stored {stored:#018x}, computed {computed:#018x}")]
     BadChecksum { offset: u64, stored: u64, computed: u64 },
     /// Bytes that no valid RDB contains: a bad length or string encoding, a
     /// malformed listpack/ziplist/intset/zipmap, invalid LZF data, a

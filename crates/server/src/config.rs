@@ -179,6 +179,9 @@ pub struct Config {
     pub logfile: String,
     pub pidfile: String,
     pub daemonize: bool,
+    /// `always-show-logo`: print the start-up banner even when the log is
+    /// not a terminal.
+    pub always_show_logo: bool,
     /// `process.rs` applies these four.
     pub disable_thp: bool,
     pub jemalloc_bg_thread: bool,
@@ -284,6 +287,7 @@ impl Default for Config {
             logfile: String::new(),
             pidfile: String::new(),
             daemonize: false,
+            always_show_logo: false,
             disable_thp: true,
             jemalloc_bg_thread: true,
             oom_score_adj: OomScoreAdj::No,
@@ -665,6 +669,7 @@ pub static DIRECTIVES: &[Directive] = &[
     directive!("logfile", false, string, logfile),
     directive!("pidfile", false, string, pidfile),
     directive!("daemonize", false, bool, daemonize),
+    directive!("always-show-logo", false, bool, always_show_logo),
     directive!("disable-thp", false, bool, disable_thp),
     directive!("jemalloc-bg-thread", true, bool, jemalloc_bg_thread),
     Directive {

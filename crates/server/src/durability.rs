@@ -165,6 +165,15 @@ fn replay_in<'scope, 'env>(server: &'env Server, mut replay: Replay, scope: &'sc
         }
         count += 1;
         rdb_took.get_or_insert_with(|| started.elapsed());
+        // A command Keel cannot run would be dropped from the dataset:
+        // refuse to start, as Redis does.
+        if command::table().lookup(&argv[0]).is_none() {
+            let file = replay.current_file().map(|p| p.display().to_string()).unwrap_or_default();
+            return Err(format!(
+                "Unknown command '{}' reading the append only file {file}",
+                String::from_utf8_lossy(&argv[0])
+            ));
+        }
         client.db = db;
         let args: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
         reply.clear();

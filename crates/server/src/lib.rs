@@ -82,7 +82,7 @@ pub fn run(config: Config) -> io::Result<()> {
                     tracing::warn!("could not bind optional address {sockaddr}: {e}");
                     continue;
                 }
-                return Err(io::Error::new(e.kind(), format!("could not bind {sockaddr}: {e}")));
+                return Err(listen_failed(sockaddr, e));
             }
             for listeners in per_worker.iter_mut() {
                 match reuseport_listener(sockaddr, config.tcp_backlog) {
@@ -91,7 +91,7 @@ pub fn run(config: Config) -> io::Result<()> {
                         tracing::warn!("could not bind optional address {sockaddr}: {e}");
                         break;
                     }
-                    Err(e) => return Err(io::Error::new(e.kind(), format!("could not bind {sockaddr}: {e}"))),
+                    Err(e) => return Err(listen_failed(sockaddr, e)),
                 }
             }
         }
@@ -105,6 +105,7 @@ pub fn run(config: Config) -> io::Result<()> {
         }
         per_worker[0].unix = Some(listener);
     }
+    show_banner(&config);
     let (journal, replay) = match durability::open(&config).map_err(io::Error::other)? {
         Some((journal, replay)) => (Some(Arc::new(journal)), Some(replay)),
         None => (None, None),
@@ -125,7 +126,7 @@ pub fn run(config: Config) -> io::Result<()> {
         // Each durable advance wakes the workers holding replies for it.
         durability::attach(&server, journal);
     }
-    tracing::info!("Keel ready to accept connections on port {} with {threads} threads", server.port);
+    tracing::info!("Keel listening on port {} with {threads} threads", server.port);
     let handles: Vec<_> = workers
         .into_iter()
         .enumerate()
@@ -134,9 +135,8 @@ pub fn run(config: Config) -> io::Result<()> {
     let rewriter = rewrite::spawn(server.clone())?;
     let bgsaver = snapshot::spawn(server.clone())?;
     signals::spawn(server.clone())?;
-    // Stops everything after a failed load.
+    // Stops everything after a failed load; `main` logs the error.
     let fail = |e: String, handles: Vec<std::thread::JoinHandle<()>>| -> io::Result<()> {
-        tracing::error!("{e}");
         server.shutdown.store(true, std::sync::atomic::Ordering::Relaxed);
         server.broadcast(|| client::Message::CheckKills);
         for h in handles {
@@ -180,6 +180,9 @@ pub fn run(config: Config) -> io::Result<()> {
             }
         }
     }
+    // Redis's words, once the data is in: tools and test harnesses wait
+    // for this line.
+    tracing::info!("Ready to accept connections");
     for h in handles {
         let _ = h.join();
     }
@@ -194,6 +197,37 @@ pub fn run(config: Config) -> io::Result<()> {
         let _ = std::fs::remove_file(path);
     }
     Ok(())
+}
+
+/// The start-up banner, once the listeners are bound and before the data
+/// is opened, where Redis shows its logo: always with `always-show-logo yes`, else only when logging to a
+/// terminal. Scripts (Redis's own test harness among them) find the
+/// server's process by its `PID:` line.
+fn show_banner(config: &Config) {
+    use std::io::{IsTerminal, Write};
+    let to_terminal = config.logfile.is_empty() && io::stdout().is_terminal();
+    if !(config.always_show_logo || to_terminal) {
+        return;
+    }
+    let banner = format!(
+        "Keel {} (Redis 7.0 compatible)\n    Running in standalone mode\n    Port: {}\n    PID: {}\n",
+        env!("CARGO_PKG_VERSION"),
+        config.port,
+        std::process::id()
+    );
+    let written = match config.logfile.as_str() {
+        "" => io::stdout().write_all(banner.as_bytes()),
+        path => std::fs::OpenOptions::new().append(true).open(path).and_then(|mut f| f.write_all(banner.as_bytes())),
+    };
+    // As any log line: one that cannot be written is dropped.
+    let _ = written;
+}
+
+/// Redis's words: scripts (Redis's test harness among them) retry on
+/// another port when they read "Failed listening on port".
+fn listen_failed(addr: SocketAddr, e: io::Error) -> io::Error {
+    tracing::warn!("Warning: Could not create server TCP listening socket {addr}: {e}");
+    io::Error::new(e.kind(), format!("Failed listening on port {} (TCP), aborting.", addr.port()))
 }
 
 /// Binds `addr` with SO_REUSEADDR only (a port in TIME_WAIT is fine, a

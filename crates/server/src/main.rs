@@ -40,10 +40,14 @@ fn main() -> ExitCode {
     // default the subscriber reports the failure with `eprintln!`, which
     // panics when stderr is the broken pipe: the logging thread (a worker,
     // or the one that takes SIGTERM) would die.
+    // No log file: standard output, as Redis logs (tools that watch a
+    // server's output for "Ready to accept connections" read it there).
     if config.logfile.is_empty() {
+        use std::io::IsTerminal;
         tracing_subscriber::fmt()
             .with_env_filter(env_filter)
-            .with_writer(std::io::stderr)
+            .with_ansi(std::io::stdout().is_terminal())
+            .with_writer(std::io::stdout)
             .log_internal_errors(false)
             .init();
     } else {
@@ -79,7 +83,8 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("keel-server: {e}");
+            // Into the log, where Redis reports why it could not start.
+            tracing::error!("{e}");
             ExitCode::FAILURE
         }
     }

@@ -177,6 +177,16 @@ fn everysec_loses_at_most_about_a_second() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The incr file of the AOF directory in `dir` (a fresh one has one).
+fn incr_file(dir: &std::path::Path) -> std::path::PathBuf {
+    std::fs::read_dir(dir.join("appendonlydir"))
+        .expect("aof dir")
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .find(|p| p.to_string_lossy().ends_with(".incr.aof"))
+        .expect("incr file")
+}
+
 #[test]
 fn a_torn_tail_is_truncated_at_start() {
     let dir = temp_dir("torn");
@@ -187,12 +197,7 @@ fn a_torn_tail_is_truncated_at_start() {
         assert_eq!(c.cmd("SET b 2"), common::ok());
         server.kill9();
     }
-    let incr = std::fs::read_dir(dir.join("appendonlydir"))
-        .expect("aof dir")
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .find(|p| p.to_string_lossy().ends_with(".incr.aof"))
-        .expect("incr file");
+    let incr = incr_file(&dir);
     let mut bytes = std::fs::read(&incr).expect("read incr");
     bytes.extend_from_slice(b"*3\r\n$3\r\nSET\r\n$1\r\nc\r\n$10\r\nhalf");
     std::fs::write(&incr, bytes).expect("tear");
@@ -205,6 +210,49 @@ fn a_torn_tail_is_truncated_at_start() {
     drop(server);
     let server = Server::start_in(&dir, &[]);
     assert_eq!(server.client().cmd("GET c"), bulk("3"));
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A command Keel cannot run, in the log, stops start-up (loading without
+/// it would drop its effect) with Redis's words and the file's name; the
+/// file is left as it was.
+#[test]
+fn an_unknown_command_in_the_log_stops_start_up() {
+    let dir = temp_dir("unknown-command");
+    {
+        let server = Server::start_in(&dir, &[]);
+        assert_eq!(server.client().cmd("SET a 1"), common::ok());
+        server.kill9();
+    }
+    let incr = incr_file(&dir);
+    let mut bytes = std::fs::read(&incr).expect("read incr");
+    bytes.extend_from_slice(b"*2\r\n$3\r\nbla\r\n$1\r\nx\r\n");
+    std::fs::write(&incr, &bytes).expect("append");
+    let (status, log) = common::start_expecting_exit(&dir, &[]);
+    assert!(!status.success());
+    let name = incr.file_name().expect("name").to_string_lossy().into_owned();
+    assert!(log.contains("Unknown command 'bla' reading the append only file") && log.contains(&name), "log: {log}");
+    assert_eq!(std::fs::read(&incr).expect("read incr"), bytes);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Scripts wait for Redis's "Ready to accept connections" (and find the
+/// process by the banner's PID line): it comes once the data is loaded.
+#[test]
+fn the_log_says_ready_once_the_data_is_loaded() {
+    let dir = temp_dir("ready");
+    {
+        let server = Server::start_in(&dir, &[]);
+        assert_eq!(server.client().cmd("SET a 1"), common::ok());
+    }
+    let log = dir.join("ready.log");
+    let server = Server::start_in(&dir, &["--always-show-logo", "yes", "--logfile", &log.display().to_string()]);
+    assert_eq!(server.client().cmd("GET a"), bulk("1"));
+    let text = std::fs::read_to_string(&log).expect("log");
+    let at = |line: &str| text.find(line).unwrap_or_else(|| panic!("no {line:?} in {text}"));
+    assert!(at(&format!("PID: {}", server.pid())) < at("DB loaded from append only file"), "{text}");
+    assert!(at("DB loaded from append only file") < at("Ready to accept connections"), "{text}");
     drop(server);
     let _ = std::fs::remove_dir_all(&dir);
 }

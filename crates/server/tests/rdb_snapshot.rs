@@ -4,7 +4,6 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::state::{argv, array, assert_same, bulk_bytes, fill_every_type, pipeline, read_state, State, Val};
@@ -281,31 +280,6 @@ fn redis_and_keel_load_each_others_dump_rdb() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Runs keel-server on `dir` expecting it to exit at start; returns its
-/// status and its log.
-fn start_expecting_exit(dir: &Path) -> (std::process::ExitStatus, String) {
-    let port = common::free_port();
-    let log = dir.join("keel.log");
-    let out = Command::new(env!("CARGO_BIN_EXE_keel-server"))
-        .args(["--port", &port.to_string(), "--threads", "2", "--appendonly", "no", "--dir", &dir.display().to_string()])
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).expect("test setup"))
-        .spawn()
-        .expect("spawn");
-    let mut child = out;
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        if let Some(status) = child.try_wait().expect("test setup") {
-            return (status, std::fs::read_to_string(&log).unwrap_or_default());
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("keel-server kept running on a corrupt dump.rdb");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
 #[test]
 fn a_corrupt_dump_rdb_stops_start_up() {
     let dir = temp_dir("rdb-corrupt");
@@ -319,7 +293,7 @@ fn a_corrupt_dump_rdb_stops_start_up() {
     let good = std::fs::read(&path).expect("test setup");
     // Truncated.
     std::fs::write(&path, &good[..good.len() / 2]).expect("test setup");
-    let (status, log) = start_expecting_exit(&dir);
+    let (status, log) = common::start_expecting_exit(&dir, &["--appendonly", "no"]);
     assert!(!status.success());
     assert!(log.contains("dump.rdb") && log.contains("offset"), "log: {log}");
     // One flipped byte: the checksum catches it if nothing else does.
@@ -327,12 +301,12 @@ fn a_corrupt_dump_rdb_stops_start_up() {
     let at = bad.len() / 3;
     bad[at] ^= 0x5a;
     std::fs::write(&path, &bad).expect("test setup");
-    let (status, log) = start_expecting_exit(&dir);
+    let (status, log) = common::start_expecting_exit(&dir, &["--appendonly", "no"]);
     assert!(!status.success());
     assert!(log.contains("dump.rdb"), "log: {log}");
     // Not an RDB file at all.
     std::fs::write(&path, b"hello world").expect("test setup");
-    let (status, _) = start_expecting_exit(&dir);
+    let (status, _) = common::start_expecting_exit(&dir, &["--appendonly", "no"]);
     assert!(!status.success());
     // A key twice (Redis stops too): whichever loading thread meets it second.
     let mut w = keel_rdb::RdbWriter::new(Vec::new(), keel_rdb::WriteOptions::default()).expect("header");
@@ -341,7 +315,7 @@ fn a_corrupt_dump_rdb_stops_start_up() {
         w.write_key(key, &RdbValue::String(b"v".to_vec()), None).expect("key");
     }
     std::fs::write(&path, w.finish().expect("trailer")).expect("test setup");
-    let (status, log) = start_expecting_exit(&dir);
+    let (status, log) = common::start_expecting_exit(&dir, &["--appendonly", "no"]);
     assert!(!status.success());
     assert!(log.contains("duplicated key 'a'"), "log: {log}");
     let _ = std::fs::remove_dir_all(&dir);

@@ -78,7 +78,7 @@ fn dir_bytes(dir: &Path) -> u64 {
 fn assert_check_aof_valid(dir: &Path) {
     let mut out = Vec::new();
     let manifest = dir.join("appendonlydir").join("appendonly.aof.manifest");
-    let outcome = keel_journal::check::check(&manifest, false, &mut out).expect("check");
+    let outcome = keel_journal::check::check(&manifest, keel_journal::check::Repair::Nothing, &mut out).expect("check");
     assert_eq!(outcome, keel_journal::check::CheckOutcome::Valid, "{}", String::from_utf8_lossy(&out));
 }
 
@@ -744,30 +744,6 @@ fn rdb_base_directories_move_between_redis_and_keel() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Runs keel-server on `dir` expecting it to exit at start; returns its
-/// status and its log.
-fn start_expecting_exit(dir: &Path) -> (std::process::ExitStatus, String) {
-    let port = common::free_port();
-    let log = dir.join("keel.log");
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_keel-server"))
-        .args(["--port", &port.to_string(), "--dir", &dir.display().to_string()])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::fs::File::create(&log).expect("log"))
-        .spawn()
-        .expect("spawn");
-    let deadline = Instant::now() + T;
-    loop {
-        if let Some(status) = child.try_wait().expect("wait") {
-            return (status, std::fs::read_to_string(&log).unwrap_or_default());
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("keel-server kept running on a damaged RDB base");
-        }
-        thread::sleep(Duration::from_millis(10));
-    }
-}
-
 /// A damaged RDB base stops start-up with an error naming the file; the
 /// check tool reports it and `--fix` leaves it alone.
 #[test]
@@ -785,12 +761,12 @@ fn a_damaged_rdb_base_stops_start_up() {
     let at = bytes.len() / 2;
     bytes[at] ^= 0x5a;
     std::fs::write(&base, &bytes).expect("write");
-    let (status, log) = start_expecting_exit(&dir);
+    let (status, log) = common::start_expecting_exit(&dir, &[]);
     assert!(!status.success());
     assert!(log.contains("appendonly.aof.2.base.rdb") && log.contains("bad RDB"), "log: {log}");
     let manifest = dir.join("appendonlydir/appendonly.aof.manifest");
     let mut out = Vec::new();
-    let outcome = keel_journal::check::check(&manifest, true, &mut out).expect("check");
+    let outcome = keel_journal::check::check(&manifest, keel_journal::check::Repair::Fix, &mut out).expect("check");
     assert_eq!(outcome, keel_journal::check::CheckOutcome::Invalid);
     assert_eq!(std::fs::read(&base).expect("base"), bytes, "--fix leaves an RDB alone");
     let _ = std::fs::remove_dir_all(&dir);

@@ -60,6 +60,29 @@ fn keel_args(port: u16, dir: &std::path::Path, extra: &[&str]) -> Vec<String> {
     args
 }
 
+/// Runs keel-server on `dir` (two threads, then `extra`) expecting it to
+/// exit at start; returns its status and its log.
+pub fn start_expecting_exit(dir: &std::path::Path, extra: &[&str]) -> (std::process::ExitStatus, String) {
+    let log = dir.join("keel.log");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_keel-server"))
+        .args(keel_args(free_port(), dir, extra))
+        .stdout(std::fs::File::create(&log).expect("test setup"))
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(status) = child.try_wait().expect("test setup") {
+            return (status, std::fs::read_to_string(&log).unwrap_or_default());
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("keel-server kept running on {}", dir.display());
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// A server process, killed when dropped.
 pub struct Server {
     pub port: u16,
@@ -109,7 +132,7 @@ impl Server {
         Server::spawn_to(env!("CARGO_BIN_EXE_keel-server").into(), args, port, env, server_log(port))
     }
 
-    /// `start` with the server's log (its stderr) going to `log`; the read
+    /// `start` with the server's log (its stdout) going to `log`; the read
     /// end of a piped log is [`Server::log_pipe`].
     pub fn start_logging_to(log: Stdio, extra: &[&str]) -> Server {
         let dir = temp_dir("server");
@@ -125,8 +148,8 @@ impl Server {
         self.child.id()
     }
 
-    pub fn log_pipe(&mut self) -> Option<std::process::ChildStderr> {
-        self.child.stderr.take()
+    pub fn log_pipe(&mut self) -> Option<std::process::ChildStdout> {
+        self.child.stdout.take()
     }
 
     /// Kills the process with SIGKILL, as a crash would.
@@ -165,8 +188,8 @@ impl Server {
         let child = Command::new(path)
             .args(&args)
             .envs(env.iter().copied())
-            .stdout(Stdio::null())
-            .stderr(log)
+            .stdout(log)
+            .stderr(Stdio::null())
             .spawn()
             .expect("spawn server");
         let mut server = Server { port, child, dir: None };
