@@ -260,6 +260,16 @@ pub(crate) fn persist(m: &Manifest, config: &JournalConfig) -> Result<(), Journa
     })
 }
 
+/// The size of `name`, a file the manifest in `dir` lists.
+fn listed_len(dir: &Path, name: &str) -> Result<u64, JournalError> {
+    let path = dir.join(name);
+    match fs::metadata(&path) {
+        Ok(meta) => Ok(meta.len()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Err(JournalError::Missing { name: name.into(), source: e }),
+        Err(source) => Err(JournalError::Io { path, source }),
+    }
+}
+
 /// Makes the directory ready to append to and checks the files to replay.
 ///
 /// * No manifest: if an old-style single AOF `<filename>` sits beside the
@@ -346,12 +356,7 @@ pub(crate) fn prepare(config: &JournalConfig) -> Result<Prepared, JournalError> 
         m.base.iter().chain(&m.incr).map(|i| i.name.clone()).collect();
     let mut sizes = Vec::with_capacity(listed.len());
     for file in &listed {
-        let path = dir.join(file);
-        let meta = fs::metadata(&path).map_err(|e| match e.kind() {
-            io::ErrorKind::NotFound => JournalError::Missing { name: file.clone(), source: e },
-            _ => JournalError::Io { path: path.clone(), source: e },
-        })?;
-        sizes.push(meta.len());
+        sizes.push(listed_len(dir, file)?);
     }
     let base_size = if m.base.is_some() { sizes[0] } else { 0 };
     let base_rdb = match &m.base {
@@ -544,6 +549,21 @@ impl Replay {
         }
     }
 
+    /// The files the manifest in `dir` lists, as they are now, to load
+    /// again what a running journal has written (DEBUG LOADAOF): nothing is
+    /// checked, repaired or created first, as `Journal::open` would. The
+    /// caller makes sure nothing is appended meanwhile.
+    pub fn listed(dir: &Path, filename: &str) -> Result<Replay, JournalError> {
+        let mpath = manifest::manifest_path(dir, filename);
+        let text = fs::read(&mpath).map_err(io_err(&mpath))?;
+        let m = Manifest::parse(&text).map_err(|e| JournalError::Manifest(format!("{}: {e}", mpath.display())))?;
+        let mut files = Vec::new();
+        for info in m.base.iter().chain(&m.incr) {
+            files.push((info.name.clone(), listed_len(dir, &info.name)?));
+        }
+        Ok(Replay::new(dir.to_path_buf(), files, Vec::new()))
+    }
+
     /// What open had to repair or wants the operator to know (a truncated
     /// torn tail, an upgraded old-style AOF), one line each.
     pub fn warnings(&self) -> &[String] {
@@ -710,6 +730,15 @@ impl Iterator for Replay {
                     reason: "end of file inside a MULTI/EXEC transaction".into(),
                 },
                 Ok(None) => {
+                    self.finished_bytes += current.len;
+                    self.current = None;
+                    continue;
+                }
+                Err(ReadError::Eof { record_start })
+                    if self.files.len() == 0 && annotation_at(path, origin + record_start).unwrap_or(false) =>
+                {
+                    // A live file read to its current end (`Replay::listed`):
+                    // the space written ahead of it may end in a cut-short line.
                     self.finished_bytes += current.len;
                     self.current = None;
                     continue;

@@ -202,6 +202,92 @@ fn replay_in<'scope, 'env>(server: &'env Server, mut replay: Replay, scope: &'sc
     Ok(count)
 }
 
+/// DEBUG LOADAOF, with every shard held (DEBUG takes them all), as
+/// Redis's: what was logged is written and synced, the dataset emptied and
+/// loaded again from the files the manifest on disk lists (with
+/// `appendonly no` too). Meanwhile `loading` is set, so nothing replayed
+/// is logged again (and other clients are answered -LOADING). An error
+/// before the dataset is emptied is the reply; one while loading stops the
+/// process, as in Redis: what is in memory is then no dataset at all, and
+/// the files are intact.
+pub fn debug_loadaof(ctx: &mut Ctx<'_>) -> Result<(), String> {
+    let server = ctx.server;
+    if server.rewrite.in_progress() {
+        return Err("ERR Background append only file rewriting in progress: DEBUG LOADAOF after it ends".into());
+    }
+    if let Some(journal) = server.aof.enabled() {
+        journal.flush_and_sync().map_err(|e| format!("ERR {e}"))?;
+    }
+    let replay = {
+        let config = server.config.read();
+        Replay::listed(&config.dir.join(&config.appenddirname), &config.appendfilename)
+            .map_err(|e| format!("ERR {e}"))?
+    };
+    for shard in ctx.dbs.shards() {
+        for db in shard.dbs.iter_mut() {
+            drop(db.take_all());
+        }
+    }
+    server.loading.store(true, Ordering::Relaxed);
+    let loaded = replay_held(ctx, replay);
+    server.loading.store(false, Ordering::Relaxed);
+    if let Err(e) = loaded {
+        tracing::error!("DEBUG LOADAOF: {e}");
+        std::process::exit(1);
+    }
+    // What the replay counted is already on disk (Redis zeroes it too).
+    server.dirty.store(0, Ordering::Relaxed);
+    tracing::warn!("Append Only File loaded by DEBUG LOADAOF");
+    Ok(())
+}
+
+/// Replays into the shards `ctx` holds, through the DEBUG client: its
+/// database and its replies are put back afterwards. MULTI and EXEC are
+/// left out (EXEC would lock the shards again): the whole load is one
+/// step for every other client anyway.
+fn replay_held(ctx: &mut Ctx<'_>, replay: Replay) -> Result<(), String> {
+    let server = ctx.server;
+    let limits = server.config.read().encoding;
+    let lru_s = server.lru_s();
+    let (selected, client_db, now_ms) = (ctx.dbs.selected, ctx.client.db, ctx.now_ms);
+    let reply_len = ctx.out.buf.len();
+    // Time stands still while loading (see `replay_in`).
+    ctx.now_ms = 0;
+    let mut result = Ok(());
+    let mut replay = replay;
+    while let Some(item) = replay.next() {
+        let step = match item.map_err(|e| e.to_string()) {
+            Ok(Replayed::Key(entry)) => crate::snapshot::insert_held(server, &mut ctx.dbs.locked, entry, &limits, lru_s, false),
+            Ok(Replayed::Resize { .. }) => Ok(()),
+            Ok(Replayed::Command { db, argv }) => run_replayed(ctx, &replay, db, &argv),
+            Err(e) => Err(e),
+        };
+        ctx.out.buf.truncate(reply_len);
+        if let Err(e) = step {
+            result = Err(e);
+            break;
+        }
+    }
+    (ctx.dbs.selected, ctx.client.db, ctx.now_ms) = (selected, client_db, now_ms);
+    result
+}
+
+fn run_replayed(ctx: &mut Ctx<'_>, replay: &Replay, db: usize, argv: &[Vec<u8>]) -> Result<(), String> {
+    let args: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
+    if command::parse::eq(args[0], "multi") || command::parse::eq(args[0], "exec") {
+        return Ok(());
+    }
+    let Ok((index, spec)) = command::resolve(&args) else {
+        let file = replay.current_file().map(|p| p.display().to_string()).unwrap_or_default();
+        return Err(format!("Unknown command '{}' reading the append only file {file}", String::from_utf8_lossy(args[0])));
+    };
+    (ctx.dbs.selected, ctx.client.db) = (db, db);
+    // A failing command is skipped as at start (`replay_in` logs it).
+    let _ = command::run(ctx, index, spec, &args);
+    ctx.durability = Default::default();
+    Ok(())
+}
+
 /// The inserters of an RDB base, started at its first key or hint.
 fn base_inserters<'a, 'scope, 'env>(
     slot: &'a mut Option<Inserters<'scope>>,

@@ -86,10 +86,11 @@ pub struct Saver {
     /// SHUTDOWN aborts a BGSAVE under way (Redis kills its child) without
     /// counting it as failed.
     abort: AtomicBool,
-    /// A FLUSHALL wrote the empty dump while a save held the snapshot: that
-    /// save shows the data from before it and must not replace the file.
-    /// Set by FLUSHALL and cleared at each save's S, both under every shard
-    /// lock; read under shard 0's lock just before the rename.
+    /// A FLUSHALL came while a save held the snapshot: that save shows the
+    /// data from before it, so a BGSAVE stops at its next step (Redis kills
+    /// its child) and no save replaces the file. Set by FLUSHALL and
+    /// cleared at each save's S, both under every shard lock; read under
+    /// shard 0's lock just before the rename.
     superseded: AtomicBool,
     state: Mutex<State>,
     /// Wakes the BGSAVE thread for an accepted BGSAVE, or to stop.
@@ -433,7 +434,7 @@ fn run(server: &Server) {
         tracing::info!("Background saving started");
         let next_piece = || {
             server.worker_cores.give_way();
-            stop()
+            stop() || saver.superseded.load(Ordering::Relaxed)
         };
         let write = |temp: &Path, settings| write_snapshot(server, begun, temp, settings, &next_piece);
         let result = save_to_file(server, Saving::Snapshot, Box::new(write));
@@ -445,7 +446,7 @@ fn run(server: &Server) {
             }
             // Aborted for SHUTDOWN or superseded by FLUSHALL, as Redis's
             // SIGUSR1 to its child: no error.
-            Err(e) if saver.abort.load(Ordering::Relaxed) || e == SUPERSEDED => {
+            Err(e) if saver.abort.load(Ordering::Relaxed) || saver.superseded.load(Ordering::Relaxed) || e == SUPERSEDED => {
                 tracing::warn!("Background saving aborted: {e}")
             }
             Err(e) => {
@@ -685,7 +686,7 @@ fn write_snapshot(
 }
 
 fn stream(server: &Server, out: &mut DumpWriter, s_ms: u64, next_piece: &dyn Fn() -> bool) -> Result<(), String> {
-    let stopped = || Err::<(), String>("the server is shutting down".into());
+    let stopped = || Err::<(), String>("stopped for a shutdown or a FLUSHALL".into());
     let keyspace = &server.keyspace;
     let mut buf: Vec<(usize, Vec<u8>, RdbValue, Option<u64>)> = Vec::with_capacity(STEP_ENTRIES);
     for index in 0..keyspace.shard_count() {
@@ -841,6 +842,20 @@ fn build_entry(e: RdbEntry, limits: &EncodingLimits, lru_s: u32) -> (usize, Vec<
     (e.db as usize, e.key, entry)
 }
 
+/// Inserts a read entry into the shards the caller holds (DEBUG RELOAD,
+/// DEBUG LOADAOF), refusing a key the dataset already has unless `replace`.
+pub fn insert_held(
+    server: &Server,
+    locked: &mut Locked<'_>,
+    e: RdbEntry,
+    limits: &EncodingLimits,
+    lru_s: u32,
+    replace: bool,
+) -> Result<(), LoadError> {
+    let (db, key, entry) = build_entry(e, limits, lru_s);
+    insert_into(locked.shard_for(&server.keyspace, &key).db(db), &key, entry, replace)
+}
+
 /// Inserts into `db`, refusing a key the dataset already has (Redis stops
 /// on a duplicated key too) unless `replace`.
 fn insert_into(db: &mut keel_engine::Db, key: &[u8], entry: Entry, replace: bool) -> Result<(), LoadError> {
@@ -968,16 +983,17 @@ pub fn load(server: &Server, path: &Path) -> Result<(u64, u64), String> {
 /// just emptied: as Redis's `flushAllDataAndResetRDB`, when `save` rules
 /// exist, the dump is rewritten (empty) at once so that a restart does
 /// not bring the flushed keys back, and `dirty` drops to 0; not counted in
-/// rdb_saves. A BGSAVE or SAVE under way shows the data from before: it
-/// is marked superseded and will not replace this file (Redis kills its
-/// child). An AOF rewrite holding the snapshot is unaffected.
+/// rdb_saves. A BGSAVE under way shows the data from before: it is marked
+/// superseded, stops at its next step and will not replace the file, with
+/// `save` rules or without (Redis kills its child either way). An AOF
+/// rewrite holding the snapshot is unaffected.
 pub fn save_after_flushall(server: &Server, locked: &mut Locked<'_>) {
+    server.rdb.superseded.store(true, Ordering::Relaxed);
     if server.config.read().save.is_empty() {
         return;
     }
     let result = match save_held(server, locked) {
         Err(SaveError::SnapshotBusy) => {
-            server.rdb.superseded.store(true, Ordering::Relaxed);
             // Nothing to write but the header and trailer: the shards are empty.
             let counts = db_counts(locked.iter_mut(), server.keyspace.databases());
             let write = |temp: &Path, settings: DumpSettings| -> Result<(u64, u64), String> {
@@ -1013,10 +1029,7 @@ pub fn debug_reload(server: &Server, locked: &mut Locked<'_>, save: bool, flush:
     let lru_s = server.lru_s();
     let path = dump_path(server);
     let mut insert = |read: Read| match read {
-        Read::Entry(e) => {
-            let (db, key, entry) = build_entry(e, &limits, lru_s);
-            insert_into(locked.shard_for(&server.keyspace, &key).db(db), &key, entry, merge)
-        }
+        Read::Entry(e) => insert_held(server, locked, e, &limits, lru_s, merge),
         Read::Reserve { db, keys, with_expiry } => {
             for shard in locked.iter_mut() {
                 shard.db(db).reserve_when_empty(keys, with_expiry);

@@ -396,19 +396,61 @@ fn flushall_rewrites_the_dump_when_save_rules_exist_as_redis() {
     let _ = std::fs::remove_dir_all(&redis_dir);
 }
 
-/// FLUSHALL while a slowed BGSAVE writes: the dump ends empty and the
-/// BGSAVE does not count as failed. Returns (dump keys, bgsave status).
-fn flushall_during_bgsave(c: &mut Client, dir: &Path) -> (Vec<Vec<u8>>, String) {
+/// Writes 100 keys and starts a BGSAVE that takes `delay_us` per key.
+fn start_slowed_bgsave(c: &mut Client, delay_us: u64) {
     for i in 0..100 {
         assert_eq!(c.cmd(&format!("SET key:{i} v")), ok());
     }
-    assert_eq!(c.cmd("CONFIG SET rdb-key-save-delay 20000"), ok());
+    assert_eq!(c.cmd(&format!("CONFIG SET rdb-key-save-delay {delay_us}")), ok());
     assert_eq!(c.cmd("BGSAVE"), simple("Background saving started"));
     assert_eq!(c.info_field("persistence", "rdb_bgsave_in_progress"), "1");
+}
+
+/// FLUSHALL while a slowed BGSAVE writes: the dump ends empty and the
+/// BGSAVE does not count as failed. Returns (dump keys, bgsave status).
+fn flushall_during_bgsave(c: &mut Client, dir: &Path) -> (Vec<Vec<u8>>, String) {
+    start_slowed_bgsave(c, 20_000);
     assert_eq!(c.cmd("FLUSHALL"), ok());
     assert_eq!(c.cmd("CONFIG SET rdb-key-save-delay 0"), ok());
     wait_bgsave(c);
     (keys_in(&dir.join("dump.rdb")), c.info_field("persistence", "rdb_last_bgsave_status"))
+}
+
+/// FLUSHALL ends a BGSAVE under way even without `save` rules (Redis kills
+/// its child): at once, as no failure, leaving no dump and the change
+/// counter as it was. Returns (dump exists, bgsave status, changes left).
+fn flushall_ends_a_bgsave(c: &mut Client, dir: &Path) -> (bool, String, String) {
+    // Ten seconds for the whole dump.
+    start_slowed_bgsave(c, 100_000);
+    assert_eq!(c.cmd("FLUSHALL"), ok());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while c.info_field("persistence", "rdb_bgsave_in_progress") != "0" {
+        assert!(std::time::Instant::now() < deadline, "the BGSAVE went on after FLUSHALL");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(c.cmd("SET after v"), ok());
+    (
+        dir.join("dump.rdb").exists(),
+        c.info_field("persistence", "rdb_last_bgsave_status"),
+        c.info_field("persistence", "rdb_changes_since_last_save"),
+    )
+}
+
+#[test]
+fn flushall_ends_a_bgsave_under_way_without_save_rules_as_redis() {
+    let dir = temp_dir("flushall-ends-bgsave");
+    let server = Server::start_in(&dir, &["--appendonly", "no", "--save", ""]);
+    let got = flushall_ends_a_bgsave(&mut server.client(), &dir);
+    assert_eq!((got.0, got.1.as_str()), (false, "ok"));
+    assert!(got.2.parse::<u64>().expect("changes") > 100, "{got:?}");
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+    let redis_dir = temp_dir("flushall-ends-bgsave-redis");
+    let d = redis_dir.display().to_string();
+    let Some(redis) = Server::start_redis(&["--dir", &d]) else { return };
+    assert_eq!(flushall_ends_a_bgsave(&mut redis.client(), &redis_dir), got, "redis-server ends the same");
+    drop(redis);
+    let _ = std::fs::remove_dir_all(&redis_dir);
 }
 
 #[test]

@@ -771,3 +771,44 @@ fn a_damaged_rdb_base_stops_start_up() {
     assert_eq!(std::fs::read(&base).expect("base"), bytes, "--fix leaves an RDB alone");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// DEBUG LOADAOF empties the dataset and loads it again from the files the
+/// manifest lists (an RDB base, then commands, a transaction among them):
+/// the digest comes back, a write the log never saw (`appendonly no`) goes,
+/// and writes after it are logged as before.
+#[test]
+fn debug_loadaof_reloads_the_dataset_from_the_files() {
+    let dir = temp_dir("rw-loadaof");
+    {
+        let server = Server::start_in(&dir, &["--enable-debug-command", "yes"]);
+        let mut c = server.client();
+        common::state::fill_every_type(&mut c);
+        assert_eq!(c.send(&["BGREWRITEAOF"]), simple("Background append only file rewriting started"));
+        assert_eq!(wait_rewrites(&mut c, 1), "ok");
+        assert_eq!(c.cmd("SET after 1"), ok());
+        assert_eq!(c.cmd("MULTI"), simple("OK"));
+        assert_eq!(c.cmd("INCR after"), simple("QUEUED"));
+        assert_eq!(c.cmd("EXPIRE after 100000"), simple("QUEUED"));
+        assert!(matches!(c.cmd("EXEC"), Frame::Array(_)));
+        assert_eq!(c.cmd("SELECT 3"), ok());
+        assert_eq!(c.cmd("RPUSH other-db a b"), int(2));
+        let digest = c.cmd("DEBUG DIGEST");
+        assert_eq!(c.cmd("DEBUG LOADAOF"), ok());
+        assert_eq!(c.cmd("DEBUG DIGEST"), digest);
+        assert_eq!(c.cmd("LRANGE other-db 0 -1"), Frame::Array(vec![bulk("a"), bulk("b")]));
+        assert_eq!(c.cmd("SELECT 0"), ok());
+        assert_eq!(c.cmd("CONFIG SET appendonly no"), ok());
+        assert_eq!(c.cmd("SET unlogged 1"), ok());
+        assert_eq!(c.cmd("DEBUG LOADAOF"), ok());
+        assert_eq!(c.cmd("EXISTS unlogged"), int(0));
+        assert_eq!(c.cmd("DEBUG DIGEST"), digest);
+        assert_eq!(c.cmd("CONFIG SET appendonly yes"), ok());
+        assert_eq!(wait_rewrites(&mut c, 2), "ok");
+        assert_eq!(c.cmd("SET last 1"), ok());
+        server.kill9();
+    }
+    let server = Server::start_last_in(&dir, &[]);
+    let mut c = server.client();
+    assert_eq!(c.cmd("GET last"), bulk("1"));
+    assert_eq!(c.cmd("GET after"), bulk("2"));
+}

@@ -9,6 +9,7 @@
 pub mod bitmaps;
 pub mod blocking;
 pub mod connection;
+pub mod digest;
 pub mod dump;
 pub mod hashes;
 pub mod keys;

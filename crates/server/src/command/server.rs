@@ -5,6 +5,7 @@ use std::fmt::Write as _;
 use std::sync::atomic::Ordering;
 
 use super::parse::eq;
+use super::digest;
 use super::keyspec::{self, Begin, Find, KeySpec};
 use super::{acl, cmd, flags, flags::*, table, CmdError, CmdResult, CommandSpec, Ctx, Keys};
 use crate::server::{unix_ms, unix_us, Metric, REDIS_VERSION};
@@ -1406,6 +1407,12 @@ fn debug(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
                 ctx,
                 argv[0],
                 &[
+                    "DIGEST",
+                    "    Output a hex signature representing the current DB content.",
+                    "DIGEST-VALUE <key> [<key> ...]",
+                    "    Output a hex signature of the values of all the specified keys.",
+                    "LOADAOF",
+                    "    Flush the AOF buffers on disk and reload the AOF in memory.",
                     "LOG <message>",
                     "    Write <message> to the server log.",
                     "OBJECT <key>",
@@ -1458,6 +1465,24 @@ fn debug(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
             ctx.out.ok();
             Ok(())
         }
+        2 if eq(sub, "digest") => {
+            let digest = dataset_digest(ctx);
+            ctx.out.simple(&digest::hex(&digest));
+            Ok(())
+        }
+        _ if eq(sub, "digest-value") => {
+            ctx.out.array(argv.len() - 2);
+            for key in &argv[2..] {
+                let digest = digest::value_digest(ctx.dbs.of(key).peek(key));
+                ctx.out.simple(&digest::hex(&digest));
+            }
+            Ok(())
+        }
+        2 if eq(sub, "loadaof") => {
+            crate::durability::debug_loadaof(ctx).map_err(CmdError::other)?;
+            ctx.out.ok();
+            Ok(())
+        }
         3 if eq(sub, "object") => debug_object(ctx, argv[2]),
         _ if eq(sub, "reload") => debug_reload(ctx, &argv[2..]),
         3 if eq(sub, "protocol") => debug_protocol(ctx, argv[2]),
@@ -1467,6 +1492,26 @@ fn debug(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
             String::from_utf8_lossy(argv[0]).to_ascii_uppercase()
         ))),
     }
+}
+
+/// DEBUG DIGEST's digest of every database, from the keys as stored in
+/// every shard (DEBUG holds them all).
+fn dataset_digest(ctx: &mut Ctx<'_>) -> digest::Digest {
+    let mut dataset = [0u8; 20];
+    for db in 0..ctx.server.keyspace.databases() {
+        let mut keys = [0u8; 20];
+        let mut any = false;
+        for shard in ctx.dbs.shards() {
+            for (key, entry) in shard.db(db).iter() {
+                digest::fold_key(&mut keys, key, entry);
+                any = true;
+            }
+        }
+        if any {
+            digest::fold_database(&mut dataset, db as u32, &keys);
+        }
+    }
+    dataset
 }
 
 /// DEBUG RELOAD [MERGE] [NOFLUSH] [NOSAVE] (`snapshot::debug_reload`),
