@@ -45,8 +45,10 @@
 //! once the next `yes` rewrites them) and releases replies held for the
 //! log. `appendonly yes` opens the journal if it never was and asks for a
 //! rewrite; logging starts at that rewrite's S, so the base and the
-//! records after it meet exactly. `appendfsync` changes the journal's
-//! policy and whether replies are held.
+//! records after it meet exactly. BGREWRITEAOF with `appendonly no` opens
+//! it too and writes a base, without logging after it, as Redis's.
+//! `appendfsync` changes the journal's policy and whether replies are
+//! held.
 
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -557,6 +559,11 @@ impl Aof {
         }
     }
 
+    /// The journal if it was ever opened, whatever `appendonly` says now.
+    pub fn opened(&self) -> Option<&Journal> {
+        self.journal.get().map(|j| &**j)
+    }
+
     /// The journal, logging or not, unless `appendonly` is off.
     pub fn enabled(&self) -> Option<&Journal> {
         match self.state() {
@@ -666,26 +673,29 @@ fn set_gate(server: &Server, gate: bool) {
 /// asks for the rewrite that writes the base (`AofState::WaitRewrite`).
 fn start(server: &Server, config: &Config) -> Result<(), String> {
     let aof = &server.aof;
-    let journal = match aof.journal.get() {
-        Some(j) => j,
-        None => {
-            // What the directory holds is stale (logging was off): the
-            // rewrite replaces it, so its replay is dropped unread.
-            let journal = match open_dir(config) {
-                Ok((journal, _stale)) => journal,
-                Err(e) => {
-                    tracing::warn!("Keel needs to enable the AOF but can't open the AOF directory: {e}");
-                    return Err("Unable to turn on AOF. Check server logs.".into());
-                }
-            };
-            attach(server, &journal);
-            aof.journal.get_or_init(|| Arc::new(journal))
-        }
-    };
+    let journal = open_journal(server, config).map_err(|e| {
+        tracing::warn!("Keel needs to enable the AOF but can't open the AOF directory: {e}");
+        "Unable to turn on AOF. Check server logs.".to_string()
+    })?;
     journal.set_fsync(fsync_policy(config.appendfsync));
     aof.set_state(AofState::WaitRewrite);
     crate::rewrite::start_for_enable(server);
     Ok(())
+}
+
+/// The journal, opened now if it never was (by `appendonly yes` at start
+/// or since): for turning the AOF on, and for BGREWRITEAOF with it off,
+/// which writes a new base as Redis's does. What the directory holds is
+/// stale then (logging was off): the rewrite replaces it, so its replay is
+/// dropped unread.
+pub fn open_journal<'s>(server: &'s Server, config: &Config) -> Result<&'s Journal, JournalError> {
+    let aof = &server.aof;
+    if let Some(journal) = aof.journal.get() {
+        return Ok(journal);
+    }
+    let (journal, _stale) = open_dir(config)?;
+    attach(server, &journal);
+    Ok(aof.journal.get_or_init(|| Arc::new(journal)))
 }
 
 /// `appendonly no` at run time: stops logging, flushes and syncs what was

@@ -348,8 +348,11 @@ impl Rewriter {
 /// BGREWRITEAOF: the reply's status text, or Redis's error.
 pub fn bgrewriteaof(ctx: &mut Ctx<'_>) -> Result<&'static str, CmdError> {
     let server = ctx.server;
-    if server.aof.enabled().is_none() {
-        tracing::warn!("BGREWRITEAOF: appendonly is off, there is no AOF to rewrite");
+    // With appendonly off too: the rewrite writes a new base of the data
+    // as it is (Redis's does; nothing is logged after it).
+    let opened = crate::durability::open_journal(server, &server.config.read());
+    if let Err(e) = opened {
+        tracing::warn!("BGREWRITEAOF: can't open the AOF directory: {e}");
         return Err(CmdError::other(
             "ERR Can't execute an AOF background rewriting. Please check the server logs for more information.",
         ));
@@ -401,7 +404,6 @@ pub fn cancel(server: &Server) {
 
 /// Worker 0's cron: starts a scheduled rewrite, or an automatic one.
 pub fn cron(server: &Server) {
-    let Some(journal) = server.aof.enabled() else { return };
     let rewriter = &server.rewrite;
     if rewriter.in_progress() || server.loading.load(Ordering::Relaxed) || server.snapshot_active.load(Ordering::Acquire) {
         return;
@@ -413,6 +415,7 @@ pub fn cron(server: &Server) {
         }
         return;
     }
+    let Some(journal) = server.aof.enabled() else { return };
     if server.aof.state() != AofState::On {
         return;
     }
@@ -459,7 +462,7 @@ pub fn spawn(server: Arc<Server>) -> std::io::Result<std::thread::JoinHandle<()>
 fn run(server: &Server) {
     let rewriter = &server.rewrite;
     while rewriter.bell.wait() {
-        let Some(journal) = server.aof.enabled() else {
+        let Some(journal) = server.aof.opened() else {
             rewriter.ended(false);
             continue;
         };

@@ -415,14 +415,34 @@ fn bgrewriteaof_replies_as_redis() {
     assert_eq!(i["keel_aof_base_file_size"], std::fs::metadata(server.dir.as_ref().expect("dir").join("appendonlydir/appendonly.aof.3.base.rdb")).expect("base").len().to_string());
     // As Redis's: the size right after the rewrite (nothing written since).
     assert_eq!(i["aof_base_size"], i["aof_current_size"]);
-    drop(server);
+}
 
-    let server = Server::start(&["--appendonly", "no"]);
-    let mut c = server.client();
-    assert_eq!(
-        c.cmd("BGREWRITEAOF"),
-        common::err("ERR Can't execute an AOF background rewriting. Please check the server logs for more information.")
-    );
+/// With `appendonly no` BGREWRITEAOF still writes a base of the data as it
+/// is, as Redis's does (its tests load it with DEBUG LOADAOF), and a start
+/// with `appendonly yes` on the directory loads it.
+#[test]
+fn bgrewriteaof_with_the_aof_off_writes_a_base() {
+    let dir = temp_dir("rw-off");
+    {
+        let server = Server::start_in(&dir, &["--appendonly", "no", "--save", "", "--enable-debug-command", "yes"]);
+        let mut c = server.client();
+        common::state::fill_every_type(&mut c);
+        let digest = c.cmd("DEBUG DIGEST");
+        assert_eq!(c.cmd("BGREWRITEAOF"), simple("Background append only file rewriting started"));
+        assert_eq!(wait_rewrites(&mut c, 1), "ok");
+        assert_eq!(c.cmd("SET unlogged 1"), ok());
+        assert_eq!(c.cmd("DEBUG LOADAOF"), ok());
+        assert_eq!(c.cmd("DEBUG DIGEST"), digest);
+        assert_eq!(c.cmd("SET unlogged 1"), ok());
+        assert_eq!(c.cmd("CONFIG GET appendonly"), Frame::Array(vec![bulk("appendonly"), bulk("no")]));
+        let want = common::state::read_state(&mut c);
+        drop(server);
+        let server = Server::start_last_in(&dir, &["--appendonly", "yes"]);
+        let mut c = server.client();
+        assert_eq!(c.cmd("EXISTS unlogged"), int(0), "written after the base, with the AOF off");
+        assert_eq!(c.cmd("SET unlogged 1"), ok());
+        common::state::assert_same(&common::state::read_state(&mut c), &want, "the base and the write after it");
+    }
 }
 
 /// Redis's rule: once the AOF passes `auto-aof-rewrite-min-size` and has
