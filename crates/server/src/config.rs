@@ -112,6 +112,10 @@ pub struct Config {
     /// `slowlog-log-slower-than` (µs; negative: off) and `slowlog-max-len`.
     pub slowlog_log_slower_than: i64,
     pub slowlog_max_len: usize,
+    /// `busy-reply-threshold` (alias `lua-time-limit`, ms): accepted, for
+    /// configuration files and Redis's tests, and bounds nothing yet, as
+    /// Keel runs no scripts or functions (EVAL and FCALL are unknown).
+    pub busy_reply_threshold: i64,
     /// `dynamic-hz`: the cron runs faster with many clients ([`Config::effective_hz`]).
     pub dynamic_hz: bool,
     /// `activerehashing`: the cron moves buckets of tables being rehashed
@@ -253,6 +257,7 @@ impl Default for Config {
             dynamic_hz: true,
             slowlog_log_slower_than: 10_000,
             slowlog_max_len: 128,
+            busy_reply_threshold: 5000,
             activerehashing: true,
             dir: PathBuf::from("."),
             dbfilename: "dump.rdb".into(),
@@ -568,6 +573,8 @@ pub static DIRECTIVES: &[Directive] = &[
     directive!("dynamic-hz", true, bool, dynamic_hz),
     directive!("slowlog-log-slower-than", true, num(i64::MIN, i64::MAX), slowlog_log_slower_than),
     directive!("slowlog-max-len", true, num(0, i64::MAX as usize), slowlog_max_len),
+    directive!("busy-reply-threshold", true, num(0, i64::MAX), busy_reply_threshold),
+    directive!("lua-time-limit", true, num(0, i64::MAX), busy_reply_threshold),
     directive!("activerehashing", true, bool, activerehashing),
     directive!("lfu-log-factor", true, num(0, i32::MAX as u32), lfu_log_factor),
     directive!("lfu-decay-time", true, num(0, i32::MAX as u32), lfu_decay_time),

@@ -138,6 +138,26 @@ fn config_get_matches_patterns_and_names() {
     assert_eq!(c.cmd("CONFIG GET timeout"), Frame::Map(vec![(bulk("timeout"), bulk("0"))]));
 }
 
+/// `busy-reply-threshold` and its old name `lua-time-limit` are one
+/// setting, with Redis's default and bounds (configuration files carry it;
+/// Keel runs no scripts yet, so it bounds nothing).
+#[test]
+fn busy_reply_threshold_and_lua_time_limit_are_one_setting_as_in_redis() {
+    let run = |c: &mut Client| {
+        let before = strings(c.send(&["CONFIG", "GET", "busy-reply-threshold"]));
+        let set = c.send(&["CONFIG", "SET", "lua-time-limit", "1"]);
+        let after = strings(c.send(&["CONFIG", "GET", "busy-reply-threshold"]));
+        let bad = c.send(&["CONFIG", "SET", "busy-reply-threshold", "-1"]);
+        (before, set, after, bad)
+    };
+    let keel = Server::start(&["--lua-time-limit", "7"]);
+    let got = run(&mut keel.client());
+    assert_eq!(got.0, ["busy-reply-threshold", "7"]);
+    assert_eq!(got.2, ["busy-reply-threshold", "1"]);
+    let Some(redis) = Server::start_redis(&["--lua-time-limit", "7"]) else { return };
+    assert_eq!(run(&mut redis.client()), got);
+}
+
 #[test]
 fn config_set_is_atomic_with_redis_errors() {
     let server = Server::start(&[]);
