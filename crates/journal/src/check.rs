@@ -47,7 +47,15 @@ pub fn check(path: &Path, repair: Repair, out: &mut dyn Write) -> io::Result<Che
     let bytes = fs::read(path)?;
     if !is_manifest(&bytes) {
         writeln!(out, "Start checking Old-Style AOF")?;
-        return check_file(path, true, repair, out);
+        let outcome = check_file(path, true, repair, out)?;
+        match outcome {
+            CheckOutcome::Valid => writeln!(out, "AOF {} is valid", path.display())?,
+            // (A cut at a timestamp said so itself.)
+            CheckOutcome::Fixed if repair == Repair::Fix => writeln!(out, "Successfully truncated AOF {}", path.display())?,
+            CheckOutcome::Fixed => {}
+            CheckOutcome::Invalid => {}
+        }
+        return Ok(outcome);
     }
     writeln!(out, "Start checking Multi Part AOF")?;
     let m = match Manifest::parse(&bytes) {
@@ -77,7 +85,9 @@ pub fn check(path: &Path, repair: Repair, out: &mut dyn Write) -> io::Result<Che
         match check_file(&fpath, last, repair, out)? {
             CheckOutcome::Valid => writeln!(out, "{kind} AOF {} is valid", info.name)?,
             CheckOutcome::Fixed => {
-                writeln!(out, "Successfully truncated AOF {}", info.name)?;
+                if repair == Repair::Fix {
+                    writeln!(out, "Successfully truncated AOF {}", info.name)?;
+                }
                 outcome = CheckOutcome::Fixed;
             }
             CheckOutcome::Invalid => return Ok(CheckOutcome::Invalid),

@@ -344,6 +344,9 @@ fn check_aof_truncates_to_a_timestamp() {
     // A single file whose first line is already later: nothing would stay.
     let single = tmp.path().join("single.aof");
     std::fs::write(&single, [b"#TS:100\r\n".as_slice(), &resp(&["SET", "a", "v"])].concat()).unwrap();
+    let out = std::process::Command::new(bin).arg(&single).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && text.contains(&format!("AOF {} is valid", single.display())), "{text}");
     let out = std::process::Command::new(bin).args(["--truncate-to-timestamp", "50"]).arg(&single).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(!out.status.success() && text.contains("has nothing before timestamp 50, aborting"), "{text}");

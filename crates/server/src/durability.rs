@@ -498,6 +498,9 @@ pub struct Pending {
     pub in_transaction: bool,
     /// What the running command logs instead of itself (`Ctx::propagate_as`).
     pub replaced: Option<Vec<Vec<Vec<u8>>>>,
+    /// Logged although it changed nothing, as Redis's
+    /// `forceCommandPropagation` (FLUSHDB and FLUSHALL of empty databases).
+    pub forced: bool,
 }
 
 /// Redis's `aof_state`, and whether writes are logged.

@@ -214,6 +214,21 @@ fn a_torn_tail_is_truncated_at_start() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// FLUSHDB and FLUSHALL are logged even when the databases are empty
+/// already, as Redis forces them into its AOF.
+#[test]
+fn flushes_of_empty_databases_are_logged() {
+    let dir = temp_dir("flush-logged");
+    let server = Server::start_last_in(&dir, &[]);
+    let mut c = server.client();
+    for command in ["SET key v", "FLUSHDB", "FLUSHDB", "FLUSHDB", "SET key v", "FLUSHALL", "FLUSHALL"] {
+        assert_eq!(c.cmd(command), common::ok());
+    }
+    let text = String::from_utf8_lossy(&std::fs::read(incr_file(&dir)).expect("incr")).to_ascii_lowercase();
+    assert_eq!(text.matches("$7\r\nflushdb\r\n").count(), 3, "{text}");
+    assert_eq!(text.matches("$8\r\nflushall\r\n").count(), 2, "{text}");
+}
+
 /// A command Keel cannot run, in the log, stops start-up (loading without
 /// it would drop its effect) with Redis's words and the file's name; the
 /// file is left as it was.

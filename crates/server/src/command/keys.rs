@@ -897,8 +897,9 @@ fn flushdb(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     let lazy = flush_async(ctx, argv)?;
     let selected = ctx.dbs.selected;
     let removed = empty(ctx, Some(selected), lazy);
-    // Logged as FLUSHDB even when nothing was removed (Redis forces it).
     ctx.wrote(removed);
+    // Logged as FLUSHDB even when nothing was removed (Redis forces it).
+    ctx.durability.forced = true;
     ctx.out.ok();
     Ok(())
 }
@@ -906,8 +907,9 @@ fn flushdb(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
 fn flushall(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     let lazy = flush_async(ctx, argv)?;
     let removed = empty(ctx, None, lazy);
-    // Logged as FLUSHALL even when nothing was removed.
     ctx.wrote(removed);
+    // Logged as FLUSHALL even when nothing was removed.
+    ctx.durability.forced = true;
     crate::snapshot::save_after_flushall(ctx.server, &mut ctx.dbs.locked);
     ctx.out.ok();
     Ok(())

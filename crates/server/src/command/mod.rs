@@ -789,7 +789,8 @@ pub fn run(ctx: &mut Ctx<'_>, index: usize, spec: &CommandSpec, argv: &[&[u8]]) 
     }
     let result = (spec.handler)(ctx, argv);
     crate::durability::log_expired(ctx);
-    if ctx.changes.replace(0) > 0 {
+    let forced = std::mem::take(&mut ctx.durability.forced);
+    if ctx.changes.replace(0) > 0 || forced {
         if ctx.server.journal().is_some() && !ctx.server.loading.load(Ordering::Relaxed) {
             crate::durability::record(ctx, spec, argv);
         }
