@@ -107,10 +107,52 @@ pub fn hex(digest: &Digest) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use keel_engine::Str;
+    use keel_engine::{EncodingLimits, Hash, List, Set, Str, ZSet};
 
     fn string(bytes: &[u8]) -> Entry {
         Entry::new(Value::Str(Str::from_bytes(bytes)), 0)
+    }
+
+    fn hex_of(entry: &Entry) -> String {
+        hex(&value_digest(Some(entry)))
+    }
+
+    /// Digests redis-server 7.0.15 gave for the same values (`DEBUG
+    /// DIGEST-VALUE`, `DEBUG DIGEST`), so that a change to the algorithm
+    /// shows here even where no redis-server runs the differential test.
+    #[test]
+    fn digests_are_those_redis_gave() {
+        let limits = EncodingLimits::default();
+        assert_eq!(hex_of(&string(b"v")), "d79ee9fe5d5ad902d7f6620efc3b07b75ddd742f");
+        let mut list = List::new(limits.list_max_listpack_size);
+        list.push_back(b"a");
+        list.push_back(b"1");
+        assert_eq!(hex_of(&Entry::new(Value::List(list), 0)), "a4b574dfd44a241b7583aa0f4da11ef31ee0b995");
+        let ints = Set::from_members([Member::Int(1), Member::Int(2), Member::Int(3)], limits.set_max_intset_entries);
+        assert!(matches!(ints, Set::Intset(_)));
+        assert_eq!(hex_of(&Entry::new(Value::Set(ints), 0)), "2a462a3f51a1db89738ebbeef0c47ce1bbc85246");
+        let mixed = Set::from_members([Member::Bytes(b"a"), Member::Bytes(b"1")], limits.set_max_intset_entries);
+        assert_eq!(hex_of(&Entry::new(Value::Set(mixed), 0)), "012434e5fd10923eb5614823e20e4674a940a6f5");
+        // ZADD z -0 m0 0.1 a 1e-5 b 42 42 inf top, then ZINCRBY z 0.2 a.
+        let scores: [(&[u8], f64); 5] =
+            [(b"m0", -0.0), (b"b", 1e-5), (b"a", 0.1 + 0.2), (b"42", 42.0), (b"top", f64::INFINITY)];
+        let zset = ZSet::from_sorted(&scores, &limits);
+        assert_eq!(hex_of(&Entry::new(Value::ZSet(zset), 0)), "4395fcef83774c419f286d9a20a41087daa3587f");
+        let hash = Hash::from_pairs([(&b"f"[..], &b"v"[..]), (b"7", b"-3")], &limits);
+        assert_eq!(hex_of(&Entry::new(Value::Hash(hash), 0)), "0ed78a7ff2a5dbee72c5054deb5bb1e1f4e46a9e");
+        let mut ttl = string(b"v");
+        ttl.expire_at_ms = 4_102_444_800_000;
+        assert_eq!(hex_of(&ttl), "311b17018163335616e089f6b951c82c477335ac");
+        // SET s v in database 0, then SET t v PXAT ... in database 3.
+        let mut dataset = [0u8; 20];
+        let mut keys = [0u8; 20];
+        fold_key(&mut keys, b"s", &string(b"v"));
+        fold_database(&mut dataset, 0, &keys);
+        assert_eq!(hex(&dataset), "7202ace314cb526b20ab37a70e1c88bece2e2254");
+        let mut keys = [0u8; 20];
+        fold_key(&mut keys, b"t", &ttl);
+        fold_database(&mut dataset, 3, &keys);
+        assert_eq!(hex(&dataset), "24f8dfa9bd5bf0f340c4f091560773f32f2f061a");
     }
 
     #[test]
