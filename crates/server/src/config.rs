@@ -671,8 +671,8 @@ pub static DIRECTIVES: &[Directive] = &[
     },
     directive!("stop-writes-on-bgsave-error", true, bool, stop_writes_on_bgsave_error),
     directive!("rdb-key-save-delay", true, num(i32::MIN as i64, i32::MAX as i64), rdb_key_save_delay_us),
-    // Fixed at start: the log filter is installed once.
-    directive!("loglevel", false, enum ["debug", "verbose", "notice", "warning", "nothing"], loglevel),
+    // Applied at run time by `process::apply_loglevel` (CONFIG SET).
+    directive!("loglevel", true, enum ["debug", "verbose", "notice", "warning", "nothing"], loglevel),
     directive!("logfile", false, string, logfile),
     directive!("pidfile", false, string, pidfile),
     directive!("daemonize", false, bool, daemonize),

@@ -214,6 +214,9 @@ fn replay_in<'scope, 'env>(server: &'env Server, mut replay: Replay, scope: &'sc
 /// the files are intact.
 pub fn debug_loadaof(ctx: &mut Ctx<'_>) -> Result<(), String> {
     let server = ctx.server;
+    if server.loading.load(Ordering::Relaxed) {
+        return Err("LOADING Keel is loading the dataset in memory".into());
+    }
     if server.rewrite.in_progress() {
         return Err("ERR Background append only file rewriting in progress: DEBUG LOADAOF after it ends".into());
     }

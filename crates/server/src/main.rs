@@ -28,13 +28,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     }
-    let filter = match config.loglevel.as_str() {
-        "debug" => "debug",
-        "verbose" => "info",
-        "warning" => "warn",
-        "nothing" => "off",
-        _ => "info",
-    };
+    let filter = keel_server::process::log_filter(&config.loglevel);
     let env_filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| filter.into());
     // A log line that cannot be written is dropped, as Redis drops it. By
     // default the subscriber reports the failure with `eprintln!`, which
@@ -44,12 +38,15 @@ fn main() -> ExitCode {
     // server's output for "Ready to accept connections" read it there).
     if config.logfile.is_empty() {
         use std::io::IsTerminal;
-        tracing_subscriber::fmt()
+        let builder = tracing_subscriber::fmt()
             .with_env_filter(env_filter)
             .with_ansi(std::io::stdout().is_terminal())
             .with_writer(std::io::stdout)
             .log_internal_errors(false)
-            .init();
+            .with_filter_reloading();
+        let handle = builder.reload_handle();
+        keel_server::process::set_log_level_changer(Box::new(move |f| handle.reload(f).is_ok()));
+        builder.init();
     } else {
         let file = match std::fs::OpenOptions::new().create(true).append(true).open(&config.logfile) {
             Ok(f) => f,
@@ -58,12 +55,15 @@ fn main() -> ExitCode {
                 return ExitCode::FAILURE;
             }
         };
-        tracing_subscriber::fmt()
+        let builder = tracing_subscriber::fmt()
             .with_env_filter(env_filter)
             .with_ansi(false)
             .with_writer(std::sync::Mutex::new(file))
             .log_internal_errors(false)
-            .init();
+            .with_filter_reloading();
+        let handle = builder.reload_handle();
+        keel_server::process::set_log_level_changer(Box::new(move |f| handle.reload(f).is_ok()));
+        builder.init();
     }
     // A daemon always has one, at Redis's default path unless named.
     let pidfile = match (config.pidfile.as_str(), config.daemonize) {

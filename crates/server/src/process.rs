@@ -97,6 +97,37 @@ pub fn apply_oom_score(config: &Config) -> Result<(), String> {
 
 const OOM_FAILED: &str = "Failed to set current oom_score_adj. Check server logs.";
 
+/// The log filter for Redis's `loglevel` names.
+pub fn log_filter(loglevel: &str) -> &'static str {
+    match loglevel {
+        "debug" => "debug",
+        "verbose" => "info",
+        "warning" => "warn",
+        "nothing" => "off",
+        _ => "info",
+    }
+}
+
+/// Replaces the installed log filter; true when it did.
+type LogLevelChanger = Box<dyn Fn(tracing_subscriber::EnvFilter) -> bool + Send + Sync>;
+
+/// Set by `main` once its log subscriber is installed (none in tests that
+/// run the server in-process).
+static LOG_LEVEL_CHANGER: std::sync::OnceLock<LogLevelChanger> = std::sync::OnceLock::new();
+
+pub fn set_log_level_changer(changer: LogLevelChanger) {
+    let _ = LOG_LEVEL_CHANGER.set(changer);
+}
+
+/// `CONFIG SET loglevel`: the new level from the next line on.
+pub fn apply_loglevel(config: &Config) {
+    if let Some(change) = LOG_LEVEL_CHANGER.get() {
+        if !change(tracing_subscriber::EnvFilter::new(log_filter(&config.loglevel))) {
+            tracing::warn!("Failed to change the log level to {}", config.loglevel);
+        }
+    }
+}
+
 /// `jemalloc-bg-thread`: jemalloc's background threads purge freed pages,
 /// so that the workers do not (Redis's default, yes).
 pub fn apply_jemalloc_bg_thread(config: &Config) {

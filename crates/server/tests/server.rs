@@ -138,6 +138,27 @@ fn config_get_matches_patterns_and_names() {
     assert_eq!(c.cmd("CONFIG GET timeout"), Frame::Map(vec![(bulk("timeout"), bulk("0"))]));
 }
 
+/// CONFIG SET loglevel takes effect from the next line, as Redis's.
+#[test]
+fn config_set_loglevel_changes_what_is_logged() {
+    let dir = common::temp_dir("loglevel");
+    let log = dir.join("keel.log");
+    let server = Server::start_in(&dir, &["--appendonly", "no", "--save", "", "--logfile", &log.display().to_string()]);
+    let mut c = server.client();
+    let bgsave_logged = |c: &mut Client| {
+        assert_eq!(c.cmd("BGSAVE"), Frame::Simple(b"Background saving started".to_vec()));
+        while info_field(c, "persistence", "rdb_bgsave_in_progress") != "0" {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        std::fs::read_to_string(&log).expect("log").matches("Background saving started").count()
+    };
+    assert_eq!(c.cmd("CONFIG SET loglevel warning"), ok());
+    assert_eq!(bgsave_logged(&mut c), 0);
+    assert_eq!(c.cmd("CONFIG SET loglevel notice"), ok());
+    assert_eq!(bgsave_logged(&mut c), 1);
+    assert_eq!(c.cmd("CONFIG GET loglevel"), Frame::Array(vec![bulk("loglevel"), bulk("notice")]));
+}
+
 /// `busy-reply-threshold` and its old name `lua-time-limit` are one
 /// setting, with Redis's default and bounds (configuration files carry it;
 /// Keel runs no scripts yet, so it bounds nothing).

@@ -972,6 +972,9 @@ fn config_set(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     if next.jemalloc_bg_thread != config.jemalloc_bg_thread {
         crate::process::apply_jemalloc_bg_thread(&next);
     }
+    if next.loglevel != config.loglevel {
+        crate::process::apply_loglevel(&next);
+    }
     ctx.server.mirror_config(&next);
     *config = next;
     drop(config);
