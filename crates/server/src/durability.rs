@@ -167,14 +167,8 @@ fn replay_in<'scope, 'env>(server: &'env Server, mut replay: Replay, scope: &'sc
         }
         count += 1;
         rdb_took.get_or_insert_with(|| started.elapsed());
-        // A command Keel cannot run would be dropped from the dataset:
-        // refuse to start, as Redis does.
         if command::table().lookup(&argv[0]).is_none() {
-            let file = replay.current_file().map(|p| p.display().to_string()).unwrap_or_default();
-            return Err(format!(
-                "Unknown command '{}' reading the append only file {file}",
-                String::from_utf8_lossy(&argv[0])
-            ));
+            return Err(unknown_command(&replay, &argv[0]));
         }
         client.db = db;
         let args: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
@@ -184,11 +178,7 @@ fn replay_in<'scope, 'env>(server: &'env Server, mut replay: Replay, scope: &'sc
         // happened are in the journal as DELs.
         command::execute(server, stats, &mut client, &mut reply, &args, 0);
         if reply.first() == Some(&b'-') {
-            tracing::warn!(
-                "journal command {} failed on replay: {}",
-                String::from_utf8_lossy(&argv[0]),
-                String::from_utf8_lossy(&reply).trim_end()
-            );
+            replay_failed(&argv[0], String::from_utf8_lossy(&reply).trim_end());
         }
     }
     if let Some(base) = inserters.take() {
@@ -250,7 +240,7 @@ pub fn debug_loadaof(ctx: &mut Ctx<'_>) -> Result<(), String> {
 /// database and its replies are put back afterwards. MULTI and EXEC are
 /// left out (EXEC would lock the shards again): the whole load is one
 /// step for every other client anyway.
-fn replay_held(ctx: &mut Ctx<'_>, replay: Replay) -> Result<(), String> {
+fn replay_held(ctx: &mut Ctx<'_>, mut replay: Replay) -> Result<(), String> {
     let server = ctx.server;
     let limits = server.config.read().encoding;
     let lru_s = server.lru_s();
@@ -259,7 +249,6 @@ fn replay_held(ctx: &mut Ctx<'_>, replay: Replay) -> Result<(), String> {
     // Time stands still while loading (see `replay_in`).
     ctx.now_ms = 0;
     let mut result = Ok(());
-    let mut replay = replay;
     while let Some(item) = replay.next() {
         let step = match item.map_err(|e| e.to_string()) {
             Ok(Replayed::Key(entry)) => crate::snapshot::insert_held(server, &mut ctx.dbs.locked, entry, &limits, lru_s, false),
@@ -282,15 +271,28 @@ fn run_replayed(ctx: &mut Ctx<'_>, replay: &Replay, db: usize, argv: &[Vec<u8>])
     if command::parse::eq(args[0], "multi") || command::parse::eq(args[0], "exec") {
         return Ok(());
     }
-    let Ok((index, spec)) = command::resolve(&args) else {
-        let file = replay.current_file().map(|p| p.display().to_string()).unwrap_or_default();
-        return Err(format!("Unknown command '{}' reading the append only file {file}", String::from_utf8_lossy(args[0])));
-    };
+    if command::table().lookup(args[0]).is_none() {
+        return Err(unknown_command(replay, args[0]));
+    }
     (ctx.dbs.selected, ctx.client.db) = (db, db);
-    // A failing command is skipped as at start (`replay_in` logs it).
-    let _ = command::run(ctx, index, spec, &args);
+    // A failing command is skipped, as at start.
+    let ran = command::resolve(&args).and_then(|(index, spec)| command::run(ctx, index, spec, &args));
+    if let Err(e) = ran {
+        replay_failed(args[0], &e.to_string());
+    }
     ctx.durability = Default::default();
     Ok(())
+}
+
+/// A command Keel cannot run, in a file being loaded: loading without it
+/// would drop its effect, so loading stops, as Redis's does.
+fn unknown_command(replay: &Replay, name: &[u8]) -> String {
+    let file = replay.current_file().map(|p| p.display().to_string()).unwrap_or_default();
+    format!("Unknown command '{}' reading the append only file {file}", String::from_utf8_lossy(name))
+}
+
+fn replay_failed(name: &[u8], error: &str) {
+    tracing::warn!("journal command {} failed on replay: {error}", String::from_utf8_lossy(name));
 }
 
 /// The inserters of an RDB base, started at its first key or hint.
