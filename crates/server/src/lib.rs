@@ -196,6 +196,8 @@ pub fn run(config: Config) -> io::Result<()> {
     if let Some(path) = &server.config.read().unixsocket {
         let _ = std::fs::remove_file(path);
     }
+    // Redis's last words, which scripts wait for.
+    tracing::warn!("Keel is now ready to exit, bye bye...");
     Ok(())
 }
 

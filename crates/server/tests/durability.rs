@@ -253,7 +253,8 @@ fn an_unknown_command_in_the_log_stops_start_up() {
 }
 
 /// Scripts wait for Redis's "Ready to accept connections" (and find the
-/// process by the banner's PID line): it comes once the data is loaded.
+/// process by the banner's PID line): it comes once the data is loaded;
+/// and for its "ready to exit, bye bye" when the server stops.
 #[test]
 fn the_log_says_ready_once_the_data_is_loaded() {
     let dir = temp_dir("ready");
@@ -268,6 +269,14 @@ fn the_log_says_ready_once_the_data_is_loaded() {
     let at = |line: &str| text.find(line).unwrap_or_else(|| panic!("no {line:?} in {text}"));
     assert!(at(&format!("PID: {}", server.pid())) < at("DB loaded from append only file"), "{text}");
     assert!(at("DB loaded from append only file") < at("Ready to accept connections"), "{text}");
+    let mut c = server.client();
+    c.write_command(&["SHUTDOWN", "NOSAVE"]);
+    c.read_to_close();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !std::fs::read_to_string(&log).expect("log").contains("ready to exit, bye bye") {
+        assert!(Instant::now() < deadline, "no last line in {}", std::fs::read_to_string(&log).unwrap_or_default());
+        thread::sleep(Duration::from_millis(10));
+    }
     drop(server);
     let _ = std::fs::remove_dir_all(&dir);
 }
