@@ -196,3 +196,28 @@ fn keys_expired_but_not_removed_count_as_in_redis() {
     assert_ne!(removed, expired[0]);
     assert_eq!(removed, k.send(&["DEBUG", "DIGEST"]));
 }
+
+/// DEBUG POPULATE makes Redis's keys and values (digests equal), leaves
+/// existing keys alone, and answers Redis's errors.
+#[test]
+fn debug_populate_makes_redis_keys() {
+    let Some(redis) = Server::start_redis(&["--enable-debug-command", "yes"]) else { return };
+    let keel = Server::start(&["--enable-debug-command", "yes"]);
+    let (mut r, mut k) = (redis.client(), keel.client());
+    let long_prefix = "p".repeat(130);
+    let calls: [&[&str]; 7] = [
+        &["SET", "key:3", "mine"],
+        &["DEBUG", "POPULATE", "50"],
+        &["DEBUG", "POPULATE", "20", "short", "4"],
+        &["DEBUG", "POPULATE", "20", "padded", "12"],
+        &["DEBUG", "POPULATE", "3", &long_prefix],
+        &["DEBUG", "POPULATE", "-1"],
+        &["DEBUG", "POPULATE", "x"],
+    ];
+    for call in calls {
+        assert_eq!(k.send(call), r.send(call), "{call:?}");
+    }
+    assert_eq!(k.send(&["GET", "key:3"]), Frame::Bulk(b"mine".to_vec()));
+    assert_eq!(k.send(&["DBSIZE"]), r.send(&["DBSIZE"]));
+    assert_eq!(k.send(&["DEBUG", "DIGEST"]), r.send(&["DEBUG", "DIGEST"]));
+}

@@ -1414,6 +1414,11 @@ fn debug(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
                     "    Output a hex signature representing the current DB content.",
                     "DIGEST-VALUE <key> [<key> ...]",
                     "    Output a hex signature of the values of all the specified keys.",
+                    "POPULATE <count> [<prefix>] [<size>]",
+                    "    Create <count> string keys named key:<num>. If <prefix> is specified then",
+                    "    it is used instead of the 'key' prefix. These are not propagated to",
+                    "    replicas. Cluster slots are not respected so keys not belonging to the",
+                    "    current node can be created in cluster mode.",
                     "LOADAOF",
                     "    Flush the AOF buffers on disk and reload the AOF in memory.",
                     "LOG <message>",
@@ -1481,6 +1486,7 @@ fn debug(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
             }
             Ok(())
         }
+        3..=5 if eq(sub, "populate") => debug_populate(ctx, &argv[2..]),
         2 if eq(sub, "loadaof") => {
             crate::durability::debug_loadaof(ctx).map_err(CmdError::other)?;
             ctx.out.ok();
@@ -1495,6 +1501,42 @@ fn debug(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
             String::from_utf8_lossy(argv[0]).to_ascii_uppercase()
         ))),
     }
+}
+
+/// DEBUG POPULATE count [prefix] [size], as Redis's: keys `prefix:N`
+/// (the name cut at 127 bytes, as Redis's buffer cuts it) holding
+/// `value:N`, cut or padded with zero bytes to `size` when given; existing
+/// keys are left alone. Not logged, as Redis does not propagate it.
+fn debug_populate(ctx: &mut Ctx<'_>, args: &[&[u8]]) -> CmdResult {
+    // Redis answers this for anything but a non-negative integer.
+    let positive = |arg: &[u8]| match super::parse::i64_arg(arg) {
+        Ok(n) if n >= 0 => Ok(n as u64),
+        _ => Err(CmdError::other("ERR value is out of range, must be positive")),
+    };
+    let count = positive(args[0])?;
+    let size = args.get(2).map(|a| positive(a)).transpose()?.unwrap_or(0) as usize;
+    // Redis formats the prefix as a C string.
+    let prefix = args.get(1).map_or(&b"key"[..], |p| p.split(|&b| b == 0).next().unwrap_or(&[]));
+    let (now_ms, lru_s) = (ctx.now_ms, ctx.lru_s);
+    let mut key = Vec::new();
+    for n in 0..count {
+        key.clear();
+        key.extend_from_slice(prefix);
+        key.extend_from_slice(format!(":{n}").as_bytes());
+        key.truncate(127);
+        let db = ctx.dbs.of(&key);
+        if db.get(&key, now_ms).is_some() {
+            continue;
+        }
+        let mut value = format!("value:{n}").into_bytes();
+        if size > 0 {
+            value.resize(size, 0);
+        }
+        db.set(&key, keel_engine::Value::Str(keel_engine::Str::from_bytes(&value)), false, lru_s);
+        db.signal_modified(&key);
+    }
+    ctx.out.ok();
+    Ok(())
 }
 
 /// DEBUG DIGEST's digest of every database, from the keys as stored in
