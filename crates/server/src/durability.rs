@@ -697,13 +697,12 @@ fn start(server: &Server, config: &Config) -> Result<(), String> {
 /// stale then (logging was off): the rewrite replaces it, so its replay is
 /// dropped unread.
 pub fn open_journal<'s>(server: &'s Server, config: &Config) -> Result<&'s Journal, JournalError> {
-    let aof = &server.aof;
-    if let Some(journal) = aof.journal.get() {
+    if let Some(journal) = server.aof.opened() {
         return Ok(journal);
     }
     let (journal, _stale) = open_dir(config)?;
     attach(server, &journal);
-    Ok(aof.journal.get_or_init(|| Arc::new(journal)))
+    Ok(server.aof.journal.get_or_init(|| Arc::new(journal)))
 }
 
 /// `appendonly no` at run time: stops logging, flushes and syncs what was

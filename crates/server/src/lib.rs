@@ -202,9 +202,9 @@ pub fn run(config: Config) -> io::Result<()> {
 }
 
 /// The start-up banner, once the listeners are bound and before the data
-/// is opened, where Redis shows its logo: always with `always-show-logo yes`, else only when logging to a
-/// terminal. Scripts (Redis's own test harness among them) find the
-/// server's process by its `PID:` line.
+/// is opened, where Redis shows its logo: always with `always-show-logo
+/// yes`, else only when logging to a terminal. Scripts (Redis's own test
+/// harness among them) find the server's process by its `PID:` line.
 fn show_banner(config: &Config) {
     use std::io::{IsTerminal, Write};
     let to_terminal = config.logfile.is_empty() && io::stdout().is_terminal();

@@ -30,41 +30,35 @@ fn main() -> ExitCode {
     }
     let filter = keel_server::process::log_filter(&config.loglevel);
     let env_filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| filter.into());
-    // A log line that cannot be written is dropped, as Redis drops it. By
-    // default the subscriber reports the failure with `eprintln!`, which
-    // panics when stderr is the broken pipe: the logging thread (a worker,
-    // or the one that takes SIGTERM) would die.
     // No log file: standard output, as Redis logs (tools that watch a
     // server's output for "Ready to accept connections" read it there).
-    if config.logfile.is_empty() {
-        use std::io::IsTerminal;
-        let builder = tracing_subscriber::fmt()
-            .with_env_filter(env_filter)
-            .with_ansi(std::io::stdout().is_terminal())
-            .with_writer(std::io::stdout)
-            .log_internal_errors(false)
-            .with_filter_reloading();
-        let handle = builder.reload_handle();
-        keel_server::process::set_log_level_changer(Box::new(move |f| handle.reload(f).is_ok()));
-        builder.init();
+    use std::io::IsTerminal;
+    use tracing_subscriber::fmt::writer::BoxMakeWriter;
+    let (writer, ansi) = if config.logfile.is_empty() {
+        (BoxMakeWriter::new(std::io::stdout), std::io::stdout().is_terminal())
     } else {
-        let file = match std::fs::OpenOptions::new().create(true).append(true).open(&config.logfile) {
-            Ok(f) => f,
+        match std::fs::OpenOptions::new().create(true).append(true).open(&config.logfile) {
+            Ok(file) => (BoxMakeWriter::new(std::sync::Mutex::new(file)), false),
             Err(e) => {
                 eprintln!("Can't open the log file: {e}");
                 return ExitCode::FAILURE;
             }
-        };
-        let builder = tracing_subscriber::fmt()
-            .with_env_filter(env_filter)
-            .with_ansi(false)
-            .with_writer(std::sync::Mutex::new(file))
-            .log_internal_errors(false)
-            .with_filter_reloading();
-        let handle = builder.reload_handle();
-        keel_server::process::set_log_level_changer(Box::new(move |f| handle.reload(f).is_ok()));
-        builder.init();
-    }
+        }
+    };
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(env_filter)
+        .with_ansi(ansi)
+        .with_writer(writer)
+        // A log line that cannot be written is dropped, as Redis drops it.
+        // By default the subscriber reports the failure with `eprintln!`,
+        // which panics when stderr is the broken pipe: the logging thread
+        // (a worker, or the one that takes SIGTERM) would die.
+        .log_internal_errors(false)
+        .with_filter_reloading();
+    // CONFIG SET loglevel replaces the filter through this handle.
+    let handle = builder.reload_handle();
+    keel_server::process::set_log_level_changer(Box::new(move |f| handle.reload(f).is_ok()));
+    builder.init();
     // A daemon always has one, at Redis's default path unless named.
     let pidfile = match (config.pidfile.as_str(), config.daemonize) {
         ("", false) => None,

@@ -143,7 +143,7 @@ fn config_get_matches_patterns_and_names() {
 fn config_set_loglevel_changes_what_is_logged() {
     let dir = common::temp_dir("loglevel");
     let log = dir.join("keel.log");
-    let server = Server::start_in(&dir, &["--appendonly", "no", "--save", "", "--logfile", &log.display().to_string()]);
+    let server = Server::start_last_in(&dir, &["--appendonly", "no", "--save", "", "--logfile", &log.display().to_string()]);
     let mut c = server.client();
     let bgsave_logged = |c: &mut Client| {
         assert_eq!(c.cmd("BGSAVE"), Frame::Simple(b"Background saving started".to_vec()));
