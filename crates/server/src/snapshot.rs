@@ -9,7 +9,9 @@
 //! `begin_snapshot` (the instant S), and shard by shard `snapshot_step`s of
 //! [`STEP_ENTRIES`] entries under that shard's lock alone, converted to
 //! `keel-rdb`'s model into a buffer; the buffer is encoded and written once
-//! the lock is released. Keys that had expired at S are left out.
+//! the lock is released. Keys whose TTL has passed but that no access or
+//! active expiry has deleted yet are written too, as Redis writes them: a
+//! load skips them and counts them (`rdb_last_load_keys_expired`).
 //!
 //! The file goes to `temp-<pid>.rdb` in `dir`, is fsynced, and renamed over
 //! `<dir>/<dbfilename>`; a failure deletes the temporary file and leaves the
@@ -638,7 +640,6 @@ fn db_counts<'s>(shards: impl Iterator<Item = &'s mut keel_engine::Shard>, datab
 
 /// A snapshot's instant S, taken: what writing it needs.
 struct Begun {
-    s_ms: u64,
     /// (keys, keys with a TTL) per database at S.
     counts: Vec<(u64, u64)>,
     /// `dirty` at S: what a successful save takes off it.
@@ -653,7 +654,6 @@ fn begin(server: &Server) -> Begun {
         server.rdb.superseded.store(false, Ordering::Relaxed);
         Begun {
             counts: db_counts(all.iter_mut(), keyspace.databases()),
-            s_ms: unix_ms(),
             dirty_at_s: server.dirty.load(Ordering::Relaxed),
         }
     })
@@ -673,7 +673,7 @@ fn write_snapshot(
     let keyspace = &server.keyspace;
     let result = DumpWriter::create(temp, settings).and_then(|mut out| {
         out.counts = begun.counts;
-        stream(server, &mut out, begun.s_ms, next_piece)?;
+        stream(server, &mut out, next_piece)?;
         out.finish()
     });
     if result.is_err() {
@@ -685,7 +685,7 @@ fn write_snapshot(
     Ok((result?, begun.dirty_at_s))
 }
 
-fn stream(server: &Server, out: &mut DumpWriter, s_ms: u64, next_piece: &dyn Fn() -> bool) -> Result<(), String> {
+fn stream(server: &Server, out: &mut DumpWriter, next_piece: &dyn Fn() -> bool) -> Result<(), String> {
     let stopped = || Err::<(), String>("stopped for a shutdown or a FLUSHALL".into());
     let keyspace = &server.keyspace;
     let mut buf: Vec<(usize, Vec<u8>, RdbValue, Option<u64>)> = Vec::with_capacity(STEP_ENTRIES);
@@ -697,9 +697,6 @@ fn stream(server: &Server, out: &mut DumpWriter, s_ms: u64, next_piece: &dyn Fn(
             let done = {
                 let mut locked = keyspace.lock_one(index);
                 locked.shard(index).snapshot_step(STEP_ENTRIES, |db, key, entry: &Entry| {
-                    if entry.is_expired(s_ms) {
-                        return;
-                    }
                     let expire = entry.has_expiry().then_some(entry.expire_at_ms);
                     buf.push((db, key.to_vec(), crate::rdb::to_rdb(&entry.value), expire));
                 })
@@ -727,13 +724,12 @@ fn save_held(server: &Server, locked: &mut Locked<'_>) -> Result<u64, SaveError>
     if server.snapshot_active.compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire).is_err() {
         return Err(SaveError::SnapshotBusy);
     }
-    let now_ms = unix_ms();
     let write = |temp: &Path, settings: DumpSettings| -> Result<(u64, u64), String> {
         let mut out = DumpWriter::create(temp, settings)?;
         out.counts = db_counts(locked.iter_mut(), server.keyspace.databases());
         for shard in locked.iter_mut() {
             for (db, d) in shard.dbs.iter().enumerate() {
-                for (key, entry) in d.iter().filter(|(_, e)| !e.is_expired(now_ms)) {
+                for (key, entry) in d.iter() {
                     let expire = entry.has_expiry().then_some(entry.expire_at_ms);
                     out.key(db, key, &crate::rdb::to_rdb(&entry.value), expire)?;
                 }
