@@ -18,7 +18,10 @@
 //! `aof-use-rdb-preamble yes`; format in `keel-rdb`), or RESP commands like
 //! the incr files, `<filename>.<seq>.base.aof` ([`BaseFormat`]). Any file
 //! that starts with `REDIS` is read as an RDB followed by RESP commands,
-//! as Redis reads it; replay yields its keys as [`Replayed::Key`].
+//! as Redis reads it; replay yields its keys as [`Replayed::Key`]. An incr
+//! file that a rewrite will list only at its commit (turning the AOF on),
+//! or never (BGREWRITEAOF with the AOF off), is `temp-<filename>.incr`
+//! meanwhile, as Redis names it; opening deletes such leftovers.
 //!
 //! The incr file being written has space written ahead of its last record
 //! (`prealloc.rs`: annotation lines, which Redis skips), so that each
@@ -72,7 +75,7 @@ mod stats;
 mod writer;
 
 pub use load::{Replay, ReplayItem, Replayed};
-pub use rewrite::{BaseBuffer, BaseWriter, PreparedRewrite, Rewrite, RewriteOptions, RewriteSummary, Sizes, BASE_SYNC_EVERY_BYTES};
+pub use rewrite::{BaseBuffer, BaseWriter, IncrListing, PreparedRewrite, Rewrite, RewriteOptions, RewriteSummary, Sizes, BASE_SYNC_EVERY_BYTES};
 pub use stats::JournalStats;
 
 use writer::{Gather, Inner, Syncer, Writer};
@@ -195,6 +198,15 @@ pub struct JournalConfig {
     /// writes. A durable write that comes alone while its core is
     /// saturated by other work waits up to a time slice longer.
     pub writer_batch_class: bool,
+    /// Opened while `appendonly no`, for turning it on or for BGREWRITEAOF:
+    /// the directory's files are listed but left as they are (nothing is
+    /// created, listed or cut), and appends, none before a rewrite's S, go
+    /// to an unlisted temporary incr file that rewrite lists or replaces
+    /// ([`RewriteOptions::incr`]).
+    pub idle: bool,
+    /// `aof-disable-auto-gc`: history files (what a rewrite replaced) stay
+    /// on disk and in the manifest ([`Journal::set_keep_history`]).
+    pub keep_history: bool,
 }
 
 /// Knobs that are not Redis configuration, and the file factory.
@@ -327,6 +339,7 @@ impl Journal {
             policy: std::sync::atomic::AtomicU8::new(config.fsync as u8),
             timestamps: AtomicBool::new(config.timestamps),
             sync_gap_us: AtomicU64::new(config.sync_gap.as_micros() as u64),
+            flush_sleep_us: AtomicU64::new(0),
             writer_batch_class: AtomicBool::new(config.writer_batch_class),
             fsync_suspended: AtomicBool::new(false),
             retry_interval: tuning.retry_interval,
@@ -371,6 +384,7 @@ impl Journal {
             prepared.manifest.clone(),
             prepared.base_size,
             prepared.base_rdb,
+            prepared.unlisted.then(|| prepared.incr_name.clone()),
         ));
         let mut threads = Vec::new();
         let segment = writer::Segment { file, start: start - prepared.incr_size };
@@ -439,6 +453,12 @@ impl Journal {
     /// [`JournalConfig::sync_gap`] at run time.
     pub fn set_sync_gap(&self, gap: Duration) {
         self.inner.sync_gap_us.store(gap.as_micros() as u64, Ordering::Relaxed);
+    }
+
+    /// DEBUG AOF-FLUSH-SLEEP: the writer sleeps this long before each
+    /// cycle's writes (0: never), as Redis's `aof_flush_sleep`.
+    pub fn set_flush_sleep(&self, sleep: Duration) {
+        self.inner.flush_sleep_us.store(sleep.as_micros() as u64, Ordering::Relaxed);
     }
 
     /// [`JournalConfig::writer_batch_class`] at run time, from the writer's

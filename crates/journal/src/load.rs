@@ -213,7 +213,10 @@ pub(crate) struct Prepared {
     /// The incr file to append to, and its size.
     pub(crate) incr_name: String,
     pub(crate) incr_size: u64,
-    /// The manifest as it is on disk now (no history entries).
+    /// That file is not listed in the manifest (`idle`).
+    pub(crate) unlisted: bool,
+    /// The manifest as it is on disk now (history entries only with
+    /// `keep_history`).
     pub(crate) manifest: Manifest,
 }
 
@@ -288,19 +291,25 @@ fn listed_len(dir: &Path, name: &str) -> Result<u64, JournalError> {
 ///   manifest; a temporary base (`temp-rewriteaof-bg-*.aof`) is deleted.
 ///   Neither is ever loaded. (An incr or base file that a crash left
 ///   unlisted is harmless too: the next rewrite truncates or replaces it
-///   when it reuses its name.)
+///   when it reuses its name.) With `keep_history` (`aof-disable-auto-gc`)
+///   history files stay.
+/// * `idle` (opened while `appendonly no`): the manifest is read, if there
+///   is one, and nothing else is created, listed, scanned or cut; appends
+///   go to a new unlisted incr file.
 pub(crate) fn prepare(config: &JournalConfig) -> Result<Prepared, JournalError> {
     let dir = &config.dir;
     let name = &config.filename;
     fs::create_dir_all(dir).map_err(io_err(dir))?;
     let mpath = manifest::manifest_path(dir, name);
-    let old_style = dir.parent().map(|p| p.join(name)).filter(|p| p.is_file());
+    let old_style = dir.parent().map(|p| p.join(name)).filter(|p| p.is_file() && !config.idle);
     let mut warnings = Vec::new();
 
     let mut m = if mpath.exists() {
         let text = fs::read(&mpath).map_err(io_err(&mpath))?;
         Manifest::parse(&text)
             .map_err(|e| JournalError::Manifest(format!("{}: {e}", mpath.display())))?
+    } else if config.idle {
+        Manifest::default()
     } else if old_style.is_some() {
         let m = Manifest {
             base: Some(AofInfo { name: name.clone(), seq: 1, kind: FileKind::Base }),
@@ -336,17 +345,18 @@ pub(crate) fn prepare(config: &JournalConfig) -> Result<Prepared, JournalError> 
         }
     }
 
-    if !m.history.is_empty() {
+    if !m.history.is_empty() && !config.keep_history {
         for h in std::mem::take(&mut m.history) {
             remove_leftover(&dir.join(&h.name));
         }
         persist(&m, config)?;
     }
+    let unlisted_prefix = manifest::unlisted_incr_prefix(name);
     if let Ok(entries) = fs::read_dir(dir) {
         for entry in entries.flatten() {
             let name = entry.file_name();
             let name = name.to_string_lossy();
-            if name.starts_with(TEMP_BASE_PREFIX) && name.ends_with(".aof") {
+            if (name.starts_with(TEMP_BASE_PREFIX) && name.ends_with(".aof")) || name.starts_with(&unlisted_prefix) {
                 remove_leftover(&entry.path());
             }
         }
@@ -367,7 +377,7 @@ pub(crate) fn prepare(config: &JournalConfig) -> Result<Prepared, JournalError> 
         None => false,
     };
 
-    if let (Some(last), Some(size)) = (listed.last(), sizes.last_mut()) {
+    if let (Some(last), Some(size), false) = (listed.last(), sizes.last_mut(), config.idle) {
         let path = dir.join(last);
         if *size > 0 {
             let scan = scan_aof(&path).map_err(io_err(&path))?;
@@ -415,6 +425,12 @@ pub(crate) fn prepare(config: &JournalConfig) -> Result<Prepared, JournalError> 
     let files: Vec<(String, u64)> = listed.into_iter().zip(sizes.iter().copied()).collect();
     let total_size = sizes.iter().sum();
 
+    if config.idle {
+        let incr_name = manifest::unlisted_incr_name(name, None);
+        create_empty(&dir.join(&incr_name))?;
+        let prepared = Prepared { files, warnings, total_size, base_size, base_rdb, incr_size: 0, manifest: m, unlisted: true, incr_name };
+        return Ok(prepared);
+    }
     let (incr_name, incr_size) = match m.incr.last() {
         Some(i) => (i.name.clone(), *sizes.last().unwrap_or(&0)),
         None => {
@@ -426,7 +442,7 @@ pub(crate) fn prepare(config: &JournalConfig) -> Result<Prepared, JournalError> 
             (incr, 0)
         }
     };
-    Ok(Prepared { files, warnings, total_size, base_size, base_rdb, incr_name, incr_size, manifest: m })
+    Ok(Prepared { files, warnings, total_size, base_size, base_rdb, incr_name, incr_size, manifest: m, unlisted: false })
 }
 
 /// How the temporary base of a rewrite is named (Redis's own prefix).

@@ -96,6 +96,24 @@ pub(crate) fn incr_name(appendfilename: &str, seq: u64) -> String {
     format!("{appendfilename}.{seq}.incr.aof")
 }
 
+/// An incr file not listed in the manifest (yet): Redis's temporary
+/// `temp-<appendfilename>.incr`, renamed to its seq's name when a rewrite
+/// lists it. A rewrite creates the next before its S while the current one
+/// is still appended to, so two alternate: the other gets `.1`.
+pub(crate) fn unlisted_incr_name(appendfilename: &str, current: Option<&str>) -> String {
+    let name = unlisted_incr_prefix(appendfilename);
+    if current == Some(name.as_str()) {
+        format!("{name}.1")
+    } else {
+        name
+    }
+}
+
+/// What every unlisted incr file's name starts with.
+pub(crate) fn unlisted_incr_prefix(appendfilename: &str) -> String {
+    format!("temp-{appendfilename}.incr")
+}
+
 impl Manifest {
     /// Parses a manifest; the error says which line and why, in Redis's
     /// words (scripts that watch the log match them).

@@ -32,8 +32,14 @@
 //!    that the next rewrite's rename replaces). After it: the new one; the
 //!    history files are never loaded, and the next open deletes them.
 //!
-//! With [`RewriteOptions::incr_listed_at_commit`] step 1 does not touch
-//! the manifest: the new incr file is listed by step 4, with the base.
+//! With [`IncrListing::AtCommit`] step 1 does not touch the manifest: the
+//! new incr file, created under a temporary name, is renamed and listed by
+//! step 4, with the base. With [`IncrListing::Never`] it is never listed,
+//! and step 4 leaves the base alone in the manifest.
+//!
+//! Seqs are Redis's: the base's is one above the last base's; an incr
+//! file's is one above every incr file the manifest lists (history
+//! included), taken when the file is listed.
 //!
 //! [`Rewrite::abort`] (or dropping a `Rewrite`) deletes the temporary base
 //! and keeps everything else: the rotation stays, as in Redis, and the
@@ -73,11 +79,13 @@ pub(crate) struct Files {
     base_size: AtomicU64,
     /// The base is an RDB (replay reads it faster per byte than commands).
     base_rdb: AtomicBool,
-    /// The seq of the last incr file created but not listed (0: none): a
-    /// rewrite whose incr file is listed at commit failed, or runs. Until
-    /// a commit lists one, every rewrite lists its incr file at commit,
-    /// and none reuses that seq.
-    unlisted_seq: AtomicU64,
+    /// The name of the incr file appended to when the manifest does not
+    /// list it (opened `idle`, or by a rewrite that lists its file at
+    /// commit or never). Until a commit lists one, every rewrite lists its
+    /// incr file at commit, if at all.
+    unlisted: Mutex<Option<String>>,
+    /// `aof-disable-auto-gc`: a commit leaves its history files.
+    keep_history: AtomicBool,
     /// `aof_current_size` is `written + size_adj`: LSNs count every byte
     /// ever appended, the files hold the base and what came after S.
     size_adj: AtomicI64,
@@ -126,6 +134,7 @@ impl Files {
         manifest: Manifest,
         base_size: u64,
         base_rdb: bool,
+        unlisted: Option<String>,
     ) -> Files {
         Files {
             config: config.clone(),
@@ -135,7 +144,8 @@ impl Files {
             rewriting: AtomicBool::new(false),
             base_size: AtomicU64::new(base_size),
             base_rdb: AtomicBool::new(base_rdb),
-            unlisted_seq: AtomicU64::new(0),
+            unlisted: Mutex::new(unlisted),
+            keep_history: AtomicBool::new(config.keep_history),
             size_adj: AtomicI64::new(0),
             rewrite_base_size: AtomicU64::new(base_size),
             counters: Mutex::new(Counters::default()),
@@ -186,6 +196,20 @@ impl Files {
             self.factory.open_append(path)
         };
         opened.map_err(|source| JournalError::Io { path: path.to_path_buf(), source })
+    }
+
+    /// Deletes the history files `m` lists and writes it without them (a
+    /// failure there is only logged: history files are never loaded).
+    fn drop_history(&self, m: &mut Manifest) {
+        if m.history.is_empty() {
+            return;
+        }
+        for h in std::mem::take(&mut m.history) {
+            load::remove_leftover(&self.path(&h.name));
+        }
+        if let Err(e) = self.persist(m) {
+            tracing::warn!("journal: rewriting the manifest without its history files: {e}");
+        }
     }
 
     /// Replaces the manifest on disk. A failure after the rename (the
@@ -274,17 +298,29 @@ impl BaseBuffer {
 pub struct RewriteOptions {
     /// The format the caller writes the base in; it names the file.
     pub base_format: BaseFormat,
-    /// List the new incr file in the manifest only at the commit, with the
-    /// base (Redis's temporary incr file of `AOF_WAIT_REWRITE`). For a
-    /// journal that was not logging before S (`CONFIG SET appendonly yes`):
-    /// the files on disk then miss what changed meanwhile, and the records
-    /// after S make sense only on top of the new base. A crash before the
-    /// commit loads the old files alone; after a failed rewrite the next
-    /// one's commit covers the unlisted file's records with its base.
-    pub incr_listed_at_commit: bool,
+    /// When the new incr file is listed in the manifest.
+    pub incr: IncrListing,
     /// Fdatasync the base every [`BASE_SYNC_EVERY_BYTES`] written
     /// (`aof-rewrite-incremental-fsync`).
     pub incremental_fsync: bool,
+}
+
+/// When a rewrite lists the incr file it creates (see the module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IncrListing {
+    /// At once, beside the files it will replace (`appendonly yes`).
+    AtOnce,
+    /// Only at the commit, with the base (Redis's temporary incr file of
+    /// `AOF_WAIT_REWRITE`). For a journal that was not logging before S
+    /// (`CONFIG SET appendonly yes`): the files on disk then miss what
+    /// changed meanwhile, and the records after S make sense only on top
+    /// of the new base. A crash before the commit loads the old files
+    /// alone; after a failed rewrite the next one's commit covers the
+    /// unlisted file's records with its base.
+    AtCommit,
+    /// Never (BGREWRITEAOF with `appendonly no`): nothing is logged, and the
+    /// manifest ends up listing the base alone, as Redis's.
+    Never,
 }
 
 /// What `Journal::prepare_rewrite` made ready; see the module docs. Dropping
@@ -301,7 +337,7 @@ struct Parts {
     incr: Switch,
     incr_seq: u64,
     options: RewriteOptions,
-    replaces_unlisted: Option<u64>,
+    replaces_unlisted: Option<String>,
     base_file: Arc<dyn LogFile>,
     temp_path: PathBuf,
     started: Instant,
@@ -335,11 +371,13 @@ pub struct Rewrite {
     inner: Arc<Inner>,
     files: Arc<Files>,
     at: Lsn,
+    /// The new incr file: its seq (`AtOnce`) or its temporary name.
     incr_seq: u64,
+    incr_name: String,
     options: RewriteOptions,
-    /// The unlisted incr file of an earlier failed rewrite, deleted at the
-    /// commit.
-    replaces_unlisted: Option<u64>,
+    /// The unlisted incr file appended to before S (opened `idle`, or by an
+    /// earlier rewrite that failed), deleted at the commit.
+    replaces_unlisted: Option<String>,
     base_file: Arc<dyn LogFile>,
     temp_path: PathBuf,
     base_bytes: u64,
@@ -369,7 +407,7 @@ impl Journal {
     pub fn prepare_rewrite(&self) -> Result<PreparedRewrite, JournalError> {
         self.prepare_rewrite_with(RewriteOptions {
             base_format: BaseFormat::Aof,
-            incr_listed_at_commit: false,
+            incr: IncrListing::AtOnce,
             incremental_fsync: true,
         })
     }
@@ -395,13 +433,22 @@ impl Journal {
 
     fn prepare_files(&self, started: Instant, mut options: RewriteOptions) -> Result<PreparedRewrite, JournalError> {
         let files = &self.files;
-        let unlisted = files.unlisted_seq.load(Ordering::Acquire);
-        options.incr_listed_at_commit |= unlisted > 0;
+        let unlisted = files.unlisted.lock().clone();
+        if unlisted.is_some() && options.incr == IncrListing::AtOnce {
+            options.incr = IncrListing::AtCommit;
+        }
         let mut m = files.manifest.lock();
         let temp_path = files.path(&format!("{TEMP_BASE_PREFIX}{}.aof", std::process::id()));
         let base_file = files.open_file(&temp_path, false)?;
-        let seq = m.next_incr_seq().max(unlisted + 1);
-        let name = manifest::incr_name(&files.config.filename, seq);
+        let (seq, name) = match options.incr {
+            IncrListing::AtOnce => {
+                let seq = m.next_incr_seq();
+                (seq, manifest::incr_name(&files.config.filename, seq))
+            }
+            IncrListing::AtCommit | IncrListing::Never => {
+                (0, manifest::unlisted_incr_name(&files.config.filename, unlisted.as_deref()))
+            }
+        };
         let incr_path = files.path(&name);
         let incr_file = match files.open_file(&incr_path, true) {
             Ok(f) => f,
@@ -410,8 +457,8 @@ impl Journal {
                 return Err(e);
             }
         };
-        if options.incr_listed_at_commit {
-            files.unlisted_seq.store(seq, Ordering::Release);
+        if options.incr != IncrListing::AtOnce {
+            *files.unlisted.lock() = Some(name.clone());
         } else {
             let mut next = m.clone();
             next.incr.push(AofInfo { name: name.clone(), seq, kind: FileKind::Incr });
@@ -430,7 +477,7 @@ impl Journal {
                 incr: Switch { at: 0, file: incr_file, name },
                 incr_seq: seq,
                 options,
-                replaces_unlisted: (unlisted > 0).then_some(unlisted),
+                replaces_unlisted: unlisted,
                 base_file,
                 temp_path,
                 started,
@@ -442,6 +489,19 @@ impl Journal {
     /// operations and fsyncs of step 1 inside their critical section.
     pub fn start_rewrite(&self) -> Result<Rewrite, JournalError> {
         Ok(self.prepare_rewrite()?.start())
+    }
+}
+
+impl Journal {
+    /// `aof-disable-auto-gc`: with `true`, rewrites leave the files they
+    /// replace on disk and listed as history; `false` deletes those listed
+    /// now, as Redis does when the option is set back to `no`.
+    pub fn set_keep_history(&self, keep: bool) {
+        let files = &self.files;
+        files.keep_history.store(keep, Ordering::Release);
+        if !keep {
+            files.drop_history(&mut files.manifest.lock());
+        }
     }
 }
 
@@ -458,6 +518,7 @@ impl PreparedRewrite {
         // A batch never straddles a switch.
         g.seal();
         let at = g.start;
+        let incr_name = p.incr.name.clone();
         g.switches.push_back(Switch { at, ..p.incr });
         // Each file is replayed from database 0: the new one starts with a
         // SELECT of its first record's database.
@@ -472,6 +533,7 @@ impl PreparedRewrite {
             files: p.files,
             at,
             incr_seq: p.incr_seq,
+            incr_name,
             options: p.options,
             replaces_unlisted: p.replaces_unlisted,
             base_file: p.base_file,
@@ -601,33 +663,47 @@ impl Rewrite {
         let base_path = files.path(&base_name);
         fs::rename(&self.temp_path, &base_path).map_err(io(&self.temp_path))?;
 
+        // The files replaced go to the front of the history, incr files
+        // (oldest first) before the old base, as Redis orders them.
+        let listing = self.options.incr;
+        let (kept, replaced): (Vec<AofInfo>, Vec<AofInfo>) =
+            m.incr.iter().cloned().partition(|i| listing == IncrListing::AtOnce && i.seq >= self.incr_seq);
+        let history = replaced.into_iter().chain(m.base.clone()).chain(m.history.iter().cloned());
         let mut next = Manifest {
             base: Some(AofInfo { name: base_name.clone(), seq: base_seq, kind: FileKind::Base }),
-            history: m.history.clone(),
-            incr: Vec::new(),
+            history: history.map(|info| AofInfo { kind: FileKind::History, ..info }).collect(),
+            incr: kept,
         };
-        let old_base = m.base.iter().cloned();
-        for info in old_base.chain(m.incr.iter().cloned()) {
-            if info.kind == FileKind::Incr && info.seq >= self.incr_seq {
-                next.incr.push(info);
-            } else {
-                next.history.push(AofInfo { kind: FileKind::History, ..info });
+        // `AtCommit`: the writer appends to the new incr file through its
+        // descriptor; the rename gives it the name that lists it.
+        let mut renamed = None;
+        if listing == IncrListing::AtCommit {
+            let seq = next.next_incr_seq();
+            let name = manifest::incr_name(&files.config.filename, seq);
+            let (from, to) = (files.path(&self.incr_name), files.path(&name));
+            if let Err(e) = fs::rename(&from, &to) {
+                load::remove_leftover(&base_path);
+                return Err(io(&from)(e));
             }
-        }
-        if self.options.incr_listed_at_commit {
-            let name = manifest::incr_name(&files.config.filename, self.incr_seq);
-            next.incr.insert(0, AofInfo { name, seq: self.incr_seq, kind: FileKind::Incr });
+            next.incr.push(AofInfo { name: name.clone(), seq, kind: FileKind::Incr });
+            renamed = Some((from, to, name));
         }
         if let Err(e) = files.persist(&next) {
             load::remove_leftover(&base_path);
+            if let Some((from, to, _)) = &renamed {
+                if let Err(e) = fs::rename(to, from) {
+                    tracing::warn!("journal: could not rename {} back: {e}", to.display());
+                }
+            }
             return Err(e);
         }
         // Committed. What follows only tidies up.
-        for h in std::mem::take(&mut next.history) {
-            load::remove_leftover(&files.path(&h.name));
+        if let Some((_, _, name)) = renamed {
+            *files.unlisted.lock() = None;
+            *self.inner.file_name.lock() = name;
         }
-        if let Err(e) = files.persist(&next) {
-            tracing::warn!("journal: rewriting the manifest without its history files: {e}");
+        if !files.keep_history.load(Ordering::Acquire) {
+            files.drop_history(&mut next);
         }
         *m = next;
         drop(m);
@@ -637,11 +713,10 @@ impl Rewrite {
         files.size_adj.store(base as i64 - self.at as i64, Ordering::Release);
         files.base_size.store(base, Ordering::Release);
         files.base_rdb.store(self.options.base_format == BaseFormat::Rdb, Ordering::Release);
-        if let Some(seq) = self.replaces_unlisted {
+        if let Some(name) = &self.replaces_unlisted {
             // Written before S only, so covered by the base.
-            load::remove_leftover(&files.path(&manifest::incr_name(&files.config.filename, seq)));
+            load::remove_leftover(&files.path(name));
         }
-        files.unlisted_seq.store(0, Ordering::Release);
         files.rewrite_base_size.store(files.current_size(written), Ordering::Release);
         {
             let mut c = files.counters.lock();

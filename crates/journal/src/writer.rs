@@ -166,6 +166,9 @@ pub(crate) struct Inner {
     pub(crate) timestamps: AtomicBool,
     /// [`crate::JournalConfig::sync_gap`], in microseconds.
     pub(crate) sync_gap_us: AtomicU64,
+    /// DEBUG AOF-FLUSH-SLEEP: microseconds to sleep before each cycle's
+    /// writes, for tests that look at the file between a write and its reply.
+    pub(crate) flush_sleep_us: AtomicU64,
     /// [`crate::JournalConfig::writer_batch_class`].
     pub(crate) writer_batch_class: AtomicBool,
     pub(crate) retry_interval: Duration,
@@ -483,6 +486,10 @@ impl Writer {
             self.truncate_to = None;
         }
 
+        let flush_sleep = inner.flush_sleep_us.load(Ordering::Relaxed);
+        if flush_sleep > 0 && self.retained.back().is_some_and(|b| b.end() > self.written) {
+            std::thread::sleep(Duration::from_micros(flush_sleep));
+        }
         let (mut bytes, mut records) = (0u64, 0u64);
         for i in 0..self.retained.len() {
             if !self.switch_if_due() {

@@ -14,7 +14,7 @@ use std::time::Duration;
 use common::*;
 use keel_journal::check::{check, CheckOutcome, Repair};
 use keel_journal::testing::{Fault, Op};
-use keel_journal::{BaseBuffer, BaseFormat, FsyncPolicy, Journal, JournalConfig, JournalError, Replayed, RewriteOptions};
+use keel_journal::{BaseBuffer, BaseFormat, FsyncPolicy, IncrListing, Journal, JournalConfig, JournalError, Replayed, RewriteOptions};
 use keel_rdb::{RdbValue, RdbWriter, WriteOptions};
 
 const T: Duration = Duration::from_secs(10);
@@ -487,7 +487,7 @@ fn an_rdb_base_is_named_listed_checked_and_replayed_as_keys() {
     for i in 0..20 {
         set(&j, 2, i);
     }
-    let options = RewriteOptions { base_format: BaseFormat::Rdb, incr_listed_at_commit: false, incremental_fsync: true };
+    let options = RewriteOptions { base_format: BaseFormat::Rdb, incr: IncrListing::AtOnce, incremental_fsync: true };
     let mut rw = j.prepare_rewrite_with(options).unwrap().start();
     let last = (20..25).map(|i| set(&j, 2, i)).last().unwrap();
     write_rdb_base(&mut rw, 2, 20);
@@ -536,7 +536,7 @@ fn replay_progress_moves_through_an_rdb_base() {
     let tmp = tempfile::tempdir().unwrap();
     let cfg = JournalConfig { base_format: BaseFormat::Rdb, ..config(tmp.path(), FsyncPolicy::Always) };
     let (j, _) = open(&cfg);
-    let options = RewriteOptions { base_format: BaseFormat::Rdb, incr_listed_at_commit: false, incremental_fsync: true };
+    let options = RewriteOptions { base_format: BaseFormat::Rdb, incr: IncrListing::AtOnce, incremental_fsync: true };
     let mut rw = j.prepare_rewrite_with(options).unwrap().start();
     write_rdb_base(&mut rw, 0, 20_000);
     rw.commit().unwrap();
@@ -567,18 +567,18 @@ fn an_incr_file_listed_at_commit_is_invisible_until_its_base_is() {
         set(&j, 0, i);
     }
     let before = manifest(&cfg);
-    let at_commit = RewriteOptions { base_format: BaseFormat::Rdb, incr_listed_at_commit: true, incremental_fsync: true };
+    let at_commit = RewriteOptions { base_format: BaseFormat::Rdb, incr: IncrListing::AtCommit, incremental_fsync: true };
     // A first attempt fails (is aborted) after records went to its file.
     let rw = j.prepare_rewrite_with(at_commit).unwrap().start();
     let last = (5..8).map(|i| set(&j, 0, i)).last().unwrap();
     assert!(wait_durable(&j, last, T));
     assert_eq!(manifest(&cfg), before, "the new incr file is not listed");
-    assert!(cfg.dir.join("appendonly.aof.2.incr.aof").exists());
+    assert!(cfg.dir.join("temp-appendonly.aof.incr").exists());
     rw.abort();
     assert_eq!(load_copy(&cfg, &j), sets(0, 0..5), "a crash now loads the old files alone");
 
-    // The next rewrite, even an ordinary one, lists at commit too and
-    // does not reuse the unlisted file's name.
+    // The next rewrite, even an ordinary one, lists at commit too, under
+    // the seq that follows the files it replaces.
     let mut rw = j.prepare_rewrite().unwrap().start();
     assert_eq!(manifest(&cfg), before);
     let last = (8..10).map(|i| set(&j, 0, i)).last().unwrap();
@@ -592,16 +592,135 @@ fn an_incr_file_listed_at_commit_is_invisible_until_its_base_is() {
     assert_eq!(summary.base_name, "appendonly.aof.2.base.aof");
     assert_eq!(
         manifest(&cfg),
-        "file appendonly.aof.2.base.aof seq 2 type b\nfile appendonly.aof.3.incr.aof seq 3 type i\n"
+        "file appendonly.aof.2.base.aof seq 2 type b\nfile appendonly.aof.2.incr.aof seq 2 type i\n"
     );
     assert_eq!(
         files_in(&cfg.dir),
-        names(&["appendonly.aof.2.base.aof", "appendonly.aof.3.incr.aof", "appendonly.aof.manifest"]),
+        names(&["appendonly.aof.2.base.aof", "appendonly.aof.2.incr.aof", "appendonly.aof.manifest"]),
         "the failed attempt's unlisted file is gone"
     );
     assert_eq!(load_copy(&cfg, &j), sets(0, 0..10));
     // Back to normal: the next rewrite lists its incr file at once.
     let prepared = j.prepare_rewrite().unwrap();
-    assert!(manifest(&cfg).contains("appendonly.aof.4.incr.aof seq 4 type i"));
+    assert!(manifest(&cfg).contains("appendonly.aof.3.incr.aof seq 3 type i"));
     prepared.start().abort();
+}
+
+fn base_of(rw: &mut keel_journal::Rewrite, range: std::ops::Range<usize>) {
+    let mut buf = BaseBuffer::new();
+    for i in range {
+        buf.push(0, &[&b"SET"[..], format!("k{i}").as_bytes(), b"v"]);
+    }
+    rw.write(&mut buf).unwrap();
+}
+
+fn options(incr: IncrListing) -> RewriteOptions {
+    RewriteOptions { base_format: BaseFormat::Aof, incr, incremental_fsync: true }
+}
+
+/// Opened while `appendonly no`, a fresh directory stays empty but for the
+/// unlisted file; turning the AOF on then writes seq 1, as Redis does.
+#[test]
+fn an_idle_journal_lists_nothing_until_its_first_rewrite_commits() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = JournalConfig { idle: true, ..config(tmp.path(), FsyncPolicy::Always) };
+    let (j, replay) = open(&cfg);
+    assert_eq!(replay.count(), 0);
+    assert_eq!(files_in(&cfg.dir), names(&["temp-appendonly.aof.incr"]));
+    let mut rw = j.prepare_rewrite_with(options(IncrListing::AtCommit)).unwrap().start();
+    let last = (3..5).map(|i| set(&j, 0, i)).last().unwrap();
+    assert!(wait_durable(&j, last, T));
+    let unlisted = files_in(&cfg.dir).into_iter().filter(|n| n.starts_with("temp-appendonly.aof.incr")).collect();
+    assert_eq!(names(&["temp-appendonly.aof.incr", "temp-appendonly.aof.incr.1"]), unlisted);
+    base_of(&mut rw, 0..3);
+    assert_eq!(rw.commit().unwrap().base_name, "appendonly.aof.1.base.aof");
+    assert_eq!(
+        manifest(&cfg),
+        "file appendonly.aof.1.base.aof seq 1 type b\nfile appendonly.aof.1.incr.aof seq 1 type i\n"
+    );
+    assert_eq!(
+        files_in(&cfg.dir),
+        names(&["appendonly.aof.1.base.aof", "appendonly.aof.1.incr.aof", "appendonly.aof.manifest"])
+    );
+    // The writer goes on in the renamed file.
+    let last = set(&j, 0, 5);
+    assert!(wait_durable(&j, last, T));
+    assert_eq!(load_copy(&cfg, &j), sets(0, 0..6));
+
+    // Opened idle again over that directory: the files stay as they are.
+    drop(j);
+    let (j, _) = open(&cfg);
+    drop(j);
+    let before = manifest(&cfg);
+    let (_j, _) = open(&cfg);
+    assert_eq!(manifest(&cfg), before);
+    assert!(files_in(&cfg.dir).contains("temp-appendonly.aof.incr"));
+}
+
+/// BGREWRITEAOF with the AOF off: the base alone stays listed, and turning
+/// the AOF on afterwards numbers incr files from 1 again (Redis's seqs come
+/// from the manifest).
+#[test]
+fn a_rewrite_that_never_lists_its_incr_file_leaves_the_base_alone() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = config(tmp.path(), FsyncPolicy::Always);
+    let (j, _) = open(&cfg);
+    let last = (0..4).map(|i| set(&j, 0, i)).last().unwrap();
+    assert!(wait_durable(&j, last, T));
+    let mut rw = j.prepare_rewrite_with(options(IncrListing::Never)).unwrap().start();
+    base_of(&mut rw, 0..4);
+    rw.commit().unwrap();
+    assert_eq!(manifest(&cfg), "file appendonly.aof.2.base.aof seq 2 type b\n");
+    assert_eq!(load_copy(&cfg, &j), sets(0, 0..4));
+
+    let mut rw = j.prepare_rewrite_with(options(IncrListing::AtCommit)).unwrap().start();
+    let last = set(&j, 0, 4);
+    assert!(wait_durable(&j, last, T));
+    base_of(&mut rw, 0..4);
+    rw.commit().unwrap();
+    assert_eq!(
+        manifest(&cfg),
+        "file appendonly.aof.3.base.aof seq 3 type b\nfile appendonly.aof.1.incr.aof seq 1 type i\n"
+    );
+    assert_eq!(
+        files_in(&cfg.dir),
+        names(&["appendonly.aof.3.base.aof", "appendonly.aof.1.incr.aof", "appendonly.aof.manifest"])
+    );
+    assert_eq!(load_copy(&cfg, &j), sets(0, 0..5));
+}
+
+/// `aof-disable-auto-gc yes`: replaced files stay, listed as history in
+/// Redis's order; setting it back to no deletes them.
+#[test]
+fn kept_history_is_listed_in_redis_order_until_collected() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = JournalConfig { keep_history: true, ..config(tmp.path(), FsyncPolicy::Always) };
+    let (j, _) = open(&cfg);
+    for n in 0..2 {
+        let mut rw = j.start_rewrite().unwrap();
+        let last = set(&j, 0, n);
+        assert!(wait_durable(&j, last, T));
+        base_of(&mut rw, 0..n);
+        rw.commit().unwrap();
+    }
+    assert_eq!(
+        manifest(&cfg),
+        "file appendonly.aof.3.base.aof seq 3 type b\n\
+         file appendonly.aof.2.incr.aof seq 2 type h\n\
+         file appendonly.aof.2.base.aof seq 2 type h\n\
+         file appendonly.aof.1.incr.aof seq 1 type h\n\
+         file appendonly.aof.1.base.aof seq 1 type h\n\
+         file appendonly.aof.3.incr.aof seq 3 type i\n"
+    );
+    assert_eq!(files_in(&cfg.dir).len(), 7, "six files and the manifest");
+    assert_eq!(load_copy(&cfg, &j), sets(0, 0..2));
+    j.set_keep_history(false);
+    assert_eq!(
+        manifest(&cfg),
+        "file appendonly.aof.3.base.aof seq 3 type b\nfile appendonly.aof.3.incr.aof seq 3 type i\n"
+    );
+    assert_eq!(
+        files_in(&cfg.dir),
+        names(&["appendonly.aof.3.base.aof", "appendonly.aof.3.incr.aof", "appendonly.aof.manifest"])
+    );
 }

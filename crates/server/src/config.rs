@@ -224,6 +224,9 @@ pub struct Config {
     /// `aof-rewrite-incremental-fsync`: fdatasync a rewrite's base every
     /// 4 MB written.
     pub aof_rewrite_incremental_fsync: bool,
+    /// `aof-disable-auto-gc`: keep the files a rewrite replaced, listed as
+    /// history in the manifest.
+    pub aof_disable_auto_gc: bool,
     /// The `*-max-listpack-*` thresholds of the collection encodings.
     pub encoding: keel_engine::EncodingLimits,
     /// The file the configuration was read from, absolute (CONFIG REWRITE
@@ -314,6 +317,7 @@ impl Default for Config {
             rdbchecksum: true,
             rdb_save_incremental_fsync: true,
             aof_rewrite_incremental_fsync: true,
+            aof_disable_auto_gc: false,
             encoding: Default::default(),
             config_file: None,
         }
@@ -617,6 +621,7 @@ pub static DIRECTIVES: &[Directive] = &[
     directive!("aof-load-truncated", true, bool, aof_load_truncated),
     directive!("aof-use-rdb-preamble", true, bool, aof_use_rdb_preamble),
     directive!("aof-timestamp-enabled", true, bool, aof_timestamp_enabled),
+    directive!("aof-disable-auto-gc", true, bool, aof_disable_auto_gc),
     directive!("no-appendfsync-on-rewrite", true, bool, no_appendfsync_on_rewrite),
     Directive {
         name: "appendfsync",

@@ -50,7 +50,7 @@
 //! `appendfsync` changes the journal's policy and whether replies are
 //! held.
 
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -75,11 +75,12 @@ pub fn open(config: &Config) -> Result<Option<(Journal, Replay)>, JournalError> 
     if !config.appendonly {
         return Ok(None);
     }
-    open_dir(config).map(Some)
+    open_dir(config, false).map(Some)
 }
 
-/// Opens the append-only directory of `config`, whatever `appendonly` says.
-fn open_dir(config: &Config) -> Result<(Journal, Replay), JournalError> {
+/// Opens the append-only directory of `config`, whatever `appendonly`
+/// says; `idle` while it is off (nothing is created or listed then).
+fn open_dir(config: &Config, idle: bool) -> Result<(Journal, Replay), JournalError> {
     let fsync = fsync_policy(config.appendfsync);
     let journal_config = JournalConfig {
         dir: config.dir.join(&config.appenddirname),
@@ -91,6 +92,8 @@ fn open_dir(config: &Config) -> Result<(Journal, Replay), JournalError> {
         space_ahead: space_ahead(config),
         sync_gap: Duration::from_micros(config.keel_aof_sync_gap_us),
         writer_batch_class: config.keel_aof_writer_batch_class,
+        idle,
+        keep_history: config.aof_disable_auto_gc,
     };
     Journal::open(journal_config)
 }
@@ -539,6 +542,9 @@ pub struct Aof {
     gate: AtomicBool,
     /// `no-appendfsync-on-rewrite`, mirrored from the configuration.
     pub no_fsync_on_rewrite: AtomicBool,
+    /// DEBUG AOF-FLUSH-SLEEP, in microseconds: kept for a journal opened
+    /// later.
+    flush_sleep_us: AtomicU64,
 }
 
 impl Aof {
@@ -551,11 +557,20 @@ impl Aof {
             logging: AtomicBool::new(on),
             gate: AtomicBool::new(on && fsync == AppendFsync::Always),
             no_fsync_on_rewrite: AtomicBool::new(false),
+            flush_sleep_us: AtomicU64::new(0),
         };
         if let Some(j) = journal {
             let _ = aof.journal.set(j);
         }
         aof
+    }
+
+    /// DEBUG AOF-FLUSH-SLEEP: for the journal now, and one opened later.
+    pub fn set_flush_sleep(&self, micros: u64) {
+        self.flush_sleep_us.store(micros, Ordering::Relaxed);
+        if let Some(journal) = self.journal.get() {
+            journal.set_flush_sleep(Duration::from_micros(micros));
+        }
     }
 
     /// The journal writes are appended to, if they are logged.
@@ -622,6 +637,7 @@ pub fn suspend_fsync_while_saving(server: &Server, starting: bool) {
 /// Registers the wake-up of workers holding replies on each durable
 /// advance of `journal` (once, when it is opened).
 pub fn attach(server: &Server, journal: &Journal) {
+    journal.set_flush_sleep(Duration::from_micros(server.aof.flush_sleep_us.load(Ordering::Relaxed)));
     let mailboxes = server.mailboxes.read().clone();
     journal.on_durable(Box::new(move |_lsn| {
         for mailbox in &mailboxes {
@@ -658,6 +674,9 @@ pub fn apply_config(server: &Server, old: &Config, new: &Config) -> Result<(), S
         journal.set_sync_gap(Duration::from_micros(new.keel_aof_sync_gap_us));
         journal.set_writer_batch_class(new.keel_aof_writer_batch_class);
         journal.set_timestamps(new.aof_timestamp_enabled);
+        if new.aof_disable_auto_gc != old.aof_disable_auto_gc {
+            journal.set_keep_history(new.aof_disable_auto_gc);
+        }
     }
     match (aof.state(), new.appendonly) {
         (AofState::Off, true) => start(server, new),
@@ -700,7 +719,7 @@ pub fn open_journal<'s>(server: &'s Server, config: &Config) -> Result<&'s Journ
     if let Some(journal) = server.aof.opened() {
         return Ok(journal);
     }
-    let (journal, _stale) = open_dir(config)?;
+    let (journal, _stale) = open_dir(config, true)?;
     attach(server, &journal);
     Ok(server.aof.journal.get_or_init(|| Arc::new(journal)))
 }

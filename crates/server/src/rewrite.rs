@@ -72,7 +72,7 @@ use std::time::{Duration, Instant};
 
 use keel_engine::set::Member;
 use keel_engine::{Entry, Value};
-use keel_journal::{BaseBuffer, BaseFormat, Journal, JournalError, Rewrite, RewriteOptions, RewriteSummary, Sizes};
+use keel_journal::{BaseBuffer, BaseFormat, IncrListing, Journal, JournalError, Rewrite, RewriteOptions, RewriteSummary, Sizes};
 use keel_rdb::{RdbValue, RdbWriter, WriteOptions};
 use parking_lot::Mutex;
 
@@ -514,9 +514,14 @@ fn snapshot_into_base(server: &Server, journal: &Journal) -> Result<RewriteSumma
         (crate::durability::base_format(&c), options, c.appendfsync, c.aof_rewrite_incremental_fsync)
     };
     // Turning the AOF on: the files on disk miss what changed while it was
-    // off, so the new incr file is listed only with the new base.
-    let enabling = server.aof.state() == AofState::WaitRewrite;
-    let options = RewriteOptions { base_format: format, incr_listed_at_commit: enabling, incremental_fsync };
+    // off, so the new incr file is listed only with the new base. With the
+    // AOF off, nothing is logged: the base is listed alone.
+    let incr = match server.aof.state() {
+        AofState::On => IncrListing::AtOnce,
+        AofState::WaitRewrite => IncrListing::AtCommit,
+        AofState::Off => IncrListing::Never,
+    };
+    let options = RewriteOptions { base_format: format, incr, incremental_fsync };
     let prepared = journal.prepare_rewrite_with(options).map_err(|e| e.to_string())?;
     let keyspace = &server.keyspace;
     keyspace.prepare_snapshot(PREPARE_BUDGET);

@@ -690,7 +690,9 @@ fn appendonly_switches_at_run_time() {
         .expect("appendonlydir")
         .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
         .collect();
-    let expected = ["appendonly.aof.2.base.rdb", "appendonly.aof.2.incr.aof", "appendonly.aof.manifest"];
+    // As Redis names them: the directory had no manifest, so the enabling
+    // rewrite's files are the first (the unlisted incr file renamed).
+    let expected = ["appendonly.aof.1.base.rdb", "appendonly.aof.1.incr.aof", "appendonly.aof.manifest"];
     assert_eq!(files, expected.iter().map(|s| s.to_string()).collect());
     {
         let server = Server::start_in(&dir, &[]);
@@ -794,4 +796,25 @@ fn appendonly_switch_replies_as_redis() {
     drop((keel, redis));
     let _ = std::fs::remove_dir_all(&keel_dir);
     let _ = std::fs::remove_dir_all(&redis_dir);
+}
+
+/// DEBUG AOF-FLUSH-SLEEP, as Redis's: the writer sleeps before each write,
+/// and under `always` a write's reply waits for it while a read of data
+/// already durable does not.
+#[test]
+fn debug_aof_flush_sleep_holds_the_replies_of_writes() {
+    let server = Server::start(&["--appendonly", "yes", "--appendfsync", "always", "--enable-debug-command", "yes"]);
+    let mut c = server.client();
+    let mut other = server.client();
+    assert_eq!(c.cmd("SET before x"), common::ok());
+    assert_eq!(c.cmd("DEBUG AOF-FLUSH-SLEEP 2000000"), common::ok());
+    c.write_command(&["SET", "k", "v"]);
+    assert_eq!(other.cmd("GET before"), bulk("x"));
+    c.stream.set_read_timeout(Some(Duration::from_millis(300))).expect("timeout");
+    let mut byte = [0u8; 1];
+    assert!(c.stream.peek(&mut byte).is_err(), "a reply came while the writer slept");
+    c.stream.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
+    assert_eq!(c.read(), common::ok());
+    assert_eq!(c.cmd("DEBUG AOF-FLUSH-SLEEP 0"), common::ok());
+    assert_eq!(c.cmd("SET after y"), common::ok());
 }

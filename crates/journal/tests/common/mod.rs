@@ -19,6 +19,8 @@ pub fn config(root: &Path, fsync: FsyncPolicy) -> JournalConfig {
         space_ahead: 4 << 20,
         sync_gap: Duration::ZERO,
         writer_batch_class: true,
+        idle: false,
+        keep_history: false,
     }
 }
 

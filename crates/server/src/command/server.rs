@@ -1410,6 +1410,8 @@ fn debug(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
                 ctx,
                 argv[0],
                 &[
+                    "AOF-FLUSH-SLEEP <microsec>",
+                    "    Server will sleep before flushing the AOF, this is used for testing.",
                     "DIGEST",
                     "    Output a hex signature representing the current DB content.",
                     "DIGEST-VALUE <key> [<key> ...]",
@@ -1465,6 +1467,11 @@ fn debug(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
         3 if eq(sub, "set-active-expire") => {
             let on = parse_atoi(argv[2]) != 0;
             ctx.server.active_expire.store(on, Ordering::Relaxed);
+            ctx.out.ok();
+            Ok(())
+        }
+        3 if eq(sub, "aof-flush-sleep") => {
+            ctx.server.aof.set_flush_sleep(parse_atoi(argv[2]).max(0) as u64);
             ctx.out.ok();
             Ok(())
         }
