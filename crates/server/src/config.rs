@@ -478,6 +478,33 @@ macro_rules! directive {
     };
 }
 
+/// A directive of a feature Keel does not have yet (replication, keyspace
+/// notifications, the latency monitor, streams, HyperLogLog, ACL LOG, the
+/// process title, which stays the command line Keel was started with),
+/// accepted with Redis's default value only, so that a stock redis.conf
+/// loads: that value asks for nothing Keel lacks (no notifications, the
+/// monitor off, tunables that only a replica or its master read). Any
+/// other value is refused, saying why.
+macro_rules! inert {
+    ($name:literal, $default:literal) => {
+        Directive {
+            name: $name,
+            mutable: true,
+            get: |_| $default.into(),
+            set: |_, a| {
+                if is_default_value(one(a)?, $default) {
+                    Ok(())
+                } else {
+                    Err(ConfigError::Invalid(format!(
+                        "Keel does not have the feature '{}' configures yet; only its default '{}' is accepted",
+                        $name, $default
+                    )))
+                }
+            },
+        }
+    };
+}
+
 pub static DIRECTIVES: &[Directive] = &[
     Directive {
         name: "bind",
@@ -788,7 +815,36 @@ pub static DIRECTIVES: &[Directive] = &[
             Ok(())
         },
     },
+    // Features Keel does not have yet; their defaults ask for nothing.
+    inert!("set-proc-title", "yes"),
+    inert!("proc-title-template", "{title} {listen-addr} {server-mode}"),
+    inert!("replica-serve-stale-data", "yes"),
+    inert!("slave-serve-stale-data", "yes"),
+    inert!("replica-read-only", "yes"),
+    inert!("slave-read-only", "yes"),
+    inert!("replica-priority", "100"),
+    inert!("slave-priority", "100"),
+    inert!("replica-lazy-flush", "no"),
+    inert!("slave-lazy-flush", "no"),
+    inert!("repl-diskless-sync", "yes"),
+    inert!("repl-diskless-sync-delay", "5"),
+    inert!("repl-diskless-sync-max-replicas", "0"),
+    inert!("repl-diskless-load", "disabled"),
+    inert!("repl-disable-tcp-nodelay", "no"),
+    inert!("acllog-max-len", "128"),
+    inert!("latency-monitor-threshold", "0"),
+    inert!("notify-keyspace-events", ""),
+    inert!("hll-sparse-max-bytes", "3000"),
+    inert!("stream-node-max-bytes", "4096"),
+    inert!("stream-node-max-entries", "100"),
 ];
+
+/// Whether a value given for an [`inert!`] directive is its default, as
+/// Redis would compare it: words without case, numbers by value.
+fn is_default_value(given: &str, default: &str) -> bool {
+    given.eq_ignore_ascii_case(default)
+        || matches!((given.parse::<i64>(), default.parse::<i64>()), (Ok(a), Ok(b)) if a == b)
+}
 
 pub fn find(name: &str) -> Option<&'static Directive> {
     DIRECTIVES.iter().find(|d| d.name.eq_ignore_ascii_case(name))
@@ -1061,6 +1117,22 @@ mod tests {
         assert!(err.to_string().contains("between 0 and 65535"), "{err}");
         let err = Config::load(&args(&["--no-such-thing", "1"])).expect_err("unknown");
         assert!(err.to_string().contains("Bad directive"), "{err}");
+    }
+
+    #[test]
+    fn directives_of_missing_features_take_their_defaults_only() {
+        let c = Config::load(&args(&["--notify-keyspace-events", "", "--latency-monitor-threshold", "00"])).expect("defaults");
+        assert_eq!(c.get("replica-read-only").as_deref(), Some("yes"));
+        let mut c = Config::default();
+        for (name, value) in [("slave-read-only", "YES"), ("repl-diskless-load", "Disabled"), ("hll-sparse-max-bytes", "3000")] {
+            c.set_at_runtime(name, value).expect(name);
+        }
+        for (name, value) in [("notify-keyspace-events", "KEA"), ("latency-monitor-threshold", "1"), ("replica-read-only", "no")] {
+            let err = c.set_at_runtime(name, value).expect_err(name);
+            assert!(err.to_string().contains("only its default"), "{err}");
+        }
+        let err = Config::load(&args(&["--repl-diskless-sync-delay", "0"])).expect_err("not the default");
+        assert!(err.to_string().contains("repl-diskless-sync-delay"), "{err}");
     }
 
     #[test]

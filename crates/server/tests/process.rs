@@ -142,3 +142,36 @@ fn daemonize_detaches_and_keeps_a_pidfile() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Debian's stock /etc/redis/redis.conf starts Keel (with the directives a
+/// test must override: where to listen, log and write), and its settings
+/// apply: the directives of features Keel lacks are at their defaults.
+#[test]
+fn debian_s_stock_redis_conf_starts_keel() {
+    let conf = std::path::Path::new("/etc/redis/redis.conf");
+    if !conf.exists() {
+        eprintln!("redis-server not installed: skipping (scripts/test.sh installs it)");
+        return;
+    }
+    let dir = temp_dir("stock-conf");
+    let port = common::free_port();
+    let mut args = vec![conf.display().to_string()];
+    for (name, value) in [
+        ("--port", port.to_string()),
+        ("--dir", dir.display().to_string()),
+        ("--daemonize", "no".into()),
+        ("--logfile", String::new()),
+        ("--pidfile", dir.join("keel.pid").display().to_string()),
+    ] {
+        args.extend([name.to_string(), value]);
+    }
+    let server = Server::spawn_with(env!("CARGO_BIN_EXE_keel-server").into(), args, port);
+    let mut c = server.client();
+    let get = |c: &mut common::Client, name: &str| c.send(&["CONFIG", "GET", name]);
+    let pair = |name: &str, value: &str| Frame::Array(vec![common::bulk(name), common::bulk(value)]);
+    assert_eq!(get(&mut c, "appendonly"), pair("appendonly", "no"), "the file's setting");
+    assert_eq!(get(&mut c, "notify-keyspace-events"), pair("notify-keyspace-events", ""));
+    assert_eq!(get(&mut c, "repl-diskless-load"), pair("repl-diskless-load", "disabled"));
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
