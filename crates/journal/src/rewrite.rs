@@ -27,7 +27,8 @@
 //!    atomically replaces the manifest with (new base, old base and old
 //!    incr files as `type h` history, incr files opened since S), fsyncs
 //!    the directory, then deletes the history files and writes the manifest
-//!    once more without them. Crash before the manifest's rename: the old
+//!    once more without them (unless `aof-disable-auto-gc` keeps them:
+//!    [`Journal::set_keep_history`]). Crash before the manifest's rename: the old
 //!    manifest, still complete (the renamed base is an unlisted leftover
 //!    that the next rewrite's rename replaces). After it: the new one; the
 //!    history files are never loaded, and the next open deletes them.
@@ -490,9 +491,7 @@ impl Journal {
     pub fn start_rewrite(&self) -> Result<Rewrite, JournalError> {
         Ok(self.prepare_rewrite()?.start())
     }
-}
 
-impl Journal {
     /// `aof-disable-auto-gc`: with `true`, rewrites leave the files they
     /// replace on disk and listed as history; `false` deletes those listed
     /// now, as Redis does when the option is set back to `no`.
