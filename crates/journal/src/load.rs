@@ -661,6 +661,9 @@ impl Replay {
                 Ok(Some(RdbItem::Function { .. })) => {
                     tracing::warn!("{}: skipping a function library: Keel has no functions", path.display());
                 }
+                Ok(Some(RdbItem::ModuleAux { module })) => {
+                    return Err(JournalError::RdbBase { file: path.clone(), reason: keel_rdb::no_matching_module(&module) });
+                }
                 Ok(Some(_)) => {}
                 Ok(None) => break,
                 Err(e) => return Err(JournalError::RdbBase { file: path.clone(), reason: e.to_string() }),

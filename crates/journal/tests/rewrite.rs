@@ -724,3 +724,26 @@ fn kept_history_is_listed_in_redis_order_until_collected() {
         names(&["appendonly.aof.3.base.aof", "appendonly.aof.3.incr.aof", "appendonly.aof.manifest"])
     );
 }
+
+/// An RDB base holding module aux data stops the replay, naming the file,
+/// as Redis without the module refuses it.
+#[test]
+fn module_aux_data_in_an_rdb_base_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = JournalConfig { base_format: BaseFormat::Rdb, ..config(tmp.path(), FsyncPolicy::Always) };
+    drop(open(&cfg));
+    let base = cfg.dir.join("appendonly.aof.1.base.rdb");
+    let good = std::fs::read(&base).unwrap();
+    let mut bytes = good[..good.len() - 9].to_vec();
+    bytes.extend_from_slice(&[0xF7, 0x81]);
+    bytes.extend_from_slice(&(1u64 << 40 | 1 << 10).to_be_bytes());
+    bytes.extend_from_slice(&[0x02, 0x01, 0x00, 0xFF]);
+    bytes.extend_from_slice(&[0; 8]);
+    std::fs::write(&base, &bytes).unwrap();
+    let (_j, replay) = open(&cfg);
+    let err = replay.filter_map(Result::err).next().expect("an error");
+    assert!(
+        matches!(&err, JournalError::RdbBase { file, reason } if *file == base && reason.contains("no matching module")),
+        "{err}"
+    );
+}

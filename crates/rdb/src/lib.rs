@@ -41,7 +41,7 @@ pub use dump::{dump_payload, restore_payload};
 pub use encode::{EncodeOptions, Thresholds};
 pub use error::{RdbError, BAD_DATA_FORMAT, DUMP_PAYLOAD_ERROR};
 pub use format::RDB_VERSION;
-pub use reader::{ChecksumStatus, RdbItem, RdbReader};
+pub use reader::{no_matching_module, ChecksumStatus, RdbItem, RdbReader};
 pub use writer::{RdbWriter, WriteOptions, REDIS_VER};
 
 /// A value, whatever encoding it had or will have in the file.

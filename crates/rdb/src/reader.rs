@@ -29,8 +29,10 @@ pub enum RdbItem {
     /// the `#!<engine> name=<library>` line. Returned, not run: whoever
     /// cannot load functions decides whether to refuse the file or skip it.
     Function { code: Vec<u8> },
-    /// Module aux data (`MODULE_AUX`) for the module type named, skipped.
-    /// Redis without that module refuses the file.
+    /// Module aux data (`MODULE_AUX`) for the module type named, skipped
+    /// by the reader. Redis without that module refuses the file, and so
+    /// do Keel's loaders ([`no_matching_module`]): loading on without it
+    /// would drop the module's data.
     ModuleAux { module: String },
 }
 
@@ -292,6 +294,12 @@ impl<R: BufRead> Iterator for RdbReader<R> {
 
 /// A module type id is nine characters of a 64-symbol alphabet, six bits
 /// each, above a 10-bit encoding version.
+/// Redis's words for an RDB file holding [`RdbItem::ModuleAux`] data of a
+/// module it does not have.
+pub fn no_matching_module(module: &str) -> String {
+    format!("The RDB file contains AUX module data I can't load: no matching module '{module}'")
+}
+
 fn module_type_name(id: u64) -> String {
     const CHARSET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
     (0..9).rev().map(|i| char::from(CHARSET[((id >> (10 + 6 * i)) & 63) as usize])).collect()

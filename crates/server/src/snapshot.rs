@@ -803,6 +803,7 @@ fn read_dump(server: &Server, path: &Path, sink: &mut dyn FnMut(Read) -> Result<
                 sink(Read::Reserve { db, keys: per_shard(db_size), with_expiry: per_shard(expires_size) })?;
                 continue;
             }
+            RdbItem::ModuleAux { module } => return Err(keel_rdb::no_matching_module(&module)),
             _ => continue,
         };
         if e.expire_at_ms.is_some_and(|at| at <= now) {

@@ -309,6 +309,18 @@ fn a_corrupt_dump_rdb_stops_start_up() {
     let (status, log) = common::start_expecting_exit(&dir, &["--appendonly", "no"]);
     assert!(!status.success());
     assert!(log.contains("dump.rdb"), "log: {log}");
+    // Module aux data of a module Keel does not have: refused, as Redis
+    // refuses it without the module (the checksum 0 means none).
+    let mut with_aux = good[..good.len() - 9].to_vec();
+    with_aux.push(0xF7);
+    with_aux.push(0x81);
+    with_aux.extend_from_slice(&(1u64 << 40 | 1 << 10).to_be_bytes());
+    with_aux.extend_from_slice(&[0x02, 0x01, 0x00, 0xFF]);
+    with_aux.extend_from_slice(&[0; 8]);
+    std::fs::write(&path, &with_aux).expect("test setup");
+    let (status, log) = common::start_expecting_exit(&dir, &["--appendonly", "no"]);
+    assert!(!status.success());
+    assert!(log.contains("AUX module data I can't load: no matching module"), "log: {log}");
     // Not an RDB file at all.
     std::fs::write(&path, b"hello world").expect("test setup");
     let (status, _) = common::start_expecting_exit(&dir, &["--appendonly", "no"]);
