@@ -804,6 +804,10 @@ fn read_dump(server: &Server, path: &Path, sink: &mut dyn FnMut(Read) -> Result<
                 continue;
             }
             RdbItem::ModuleAux { module } => return Err(keel_rdb::no_matching_module(&module)),
+            RdbItem::Function { .. } => {
+                tracing::warn!("{}: skipping a function library: Keel has no functions", path.display());
+                continue;
+            }
             _ => continue,
         };
         if e.expire_at_ms.is_some_and(|at| at <= now) {

@@ -337,3 +337,30 @@ fn a_corrupt_dump_rdb_stops_start_up() {
     assert!(log.contains("duplicated key 'a'"), "log: {log}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A function library in dump.rdb: Keel has no functions, so it loads the
+/// keys, skips the library and says so in the log.
+#[test]
+fn a_function_library_in_dump_rdb_is_skipped_with_a_warning() {
+    let dir = temp_dir("rdb-function");
+    {
+        let server = Server::start_in(&dir, &["--appendonly", "no"]);
+        let mut c = server.client();
+        assert_eq!(c.cmd("SET k v"), ok());
+        assert_eq!(c.cmd("SAVE"), ok());
+    }
+    let path = dir.join("dump.rdb");
+    let good = std::fs::read(&path).expect("test setup");
+    let code = b"#!lua name=l\nreturn 1";
+    let mut with_function = good[..good.len() - 9].to_vec();
+    with_function.extend_from_slice(&[0xF5, code.len() as u8]);
+    with_function.extend_from_slice(code);
+    with_function.push(0xFF);
+    with_function.extend_from_slice(&[0; 8]);
+    std::fs::write(&path, &with_function).expect("test setup");
+    let log = dir.join("keel.log");
+    let server = Server::start_last_in(&dir, &["--appendonly", "no", "--logfile", &log.display().to_string()]);
+    assert_eq!(server.client().cmd("GET k"), common::bulk("v"));
+    let text = std::fs::read_to_string(&log).expect("log file");
+    assert!(text.contains("skipping a function library"), "log: {text}");
+}
