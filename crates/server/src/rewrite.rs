@@ -498,6 +498,7 @@ fn rewrite_once(server: &Server, journal: &Journal) -> Result<RewriteSummary, St
         return Err("another snapshot is running; rescheduled".into());
     }
     let result = snapshot_into_base(server, journal);
+    server.snapshot_progress.end();
     server.snapshot_active.store(false, Ordering::Release);
     result
 }
@@ -527,14 +528,8 @@ fn snapshot_into_base(server: &Server, journal: &Journal) -> Result<RewriteSumma
     keyspace.prepare_snapshot(PREPARE_BUDGET);
     let (mut rewrite, s_ms, counts, enabling) = keyspace.begin_snapshot(|all| {
         // RDB's per-database sizing hints: the key counts at S.
-        let mut counts = vec![(0u64, 0u64); keyspace.databases()];
-        for shard in all.iter_mut() {
-            for (db, count) in counts.iter_mut().enumerate() {
-                let d = shard.db(db);
-                count.0 += d.len() as u64;
-                count.1 += d.expires_len() as u64;
-            }
-        }
+        let counts = crate::snapshot::db_counts(all.iter_mut(), keyspace.databases());
+        server.snapshot_progress.begin(counts.iter().map(|c| c.0).sum());
         let rewrite = prepared.start();
         // Logging for `appendonly yes` starts exactly here: the base holds
         // everything before, the new incr file everything after.
@@ -580,7 +575,10 @@ fn scan_snapshot<S>(
             }
             let done = {
                 let mut locked = keyspace.lock_one(index);
-                locked.shard(index).snapshot_step(STEP_ENTRIES, |db, key, entry| emit(state, db, key, entry))
+                locked.shard(index).snapshot_step(STEP_ENTRIES, |db, key, entry| {
+                    emit(state, db, key, entry);
+                    server.snapshot_progress.keys_processed.fetch_add(1, Ordering::Relaxed);
+                })
             };
             after_step(state, index + 1 == keyspace.shard_count() && done)?;
             if done {

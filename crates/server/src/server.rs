@@ -38,6 +38,28 @@ pub struct LoadProgress {
     pub loaded_bytes: AtomicU64,
 }
 
+/// Progress of the running snapshot (a BGSAVE, SAVE or AOF rewrite): INFO's
+/// `current_save_keys_*` and `current_fork_perc`, which Redis's fork child
+/// reports. Reset when a snapshot begins; zero between snapshots.
+#[derive(Default)]
+pub struct SnapshotProgress {
+    /// Keys in the dataset at S.
+    pub keys_total: AtomicU64,
+    /// Keys written so far.
+    pub keys_processed: AtomicU64,
+}
+
+impl SnapshotProgress {
+    pub fn begin(&self, total: u64) {
+        self.keys_processed.store(0, Ordering::Relaxed);
+        self.keys_total.store(total, Ordering::Relaxed);
+    }
+
+    pub fn end(&self) {
+        self.begin(0);
+    }
+}
+
 /// One worker's counters. Only its own thread writes them.
 pub struct WorkerStats {
     pub commands: Box<[CommandStats]>,
@@ -176,6 +198,7 @@ pub struct Server {
     /// once every shard is done or aborted. Set before S under every shard
     /// lock, so a command that takes a lock after S sees it.
     pub snapshot_active: AtomicBool,
+    pub snapshot_progress: SnapshotProgress,
     /// BGREWRITEAOF and automatic rewrites (`rewrite.rs`).
     pub rewrite: crate::rewrite::Rewriter,
     /// SAVE and BGSAVE (`snapshot.rs`).
@@ -306,6 +329,7 @@ impl Server {
             min_replicas_unmet: AtomicBool::new(false),
             lfu: AtomicU64::new(0),
             snapshot_active: AtomicBool::new(false),
+            snapshot_progress: SnapshotProgress::default(),
             rewrite: Default::default(),
             rdb: Default::default(),
         };

@@ -347,6 +347,7 @@ fn abort_bgsave(server: &Server) {
 /// Lets go of the snapshot token after a synchronous save, and as Redis's
 /// rdbSave lifts -MISCONF when it succeeded.
 fn end_sync_save(server: &Server, result: Result<u64, String>) -> Result<u64, SaveError> {
+    server.snapshot_progress.end();
     server.snapshot_active.store(false, Ordering::Release);
     match result {
         Ok(bytes) => {
@@ -440,6 +441,7 @@ fn run(server: &Server) {
         };
         let write = |temp: &Path, settings| write_snapshot(server, begun, temp, settings, &next_piece);
         let result = save_to_file(server, Saving::Snapshot, Box::new(write));
+        server.snapshot_progress.end();
         server.snapshot_active.store(false, Ordering::Release);
         match result {
             Ok(bytes) => {
@@ -626,7 +628,7 @@ impl DumpWriter {
 }
 
 /// (keys, keys with a TTL) per database of `shards`.
-fn db_counts<'s>(shards: impl Iterator<Item = &'s mut keel_engine::Shard>, databases: usize) -> Vec<(u64, u64)> {
+pub(crate) fn db_counts<'s>(shards: impl Iterator<Item = &'s mut keel_engine::Shard>, databases: usize) -> Vec<(u64, u64)> {
     let mut counts = vec![(0u64, 0u64); databases];
     for shard in shards {
         for (db, count) in counts.iter_mut().enumerate() {
@@ -652,8 +654,10 @@ fn begin(server: &Server) -> Begun {
     keyspace.prepare_snapshot(PREPARE_BUDGET);
     keyspace.begin_snapshot(|all| {
         server.rdb.superseded.store(false, Ordering::Relaxed);
+        let counts = db_counts(all.iter_mut(), keyspace.databases());
+        server.snapshot_progress.begin(counts.iter().map(|c| c.0).sum());
         Begun {
-            counts: db_counts(all.iter_mut(), keyspace.databases()),
+            counts,
             dirty_at_s: server.dirty.load(Ordering::Relaxed),
         }
     })
@@ -706,6 +710,7 @@ fn stream(server: &Server, out: &mut DumpWriter, next_piece: &dyn Fn() -> bool) 
                     return stopped();
                 }
                 out.key(db, &key, &value, expire)?;
+                server.snapshot_progress.keys_processed.fetch_add(1, Ordering::Relaxed);
             }
             if done {
                 break;

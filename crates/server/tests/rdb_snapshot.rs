@@ -364,3 +364,35 @@ fn a_function_library_in_dump_rdb_is_skipped_with_a_warning() {
     let text = std::fs::read_to_string(&log).expect("log file");
     assert!(text.contains("skipping a function library"), "log: {text}");
 }
+
+/// INFO's current_save_keys_total / _processed and current_fork_perc follow
+/// a running BGSAVE, and are zero before and after it.
+#[test]
+fn info_reports_the_progress_of_a_bgsave() {
+    let server = Server::start(&["--appendonly", "no", "--save", ""]);
+    let mut c = server.client();
+    for i in 0..500 {
+        assert_eq!(c.send(&["SET", &format!("k{i}"), "v"]), ok());
+    }
+    assert_eq!(c.info_field("persistence", "current_save_keys_total"), "0");
+    assert_eq!(c.cmd("CONFIG SET rdb-key-save-delay 2000"), ok());
+    assert_eq!(c.cmd("BGSAVE"), simple("Background saving started"));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let processed = loop {
+        let processed: u64 = c.info_field("persistence", "current_save_keys_processed").parse().expect("number");
+        if processed > 0 {
+            break processed;
+        }
+        assert!(Instant::now() < deadline, "no progress reported");
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    assert_eq!(c.info_field("persistence", "current_save_keys_total"), "500");
+    assert!(processed < 500, "{processed}: the delay keeps the save going");
+    let perc: f64 = c.info_field("persistence", "current_fork_perc").parse().expect("number");
+    assert!(perc > 0.0 && perc < 100.0, "{perc}");
+    assert_eq!(c.cmd("CONFIG SET rdb-key-save-delay 0"), ok());
+    wait_bgsave(&mut c);
+    assert_eq!(c.info_field("persistence", "rdb_last_bgsave_status"), "ok");
+    assert_eq!(c.info_field("persistence", "current_save_keys_total"), "0");
+    assert_eq!(c.info_field("persistence", "current_save_keys_processed"), "0");
+}

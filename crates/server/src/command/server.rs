@@ -429,12 +429,19 @@ fn write_section(ctx: &mut Ctx<'_>, section: &str, out: &mut String) {
                 ("current_cow_peak", "0"),
                 ("current_cow_size", "0"),
                 ("current_cow_size_age", "0"),
-                ("current_fork_perc", "0.00"),
-                ("current_save_keys_processed", "0"),
-                ("current_save_keys_total", "0"),
             ] {
                 field!(out, name, value);
             }
+            // How far the running snapshot has come, as Redis's child
+            // reports it (Keel's copy-on-write analogue is
+            // keel_snapshot_saved_bytes below).
+            let progress = &server.snapshot_progress;
+            let total = progress.keys_total.load(Ordering::Relaxed);
+            let processed = progress.keys_processed.load(Ordering::Relaxed).min(total);
+            let perc = if total == 0 { 0.0 } else { processed as f64 * 100.0 / total as f64 };
+            field!(out, "current_fork_perc", format!("{perc:.2}"));
+            field!(out, "current_save_keys_processed", processed);
+            field!(out, "current_save_keys_total", total);
             let rdb = server.rdb.info();
             field!(out, "rdb_changes_since_last_save", server.dirty.load(Ordering::Relaxed));
             field!(out, "rdb_bgsave_in_progress", u8::from(rdb.in_progress));
