@@ -75,6 +75,15 @@ fn sets(db: usize, range: std::ops::Range<usize>) -> Vec<String> {
     range.map(|i| format!("{db}:SET k{i} v")).collect()
 }
 
+/// Writes `SET k<i> v` for each `i` in `range` (database 0) to the base.
+fn base_of(rw: &mut keel_journal::Rewrite, range: std::ops::Range<usize>) {
+    let mut buf = BaseBuffer::new();
+    for i in range {
+        buf.push(0, &[&b"SET"[..], format!("k{i}").as_bytes(), b"v"]);
+    }
+    rw.write(&mut buf).unwrap();
+}
+
 #[test]
 fn rotation_then_commit_replaces_the_files_and_every_step_loads() {
     let tmp = tempfile::tempdir().unwrap();
@@ -196,11 +205,7 @@ fn abort_keeps_the_files_and_the_rotation() {
     assert_eq!(load_copy(&cfg, &j), sets(0, 0..30));
     // The next rewrite that commits replaces all four incr files.
     let mut rw = j.start_rewrite().unwrap();
-    let mut buf = BaseBuffer::new();
-    for i in 0..30 {
-        buf.push(0, &[&b"SET"[..], format!("k{i}").as_bytes(), b"v"]);
-    }
-    rw.write(&mut buf).unwrap();
+    base_of(&mut rw, 0..30);
     rw.commit().unwrap();
     assert_eq!(j.stats().aof_rewrites_consecutive_failures, 0);
     assert_eq!(
@@ -376,11 +381,7 @@ fn a_failing_write_before_s_holds_the_switch_and_acknowledgements() {
     assert_eq!(load_copy(&cfg, &j), sets(0, 0..3));
     // The next rewrite works.
     let mut rw = j.start_rewrite().unwrap();
-    let mut buf = BaseBuffer::new();
-    for i in 0..3 {
-        buf.push(0, &[&b"SET"[..], format!("k{i}").as_bytes(), b"v"]);
-    }
-    rw.write(&mut buf).unwrap();
+    base_of(&mut rw, 0..3);
     rw.commit().unwrap();
     assert_eq!(load_copy(&cfg, &j), sets(0, 0..3));
 }
@@ -414,11 +415,7 @@ fn a_failing_fsync_at_the_switch_is_retried() {
         assert!(wait_until(T, || j.health().is_ok()), "{policy:?}");
         assert!(j.stats().fsync_errors >= 1, "{policy:?}: the fault fired");
         let mut rw = rw;
-        let mut buf = BaseBuffer::new();
-        for i in 0..21 {
-            buf.push(0, &[&b"SET"[..], format!("k{i}").as_bytes(), b"v"]);
-        }
-        rw.write(&mut buf).unwrap();
+        base_of(&mut rw, 0..21);
         rw.commit().unwrap();
         j.flush_and_sync().unwrap();
         drop(j);
@@ -583,11 +580,7 @@ fn an_incr_file_listed_at_commit_is_invisible_until_its_base_is() {
     assert_eq!(manifest(&cfg), before);
     let last = (8..10).map(|i| set(&j, 0, i)).last().unwrap();
     assert!(wait_durable(&j, last, T));
-    let mut buf = BaseBuffer::new();
-    for i in 0..8 {
-        buf.push(0, &[&b"SET"[..], format!("k{i}").as_bytes(), b"v"]);
-    }
-    rw.write(&mut buf).unwrap();
+    base_of(&mut rw, 0..8);
     let summary = rw.commit().unwrap();
     assert_eq!(summary.base_name, "appendonly.aof.2.base.aof");
     assert_eq!(
@@ -604,14 +597,6 @@ fn an_incr_file_listed_at_commit_is_invisible_until_its_base_is() {
     let prepared = j.prepare_rewrite().unwrap();
     assert!(manifest(&cfg).contains("appendonly.aof.3.incr.aof seq 3 type i"));
     prepared.start().abort();
-}
-
-fn base_of(rw: &mut keel_journal::Rewrite, range: std::ops::Range<usize>) {
-    let mut buf = BaseBuffer::new();
-    for i in range {
-        buf.push(0, &[&b"SET"[..], format!("k{i}").as_bytes(), b"v"]);
-    }
-    rw.write(&mut buf).unwrap();
 }
 
 fn options(incr: IncrListing) -> RewriteOptions {
@@ -647,13 +632,14 @@ fn an_idle_journal_lists_nothing_until_its_first_rewrite_commits() {
     assert!(wait_durable(&j, last, T));
     assert_eq!(load_copy(&cfg, &j), sets(0, 0..6));
 
-    // Opened idle again over that directory: the files stay as they are.
-    drop(j);
-    let (j, _) = open(&cfg);
+    // Opened idle again over that directory: the listed files stay as
+    // they are (the incr file is not scanned or cut, none is added).
     drop(j);
     let before = manifest(&cfg);
+    let incr_len = std::fs::metadata(cfg.dir.join("appendonly.aof.1.incr.aof")).unwrap().len();
     let (_j, _) = open(&cfg);
     assert_eq!(manifest(&cfg), before);
+    assert_eq!(std::fs::metadata(cfg.dir.join("appendonly.aof.1.incr.aof")).unwrap().len(), incr_len);
     assert!(files_in(&cfg.dir).contains("temp-appendonly.aof.incr"));
 }
 

@@ -573,13 +573,15 @@ fn scan_snapshot<S>(
             if server.rewrite.stopping() || server.shutdown.load(Ordering::Relaxed) {
                 return Err("stopped: the server is shutting down, or appendonly was switched".into());
             }
+            let mut emitted = 0;
             let done = {
                 let mut locked = keyspace.lock_one(index);
                 locked.shard(index).snapshot_step(STEP_ENTRIES, |db, key, entry| {
                     emit(state, db, key, entry);
-                    server.snapshot_progress.keys_processed.fetch_add(1, Ordering::Relaxed);
+                    emitted += 1;
                 })
             };
+            server.snapshot_progress.keys_processed.fetch_add(emitted, Ordering::Relaxed);
             after_step(state, index + 1 == keyspace.shard_count() && done)?;
             if done {
                 break;

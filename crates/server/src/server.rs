@@ -198,6 +198,7 @@ pub struct Server {
     /// once every shard is done or aborted. Set before S under every shard
     /// lock, so a command that takes a lock after S sees it.
     pub snapshot_active: AtomicBool,
+    /// How far the running snapshot has come (INFO current_save_keys_*).
     pub snapshot_progress: SnapshotProgress,
     /// BGREWRITEAOF and automatic rewrites (`rewrite.rs`).
     pub rewrite: crate::rewrite::Rewriter,
