@@ -579,6 +579,13 @@ impl Journal {
         s
     }
 
+    /// Starts the counters and the fsync latencies afresh (`CONFIG
+    /// RESETSTAT`, which zeroes Redis's `aof_delayed_fsync`); positions,
+    /// sizes and health are state, not statistics, and stay.
+    pub fn reset_stats(&self) {
+        self.inner.stats.reset();
+    }
+
     /// The sizes automatic rewrites are decided on, without the locks and
     /// the histogram `stats` reads: cheap enough for a cron.
     pub fn sizes(&self) -> Sizes {

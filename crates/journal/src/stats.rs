@@ -103,6 +103,24 @@ impl StatsCells {
         self.batch_bytes_max.fetch_max(bytes, Ordering::Relaxed);
     }
 
+    /// Zeroes every counter and the fsync histogram (`CONFIG RESETSTAT`).
+    pub(crate) fn reset(&self) {
+        self.fsync_us.lock().reset();
+        for cell in [
+            &self.fsyncs,
+            &self.batches,
+            &self.batch_records_total,
+            &self.batch_records_max,
+            &self.batch_bytes_total,
+            &self.batch_bytes_max,
+            &self.delayed_fsync,
+            &self.write_errors,
+            &self.fsync_errors,
+        ] {
+            cell.store(0, Ordering::Relaxed);
+        }
+    }
+
     /// Fills the counters of `out` (the caller fills positions and health).
     pub(crate) fn fill(&self, out: &mut JournalStats) {
         {

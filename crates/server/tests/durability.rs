@@ -568,6 +568,26 @@ fn no_appendfsync_on_rewrite_skips_fsyncs_while_a_save_runs() {
     assert_range(&mut c, "during", 50);
 }
 
+/// CONFIG RESETSTAT starts the journal's figures afresh, as it zeroes
+/// Redis's `aof_delayed_fsync`: a measurement after it sees only its own
+/// syncs. Positions are state and stay.
+#[test]
+fn config_resetstat_starts_the_journal_figures_afresh() {
+    let server = Server::start(&[]);
+    let mut c = server.client();
+    let figure = |c: &mut Client, name: &str| info_field(c, name).parse::<u64>().expect(name);
+    set_range(&mut c, "before", 20);
+    assert!(figure(&mut c, "keel_aof_fsyncs") > 0 && figure(&mut c, "keel_aof_batch_records_max") > 0);
+    let durable = figure(&mut c, "keel_aof_durable_lsn");
+    assert_eq!(c.cmd("CONFIG RESETSTAT"), common::ok());
+    for name in ["keel_aof_fsyncs", "keel_aof_fsync_p99_us", "keel_aof_fsync_max_us", "keel_aof_batches", "keel_aof_batch_records_max", "aof_delayed_fsync"] {
+        assert_eq!(figure(&mut c, name), 0, "{name}");
+    }
+    assert_eq!(figure(&mut c, "keel_aof_durable_lsn"), durable);
+    set_range(&mut c, "after", 1);
+    assert_eq!(figure(&mut c, "keel_aof_batches"), 1);
+}
+
 /// Waits until `key`'s TTL has run out (its own remaining time, not a
 /// guess at how long something else takes).
 fn wait_expired(c: &mut Client, key: &str) {

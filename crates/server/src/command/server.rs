@@ -996,6 +996,9 @@ fn config_resetstat(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
     }
     server.errorstats.lock().clear();
     server.meter.lock().reset();
+    if let Some(journal) = server.aof.opened() {
+        journal.reset_stats();
+    }
     server.peak_memory.store(0, Ordering::Relaxed);
     for shard in ctx.dbs.shards() {
         for db in shard.dbs.iter_mut() {
