@@ -26,6 +26,15 @@ pub trait LogFile: Send + Sync {
     fn is_empty(&self) -> io::Result<bool> {
         Ok(self.len()? == 0)
     }
+    /// Starts writing `[offset, offset + len)` out to the disk, and with
+    /// `wait` waits until it is written: `sync_file_range(2)`, which
+    /// flushes neither metadata nor the disk's cache, so it makes nothing
+    /// durable. It bounds how much of a big file is in the disk's queue
+    /// at once ([`WriteOutPacer`]); files that need no bound
+    /// (test doubles) may do nothing.
+    fn write_out(&self, _offset: u64, _len: u64, _wait: bool) -> io::Result<()> {
+        Ok(())
+    }
     /// Gives back space written ahead of the end (`prealloc.rs`), for good:
     /// the file is done with (a clean shutdown, a switch to a new file).
     fn release_space(&self) -> io::Result<()> {
@@ -71,6 +80,98 @@ impl LogFile for StdFile {
     fn len(&self) -> io::Result<u64> {
         Ok(self.0.metadata()?.len())
     }
+    fn write_out(&self, offset: u64, len: u64, wait: bool) -> io::Result<()> {
+        write_out(&self.0, offset, len, wait)
+    }
+}
+
+/// Keeps a big file being written (a rewrite's base, a dump) from filling
+/// the disk's queue: each [`PACE_PIECE`] written is started out at once and
+/// the piece before it waited for, so at most two pieces are in flight.
+/// Without it the kernel wrote the file out in bursts (the 4 MB syncs of
+/// `aof-rewrite-incremental-fsync`, or its own writeback), and each
+/// journal fdatasync that came in behind one waited for all of it.
+#[derive(Debug, Default)]
+pub struct WriteOutPacer {
+    written: u64,
+    started: u64,
+}
+
+/// [`WriteOutPacer`]'s piece.
+pub const PACE_PIECE: u64 = 256 << 10;
+
+impl WriteOutPacer {
+    /// Counts `n` more bytes written at the end of the file and starts or
+    /// waits for pieces through `write_out(offset, len, wait)`
+    /// ([`LogFile::write_out`]).
+    pub fn wrote(&mut self, n: u64, mut write_out: impl FnMut(u64, u64, bool) -> io::Result<()>) -> io::Result<()> {
+        self.written += n;
+        while self.written - self.started >= PACE_PIECE {
+            let piece = self.started;
+            write_out(piece, PACE_PIECE, false)?;
+            if let Some(previous) = piece.checked_sub(PACE_PIECE) {
+                write_out(previous, PACE_PIECE, true)?;
+            }
+            self.started += PACE_PIECE;
+        }
+        Ok(())
+    }
+}
+
+/// Deletes a file that may be big without a burst of work for the disk:
+/// the name goes at once (the directory is then as the manifest says), the
+/// blocks go [`REMOVE_SLICE`] at a time from a thread of its own, as
+/// Redis's `bg_unlink` closes a big file's last descriptor off the main
+/// thread. On a filesystem mounted with `discard`, as this project's is,
+/// one unlink of a gigabyte queued the discards of all of it ahead of the
+/// journal's next fdatasync: 30 ms, where slices of 8 MB cost at most 5.
+pub fn remove_gradually(path: &Path) {
+    let big = OpenOptions::new().write(true).open(path).ok().filter(|f| f.metadata().is_ok_and(|m| m.len() > REMOVE_SLICE));
+    match std::fs::remove_file(path) {
+        Ok(()) => tracing::info!("journal: removed {}", path.display()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return,
+        Err(e) => {
+            tracing::warn!("journal: could not remove {}: {e}", path.display());
+            return;
+        }
+    }
+    let Some(file) = big else { return };
+    let reaper = std::thread::Builder::new().name("keel-aof-reaper".into()).spawn(move || {
+        let mut len = file.metadata().map_or(0, |m| m.len());
+        while len > 0 {
+            len = len.saturating_sub(REMOVE_SLICE);
+            if file.set_len(len).is_err() {
+                break;
+            }
+            std::thread::sleep(REMOVE_PAUSE);
+        }
+    });
+    if let Err(e) = reaper {
+        tracing::warn!("journal: could not start a thread to free a removed file gradually: {e}");
+    }
+}
+
+/// [`remove_gradually`] frees this much at a time, and pauses this long
+/// between two slices (400 MB/s).
+const REMOVE_SLICE: u64 = 8 << 20;
+const REMOVE_PAUSE: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// [`LogFile::write_out`] for any file.
+pub fn write_out(file: &File, offset: u64, len: u64, wait: bool) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let flags = if wait {
+        libc::SYNC_FILE_RANGE_WAIT_BEFORE | libc::SYNC_FILE_RANGE_WRITE | libc::SYNC_FILE_RANGE_WAIT_AFTER
+    } else {
+        libc::SYNC_FILE_RANGE_WRITE
+    };
+    let (Ok(offset), Ok(len)) = (i64::try_from(offset), i64::try_from(len)) else {
+        return Err(io::Error::from(io::ErrorKind::InvalidInput));
+    };
+    // SAFETY: a plain syscall on a descriptor `file` owns.
+    if unsafe { libc::sync_file_range(file.as_raw_fd(), offset, len, flags) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 impl FileFactory for StdFiles {
@@ -257,6 +358,9 @@ impl LogFile for FaultyFile {
     fn len(&self) -> io::Result<u64> {
         self.inner.len()
     }
+    fn write_out(&self, offset: u64, len: u64, wait: bool) -> io::Result<()> {
+        self.inner.write_out(offset, len, wait)
+    }
     fn release_space(&self) -> io::Result<()> {
         self.inner.release_space()
     }
@@ -266,6 +370,55 @@ impl LogFile for FaultyFile {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[test]
+    fn the_pacer_starts_each_piece_and_waits_for_the_one_before() {
+        let mut calls = Vec::new();
+        let mut pacer = WriteOutPacer::default();
+        let mut wrote = |n: u64, calls: &mut Vec<(u64, u64, bool)>| {
+            pacer
+                .wrote(n, |at, len, wait| {
+                    calls.push((at, len, wait));
+                    Ok(())
+                })
+                .unwrap();
+        };
+        wrote(PACE_PIECE - 1, &mut calls);
+        assert!(calls.is_empty(), "no whole piece yet");
+        wrote(1, &mut calls);
+        assert_eq!(calls, [(0, PACE_PIECE, false)]);
+        calls.clear();
+        wrote(2 * PACE_PIECE + 5, &mut calls);
+        let p = PACE_PIECE;
+        assert_eq!(calls, [(p, p, false), (0, p, true), (2 * p, p, false), (p, p, true)]);
+    }
+
+    #[test]
+    fn a_big_file_removed_gradually_loses_its_name_at_once_and_its_blocks_soon_after() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("big.incr.aof");
+        let file = File::create(&path).unwrap();
+        file.set_len(3 * REMOVE_SLICE + 1).unwrap();
+        drop(file);
+        remove_gradually(&path);
+        assert!(!path.exists());
+        // The reaper holds the last descriptor ("<path> (deleted)") until
+        // the file is empty.
+        let name = path.to_string_lossy().into_owned();
+        let open = || {
+            std::fs::read_dir("/proc/self/fd")
+                .unwrap()
+                .filter_map(|e| std::fs::read_link(e.unwrap().path()).ok())
+                .any(|target| target.to_string_lossy().starts_with(&name))
+        };
+        assert!(open(), "freed a slice at a time, not at once");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while open() {
+            assert!(std::time::Instant::now() < deadline, "the reaper never closed the file");
+            std::thread::sleep(REMOVE_PAUSE);
+        }
+        remove_gradually(&path);
+    }
 
     #[test]
     fn rules_count_from_their_creation() {

@@ -59,7 +59,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use crate::file::{FileFactory, LogFile};
+use crate::file::{FileFactory, LogFile, WriteOutPacer};
 use crate::load::{self, TEMP_BASE_PREFIX};
 use crate::manifest::{self, AofInfo, FileKind, Manifest};
 use crate::writer::{Inner, Switch};
@@ -206,7 +206,7 @@ impl Files {
             return;
         }
         for h in std::mem::take(&mut m.history) {
-            load::remove_leftover(&self.path(&h.name));
+            crate::file::remove_gradually(&self.path(&h.name));
         }
         if let Err(e) = self.persist(m) {
             tracing::warn!("journal: rewriting the manifest without its history files: {e}");
@@ -348,7 +348,8 @@ struct Parts {
 /// more is written, as Redis's `aof-rewrite-incremental-fsync` does: one
 /// big sync at the commit would hold the disk for as long as the whole base
 /// takes to reach it, and the journal's own fsyncs (acknowledgements under
-/// `always`) would queue behind it.
+/// `always`) would queue behind it. It also goes out to the disk at a
+/// steady pace ([`WriteOutPacer`]), so these syncs find little to write.
 pub const BASE_SYNC_EVERY_BYTES: u64 = 4 << 20;
 
 /// [`Rewrite::base_writer`].
@@ -383,6 +384,7 @@ pub struct Rewrite {
     temp_path: PathBuf,
     base_bytes: u64,
     base_synced_bytes: u64,
+    base_pacer: WriteOutPacer,
     input_bytes: u64,
     started: Instant,
     finished: bool,
@@ -539,6 +541,7 @@ impl PreparedRewrite {
             temp_path: p.temp_path,
             base_bytes: 0,
             base_synced_bytes: 0,
+            base_pacer: WriteOutPacer::default(),
             input_bytes,
             started: p.started,
             finished: false,
@@ -594,6 +597,10 @@ impl Rewrite {
         let err = |source| JournalError::Io { path: self.temp_path.clone(), source };
         crate::writer::write_all(&*self.base_file, bytes).map_err(|(source, _)| err(source))?;
         self.base_bytes += bytes.len() as u64;
+        if self.options.incremental_fsync {
+            let file = &self.base_file;
+            self.base_pacer.wrote(bytes.len() as u64, |at, len, wait| file.write_out(at, len, wait)).map_err(err)?;
+        }
         if self.options.incremental_fsync && self.base_bytes - self.base_synced_bytes >= BASE_SYNC_EVERY_BYTES {
             self.base_file.sync_data().map_err(err)?;
             self.base_synced_bytes = self.base_bytes;

@@ -57,6 +57,7 @@ use std::time::{Duration, Instant};
 
 use keel_engine::value::{EncodingLimits, Entry};
 use keel_engine::Locked;
+use keel_journal::WriteOutPacer;
 use keel_rdb::{RdbEntry, RdbItem, RdbReader, RdbValue, RdbWriter, WriteOptions};
 use parking_lot::Mutex;
 use thiserror::Error;
@@ -555,18 +556,20 @@ const SAVE_SYNC_EVERY_BYTES: u64 = 4 << 20;
 /// A dump's file, fdatasync'd every `sync_every` bytes when asked
 /// (`rdb-save-incremental-fsync`, on by default as in Redis), for Redis's
 /// reason: a save then never leaves gigabytes of dirty pages for the final
-/// fsync, nor for the journal's own fsyncs to queue behind. The AOF
+/// fsync, nor for the journal's own fsyncs to queue behind; and then also
+/// written out to the disk at a steady pace ([`WriteOutPacer`]). The AOF
 /// rewrite's base does the same (`aof-rewrite-incremental-fsync`).
 struct SyncedFile {
     file: File,
     sync_every: Option<u64>,
     /// Bytes written since the last sync.
     unsynced: u64,
+    pacer: WriteOutPacer,
 }
 
 impl SyncedFile {
     fn new(file: File, sync_every: Option<u64>) -> SyncedFile {
-        SyncedFile { file, sync_every, unsynced: 0 }
+        SyncedFile { file, sync_every, unsynced: 0, pacer: WriteOutPacer::default() }
     }
 }
 
@@ -574,9 +577,13 @@ impl Write for SyncedFile {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         let n = self.file.write(buf)?;
         self.unsynced += n as u64;
-        if self.sync_every.is_some_and(|every| self.unsynced >= every) {
-            self.file.sync_data()?;
-            self.unsynced = 0;
+        if let Some(every) = self.sync_every {
+            let file = &self.file;
+            self.pacer.wrote(n as u64, |at, len, wait| keel_journal::write_out(file, at, len, wait))?;
+            if self.unsynced >= every {
+                self.file.sync_data()?;
+                self.unsynced = 0;
+            }
         }
         Ok(n)
     }

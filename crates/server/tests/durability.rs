@@ -436,26 +436,14 @@ fn the_writer_runs_in_the_batch_class_unless_told_otherwise() {
     let server = Server::start(&[]);
     let mut c = server.client();
     assert_eq!(c.cmd("SET k 1"), common::ok());
-    assert_eq!(writer_policy(server.pid()), libc::SCHED_BATCH);
+    assert_eq!(server.thread_policy("keel-aof-writer"), Some(libc::SCHED_BATCH));
     assert_eq!(
         c.cmd("CONFIG GET keel-aof-writer-batch-class"),
         Frame::Array(vec![bulk("keel-aof-writer-batch-class"), bulk("yes")])
     );
     assert_eq!(c.cmd("CONFIG SET keel-aof-writer-batch-class no"), common::ok());
     assert_eq!(c.cmd("SET k 2"), common::ok());
-    assert_eq!(writer_policy(server.pid()), libc::SCHED_OTHER);
-}
-
-/// The scheduling policy of the server's `keel-aof-writer` thread.
-fn writer_policy(pid: u32) -> i32 {
-    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("tasks");
-    let writer = tasks
-        .filter_map(|t| t.ok())
-        .find(|t| std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim() == "keel-aof-writer"))
-        .expect("a keel-aof-writer thread");
-    let tid: i32 = writer.file_name().to_string_lossy().parse().expect("tid");
-    // SAFETY: reads the policy of a thread of another process, no memory passed.
-    unsafe { libc::sched_getscheduler(tid) }
+    assert_eq!(server.thread_policy("keel-aof-writer"), Some(libc::SCHED_OTHER));
 }
 
 /// The space written ahead of the incr file (`keel-aof-space-ahead`) is a

@@ -148,6 +148,19 @@ impl Server {
         self.child.id()
     }
 
+    /// The scheduling policy (`libc::SCHED_*`) of the server's thread
+    /// called `name`, if it has one.
+    #[allow(dead_code)] // Not every test binary looks at threads.
+    pub fn thread_policy(&self, name: &str) -> Option<i32> {
+        let tasks = std::fs::read_dir(format!("/proc/{}/task", self.pid())).ok()?;
+        let thread = tasks
+            .filter_map(|t| t.ok())
+            .find(|t| std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim() == name))?;
+        let tid: i32 = thread.file_name().to_string_lossy().parse().ok()?;
+        // SAFETY: reads the policy of a thread of another process, no memory passed.
+        Some(unsafe { libc::sched_getscheduler(tid) })
+    }
+
     pub fn log_pipe(&mut self) -> Option<std::process::ChildStdout> {
         self.child.stdout.take()
     }
