@@ -193,9 +193,6 @@ pub struct Rewriter {
     in_progress: AtomicBool,
     /// Redis's `aof_rewrite_scheduled`: wanted, to start when possible.
     scheduled: AtomicBool,
-    /// The requested rewrite keeps a bound of the greedy policy: it runs
-    /// as an equal of the workers, not behind them (see [`spawn`]).
-    urgent: AtomicBool,
     /// The running rewrite is to stop at its next step and abort
     /// (`appendonly` switched: Redis kills the rewrite child).
     cancelled: AtomicBool,
@@ -237,12 +234,6 @@ pub struct RewriteInfo {
 }
 
 impl Trigger {
-    /// A greedy trigger fires at [`GREEDY_MARGIN`] of a bound the
-    /// configuration promises; Redis's rule promises nothing.
-    fn keeps_a_bound(&self) -> bool {
-        !matches!(self, Trigger::Growth { .. })
-    }
-
     pub fn name(&self) -> &'static str {
         match self {
             Trigger::Growth { .. } => "growth",
@@ -299,11 +290,10 @@ impl Rewriter {
 
     /// Hands a rewrite to the thread unless one is under way. True if
     /// accepted.
-    fn request(&self, urgent: bool) -> bool {
+    fn request(&self) -> bool {
         if self.in_progress.swap(true, Ordering::AcqRel) {
             return false;
         }
-        self.urgent.store(urgent, Ordering::Relaxed);
         self.scheduled.store(false, Ordering::Relaxed);
         self.cancelled.store(false, Ordering::Release);
         self.bell.ring();
@@ -377,7 +367,7 @@ pub fn bgrewriteaof(ctx: &mut Ctx<'_>) -> Result<&'static str, CmdError> {
         rewriter.state.lock().auto_not_before = None;
         return Ok("Background append only file rewriting scheduled");
     }
-    if rewriter.request(false) {
+    if rewriter.request() {
         Ok("Background append only file rewriting started")
     } else {
         Err(CmdError::other("ERR Background append only file rewriting already in progress"))
@@ -395,7 +385,7 @@ pub fn start_for_enable(server: &Server) {
         tracing::warn!("AOF was enabled but there is already an AOF rewriting in background. Stopping background AOF and starting a rewrite now.");
         rewriter.cancelled.store(true, Ordering::Release);
         rewriter.scheduled.store(true, Ordering::Relaxed);
-    } else if server.snapshot_active.load(Ordering::Acquire) || !rewriter.request(false) {
+    } else if server.snapshot_active.load(Ordering::Acquire) || !rewriter.request() {
         tracing::warn!("AOF was enabled but there is already another background operation. An AOF background was scheduled to start when possible.");
         rewriter.scheduled.store(true, Ordering::Relaxed);
     }
@@ -420,7 +410,7 @@ pub fn cron(server: &Server) {
     if rewriter.scheduled.load(Ordering::Relaxed) {
         // Held back, like the automatic ones, after repeated failures.
         if rewriter.auto_allowed() {
-            rewriter.request(false);
+            rewriter.request();
         }
         return;
     }
@@ -441,7 +431,7 @@ pub fn cron(server: &Server) {
             // Recorded before the request wakes the thread, so that no INFO
             // shows the rewrite counted but not why it ran.
             let previous = rewriter.state.lock().last_auto.replace((trigger, sizes.current));
-            if rewriter.request(trigger.keeps_a_bound()) {
+            if rewriter.request() {
                 tracing::info!("starting automatic rewriting of AOF of {} bytes: {trigger:?}", sizes.current);
             } else {
                 rewriter.state.lock().last_auto = previous;
@@ -461,17 +451,14 @@ pub fn preserve_keys(ctx: &mut Ctx<'_>, spec: &CommandSpec, argv: &[&[u8]]) {
 }
 
 /// Starts the rewrite thread. It lives as long as the server; `stop` ends it.
-///
-/// A rewrite runs behind the workers, as BGSAVE does: on a thread of its
-/// own in the idle class, stepping aside between steps for a worker with
-/// work on its core ([`crate::give_way`]). As an equal of the workers it
-/// took half of a shared core whenever it wanted it, and replies waited
-/// for its time slices: W1 at 30k requests/s, durable, went from p50 0.2
-/// ms to 4 ms during a rewrite (BENCHMARKS.md). Except a rewrite the
-/// greedy policy starts: its bounds (recovery time, disk) are promises
-/// that a rewrite starved by busy workers would break, so it runs here,
-/// in the normal class.
 pub fn spawn(server: Arc<Server>) -> std::io::Result<std::thread::JoinHandle<()>> {
+    // An ordinary thread, not the idle class BGSAVE's runs in: the greedy
+    // policy promises bounds (recovery time, disk) that a rewrite starved
+    // by busy workers would break. Tried in the idle class all the same
+    // (2026-11-26): at 30k requests/s a rewrite no longer moved the p50 of
+    // durable replies, but under loads that saturate the core it ran for
+    // the whole benchmark and W1's p99 went from 2.4 to 7.2 ms
+    // (BENCHMARKS.md, "Durable writes during a rewrite").
     std::thread::Builder::new().name("keel-rewrite".into()).spawn(move || run(&server))
 }
 
@@ -484,22 +471,7 @@ fn run(server: &Server) {
         };
         rewriter.began();
         crate::durability::suspend_fsync_while_saving(server, true);
-        let urgent = rewriter.urgent.load(Ordering::Relaxed);
-        let result = if urgent {
-            rewrite_once(server, journal, false)
-        } else {
-            std::thread::scope(|scope| {
-                let behind = std::thread::Builder::new().name("keel-rewrite-bg".into()).spawn_scoped(scope, || {
-                    crate::doorbell::enter_idle_class();
-                    rewrite_once(server, journal, true)
-                });
-                match behind {
-                    Ok(thread) => thread.join().unwrap_or_else(|_| Err("the rewrite thread panicked".into())),
-                    Err(e) => Err(format!("could not start the rewrite thread: {e}")),
-                }
-            })
-        };
-        let ok = match result {
+        let ok = match rewrite_once(server, journal) {
             Ok(s) => {
                 tracing::info!(
                     "Background AOF rewrite finished successfully: {} of {} bytes replaces {} bytes in {:?}",
@@ -520,22 +492,21 @@ fn run(server: &Server) {
     }
 }
 
-/// One rewrite, steps 1 to 4 of the module docs; `behind` the workers, it
-/// gives way to them between steps.
-fn rewrite_once(server: &Server, journal: &Journal, behind: bool) -> Result<RewriteSummary, String> {
+/// One rewrite, steps 1 to 4 of the module docs.
+fn rewrite_once(server: &Server, journal: &Journal) -> Result<RewriteSummary, String> {
     // One snapshot at a time: the flag is the token (and the write path's
     // signal to preserve).
     if server.snapshot_active.compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire).is_err() {
         server.rewrite.scheduled.store(true, Ordering::Relaxed);
         return Err("another snapshot is running; rescheduled".into());
     }
-    let result = snapshot_into_base(server, journal, behind);
+    let result = snapshot_into_base(server, journal);
     server.snapshot_progress.end();
     server.snapshot_active.store(false, Ordering::Release);
     result
 }
 
-fn snapshot_into_base(server: &Server, journal: &Journal, behind: bool) -> Result<RewriteSummary, String> {
+fn snapshot_into_base(server: &Server, journal: &Journal) -> Result<RewriteSummary, String> {
     let (format, rdb_options, fsync, incremental_fsync) = {
         let c = server.config.read();
         let options = WriteOptions {
@@ -569,8 +540,8 @@ fn snapshot_into_base(server: &Server, journal: &Journal, behind: bool) -> Resul
         (rewrite, unix_ms(), counts, enabling)
     });
     let written = match format {
-        BaseFormat::Aof => write_aof_base(server, &mut rewrite, s_ms, behind),
-        BaseFormat::Rdb => write_rdb_base(server, &mut rewrite, s_ms, &counts, rdb_options, behind),
+        BaseFormat::Aof => write_aof_base(server, &mut rewrite, s_ms),
+        BaseFormat::Rdb => write_rdb_base(server, &mut rewrite, s_ms, &counts, rdb_options),
     };
     if let Err(e) = written {
         for index in 0..keyspace.shard_count() {
@@ -591,12 +562,10 @@ fn snapshot_into_base(server: &Server, journal: &Journal, behind: bool) -> Resul
 /// Reads the snapshot shard by shard, [`STEP_ENTRIES`] entries per hold of
 /// a shard's lock: `emit` runs under the lock for each entry, `after_step`
 /// once it is released (with whether the last step was done), to write
-/// what was gathered; then, `behind` the workers, it gives way to them.
-/// Stops with an error when the server shuts down or the rewrite is
-/// cancelled.
+/// what was gathered. Stops with an error when the server shuts down or
+/// the rewrite is cancelled.
 fn scan_snapshot<S>(
     server: &Server,
-    behind: bool,
     state: &mut S,
     mut emit: impl FnMut(&mut S, usize, &[u8], &Entry),
     mut after_step: impl FnMut(&mut S, bool) -> Result<(), String>,
@@ -618,9 +587,6 @@ fn scan_snapshot<S>(
             server.snapshot_progress.keys_processed.fetch_add(emitted, Ordering::Relaxed);
             after_step(state, index + 1 == keyspace.shard_count() && done)?;
             delay_keys(server, emitted);
-            if behind {
-                server.worker_cores.give_way();
-            }
             if done {
                 break;
             }
@@ -646,14 +612,13 @@ fn delay_keys(server: &Server, keys: u64) {
 
 /// The base as commands (`aof-use-rdb-preamble no`), after a `#TS:`
 /// annotation under `aof-timestamp-enabled`, as Redis's.
-fn write_aof_base(server: &Server, rewrite: &mut Rewrite, s_ms: u64, behind: bool) -> Result<(), String> {
+fn write_aof_base(server: &Server, rewrite: &mut Rewrite, s_ms: u64) -> Result<(), String> {
     let mut buf = BaseBuffer::new();
     if server.config.read().aof_timestamp_enabled {
         buf.push_timestamp();
     }
     scan_snapshot(
         server,
-        behind,
         &mut buf,
         |buf, db, key, entry| emit(buf, db, key, entry, s_ms),
         |buf, last| {
@@ -676,7 +641,6 @@ fn write_rdb_base(
     s_ms: u64,
     counts: &[(u64, u64)],
     options: WriteOptions,
-    behind: bool,
 ) -> Result<(), String> {
     let io_err = |e: std::io::Error| e.to_string();
     let out = std::io::BufWriter::with_capacity(WRITE_BYTES, rewrite.base_writer());
@@ -689,7 +653,6 @@ fn write_rdb_base(
     let mut state = Gathered { writer, db: None, entries: Vec::with_capacity(STEP_ENTRIES) };
     scan_snapshot(
         server,
-        behind,
         &mut state,
         |g, db, key, entry| {
             if !entry.is_expired(s_ms) {
