@@ -124,18 +124,13 @@ impl WriteOutPacer {
 /// Redis's `bg_unlink` closes a big file's last descriptor off the main
 /// thread. On a filesystem mounted with `discard`, as this project's is,
 /// one unlink of a gigabyte queued the discards of all of it ahead of the
-/// journal's next fdatasync: 30 ms, where slices of 8 MB cost at most 5.
+/// next fdatasync: 30-43 ms, where slices of 16 MB cost at most 5
+/// (BENCHMARKS.md, "Durable writes during a rewrite").
 pub fn remove_gradually(path: &Path) {
     let big = OpenOptions::new().write(true).open(path).ok().filter(|f| f.metadata().is_ok_and(|m| m.len() > REMOVE_SLICE));
-    match std::fs::remove_file(path) {
-        Ok(()) => tracing::info!("journal: removed {}", path.display()),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return,
-        Err(e) => {
-            tracing::warn!("journal: could not remove {}: {e}", path.display());
-            return;
-        }
-    }
-    let Some(file) = big else { return };
+    let removed = crate::load::remove_leftover(path);
+    // A file whose name stays keeps its blocks too.
+    let Some(file) = big.filter(|_| removed) else { return };
     let reaper = std::thread::Builder::new().name("keel-aof-reaper".into()).spawn(move || {
         let mut len = file.metadata().map_or(0, |m| m.len());
         while len > 0 {

@@ -449,13 +449,17 @@ pub(crate) fn prepare(config: &JournalConfig) -> Result<Prepared, JournalError> 
 pub(crate) const TEMP_BASE_PREFIX: &str = "temp-rewriteaof-bg-";
 
 /// Deletes a file nothing loads any more; a failure is only logged (the
-/// file is harmless where it is).
-pub(crate) fn remove_leftover(path: &Path) {
+/// file is harmless where it is). Returns whether the name is gone.
+pub(crate) fn remove_leftover(path: &Path) -> bool {
     match fs::remove_file(path) {
         Ok(()) => tracing::info!("journal: removed {}", path.display()),
         Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-        Err(e) => tracing::warn!("journal: could not remove {}: {e}", path.display()),
+        Err(e) => {
+            tracing::warn!("journal: could not remove {}: {e}", path.display());
+            return false;
+        }
     }
+    true
 }
 
 /// One thing to replay, in order.

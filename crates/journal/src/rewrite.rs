@@ -600,10 +600,10 @@ impl Rewrite {
         if self.options.incremental_fsync {
             let file = &self.base_file;
             self.base_pacer.wrote(bytes.len() as u64, |at, len, wait| file.write_out(at, len, wait)).map_err(err)?;
-        }
-        if self.options.incremental_fsync && self.base_bytes - self.base_synced_bytes >= BASE_SYNC_EVERY_BYTES {
-            self.base_file.sync_data().map_err(err)?;
-            self.base_synced_bytes = self.base_bytes;
+            if self.base_bytes - self.base_synced_bytes >= BASE_SYNC_EVERY_BYTES {
+                self.base_file.sync_data().map_err(err)?;
+                self.base_synced_bytes = self.base_bytes;
+            }
         }
         Ok(())
     }

@@ -563,11 +563,16 @@ fn greedy_disk_bound_keeps_the_directory_under_it() {
 fn rdb_key_save_delay_holds_a_rewrite_until_set_back() {
     let server = Server::start(&["--rdb-key-save-delay", "1000000"]);
     let mut c = server.client();
+    // One hash tag: one shard, so all ten keys are read in one step.
     for i in 0..10 {
-        assert_eq!(c.send(&["SET", &format!("k{i}"), "v"]), ok());
+        assert_eq!(c.send(&["SET", &format!("{{t}}k{i}"), "v"]), ok());
     }
     assert_eq!(c.send(&["BGREWRITEAOF"]), simple("Background append only file rewriting started"));
-    assert_eq!(num(&mut c, "aof_rewrite_in_progress"), 1, "ten keys at a second each");
+    // Without the delay the rewrite would commit within milliseconds of
+    // that step; with it, it waits ten seconds first.
+    assert!(wait_until(T, || num(&mut c, "current_save_keys_processed") == 10), "the step never ran");
+    let ended = wait_until(Duration::from_secs(1), || num(&mut c, "aof_rewrite_in_progress") == 0);
+    assert!(!ended, "ten keys at a second each, yet the rewrite ended within a second");
     assert_eq!(server.thread_policy("keel-rewrite"), Some(libc::SCHED_OTHER));
     assert_eq!(c.send(&["CONFIG", "SET", "rdb-key-save-delay", "0"]), ok());
     assert_eq!(wait_rewrites(&mut c, 1), "ok");
