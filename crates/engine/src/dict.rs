@@ -71,17 +71,24 @@
 //! all of its expansions in the larger one. Every element present for the
 //! whole scan is returned at least once; some may be returned twice.
 //!
-//! # Pausing resizes (snapshots)
+//! # Snapshots: growing, never shrinking
 //!
 //! A point-in-time snapshot (`crate::snapshot`) walks a dict with SCAN while
 //! writes go on, and must know, for any key, whether the walk has already
-//! passed it. With a fixed bucket array that is exact and cheap
-//! ([`Dict::scan_passed`]): the reverse-binary cursor visits buckets in the
-//! order of their bit-reversed index. A resize would both break that answer
-//! and make SCAN return duplicates, so [`Dict::pause_resize`] stops any new
-//! grow or shrink from starting (Redis pauses rehashing for its safe
-//! iterators the same way). Inserts still work while paused: chains just get
-//! longer until the pause ends, and the next write or cron step resizes.
+//! passed it ([`Dict::scan_passed`]). The reverse-binary cursor makes that
+//! exact and cheap as long as the table only grows: bucket `b` of a table
+//! with mask `m` has been visited iff `reverse(b) < reverse(cursor)` within
+//! `m`, and when the table doubles, a bucket of the bigger table has been
+//! visited iff the bucket it came from had been (the cursor gains a zero
+//! top bit, the bucket its new bit below the old ones, so the comparison
+//! does not change). While a grow migrates, `scan` visits a bucket of the
+//! smaller table with all of its expansions, so the smaller table's mask
+//! still answers. A shrink would break both that answer and SCAN's
+//! exactly-once visits (halving merges a visited bucket with one that is
+//! not), so [`Dict::pause_shrink`] stops any from starting. Inserts grow
+//! the table as usual: a long snapshot under a load that creates keys keeps
+//! its chains short. (Redis pauses all rehashing for its safe iterators and
+//! lets a fork's tables grow only past five entries per bucket.)
 
 use std::borrow::Borrow;
 use std::fmt;
@@ -242,8 +249,8 @@ pub struct Dict<K, V, S = DefaultHashBuilder> {
     /// While rehashing, the next bucket of `tables[0]` to migrate: every
     /// bucket of `tables[0]` below it is empty.
     rehash_idx: usize,
-    /// No grow or shrink starts while set (see "Pausing resizes").
-    resize_paused: bool,
+    /// No shrink starts while set (see "Snapshots").
+    shrink_paused: bool,
     nodes: Arena<K, V>,
     hasher: S,
     #[cfg(test)]
@@ -298,7 +305,7 @@ impl<K, V, S> Dict<K, V, S> {
             tables: Default::default(),
             used: [0, 0],
             rehash_idx: 0,
-            resize_paused: false,
+            shrink_paused: false,
             nodes: Arena::new(),
             hasher,
             #[cfg(test)]
@@ -329,18 +336,22 @@ impl<K, V, S> Dict<K, V, S> {
         mem::size_of::<Self>() + self.buckets() * mem::size_of::<Link>() + self.nodes.bytes()
     }
 
-    /// Stops (`true`) or allows again (`false`) the start of any grow or
-    /// shrink. A migration already under way is not stopped: a caller that
-    /// needs bucket positions to stay put (a snapshot's scan) finishes it
-    /// with [`Dict::rehash_step`] after pausing, so that none can start in
-    /// between. Inserts still work while paused; the load factor just rises.
+    /// Stops (`true`) or allows again (`false`) the start of any shrink, so
+    /// that a scan's progress keeps its meaning (see "Snapshots"). A shrink
+    /// already under way is not stopped: a caller that needs one finished
+    /// runs [`Dict::rehash_step`] while [`Dict::is_shrinking`]. Grows go on.
     /// The pause is kept by `clear`; it does not travel with `clone`.
-    pub fn pause_resize(&mut self, paused: bool) {
-        self.resize_paused = paused;
+    pub fn pause_shrink(&mut self, paused: bool) {
+        self.shrink_paused = paused;
     }
 
-    pub fn is_resize_paused(&self) -> bool {
-        self.resize_paused
+    pub fn is_shrink_paused(&self) -> bool {
+        self.shrink_paused
+    }
+
+    /// Whether a migration to a smaller bucket array is under way.
+    pub fn is_shrinking(&self) -> bool {
+        self.is_rehashing() && self.tables[1].len() < self.tables[0].len()
     }
 
     /// Removes every entry and frees all memory. O(n) in the drops; to free a
@@ -613,10 +624,10 @@ impl<K: Hash + Eq, V, S: BuildHasher> Dict<K, V, S> {
 
     /// Sizes an empty dict's table for `n` entries at once, as Redis's
     /// `dictExpand` does for an RDB file's RESIZEDB hint, so that a load
-    /// never rehashes. A dict that holds entries (or whose resizing is
-    /// paused by a snapshot) keeps growing incrementally instead.
+    /// never rehashes. A dict that holds entries keeps growing
+    /// incrementally instead.
     pub fn reserve_when_empty(&mut self, n: usize) {
-        if self.nodes.len > 0 || self.is_rehashing() || self.resize_paused {
+        if self.nodes.len > 0 || self.is_rehashing() {
             return;
         }
         let size = n.max(INITIAL_BUCKETS).next_power_of_two();
@@ -629,18 +640,16 @@ impl<K: Hash + Eq, V, S: BuildHasher> Dict<K, V, S> {
         if self.is_rehashing() {
             return;
         }
-        // The first table is allocated even while paused: an empty dict has
-        // no bucket positions for anyone to rely on.
         if self.tables[0].is_empty() {
             self.tables[0] = empty_table(INITIAL_BUCKETS);
-        } else if !self.resize_paused && self.used[0] >= self.tables[0].len() {
+        } else if self.used[0] >= self.tables[0].len() {
             self.start_resize();
         }
     }
 
     fn maybe_shrink(&mut self) {
         if !self.is_rehashing()
-            && !self.resize_paused
+            && !self.shrink_paused
             && self.tables[0].len() > INITIAL_BUCKETS
             && self.nodes.len.saturating_mul(SHRINK_RATIO) < self.tables[0].len()
         {
@@ -781,33 +790,37 @@ impl<K: Hash + Eq, V, S: BuildHasher> Dict<K, V, S> {
 
     /// Whether a scan whose next cursor is `cursor` (what the last
     /// [`Dict::scan`] call returned) has already visited the bucket that `k`
-    /// hashes to, whether or not `k` is present. Exact only while the bucket
-    /// array has stayed the same since the scan began: the caller pauses
-    /// resizes (see "Pausing resizes") before its first `scan` call.
+    /// hashes to, whether or not `k` is present. Exact as long as the table
+    /// has not shrunk since the scan began: the caller pauses shrinks (see
+    /// "Snapshots") before its first `scan` call.
     ///
     /// Why it is exact: without a rehash, `scan` visits one bucket per call,
     /// in increasing order of the bucket index with its bits reversed
     /// (within the mask), starting from 0; so bucket `b` has been visited
-    /// iff `reverse(b) < reverse(cursor)`. Cursor 0 means nothing visited
-    /// yet (a finished scan also returns 0: the caller must remember that it
-    /// finished). One hash and a comparison.
+    /// iff `reverse(b) < reverse(cursor)`. Growing keeps that true, and
+    /// while a grow migrates, the smaller table (`tables[0]`) answers for
+    /// both. Cursor 0 means nothing visited yet (a finished scan also
+    /// returns 0: the caller must remember that it finished). One hash and
+    /// a comparison.
     ///
-    /// Panics while a migration runs: the answer would mean nothing.
+    /// Panics while a shrink runs: the answer would mean nothing.
     pub fn scan_passed<Q>(&self, k: &Q, cursor: u64) -> bool
     where
         K: Borrow<Q>,
         Q: Hash + ?Sized,
     {
-        assert!(!self.is_rehashing(), "scan_passed during a rehash");
+        assert!(!self.is_shrinking(), "scan_passed during a shrink");
         let table = &self.tables[0];
         if table.is_empty() {
             return false;
         }
         let mask = (table.len() - 1) as u64;
+        // A grow-only scan's cursor never has bits above the smaller mask.
+        debug_assert_eq!(cursor & !mask, 0, "cursor {cursor:#x} beyond mask {mask:#x}");
         let bucket = self.hash(k) & mask;
         // Both have only the mask's low bits set, so comparing the full
         // 64-bit reversals compares the reversals within the mask.
-        bucket.reverse_bits() < (cursor & mask).reverse_bits()
+        bucket.reverse_bits() < cursor.reverse_bits()
     }
 
     /// Removes and returns one entry, the most recently stored node (the
@@ -1165,101 +1178,129 @@ mod tests {
 
     #[test]
     fn scan_passed_is_exactly_what_scan_visited() {
-        for (seed, n) in [(1u64, 0u64), (2, 1), (3, 3), (4, 100), (5, 1000), (6, 3000)] {
-            let mut absent_passed = 0usize;
-            let mut rng = SmallRng::seed_from_u64(seed);
-            let mut d: Dict<u64, ()> = Dict::new();
-            for k in 0..n {
-                d.insert(k, ());
-            }
-            while d.rehash_step(100) {}
-            d.pause_resize(true);
-            let buckets = d.buckets();
-            // Probe keys, present and absent (absent ones hash to buckets too).
-            let probes: Vec<u64> = (0..n + 200).chain((0..200).map(|_| rng.gen())).collect();
-            let mut seen: HashSet<u64> = HashSet::new();
-            let mut cursor = 0;
-            loop {
-                for &p in &probes {
-                    let passed = d.scan_passed(&p, cursor);
-                    if p < n {
-                        assert_eq!(passed, seen.contains(&p), "key {p} at cursor {cursor:#x}, n {n}");
-                    } else {
-                        // An absent key shares its answer with its bucket:
-                        // inserted now, it would be returned iff not passed.
-                        absent_passed += usize::from(passed);
-                    }
-                }
-                // Writes between calls must not move anything while paused.
-                let extra = 1_000_000 + rng.gen_range(0..1_000_000u64);
-                d.insert(extra, ());
-                d.remove(&extra);
-                cursor = d.scan(cursor, |k, _| {
-                    assert!(seen.insert(*k), "key {k} returned twice");
-                });
-                if cursor == 0 {
-                    break;
-                }
-            }
-            assert_eq!(seen.len() as u64, n);
-            assert!(n < 100 || absent_passed > 0, "absent keys' buckets are passed too");
-            if n > 0 {
-                // (An empty dict allocates its first array on first insert.)
-                assert_eq!(d.buckets(), buckets);
+        // Writes between scan calls: none, or enough inserts to double the
+        // table several times during the scan (grows migrate across calls).
+        for grow in [0usize, 3] {
+            for (seed, n) in [(1u64, 0u64), (2, 1), (3, 3), (4, 100), (5, 1000), (6, 3000)] {
+                scan_passed_case(seed, n, grow);
             }
         }
     }
 
-    #[test]
-    #[should_panic(expected = "rehash")]
-    fn scan_passed_refuses_a_rehashing_table() {
+    fn scan_passed_case(seed: u64, n: u64, grow: usize) {
+        let mut absent_passed = 0usize;
+        let mut rng = SmallRng::seed_from_u64(seed);
         let mut d: Dict<u64, ()> = Dict::new();
-        for k in 0..5 {
+        for k in 0..n {
             d.insert(k, ());
         }
-        assert!(d.is_rehashing());
+        while d.rehash_step(100) {}
+        d.pause_shrink(true);
+        let buckets = d.buckets();
+        // Probe keys, present and absent (absent ones hash to buckets too).
+        let probes: Vec<u64> = (0..n + 200).chain((0..200).map(|_| rng.gen())).collect();
+        // Keys inserted during the scan, and whether the scan had passed
+        // each when it went in: it must come back iff not.
+        let mut added: HashMap<u64, bool> = HashMap::new();
+        let mut seen: HashSet<u64> = HashSet::new();
+        let mut cursor = 0;
+        let mut scans_while_growing = 0;
+        loop {
+            for &p in &probes {
+                let passed = d.scan_passed(&p, cursor);
+                if p < n {
+                    assert_eq!(passed, seen.contains(&p), "key {p} at cursor {cursor:#x}, n {n}, grow {grow}");
+                } else {
+                    // An absent key shares its answer with its bucket:
+                    // inserted now, it would be returned iff not passed.
+                    absent_passed += usize::from(passed);
+                }
+            }
+            for (&k, _) in added.iter().filter(|(k, _)| seen.contains(k)) {
+                assert!(d.scan_passed(&k, cursor), "returned key {k} not passed at {cursor:#x}");
+            }
+            // A short-lived key must not move anything or shrink the table.
+            let extra = 1_000_000 + rng.gen_range(0..1_000_000u64);
+            d.insert(extra, ());
+            d.remove(&extra);
+            for _ in 0..grow {
+                let k = 10_000_000 + rng.gen_range(0..1_000_000_000u64);
+                if !d.contains_key(&k) {
+                    added.insert(k, d.scan_passed(&k, cursor));
+                    d.insert(k, ());
+                }
+            }
+            scans_while_growing += usize::from(d.is_rehashing());
+            cursor = d.scan(cursor, |k, _| {
+                assert!(seen.insert(*k), "key {k} returned twice");
+            });
+            if cursor == 0 {
+                break;
+            }
+        }
+        assert_eq!(seen.iter().filter(|&&k| k < n).count() as u64, n);
+        for (k, passed) in added {
+            assert_eq!(seen.contains(&k), !passed, "key {k} added during the scan");
+        }
+        assert!(n < 100 || absent_passed > 0, "absent keys' buckets are passed too");
+        if grow == 0 && n > 0 {
+            // (An empty dict allocates its first array on first insert.)
+            assert_eq!(d.buckets(), buckets);
+        }
+        if grow > 0 && n >= 1000 {
+            assert!(d.buckets() >= 4 * buckets, "{} buckets, {buckets} at the start", d.buckets());
+            assert!(scans_while_growing > 0, "no scan call met a migration");
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "shrink")]
+    fn scan_passed_refuses_a_shrinking_table() {
+        let mut d: Dict<u64, ()> = Dict::new();
+        for k in 0..1000 {
+            d.insert(k, ());
+        }
+        while d.rehash_step(100) {}
+        d.retain(|&k, _| k < 10);
+        assert!(d.is_shrinking());
         d.scan_passed(&1, 0);
     }
 
     #[test]
-    fn paused_dict_neither_grows_nor_shrinks_then_resumes() {
+    fn a_dict_paused_for_shrinking_grows_then_shrinks_once_resumed() {
         let mut d: Dict<u64, u64> = Dict::new();
         for k in 0..1000 {
             d.insert(k, k);
         }
         while d.rehash_step(100) {}
         let buckets = d.buckets();
-        d.pause_resize(true);
-        assert!(d.is_resize_paused());
-        // Growth to 8x the buckets: would have started several resizes.
+        d.pause_shrink(true);
+        assert!(d.is_shrink_paused());
         for k in 1000..(8 * buckets as u64) {
             d.insert(k, k);
-            assert!(!d.is_rehashing());
         }
-        assert_eq!(d.buckets(), buckets);
-        for k in 0..(8 * buckets as u64) {
-            assert_eq!(d.get(&k), Some(&k), "lookup of {k} with long chains");
-        }
-        d.check();
-        d.pause_resize(false);
-        d.insert(u64::MAX, 0);
-        assert!(d.is_rehashing(), "first insert after the pause starts the grow");
         while d.rehash_step(100) {}
-        assert!(d.buckets() >= d.len());
+        assert_eq!(d.buckets(), 8 * buckets, "grows go on while shrinks are paused");
 
-        // Shrink: mass delete while paused keeps the array; the cron's step
-        // shrinks once resumed.
+        // Mass delete while paused keeps the array; the cron's step shrinks
+        // once resumed.
         let buckets = d.buckets();
-        d.pause_resize(true);
         d.retain(|&k, _| k < 10);
         for _ in 0..10 {
             assert!(!d.rehash_step(10));
         }
         assert_eq!(d.buckets(), buckets);
         d.clear();
-        assert!(d.is_resize_paused(), "clear keeps the pause");
-        d.insert(1, 1);
-        d.pause_resize(false);
+        assert!(d.is_shrink_paused(), "clear keeps the pause");
+        for k in 0..100 {
+            d.insert(k, k);
+        }
+        while d.rehash_step(100) {}
+        d.retain(|&k, _| k < 2);
+        assert!(!d.is_rehashing() && !d.rehash_step(100), "no shrink while paused");
+        d.pause_shrink(false);
+        while d.rehash_step(100) {}
+        assert_eq!(d.buckets(), INITIAL_BUCKETS);
         d.check();
     }
 

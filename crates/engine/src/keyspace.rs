@@ -118,15 +118,15 @@ impl Keyspace {
     }
 
     /// Step 1 of a snapshot (`crate::snapshot`): on each shard in turn,
-    /// pauses new resizes of the key tables and finishes the ones under way,
-    /// holding the shard's lock for one `Shard::finish_rehash_step` of
+    /// pauses new shrinks of the key tables and finishes the ones under way,
+    /// holding the shard's lock for one `Shard::finish_shrink_step` of
     /// `budget` buckets at a time, so clients wait at most one step.
     pub fn prepare_snapshot(&self, budget: usize) {
         for shard in self.shards.iter() {
             loop {
                 // The guard is dropped at the end of this statement: other
                 // threads get the shard between steps.
-                let more = lock(shard).finish_rehash_step(budget);
+                let more = lock(shard).finish_shrink_step(budget);
                 if !more {
                     break;
                 }

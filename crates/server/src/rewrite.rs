@@ -83,7 +83,7 @@ use crate::durability::AofState;
 use crate::server::{unix_ms, Server};
 use crate::snapshot::STEP_ENTRIES;
 
-/// Buckets per `finish_rehash_step` before S.
+/// Buckets per `finish_shrink_step` before S.
 const PREPARE_BUDGET: usize = 1024;
 /// The base is written once this much is gathered (and at the end).
 const WRITE_BYTES: usize = 256 << 10;

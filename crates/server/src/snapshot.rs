@@ -71,7 +71,7 @@ use crate::server::{unix_ms, Server};
 /// because a worker that wants the shard meanwhile waits for the rest of
 /// the step (1000 gave W1's p99 during a BGSAVE 3.6 ms against 3.2 at 64).
 pub const STEP_ENTRIES: usize = 64;
-/// Buckets per `finish_rehash_step` before S.
+/// Buckets per `finish_shrink_step` before S.
 const PREPARE_BUDGET: usize = 1024;
 
 /// The BGSAVE thread's state and INFO's figures.
