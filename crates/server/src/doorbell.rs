@@ -1,8 +1,8 @@
 //! A background thread that runs one job at a time on request (the AOF
 //! rewrite's, `rewrite.rs`; BGSAVE's, `snapshot.rs`): its wake-up (a
 //! request flag and a stop flag under one mutex, and the condition
-//! variable the thread sleeps on), and, for BGSAVE, its place behind the
-//! workers.
+//! variable the thread sleeps on), and the place behind the workers that
+//! BGSAVE and the rewrite's scan take.
 
 use std::time::Duration;
 
@@ -15,16 +15,24 @@ use parking_lot::{Condvar, Mutex};
 /// BGSAVE takes longer under load instead of slowing replies. Not quite
 /// "the moment": see [`crate::give_way`] for the rest of the bargain.
 pub fn spawn_job_thread(name: &str, job: impl FnOnce() + Send + 'static) -> std::io::Result<std::thread::JoinHandle<()>> {
-    let name = name.to_string();
-    std::thread::Builder::new().name(name.clone()).spawn(move || {
-        let param = libc::sched_param { sched_priority: 0 };
-        // SAFETY: `param` outlives the call; pid 0 is this thread.
-        let lowered = unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) };
-        if lowered != 0 {
-            tracing::warn!("{name}: could not lower its priority: {}", std::io::Error::last_os_error());
-        }
+    std::thread::Builder::new().name(name.to_string()).spawn(move || {
+        enter_idle_class();
         job();
     })
+}
+
+/// Moves the calling thread to `SCHED_IDLE` for good: without
+/// `CAP_SYS_NICE` a thread cannot leave it, so work that may have to run
+/// as an equal of the workers later gets a thread of its own for the part
+/// behind them (the AOF rewrite's scan).
+pub fn enter_idle_class() {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: `param` outlives the call; pid 0 is this thread.
+    let lowered = unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) };
+    if lowered != 0 {
+        let name = std::thread::current().name().unwrap_or("?").to_string();
+        tracing::warn!("{name}: could not lower its priority: {}", std::io::Error::last_os_error());
+    }
 }
 
 #[derive(Default)]

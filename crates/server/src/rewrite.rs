@@ -15,7 +15,33 @@
 //!    lock is released they are written to the temporary base, as an RDB
 //!    (`aof-use-rdb-preamble yes`, the default: the same encoder as SAVE,
 //!    `aof-base` 1) or as the commands that recreate them ([`emit`]).
-//!    Clients run between the steps.
+//!    Clients run between the steps. This scan runs behind the workers
+//!    (see below) unless the rewrite must keep a bound.
+//!
+//! # Behind the workers, then as their equal
+//!
+//! Steps 1, 2 and 4 run on the rewrite thread, an ordinary one; the scan
+//! of step 3, which is nearly all of the work, runs on a helper thread in
+//! Linux's idle class ([`crate::doorbell::enter_idle_class`]), as BGSAVE
+//! does, stepping aside between steps for a worker with work on its core
+//! ([`crate::give_way`]). As an equal of the workers, the scan took half
+//! of a shared core whenever it wanted it and durable replies waited for
+//! its time slices: W1 at 30k requests/s went from p50 0.2 ms to 5 ms
+//! during a rewrite (BENCHMARKS.md, "Durable writes during a rewrite").
+//! Steps 1, 2 and 4 stay out of the idle class because they take locks the
+//! journal's writer takes too: a holder starved by a busy worker stalled
+//! the writer, and with it every durable reply (W1's p99 under memtier
+//! went from 2.8 to 7.3 ms with the whole rewrite in the idle class).
+//!
+//! A scan behind the workers advances only when they leave time, so the
+//! scan moves to the rewrite thread, as their equal, when
+//! - the rewrite was started by the greedy policy, whose bounds (recovery
+//!   time, disk) are promises a starved rewrite would break: from the start;
+//! - or the old versions of keys the snapshot keeps (see
+//!   `keel_engine::snapshot`) pass [`BEHIND_MEMORY_SHARE`] of the memory
+//!   in use when the scan began, so that a long rewrite under writes never
+//!   comes near doubling memory. The rewrite thread checks every
+//!   [`WATCH_EVERY`] and the helper hands the scan back at its next step.
 //! 4. `Rewrite::commit`: the base replaces the old files (see
 //!    `keel_journal`'s `rewrite.rs` for the file steps and their crash
 //!    safety).
@@ -85,6 +111,12 @@ use crate::snapshot::STEP_ENTRIES;
 
 /// Buckets per `finish_shrink_step` before S.
 const PREPARE_BUDGET: usize = 1024;
+/// The share of the memory in use that a scan behind the workers may let
+/// the snapshot keep (old versions of keys written meanwhile) before it
+/// runs as their equal.
+const BEHIND_MEMORY_SHARE: f64 = 0.1;
+/// How often the rewrite thread checks what the snapshot keeps.
+const WATCH_EVERY: Duration = Duration::from_millis(100);
 /// The base is written once this much is gathered (and at the end).
 const WRITE_BYTES: usize = 256 << 10;
 /// Elements per command for collections: Redis's `AOF_REWRITE_ITEMS_PER_CMD`.
@@ -196,6 +228,9 @@ pub struct Rewriter {
     /// The running rewrite is to stop at its next step and abort
     /// (`appendonly` switched: Redis kills the rewrite child).
     cancelled: AtomicBool,
+    /// The scan runs (or is to run, from its next step) on the rewrite
+    /// thread, as an equal of the workers, not behind them.
+    urgent: AtomicBool,
     /// Bytes per second of commands replayed at start (0: not measured).
     replay_rate_measured: AtomicU64,
     /// Bytes per second of RDB base loaded at start (0: not measured).
@@ -231,9 +266,17 @@ pub struct RewriteInfo {
     pub consecutive_failures: u64,
     /// The last automatic rewrite's trigger and the AOF's size when it fired.
     pub last_auto: Option<(Trigger, u64)>,
+    /// A rewrite runs and its scan runs, or will, behind the workers.
+    pub behind_workers: bool,
 }
 
 impl Trigger {
+    /// A greedy trigger fires at [`GREEDY_MARGIN`] of a bound the
+    /// configuration promises; Redis's rule promises nothing.
+    fn keeps_a_bound(&self) -> bool {
+        !matches!(self, Trigger::Growth { .. })
+    }
+
     pub fn name(&self) -> &'static str {
         match self {
             Trigger::Growth { .. } => "growth",
@@ -255,6 +298,7 @@ impl Rewriter {
             rewrites: st.rewrites,
             consecutive_failures: st.consecutive_failures,
             last_auto: st.last_auto,
+            behind_workers: self.in_progress() && !self.urgent.load(Ordering::Relaxed),
         }
     }
 
@@ -288,12 +332,14 @@ impl Rewriter {
         (ReplayRates { commands, rdb }, commands_measured, rdb_measured)
     }
 
-    /// Hands a rewrite to the thread unless one is under way. True if
+    /// Hands a rewrite to the thread unless one is under way; `urgent`
+    /// for one that keeps a bound (see "Behind the workers"). True if
     /// accepted.
-    fn request(&self) -> bool {
+    fn request(&self, urgent: bool) -> bool {
         if self.in_progress.swap(true, Ordering::AcqRel) {
             return false;
         }
+        self.urgent.store(urgent, Ordering::Relaxed);
         self.scheduled.store(false, Ordering::Relaxed);
         self.cancelled.store(false, Ordering::Release);
         self.bell.ring();
@@ -367,7 +413,7 @@ pub fn bgrewriteaof(ctx: &mut Ctx<'_>) -> Result<&'static str, CmdError> {
         rewriter.state.lock().auto_not_before = None;
         return Ok("Background append only file rewriting scheduled");
     }
-    if rewriter.request() {
+    if rewriter.request(false) {
         Ok("Background append only file rewriting started")
     } else {
         Err(CmdError::other("ERR Background append only file rewriting already in progress"))
@@ -385,7 +431,7 @@ pub fn start_for_enable(server: &Server) {
         tracing::warn!("AOF was enabled but there is already an AOF rewriting in background. Stopping background AOF and starting a rewrite now.");
         rewriter.cancelled.store(true, Ordering::Release);
         rewriter.scheduled.store(true, Ordering::Relaxed);
-    } else if server.snapshot_active.load(Ordering::Acquire) || !rewriter.request() {
+    } else if server.snapshot_active.load(Ordering::Acquire) || !rewriter.request(false) {
         tracing::warn!("AOF was enabled but there is already another background operation. An AOF background was scheduled to start when possible.");
         rewriter.scheduled.store(true, Ordering::Relaxed);
     }
@@ -410,7 +456,7 @@ pub fn cron(server: &Server) {
     if rewriter.scheduled.load(Ordering::Relaxed) {
         // Held back, like the automatic ones, after repeated failures.
         if rewriter.auto_allowed() {
-            rewriter.request();
+            rewriter.request(false);
         }
         return;
     }
@@ -431,7 +477,7 @@ pub fn cron(server: &Server) {
             // Recorded before the request wakes the thread, so that no INFO
             // shows the rewrite counted but not why it ran.
             let previous = rewriter.state.lock().last_auto.replace((trigger, sizes.current));
-            if rewriter.request() {
+            if rewriter.request(trigger.keeps_a_bound()) {
                 tracing::info!("starting automatic rewriting of AOF of {} bytes: {trigger:?}", sizes.current);
             } else {
                 rewriter.state.lock().last_auto = previous;
@@ -451,14 +497,8 @@ pub fn preserve_keys(ctx: &mut Ctx<'_>, spec: &CommandSpec, argv: &[&[u8]]) {
 }
 
 /// Starts the rewrite thread. It lives as long as the server; `stop` ends it.
+/// An ordinary thread: see "Behind the workers, then as their equal".
 pub fn spawn(server: Arc<Server>) -> std::io::Result<std::thread::JoinHandle<()>> {
-    // An ordinary thread, not the idle class BGSAVE's runs in: the greedy
-    // policy promises bounds (recovery time, disk) that a rewrite starved
-    // by busy workers would break. Tried in the idle class all the same
-    // (2026-11-26): at 30k requests/s a rewrite no longer moved the p50 of
-    // durable replies, but under loads that saturate the core it ran for
-    // the whole benchmark and W1's p99 went from 2.4 to 7.2 ms
-    // (BENCHMARKS.md, "Durable writes during a rewrite").
     std::thread::Builder::new().name("keel-rewrite".into()).spawn(move || run(&server))
 }
 
@@ -562,19 +602,72 @@ fn snapshot_into_base(server: &Server, journal: &Journal) -> Result<RewriteSumma
 /// Reads the snapshot shard by shard, [`STEP_ENTRIES`] entries per hold of
 /// a shard's lock: `emit` runs under the lock for each entry, `after_step`
 /// once it is released (with whether the last step was done), to write
-/// what was gathered. Stops with an error when the server shuts down or
-/// the rewrite is cancelled.
-fn scan_snapshot<S>(
+/// what was gathered. Behind the workers on a helper thread, then on this
+/// one if the scan becomes urgent (see "Behind the workers"). Stops with
+/// an error when the server shuts down or the rewrite is cancelled.
+fn scan_snapshot<S: Send>(
     server: &Server,
     state: &mut S,
-    mut emit: impl FnMut(&mut S, usize, &[u8], &Entry),
-    mut after_step: impl FnMut(&mut S, bool) -> Result<(), String>,
+    mut emit: impl FnMut(&mut S, usize, &[u8], &Entry) + Send,
+    mut after_step: impl FnMut(&mut S, bool) -> Result<(), String> + Send,
 ) -> Result<(), String> {
+    let mut steps = |behind: bool| scan_steps(server, state, &mut emit, &mut after_step, behind);
+    if !server.rewrite.urgent.load(Ordering::Relaxed) {
+        let rewrite_thread = std::thread::current();
+        let finished = std::thread::scope(|scope| {
+            let helper = std::thread::Builder::new()
+                .name("keel-rewrite-bg".into())
+                .spawn_scoped(scope, || {
+                    crate::doorbell::enter_idle_class();
+                    let result = steps(true);
+                    rewrite_thread.unpark();
+                    result
+                })
+                .map_err(|e| format!("could not start the rewrite's scan thread: {e}"))?;
+            watch_kept_memory(server, &helper);
+            helper.join().unwrap_or_else(|_| Err("the rewrite's scan thread panicked".into()))
+        })?;
+        if finished {
+            return Ok(());
+        }
+        tracing::info!("AOF rewrite: the snapshot keeps too much memory; its scan now runs as an equal of the workers");
+    }
+    steps(false).map(|_| ())
+}
+
+/// On the rewrite thread while the scan runs behind the workers: marks the
+/// rewrite urgent once the snapshot keeps more than its share of memory.
+fn watch_kept_memory<T>(server: &Server, helper: &std::thread::ScopedJoinHandle<'_, T>) {
+    let limit = (crate::alloc::stats().allocated as f64 * BEHIND_MEMORY_SHARE) as usize;
     let keyspace = &server.keyspace;
+    while !helper.is_finished() {
+        std::thread::park_timeout(WATCH_EVERY);
+        let kept: usize = (0..keyspace.shard_count()).map(|i| keyspace.lock_one(i).shard(i).snapshot_saved_bytes()).sum();
+        if kept > limit {
+            server.rewrite.urgent.store(true, Ordering::Relaxed);
+            return;
+        }
+    }
+}
+
+/// The scan's loop. True once every shard is read; false when, `behind`
+/// the workers, it hands the rest to the rewrite thread (urgent).
+fn scan_steps<S>(
+    server: &Server,
+    state: &mut S,
+    emit: &mut impl FnMut(&mut S, usize, &[u8], &Entry),
+    after_step: &mut impl FnMut(&mut S, bool) -> Result<(), String>,
+    behind: bool,
+) -> Result<bool, String> {
+    let keyspace = &server.keyspace;
+    // A shard already read answers its next step at once, as done.
     for index in 0..keyspace.shard_count() {
         loop {
             if server.rewrite.stopping() || server.shutdown.load(Ordering::Relaxed) {
                 return Err("stopped: the server is shutting down, or appendonly was switched".into());
+            }
+            if behind && server.rewrite.urgent.load(Ordering::Relaxed) {
+                return Ok(false);
             }
             let mut emitted = 0;
             let done = {
@@ -587,12 +680,15 @@ fn scan_snapshot<S>(
             server.snapshot_progress.keys_processed.fetch_add(emitted, Ordering::Relaxed);
             after_step(state, index + 1 == keyspace.shard_count() && done)?;
             delay_keys(server, emitted);
+            if behind {
+                server.worker_cores.give_way();
+            }
             if done {
                 break;
             }
         }
     }
-    Ok(())
+    Ok(true)
 }
 
 /// `rdb-key-save-delay` (for tests), as Redis's rewrite child waits after

@@ -495,6 +495,9 @@ fn write_until(c: &mut Client, mut until: impl FnMut(&mut Client) -> bool, mut e
 #[test]
 fn greedy_recovery_bound_triggers_at_ninety_percent() {
     let server = Server::start(&[
+        // The rewrite lasts about a second: long enough to look at it.
+        "--rdb-key-save-delay",
+        "20000",
         "--keel-aof-max-recovery-seconds",
         "4",
         "--keel-aof-replay-rate",
@@ -516,6 +519,11 @@ fn greedy_recovery_bound_triggers_at_ninety_percent() {
     let at = num(&mut c, "keel_aof_last_auto_rewrite_size");
     assert!(at >= 360_000, "fired before 90% of the bound: at {at} bytes");
     assert!(at < 400_000, "fired past the bound: at {at} bytes");
+    // It keeps a bound: its scan runs as an equal of the workers.
+    assert_eq!(field(&mut c, "keel_aof_rewrite_behind_workers"), "0");
+    assert_eq!(num(&mut c, "aof_rewrite_in_progress"), 1);
+    assert_eq!(server.thread_policy("keel-rewrite-bg"), None);
+    assert_eq!(c.cmd("CONFIG SET rdb-key-save-delay 0"), ok());
     assert_eq!(wait_rewrites(&mut c, 1), "ok");
     let after: f64 = field(&mut c, "keel_aof_recovery_estimate_sec").parse().expect("estimate");
     assert!(after < 1.0, "the rewrite brought the estimate down: {after}");
@@ -573,9 +581,59 @@ fn rdb_key_save_delay_holds_a_rewrite_until_set_back() {
     assert!(wait_until(T, || num(&mut c, "current_save_keys_processed") == 10), "the step never ran");
     let ended = wait_until(Duration::from_secs(1), || num(&mut c, "aof_rewrite_in_progress") == 0);
     assert!(!ended, "ten keys at a second each, yet the rewrite ended within a second");
+    // The scan behind the workers, the rest of the rewrite as their equal.
     assert_eq!(server.thread_policy("keel-rewrite"), Some(libc::SCHED_OTHER));
+    assert_eq!(server.thread_policy("keel-rewrite-bg"), Some(libc::SCHED_IDLE));
+    assert_eq!(field(&mut c, "keel_aof_rewrite_behind_workers"), "1");
     assert_eq!(c.send(&["CONFIG", "SET", "rdb-key-save-delay", "0"]), ok());
     assert_eq!(wait_rewrites(&mut c, 1), "ok");
+    assert_eq!(field(&mut c, "keel_aof_rewrite_behind_workers"), "0");
+}
+
+/// A rewrite's scan behind the workers moves to the rewrite thread, as
+/// their equal, once the snapshot keeps more than a tenth of the memory in
+/// use (old versions of keys overwritten before the scan reached them);
+/// the base it then finishes holds every key, read before and after.
+#[test]
+fn a_scan_behind_the_workers_moves_up_when_the_snapshot_keeps_too_much() {
+    let dir = temp_dir("rw-moves-up");
+    let server = Server::start_in(&dir, &["--auto-aof-rewrite-percentage", "0", "--rdb-key-save-delay", "2000"]);
+    let mut c = server.client();
+    let n = 20_000;
+    prefill(&mut c, n, 1000);
+    assert_eq!(c.send(&["BGREWRITEAOF"]), simple("Background append only file rewriting started"));
+    // Two ms a key: the scan is still early when the overwrites come.
+    assert!(wait_until(T, || num(&mut c, "current_save_keys_processed") > 0), "the scan never began");
+    assert_eq!(field(&mut c, "keel_aof_rewrite_behind_workers"), "1");
+    assert_eq!(server.thread_policy("keel-rewrite-bg"), Some(libc::SCHED_IDLE));
+    // Half the keys overwritten: about 10 MB kept, against some 25 MB in use.
+    let fresh = "y".repeat(1000);
+    for k in 0..n / 2 {
+        c.write_command(&["SET".to_string(), format!("fill:{k}"), fresh.clone()]);
+    }
+    for _ in 0..n / 2 {
+        assert_eq!(c.read(), ok());
+    }
+    assert!(num(&mut c, "keel_snapshot_saved_bytes") > 5_000_000, "the overwrites kept little");
+    assert!(
+        wait_until(T, || field(&mut c, "keel_aof_rewrite_behind_workers") == "0"),
+        "the scan stayed behind the workers"
+    );
+    assert_eq!(num(&mut c, "aof_rewrite_in_progress"), 1, "moved up before the rewrite ended");
+    assert!(num(&mut c, "current_save_keys_processed") < n as u64 / 2, "the scan was nearly done anyway");
+    assert_eq!(c.send(&["CONFIG", "SET", "rdb-key-save-delay", "0"]), ok());
+    assert_eq!(wait_rewrites(&mut c, 1), "ok");
+    server.kill9();
+    let server = Server::start_in(&dir, &[]);
+    let mut c = server.client();
+    assert_eq!(c.send(&["DBSIZE"]), int(n as i64));
+    let old = "x".repeat(1000);
+    for k in (0..n).step_by(97).chain([n / 2 - 1, n / 2, n - 1]) {
+        let want = if k < n / 2 { &fresh } else { &old };
+        assert_eq!(c.send(&["GET", &format!("fill:{k}")]), bulk(want), "fill:{k}");
+    }
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A disk error while the base is written (KEEL_JOURNAL_FAILPOINT: the

@@ -510,6 +510,8 @@ fn write_section(ctx: &mut Ctx<'_>, section: &str, out: &mut String) {
                 let (trigger, at) = rw.last_auto.map_or(("none", 0), |(t, at)| (t.name(), at));
                 field!(out, "keel_aof_last_auto_rewrite", trigger);
                 field!(out, "keel_aof_last_auto_rewrite_size", at);
+                // 1 while the running rewrite's scan runs behind the workers.
+                field!(out, "keel_aof_rewrite_behind_workers", u8::from(rw.behind_workers));
             }
             // Memory the running snapshot holds besides the dataset: old
             // versions of keys written since it began.
