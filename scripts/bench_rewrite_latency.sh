@@ -13,7 +13,11 @@
 #
 #   scripts/bench_rewrite_latency.sh <keel-bench> <rate> [runs] [seconds] [keel-server ...]
 #
-# Without a Keel binary, target/release/keel-server is measured.
+# Without a Keel binary, target/release/keel-server is measured. LOAD_ARGS
+# adds keel-bench options to the measured load: with
+# LOAD_ARGS=--distinct-client-seed each connection draws its own keys (by
+# default all draw the same sequence, as memtier_benchmark's do, so the
+# writes touch about 1/100 as many distinct keys).
 set -euo pipefail
 bench=$1 rate=$2 runs=${3:-3} seconds=${4:-25}
 shift $(( $# < 4 ? $# : 4 ))
@@ -48,7 +52,7 @@ for _ in $(seq "$runs"); do
         redis-cli -p "$p" bgrewriteaof >/dev/null
         start=$(date +%s.%N)
         taskset -c 0 "$bench" -s 127.0.0.1 -p "$p" -t 1 -c 100 --ratio 1:1 --data-size-range 100-1000 -R \
-            --key-pattern R:R --key-maximum 1000000 --test-time "$seconds" --rate "$rate" --hide-histogram \
+            --key-pattern R:R --key-maximum 1000000 --test-time "$seconds" --rate "$rate" --hide-histogram ${LOAD_ARGS:-} \
             --print-percentiles 50,99,99.9 2>/dev/null | awk '/^Totals/ {print $6, $7, $8; exit}' >"$work/out"
         while rewriting "$p"; do sleep 0.2; done
         took=$(redis-cli -p "$p" info persistence | awk -F: '/^aof_last_rewrite_time_sec/ {print $2+0}')

@@ -1,7 +1,7 @@
-//! Keeps BGSAVE's snapshot thread off a core whose worker has work.
+//! Keeps a snapshot's scan off a core whose worker has work.
 //!
-//! The snapshot thread runs in the idle scheduling class
-//! ([`crate::doorbell::spawn_job_thread`]), so a worker that *wakes*
+//! The scan runs in the idle scheduling class ([`crate::behind`]), so a
+//! worker that *wakes*
 //! preempts it at once. That is not the whole guarantee: when a running
 //! worker is preempted (by a kernel thread such as ksoftirqd) and the
 //! scheduler picks again, Linux's EEVDF can choose the idle-class thread
@@ -12,7 +12,7 @@
 //! request the worker had in hand.
 //!
 //! So each worker tells, once per turn of its event loop, whether it has
-//! work and on which CPU, and the snapshot thread, between two pieces of
+//! work and on which CPU, and the scan's thread, between two pieces of
 //! work, naps while a worker that last ran on its own CPU has work: the
 //! nap hands that worker the core. For at most [`MAX_WAIT`] at a time,
 //! after which the thread does one piece anyway, so that a save under a

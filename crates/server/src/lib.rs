@@ -6,8 +6,9 @@
 //! [`rewrite`] rewrites the log in the background from a forkless snapshot;
 //! [`snapshot`] writes and loads `dump.rdb` (SAVE, BGSAVE, the `save`
 //! rules, SHUTDOWN's final save); both job threads wait on a
-//! [`doorbell`], BGSAVE's in the idle scheduling class and stepping aside
-//! for busy workers ([`give_way`]). [`signals`] turns SIGTERM and
+//! [`doorbell`], and both run their snapshot's scan [`behind`] the workers
+//! (in the idle scheduling class, stepping aside for busy ones:
+//! [`give_way`]) until it must run as their equal. [`signals`] turns SIGTERM and
 //! SIGINT into SHUTDOWN; [`alloc`] is jemalloc and its counters;
 //! [`process`] what the server does to its own process (`daemonize`,
 //! `disable-thp`, `oom-score-adj`, `jemalloc-bg-thread`); [`slowlog`] keeps
@@ -22,6 +23,7 @@
 //! on then serves that client ([`blocking`]).
 
 pub mod alloc;
+pub mod behind;
 pub mod blocking;
 pub mod client;
 pub mod command;

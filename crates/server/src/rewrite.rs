@@ -21,30 +21,16 @@
 //! # Behind the workers, then as their equal
 //!
 //! Steps 1, 2 and 4 run on the rewrite thread, an ordinary one; the scan
-//! of step 3, which is nearly all of the work, runs on a helper thread in
-//! Linux's idle class ([`crate::doorbell::enter_idle_class`]), as BGSAVE
-//! does, stepping aside between steps for a worker with work on its core
-//! ([`crate::give_way`]). As an equal of the workers, the scan took half
-//! of a shared core whenever it wanted it and durable replies waited for
-//! its time slices: W1 at 30k requests/s went from p50 0.2 ms to 5 ms
-//! during a rewrite (BENCHMARKS.md, "Durable writes during a rewrite").
-//! Steps 1, 2 and 4 stay out of the idle class because they take locks the
-//! journal's writer takes too: a holder starved by a busy worker stalled
-//! the writer, and with it every durable reply (W1's p99 under memtier
-//! went from 2.8 to 7.3 ms with the whole rewrite in the idle class).
-//!
-//! A scan behind the workers advances only when they leave time, so the
-//! scan moves to the rewrite thread, as their equal, when
-//! - the rewrite was started by the greedy policy, whose bounds (recovery
-//!   time, disk) are promises a starved rewrite would break: from the start;
-//! - or the old versions of keys the snapshot keeps (see
-//!   `keel_engine::snapshot`) pass [`BEHIND_MEMORY_SHARE`] of the memory
-//!   in use when the scan began, so that a long rewrite under writes never
-//!   comes near doubling memory. The rewrite thread checks every
-//!   [`WATCH_EVERY`] and the helper hands the scan back at its next step.
-//! 4. `Rewrite::commit`: the base replaces the old files (see
-//!    `keel_journal`'s `rewrite.rs` for the file steps and their crash
-//!    safety).
+//! of step 3, nearly all of the work, runs behind the workers
+//! ([`crate::behind`]) and moves up to the rewrite thread once the
+//! snapshot keeps too much memory, or from the start for a rewrite the
+//! greedy policy starts: its bounds (recovery time, disk) are promises a
+//! starved rewrite would break. Steps 1, 2 and 4 stay out of the idle
+//! class: they take locks the journal's writer takes too, and with the
+//! whole rewrite in the idle class W1's p99 under memtier went from 2.8 to
+//! 7.3 ms (most likely a holder starved by a busy worker holding up the
+//! writer, and with it every durable reply; with the scan alone behind,
+//! p99 stayed at 2.7).
 //!
 //! While the snapshot runs, a write command first saves the state at S of
 //! every key it names (`command::run` calls [`preserve_keys`] when
@@ -111,12 +97,6 @@ use crate::snapshot::STEP_ENTRIES;
 
 /// Buckets per `finish_shrink_step` before S.
 const PREPARE_BUDGET: usize = 1024;
-/// The share of the memory in use that a scan behind the workers may let
-/// the snapshot keep (old versions of keys written meanwhile) before it
-/// runs as their equal.
-const BEHIND_MEMORY_SHARE: f64 = 0.1;
-/// How often the rewrite thread checks what the snapshot keeps.
-const WATCH_EVERY: Duration = Duration::from_millis(100);
 /// The base is written once this much is gathered (and at the end).
 const WRITE_BYTES: usize = 256 << 10;
 /// Elements per command for collections: Redis's `AOF_REWRITE_ITEMS_PER_CMD`.
@@ -602,52 +582,18 @@ fn snapshot_into_base(server: &Server, journal: &Journal) -> Result<RewriteSumma
 /// Reads the snapshot shard by shard, [`STEP_ENTRIES`] entries per hold of
 /// a shard's lock: `emit` runs under the lock for each entry, `after_step`
 /// once it is released (with whether the last step was done), to write
-/// what was gathered. Behind the workers on a helper thread, then on this
-/// one if the scan becomes urgent (see "Behind the workers"). Stops with
-/// an error when the server shuts down or the rewrite is cancelled.
+/// what was gathered. Behind the workers, then on this thread if the
+/// rewrite becomes urgent (see "Behind the workers"). Stops with an error
+/// when the server shuts down or the rewrite is cancelled.
 fn scan_snapshot<S: Send>(
     server: &Server,
     state: &mut S,
     mut emit: impl FnMut(&mut S, usize, &[u8], &Entry) + Send,
     mut after_step: impl FnMut(&mut S, bool) -> Result<(), String> + Send,
 ) -> Result<(), String> {
-    let mut steps = |behind: bool| scan_steps(server, state, &mut emit, &mut after_step, behind);
-    if !server.rewrite.urgent.load(Ordering::Relaxed) {
-        let rewrite_thread = std::thread::current();
-        let finished = std::thread::scope(|scope| {
-            let helper = std::thread::Builder::new()
-                .name("keel-rewrite-bg".into())
-                .spawn_scoped(scope, || {
-                    crate::doorbell::enter_idle_class();
-                    let result = steps(true);
-                    rewrite_thread.unpark();
-                    result
-                })
-                .map_err(|e| format!("could not start the rewrite's scan thread: {e}"))?;
-            watch_kept_memory(server, &helper);
-            helper.join().unwrap_or_else(|_| Err("the rewrite's scan thread panicked".into()))
-        })?;
-        if finished {
-            return Ok(());
-        }
-        tracing::info!("AOF rewrite: the snapshot keeps too much memory; its scan now runs as an equal of the workers");
-    }
-    steps(false).map(|_| ())
-}
-
-/// On the rewrite thread while the scan runs behind the workers: marks the
-/// rewrite urgent once the snapshot keeps more than its share of memory.
-fn watch_kept_memory<T>(server: &Server, helper: &std::thread::ScopedJoinHandle<'_, T>) {
-    let limit = (crate::alloc::stats().allocated as f64 * BEHIND_MEMORY_SHARE) as usize;
-    let keyspace = &server.keyspace;
-    while !helper.is_finished() {
-        std::thread::park_timeout(WATCH_EVERY);
-        let kept: usize = (0..keyspace.shard_count()).map(|i| keyspace.lock_one(i).shard(i).snapshot_saved_bytes()).sum();
-        if kept > limit {
-            server.rewrite.urgent.store(true, Ordering::Relaxed);
-            return;
-        }
-    }
+    crate::behind::scan(server, "keel-rewrite-bg", &server.rewrite.urgent, |behind| {
+        scan_steps(server, state, &mut emit, &mut after_step, behind)
+    })
 }
 
 /// The scan's loop. True once every shard is read; false when, `behind`

@@ -21,7 +21,9 @@
 //! keep being served by the other workers, and between steps). BGSAVE
 //! takes S on the calling thread before it replies (as Redis forks before
 //! replying: no write acknowledged after the reply is in the file) and
-//! hands the writing to the `keel-bgsave` thread. While an AOF rewrite
+//! hands the writing to the `keel-bgsave` thread, whose scan runs behind
+//! the workers until the snapshot keeps too much memory
+//! ([`crate::behind`]). While an AOF rewrite
 //! holds the token, BGSAVE SCHEDULE's save (and a BGSAVE inside EXEC)
 //! waits on that thread, taking S when it can, and SAVE waits on its own
 //! thread.
@@ -95,6 +97,9 @@ pub struct Saver {
     /// cleared at each save's S, both under every shard lock; read under
     /// shard 0's lock just before the rename.
     superseded: AtomicBool,
+    /// The running BGSAVE's scan runs (or is to run, from its next step)
+    /// on the BGSAVE thread, as an equal of the workers, not behind them.
+    urgent: AtomicBool,
     state: Mutex<State>,
     /// Wakes the BGSAVE thread for an accepted BGSAVE, or to stop.
     bell: Doorbell,
@@ -127,6 +132,8 @@ pub struct SaveInfo {
     pub last_s: i64,
     pub last_ok: bool,
     pub saves: u64,
+    /// A BGSAVE runs and its scan runs behind the workers.
+    pub behind_workers: bool,
 }
 
 /// A failed BGSAVE waits this long before the save rules may start
@@ -146,6 +153,7 @@ impl Saver {
             last_s: st.last_took.map_or(-1, |d| d.as_secs() as i64),
             last_ok: !self.last_failed.load(Ordering::Relaxed),
             saves: st.saves,
+            behind_workers: self.in_progress() && !self.urgent.load(Ordering::Relaxed),
         }
     }
 
@@ -280,7 +288,7 @@ pub fn save_sync(server: &Server) -> Result<u64, SaveError> {
     }
     let stop = || server.shutdown.load(Ordering::Relaxed);
     let begun = begin(server);
-    let write = |temp: &Path, settings| write_snapshot(server, begun, temp, settings, &stop);
+    let write = |temp: &Path, settings| write_snapshot(server, begun, temp, settings, &stop, false);
     let result = save_to_file(server, Saving::Snapshot, Box::new(write));
     end_sync_save(server, result)
 }
@@ -363,10 +371,11 @@ fn end_sync_save(server: &Server, result: Result<u64, String>) -> Result<u64, Sa
     }
 }
 
-/// Starts the BGSAVE thread. It lives as long as the server; `stop` ends it.
+/// Starts the BGSAVE thread, an ordinary one (its scan runs behind the
+/// workers on a helper). It lives as long as the server; `stop` ends it.
 /// Between saves it is also the cron of the `save` rules.
 pub fn spawn(server: Arc<Server>) -> io::Result<std::thread::JoinHandle<()>> {
-    crate::doorbell::spawn_job_thread("keel-bgsave", move || run(&server))
+    std::thread::Builder::new().name("keel-bgsave".into()).spawn(move || run(&server))
 }
 
 /// The first `save` rule that is met now, as Redis's serverCron decides:
@@ -427,6 +436,7 @@ fn run(server: &Server) {
             }
         };
         saver.scheduled.store(false, Ordering::Relaxed);
+        saver.urgent.store(false, Ordering::Relaxed);
         crate::durability::suspend_fsync_while_saving(server, true);
         saver.in_progress.store(true, Ordering::Release);
         {
@@ -436,11 +446,8 @@ fn run(server: &Server) {
             st.saves += 1;
         }
         tracing::info!("Background saving started");
-        let next_piece = || {
-            server.worker_cores.give_way();
-            stop() || saver.superseded.load(Ordering::Relaxed)
-        };
-        let write = |temp: &Path, settings| write_snapshot(server, begun, temp, settings, &next_piece);
+        let stopped = || stop() || saver.superseded.load(Ordering::Relaxed);
+        let write = |temp: &Path, settings| write_snapshot(server, begun, temp, settings, &stopped, true);
         let result = save_to_file(server, Saving::Snapshot, Box::new(write));
         server.snapshot_progress.end();
         server.snapshot_active.store(false, Ordering::Release);
@@ -671,20 +678,25 @@ fn begin(server: &Server) -> Begun {
 }
 
 /// Writes the forkless snapshot begun at S into `temp`; on failure every
-/// shard's snapshot is aborted. `next_piece` is called before each piece
-/// of the work (a step under a shard's lock, an entry written): true
-/// stops the save; BGSAVE's also steps aside there for busy workers.
+/// shard's snapshot is aborted. `stop` is asked before each piece of the
+/// work (a step under a shard's lock, an entry written): true stops the
+/// save. A `background` save (BGSAVE) scans behind the workers.
 fn write_snapshot(
     server: &Server,
     begun: Begun,
     temp: &Path,
     settings: DumpSettings,
-    next_piece: &dyn Fn() -> bool,
+    stop: &(dyn Fn() -> bool + Sync),
+    background: bool,
 ) -> Result<(u64, u64), String> {
     let keyspace = &server.keyspace;
     let result = DumpWriter::create(temp, settings).and_then(|mut out| {
         out.counts = begun.counts;
-        stream(server, &mut out, next_piece)?;
+        if background {
+            crate::behind::scan(server, "keel-bgsave-bg", &server.rdb.urgent, |behind| stream(server, &mut out, stop, behind))?;
+        } else {
+            stream(server, &mut out, stop, false)?;
+        }
         out.finish()
     });
     if result.is_err() {
@@ -696,12 +708,25 @@ fn write_snapshot(
     Ok((result?, begun.dirty_at_s))
 }
 
-fn stream(server: &Server, out: &mut DumpWriter, next_piece: &dyn Fn() -> bool) -> Result<(), String> {
-    let stopped = || Err::<(), String>("stopped for a shutdown or a FLUSHALL".into());
+/// The scan: true once every shard is written; false when, `behind` the
+/// workers (stepping aside for busy ones before each piece), it stops
+/// before a step to hand the rest to the BGSAVE thread.
+fn stream(server: &Server, out: &mut DumpWriter, stop: &dyn Fn() -> bool, behind: bool) -> Result<bool, String> {
+    let stopped = || Err("stopped for a shutdown or a FLUSHALL".to_string());
+    let next_piece = || {
+        if behind {
+            server.worker_cores.give_way();
+        }
+        stop()
+    };
     let keyspace = &server.keyspace;
     let mut buf: Vec<(usize, Vec<u8>, RdbValue, Option<u64>)> = Vec::with_capacity(STEP_ENTRIES);
+    // A shard already written answers its next step at once, as done.
     for index in 0..keyspace.shard_count() {
         loop {
+            if behind && server.rdb.urgent.load(Ordering::Relaxed) {
+                return Ok(false);
+            }
             if next_piece() {
                 return stopped();
             }
@@ -724,7 +749,7 @@ fn stream(server: &Server, out: &mut DumpWriter, next_piece: &dyn Fn() -> bool) 
             }
         }
     }
-    Ok(())
+    Ok(true)
 }
 
 /// A save from shards the caller holds, every one of them (DEBUG RELOAD

@@ -48,7 +48,7 @@ fn wait_bgsave(c: &mut Client) {
     let deadline = Instant::now() + Duration::from_secs(60);
     while c.info_field("persistence", "rdb_bgsave_in_progress") != "0" {
         assert!(Instant::now() < deadline, "BGSAVE did not end");
-        // Not a busy loop: the BGSAVE thread is idle-class, and a client
+        // Not a busy loop: the BGSAVE's scan is idle-class, and a client
         // polling flat out keeps the server's core from ever being idle.
         std::thread::sleep(Duration::from_millis(5));
     }
@@ -395,4 +395,62 @@ fn info_reports_the_progress_of_a_bgsave() {
     assert_eq!(c.info_field("persistence", "rdb_last_bgsave_status"), "ok");
     assert_eq!(c.info_field("persistence", "current_save_keys_total"), "0");
     assert_eq!(c.info_field("persistence", "current_save_keys_processed"), "0");
+}
+
+/// A BGSAVE's scan runs behind the workers, on a helper in the idle class,
+/// and moves up to the BGSAVE thread, as their equal, once the snapshot
+/// keeps more than a tenth of the memory in use (old versions of keys
+/// overwritten before the scan reached them); the file it then finishes
+/// still holds every key as it was at the BGSAVE.
+#[test]
+fn a_bgsave_behind_the_workers_moves_up_when_the_snapshot_keeps_too_much() {
+    let dir = temp_dir("rdb-moves-up");
+    let server = Server::start_in(&dir, &["--appendonly", "no", "--save", ""]);
+    let mut c = server.client();
+    let (n, size) = (2000, 10_000);
+    let old = "x".repeat(size);
+    for chunk in (0..n).collect::<Vec<_>>().chunks(100) {
+        let mut argv = vec!["MSET".to_string()];
+        for k in chunk {
+            argv.extend([format!("k{k}"), old.clone()]);
+        }
+        assert_eq!(c.send(&argv.iter().map(String::as_str).collect::<Vec<_>>()), ok());
+    }
+    // Two ms a key: the scan is still early when the overwrites come.
+    assert_eq!(c.cmd("CONFIG SET rdb-key-save-delay 2000"), ok());
+    assert_eq!(c.cmd("BGSAVE"), simple("Background saving started"));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while c.info_field("persistence", "current_save_keys_processed") == "0" {
+        assert!(Instant::now() < deadline, "the scan never began");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(c.info_field("persistence", "keel_rdb_bgsave_behind_workers"), "1");
+    assert_eq!(server.thread_policy("keel-bgsave"), Some(libc::SCHED_OTHER));
+    assert_eq!(server.thread_policy("keel-bgsave-bg"), Some(libc::SCHED_IDLE));
+    // Half the keys overwritten: about 10 MB kept, against some 25 MB in use.
+    let fresh = "y".repeat(size);
+    for k in 0..n / 2 {
+        c.write_command(&["SET".to_string(), format!("k{k}"), fresh.clone()]);
+    }
+    for _ in 0..n / 2 {
+        assert_eq!(c.read(), ok());
+    }
+    let kept: u64 = c.info_field("persistence", "keel_snapshot_saved_bytes").parse().expect("number");
+    assert!(kept > 5_000_000, "the overwrites kept {kept} bytes");
+    while c.info_field("persistence", "keel_rdb_bgsave_behind_workers") == "1" {
+        assert!(Instant::now() < deadline, "the scan stayed behind the workers");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(c.info_field("persistence", "rdb_bgsave_in_progress"), "1", "moved up before the save ended");
+    wait_bgsave(&mut c);
+    assert_eq!(c.info_field("persistence", "rdb_last_bgsave_status"), "ok");
+    server.kill9();
+    let server = Server::start_in(&dir, &["--appendonly", "no"]);
+    let mut c = server.client();
+    assert_eq!(c.cmd("DBSIZE"), Frame::Integer(n as i64));
+    for k in (0..n).step_by(37).chain([n / 2 - 1, n / 2, n - 1]) {
+        assert_eq!(c.send(&["GET", &format!("k{k}")]), common::bulk(&old), "k{k} as at the BGSAVE");
+    }
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -513,6 +513,8 @@ fn write_section(ctx: &mut Ctx<'_>, section: &str, out: &mut String) {
                 // 1 while the running rewrite's scan runs behind the workers.
                 field!(out, "keel_aof_rewrite_behind_workers", u8::from(rw.behind_workers));
             }
+            // 1 while the running BGSAVE's scan runs behind the workers.
+            field!(out, "keel_rdb_bgsave_behind_workers", u8::from(rdb.behind_workers));
             // Memory the running snapshot holds besides the dataset: old
             // versions of keys written since it began.
             let saved: usize = ctx.dbs.shards().map(|sh| sh.snapshot_saved_bytes()).sum();
