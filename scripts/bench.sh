@@ -16,7 +16,10 @@
 #   w2-100-1:1). persistence: off, everysec or always. Keel is $KEEL,
 #   default target/release/keel-server (build it first), Redis
 #   /usr/bin/redis-server.
-# KEEL_THREADS (default 1) sets Keel's --threads.
+# KEEL_THREADS (default 1) sets Keel's --threads. LOAD_ARGS adds
+# memtier_benchmark options to the load: LOAD_ARGS=--distinct-client-seed
+# gives each connection its own keys (by default every connection draws
+# the same sequence, so W1 writes about 1/100 as many distinct keys).
 set -euo pipefail
 memtier=$1 workload=$2 persistence=$3 runs=${4:-3} seconds=${5:-10}
 cd "$(dirname "$0")/.."
@@ -56,7 +59,7 @@ cpu_ticks() { awk '{print $14 + $15 + $16 + $17}' "/proc/$1/stat"; }
 measure() { # port pid -> "ops avg p99 cpu-seconds-per-million-ops"
     local before after
     before=$(cpu_ticks "$2")
-    taskset -c 0 "$memtier" -s 127.0.0.1 -p "$1" "${load[@]}" --test-time "$seconds" \
+    taskset -c 0 "$memtier" -s 127.0.0.1 -p "$1" "${load[@]}" ${LOAD_ARGS:-} --test-time "$seconds" \
         --hide-histogram --print-percentiles 50,99 2>/dev/null >"$work/out"
     after=$(cpu_ticks "$2")
     awk -v t=$((after - before)) -v hz="$(getconf CLK_TCK)" -v s="$seconds" \
