@@ -30,7 +30,7 @@ pub trait LogFile: Send + Sync {
     /// `wait` waits until it is written: `sync_file_range(2)`, which
     /// flushes neither metadata nor the disk's cache, so it makes nothing
     /// durable. It bounds how much of a big file is in the disk's queue
-    /// at once ([`WriteOutPacer`]); files that need no bound
+    /// at once ([`IncrementalSync`]); files that need no bound
     /// (test doubles) may do nothing.
     fn write_out(&self, _offset: u64, _len: u64, _wait: bool) -> io::Result<()> {
         Ok(())
@@ -85,26 +85,41 @@ impl LogFile for StdFile {
     }
 }
 
-/// Keeps a big file being written (a rewrite's base, a dump) from filling
-/// the disk's queue: each [`PACE_PIECE`] written is started out at once and
-/// the piece before it waited for, so at most two pieces are in flight.
-/// Without it the kernel wrote the file out in bursts (the 4 MB syncs of
-/// `aof-rewrite-incremental-fsync`, or its own writeback), and each
-/// journal fdatasync that came in behind one waited for all of it.
-#[derive(Debug, Default)]
-pub struct WriteOutPacer {
+/// How a big file written in one go (a rewrite's base, a dump) reaches the
+/// disk, as Redis's `aof-rewrite-incremental-fsync` and
+/// `rdb-save-incremental-fsync` have it: fdatasync'd every `sync_every`
+/// bytes, so that no final sync holds the disk for the whole file and no
+/// journal fsync queues behind it. And in between at a steady pace: each
+/// [`PACE_PIECE`] written is started out at once and the piece before it
+/// waited for, so at most two pieces are in flight. Without that the kernel
+/// wrote the file out in bursts (at each sync, or by its own writeback),
+/// and each journal fdatasync that came in behind one waited for all of it.
+#[derive(Debug)]
+pub struct IncrementalSync {
+    sync_every: u64,
     written: u64,
     started: u64,
+    synced: u64,
 }
 
-/// [`WriteOutPacer`]'s piece.
+/// [`IncrementalSync`]'s piece.
 pub const PACE_PIECE: u64 = 256 << 10;
 
-impl WriteOutPacer {
-    /// Counts `n` more bytes written at the end of the file and starts or
+impl IncrementalSync {
+    pub fn new(sync_every: u64) -> IncrementalSync {
+        IncrementalSync { sync_every, written: 0, started: 0, synced: 0 }
+    }
+
+    /// Counts `n` more bytes written at the end of the file: starts or
     /// waits for pieces through `write_out(offset, len, wait)`
-    /// ([`LogFile::write_out`]).
-    pub fn wrote(&mut self, n: u64, mut write_out: impl FnMut(u64, u64, bool) -> io::Result<()>) -> io::Result<()> {
+    /// ([`LogFile::write_out`], [`write_out`]) and calls `sync_data` each
+    /// time `sync_every` more bytes are written.
+    pub fn wrote(
+        &mut self,
+        n: u64,
+        mut write_out: impl FnMut(u64, u64, bool) -> io::Result<()>,
+        sync_data: impl FnOnce() -> io::Result<()>,
+    ) -> io::Result<()> {
         self.written += n;
         while self.written - self.started >= PACE_PIECE {
             let piece = self.started;
@@ -113,6 +128,10 @@ impl WriteOutPacer {
                 write_out(previous, PACE_PIECE, true)?;
             }
             self.started += PACE_PIECE;
+        }
+        if self.written - self.synced >= self.sync_every {
+            sync_data()?;
+            self.synced = self.written;
         }
         Ok(())
     }
@@ -367,25 +386,40 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_pacer_starts_each_piece_and_waits_for_the_one_before() {
-        let mut calls = Vec::new();
-        let mut pacer = WriteOutPacer::default();
-        let mut wrote = |n: u64, calls: &mut Vec<(u64, u64, bool)>| {
-            pacer
-                .wrote(n, |at, len, wait| {
-                    calls.push((at, len, wait));
-                    Ok(())
-                })
-                .unwrap();
-        };
-        wrote(PACE_PIECE - 1, &mut calls);
-        assert!(calls.is_empty(), "no whole piece yet");
-        wrote(1, &mut calls);
-        assert_eq!(calls, [(0, PACE_PIECE, false)]);
-        calls.clear();
-        wrote(2 * PACE_PIECE + 5, &mut calls);
+    fn incremental_sync_paces_pieces_and_syncs_every_so_many_bytes() {
+        #[derive(Debug, PartialEq)]
+        enum Call {
+            Out(u64, u64, bool),
+            Sync,
+        }
         let p = PACE_PIECE;
-        assert_eq!(calls, [(p, p, false), (0, p, true), (2 * p, p, false), (p, p, true)]);
+        let mut sync = IncrementalSync::new(3 * p);
+        let mut wrote = |n: u64| {
+            let calls = std::cell::RefCell::new(Vec::new());
+            sync.wrote(
+                n,
+                |at, len, wait| {
+                    calls.borrow_mut().push(Call::Out(at, len, wait));
+                    Ok(())
+                },
+                || {
+                    calls.borrow_mut().push(Call::Sync);
+                    Ok(())
+                },
+            )
+            .unwrap();
+            calls.into_inner()
+        };
+        assert_eq!(wrote(p - 1), [], "no whole piece yet");
+        assert_eq!(wrote(1), [Call::Out(0, p, false)]);
+        // Through 3 pieces: the third piece starts, the second is waited for,
+        // and the sync comes after them.
+        assert_eq!(
+            wrote(2 * p + 5),
+            [Call::Out(p, p, false), Call::Out(0, p, true), Call::Out(2 * p, p, false), Call::Out(p, p, true), Call::Sync]
+        );
+        assert_eq!(wrote(p), [Call::Out(3 * p, p, false), Call::Out(2 * p, p, true)], "the next sync is 3 pieces on");
+        assert_eq!(wrote(2 * p)[2..], [Call::Out(5 * p, p, false), Call::Out(4 * p, p, true), Call::Sync]);
     }
 
     #[test]

@@ -37,7 +37,7 @@
 //! rewrite, with every intermediate state loadable. See `rewrite.rs` for
 //! the steps and what a crash at each leaves, and `writer.rs` for how the
 //! writer moves to the new file without weakening any durability level.
-//! The base goes to the disk at a steady pace ([`WriteOutPacer`]) and the
+//! The base goes to the disk at a steady pace ([`IncrementalSync`]) and the
 //! files a rewrite replaces are freed a slice at a time
 //! (`file::remove_gradually`), so that the journal's own fdatasyncs never
 //! queue behind a burst of either.
@@ -78,7 +78,7 @@ mod rewrite;
 mod stats;
 mod writer;
 
-pub use file::{write_out, WriteOutPacer};
+pub use file::{write_out, IncrementalSync};
 pub use load::{Replay, ReplayItem, Replayed};
 pub use rewrite::{BaseBuffer, BaseWriter, IncrListing, PreparedRewrite, Rewrite, RewriteOptions, RewriteSummary, Sizes, BASE_SYNC_EVERY_BYTES};
 pub use stats::JournalStats;

@@ -59,7 +59,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use crate::file::{FileFactory, LogFile, WriteOutPacer};
+use crate::file::{FileFactory, IncrementalSync, LogFile};
 use crate::load::{self, TEMP_BASE_PREFIX};
 use crate::manifest::{self, AofInfo, FileKind, Manifest};
 use crate::writer::{Inner, Switch};
@@ -349,7 +349,7 @@ struct Parts {
 /// big sync at the commit would hold the disk for as long as the whole base
 /// takes to reach it, and the journal's own fsyncs (acknowledgements under
 /// `always`) would queue behind it. It also goes out to the disk at a
-/// steady pace ([`WriteOutPacer`]), so these syncs find little to write.
+/// steady pace ([`IncrementalSync`]), so these syncs find little to write.
 pub const BASE_SYNC_EVERY_BYTES: u64 = 4 << 20;
 
 /// [`Rewrite::base_writer`].
@@ -383,8 +383,8 @@ pub struct Rewrite {
     base_file: Arc<dyn LogFile>,
     temp_path: PathBuf,
     base_bytes: u64,
-    base_synced_bytes: u64,
-    base_pacer: WriteOutPacer,
+    /// `None` without `incremental_fsync`.
+    base_sync: Option<IncrementalSync>,
     input_bytes: u64,
     started: Instant,
     finished: bool,
@@ -540,8 +540,7 @@ impl PreparedRewrite {
             base_file: p.base_file,
             temp_path: p.temp_path,
             base_bytes: 0,
-            base_synced_bytes: 0,
-            base_pacer: WriteOutPacer::default(),
+            base_sync: p.options.incremental_fsync.then(|| IncrementalSync::new(BASE_SYNC_EVERY_BYTES)),
             input_bytes,
             started: p.started,
             finished: false,
@@ -597,13 +596,9 @@ impl Rewrite {
         let err = |source| JournalError::Io { path: self.temp_path.clone(), source };
         crate::writer::write_all(&*self.base_file, bytes).map_err(|(source, _)| err(source))?;
         self.base_bytes += bytes.len() as u64;
-        if self.options.incremental_fsync {
+        if let Some(sync) = &mut self.base_sync {
             let file = &self.base_file;
-            self.base_pacer.wrote(bytes.len() as u64, |at, len, wait| file.write_out(at, len, wait)).map_err(err)?;
-            if self.base_bytes - self.base_synced_bytes >= BASE_SYNC_EVERY_BYTES {
-                self.base_file.sync_data().map_err(err)?;
-                self.base_synced_bytes = self.base_bytes;
-            }
+            sync.wrote(bytes.len() as u64, |at, len, wait| file.write_out(at, len, wait), || file.sync_data()).map_err(err)?;
         }
         Ok(())
     }

@@ -59,7 +59,7 @@ use std::time::{Duration, Instant};
 
 use keel_engine::value::{EncodingLimits, Entry};
 use keel_engine::Locked;
-use keel_journal::WriteOutPacer;
+use keel_journal::IncrementalSync;
 use keel_rdb::{RdbEntry, RdbItem, RdbReader, RdbValue, RdbWriter, WriteOptions};
 use parking_lot::Mutex;
 use thiserror::Error;
@@ -560,37 +560,24 @@ struct DumpSettings {
 /// dump is fdatasync'd each time this much more is written.
 const SAVE_SYNC_EVERY_BYTES: u64 = 4 << 20;
 
-/// A dump's file, fdatasync'd every `sync_every` bytes when asked
-/// (`rdb-save-incremental-fsync`, on by default as in Redis), for Redis's
-/// reason: a save then never leaves gigabytes of dirty pages for the final
-/// fsync, nor for the journal's own fsyncs to queue behind; and then also
-/// written out to the disk at a steady pace ([`WriteOutPacer`]). The AOF
-/// rewrite's base does the same (`aof-rewrite-incremental-fsync`).
+/// A dump's file, synced as it is written when asked
+/// (`rdb-save-incremental-fsync`, on by default as in Redis:
+/// [`IncrementalSync`]), for Redis's reason: a save then never leaves
+/// gigabytes of dirty pages for the final fsync, nor for the journal's own
+/// fsyncs to queue behind. The AOF rewrite's base does the same
+/// (`aof-rewrite-incremental-fsync`).
 struct SyncedFile {
     file: File,
-    sync_every: Option<u64>,
-    /// Bytes written since the last sync.
-    unsynced: u64,
-    pacer: WriteOutPacer,
-}
-
-impl SyncedFile {
-    fn new(file: File, sync_every: Option<u64>) -> SyncedFile {
-        SyncedFile { file, sync_every, unsynced: 0, pacer: WriteOutPacer::default() }
-    }
+    /// `None` without `rdb-save-incremental-fsync`.
+    sync: Option<IncrementalSync>,
 }
 
 impl Write for SyncedFile {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         let n = self.file.write(buf)?;
-        self.unsynced += n as u64;
-        if let Some(every) = self.sync_every {
+        if let Some(sync) = &mut self.sync {
             let file = &self.file;
-            self.pacer.wrote(n as u64, |at, len, wait| keel_journal::write_out(file, at, len, wait))?;
-            if self.unsynced >= every {
-                self.file.sync_data()?;
-                self.unsynced = 0;
-            }
+            sync.wrote(n as u64, |at, len, wait| keel_journal::write_out(file, at, len, wait), || file.sync_data())?;
         }
         Ok(n)
     }
@@ -613,7 +600,7 @@ struct DumpWriter {
 impl DumpWriter {
     fn create(temp: &Path, settings: DumpSettings) -> Result<DumpWriter, String> {
         let file = File::create(temp).map_err(|e| format!("create {}: {e}", temp.display()))?;
-        let file = SyncedFile::new(file, settings.incremental_fsync.then_some(SAVE_SYNC_EVERY_BYTES));
+        let file = SyncedFile { file, sync: settings.incremental_fsync.then(|| IncrementalSync::new(SAVE_SYNC_EVERY_BYTES)) };
         let w = RdbWriter::new(BufWriter::with_capacity(256 << 10, file), settings.options).map_err(|e| e.to_string())?;
         Ok(DumpWriter { w, current_db: None, counts: Vec::new(), key_delay_us: settings.key_delay_us })
     }
@@ -1084,26 +1071,5 @@ pub fn debug_reload(server: &Server, locked: &mut Locked<'_>, save: bool, flush:
             tracing::error!("DEBUG RELOAD of {}: {e}", path.display());
             Err("ERR Error trying to load the RDB dump".into())
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_synced_file_syncs_every_so_many_bytes_and_only_when_asked() {
-        let dir = std::env::temp_dir().join(format!("keel-synced-file-{}", std::process::id()));
-        fs::create_dir_all(&dir).expect("dir");
-        for (every, unsynced_after) in [(Some(4096), [3000, 0, 0]), (None, [3000, 6000, 11_000])] {
-            let mut f = SyncedFile::new(File::create(dir.join("f")).expect("file"), every);
-            // 6000 bytes cross 4096 and sync; 5000 more cross it again.
-            for (len, unsynced) in [3000, 3000, 5000].into_iter().zip(unsynced_after) {
-                f.write_all(&vec![0; len]).expect("write");
-                assert_eq!(f.unsynced, unsynced);
-            }
-            assert_eq!(f.file.metadata().expect("metadata").len(), 11_000);
-        }
-        fs::remove_dir_all(&dir).expect("cleanup");
     }
 }
