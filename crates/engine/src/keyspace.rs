@@ -13,13 +13,18 @@ use std::sync::{Mutex, MutexGuard, PoisonError, TryLockError};
 
 use smallvec::SmallVec;
 
-use crate::db::Db;
+use crate::db::{Db, Key};
 use crate::slot::{key_slot, SLOTS};
 use crate::snapshot::SnapshotPhase;
 
 pub struct Shard {
     pub index: usize,
-    pub dbs: Box<[Db]>,
+    pub(crate) dbs: Box<[Db]>,
+    /// The databases lent out mutably since [`Shard::drain_expired`] last
+    /// ran, bit `i` for database `i` (bit 63 for every one from 63 on):
+    /// only they can hold keys a command expired, so the drain after each
+    /// command looks at one database instead of sixteen.
+    touched: u64,
     /// Journal position of the last removal of a key here: a reply that
     /// reports a key missing depends on it.
     pub removed_lsn: u64,
@@ -36,22 +41,52 @@ impl Shard {
     /// An empty shard of `databases` databases.
     pub fn new(index: usize, databases: usize) -> Shard {
         let dbs = (0..databases).map(|_| Db::default()).collect();
-        Shard { index, dbs, removed_lsn: 0, floor_lsn: 0, snapshot: SnapshotPhase::Idle }
+        Shard { index, dbs, touched: 0, removed_lsn: 0, floor_lsn: 0, snapshot: SnapshotPhase::Idle }
     }
 
     pub fn db(&mut self, index: usize) -> &mut Db {
+        self.touch(index);
         &mut self.dbs[index]
+    }
+
+    pub fn dbs(&self) -> &[Db] {
+        &self.dbs
+    }
+
+    pub fn dbs_mut(&mut self) -> &mut [Db] {
+        self.touched = u64::MAX;
+        &mut self.dbs
     }
 
     /// Two different databases of this shard at once (MOVE, SWAPDB).
     pub fn two_dbs(&mut self, a: usize, b: usize) -> (&mut Db, &mut Db) {
         assert_ne!(a, b, "two_dbs needs two different databases");
+        self.touch(a);
+        self.touch(b);
         if a < b {
             let (low, high) = self.dbs.split_at_mut(b);
             (&mut low[a], &mut high[0])
         } else {
             let (low, high) = self.dbs.split_at_mut(a);
             (&mut high[0], &mut low[b])
+        }
+    }
+
+    fn touch(&mut self, index: usize) {
+        self.touched |= 1 << index.min(63);
+    }
+
+    /// Hands over the keys that expired in this shard since the last call
+    /// (each [`Db::expired`]), with their database.
+    pub fn drain_expired(&mut self, mut f: impl FnMut(usize, Key)) {
+        let mut touched = std::mem::take(&mut self.touched);
+        while touched != 0 {
+            let bit = touched.trailing_zeros() as usize;
+            touched &= touched - 1;
+            let last = if bit == 63 { self.dbs.len() } else { (bit + 1).min(self.dbs.len()) };
+            for index in bit..last {
+                self.dbs[index].expired.drain(..).for_each(|key| f(index, key));
+            }
         }
     }
 
@@ -231,6 +266,34 @@ mod tests {
         assert_eq!(ks.shard_of_slot(255), 0);
         assert_eq!(ks.shard_of_slot(256), 1);
         assert_eq!(ks.shard_of_slot(16383), 63);
+    }
+
+    #[test]
+    fn drain_expired_finds_keys_expired_in_any_database_lent_out() {
+        use crate::value::{Str, Value};
+        let mut shard = Shard::new(0, 70);
+        let now = 1_000_000;
+        for db in [2, 65] {
+            shard.db(db).set(b"k", Value::Str(Str::from_bytes(b"v")), false, 0);
+            shard.db(db).set_expire(b"k", now + 10, now);
+        }
+        // Nothing has expired yet; this drain also forgets the sets above.
+        shard.drain_expired(|db, key| panic!("{db} {key:?}"));
+        for db in [2, 65] {
+            assert!(shard.db(db).get(b"k", now + 20).is_none());
+        }
+        let mut found = Vec::new();
+        shard.drain_expired(|db, key| found.push((db, key.to_vec())));
+        assert_eq!(found, [(2, b"k".to_vec()), (65, b"k".to_vec())]);
+        shard.drain_expired(|db, key| panic!("drained twice: {db} {key:?}"));
+        // Through the whole slice, too.
+        shard.db(3).set(b"k", Value::Str(Str::from_bytes(b"v")), false, 0);
+        shard.db(3).set_expire(b"k", now + 10, now);
+        shard.drain_expired(|_, _| {});
+        assert!(shard.dbs_mut()[3].get(b"k", now + 20).is_none());
+        let mut found = Vec::new();
+        shard.drain_expired(|db, key| found.push((db, key.to_vec())));
+        assert_eq!(found, [(3, b"k".to_vec())]);
     }
 
     #[test]

@@ -180,7 +180,7 @@ pub fn timeout_reply(resp3: bool) -> Vec<u8> {
 pub fn take_ready(ctx: &mut Ctx<'_>) -> Vec<(usize, Key)> {
     let mut ready = Vec::new();
     for shard in ctx.dbs.shards() {
-        for (index, db) in shard.dbs.iter_mut().enumerate() {
+        for (index, db) in shard.dbs_mut().iter_mut().enumerate() {
             ready.extend(db.ready.drain(..).map(|k| (index, k)));
         }
     }

@@ -222,7 +222,7 @@ pub fn debug_loadaof(ctx: &mut Ctx<'_>) -> Result<(), String> {
             .map_err(|e| format!("ERR {e}"))?
     };
     for shard in ctx.dbs.shards() {
-        for db in shard.dbs.iter_mut() {
+        for db in shard.dbs_mut().iter_mut() {
             drop(db.take_all());
         }
     }
@@ -316,9 +316,7 @@ fn base_inserters<'a, 'scope, 'env>(
 pub fn log_expired(ctx: &mut Ctx<'_>) {
     let mut expired: Vec<(usize, keel_engine::Key)> = Vec::new();
     for shard in ctx.dbs.shards() {
-        for (index, db) in shard.dbs.iter_mut().enumerate() {
-            expired.extend(db.expired.drain(..).map(|k| (index, k)));
-        }
+        shard.drain_expired(|db, key| expired.push((db, key)));
     }
     let Some(journal) = ctx.server.journal() else { return };
     if ctx.server.loading.load(Ordering::Relaxed) {
@@ -473,7 +471,7 @@ pub fn note_reads(ctx: &mut Ctx<'_>, spec: &CommandSpec, argv: &[&[u8]]) {
     } else {
         for i in spec.key_indexes(argv) {
             let shard = ctx.dbs.locked.shard_for(ctx.dbs.keyspace, argv[i]);
-            let found = shard.dbs[db].peek(argv[i]).map(|e| e.lsn(appended));
+            let found = shard.dbs()[db].peek(argv[i]).map(|e| e.lsn(appended));
             lsn = lsn.max(shard.floor_lsn).max(found.unwrap_or(shard.removed_lsn));
         }
     }

@@ -752,7 +752,7 @@ fn save_held(server: &Server, locked: &mut Locked<'_>) -> Result<u64, SaveError>
         let mut out = DumpWriter::create(temp, settings)?;
         out.counts = db_counts(locked.iter_mut(), server.keyspace.databases());
         for shard in locked.iter_mut() {
-            for (db, d) in shard.dbs.iter().enumerate() {
+            for (db, d) in shard.dbs().iter().enumerate() {
                 for (key, entry) in d.iter() {
                     let expire = entry.has_expiry().then_some(entry.expire_at_ms);
                     out.key(db, key, &crate::rdb::to_rdb(&entry.value), expire)?;
@@ -1045,7 +1045,7 @@ pub fn debug_reload(server: &Server, locked: &mut Locked<'_>, save: bool, flush:
     }
     if flush {
         for shard in locked.iter_mut() {
-            for d in shard.dbs.iter_mut() {
+            for d in shard.dbs_mut().iter_mut() {
                 drop(d.take_all());
             }
         }

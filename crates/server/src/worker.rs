@@ -613,7 +613,7 @@ impl Worker {
         for index in (self.index..shards).step_by(workers) {
             if let Some(mut shard) = self.server.keyspace.try_lock_shard(index) {
                 let deadline = Instant::now() + shard_budget;
-                for (index, db) in shard.dbs.iter_mut().enumerate() {
+                for (index, db) in shard.dbs_mut().iter_mut().enumerate() {
                     if !db.is_empty() {
                         // Nothing expires while the journal replays.
                         if active_expire && !loading {

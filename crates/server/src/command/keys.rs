@@ -272,7 +272,7 @@ fn keys(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     let (now, selected) = (ctx.now_ms, ctx.dbs.selected);
     let mut found: Vec<&[u8]> = Vec::new();
     for shard in ctx.dbs.shards() {
-        let db: &Db = &shard.dbs[selected];
+        let db: &Db = &shard.dbs()[selected];
         // Expired keys are skipped, not deleted, as Redis does.
         found.extend(
             db.iter()
@@ -415,7 +415,7 @@ fn randomkey(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
     let mut rng = rand::thread_rng();
     loop {
         // Pick a shard weighted by its key count, so every key is equally likely.
-        let sizes: Vec<usize> = ctx.dbs.shards().map(|s| s.dbs[selected].len()).collect();
+        let sizes: Vec<usize> = ctx.dbs.shards().map(|s| s.dbs()[selected].len()).collect();
         let total: usize = sizes.iter().sum();
         if total == 0 {
             ctx.out.null();
@@ -878,7 +878,7 @@ fn flush_async(ctx: &Ctx<'_>, argv: &[&[u8]]) -> Result<bool, CmdError> {
 fn empty(ctx: &mut Ctx<'_>, db: Option<usize>, lazy: bool) -> u64 {
     let mut removed = 0u64;
     for shard in ctx.dbs.shards() {
-        for (i, d) in shard.dbs.iter_mut().enumerate() {
+        for (i, d) in shard.dbs_mut().iter_mut().enumerate() {
             if db.is_some_and(|want| want != i) {
                 continue;
             }
@@ -925,7 +925,7 @@ pub fn keyspace_info<'s>(
 ) -> Vec<(usize, usize, usize, u64)> {
     let mut rows = vec![(0usize, 0usize, 0u128); databases];
     for shard in shards {
-        for (i, db) in shard.dbs.iter().enumerate() {
+        for (i, db) in shard.dbs().iter().enumerate() {
             let expires = db.expires_len();
             rows[i].0 += db.len();
             rows[i].1 += expires;

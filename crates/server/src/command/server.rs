@@ -538,7 +538,7 @@ fn write_section(ctx: &mut Ctx<'_>, section: &str, out: &mut String) {
         "stats" => {
             let meter = server.meter.lock();
             let errors: u64 = server.errorstats.lock().values().sum();
-            let expired: u64 = ctx.dbs.shards().flat_map(|s| s.dbs.iter()).map(|d| d.expired_keys).sum();
+            let expired: u64 = ctx.dbs.shards().flat_map(|s| s.dbs().iter()).map(|d| d.expired_keys).sum();
             out.push_str("# Stats\r\n");
             field!(out, "total_connections_received", server.total(|w| &w.connections_received));
             field!(out, "total_commands_processed", server.total(|w| &w.total_commands));
@@ -674,7 +674,7 @@ fn write_section(ctx: &mut Ctx<'_>, section: &str, out: &mut String) {
 
 fn write_memory(ctx: &mut Ctx<'_>, out: &mut String) {
     let server = ctx.server;
-    let dataset: u64 = ctx.dbs.shards().flat_map(|s| s.dbs.iter()).map(|d| d.memory_usage() as u64).sum();
+    let dataset: u64 = ctx.dbs.shards().flat_map(|s| s.dbs().iter()).map(|d| d.memory_usage() as u64).sum();
     // Connection buffers are the other big user of memory.
     let clients: u64 = server
         .clients
@@ -1005,7 +1005,7 @@ fn config_resetstat(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
     }
     server.peak_memory.store(0, Ordering::Relaxed);
     for shard in ctx.dbs.shards() {
-        for db in shard.dbs.iter_mut() {
+        for db in shard.dbs_mut().iter_mut() {
             db.expired_keys = 0;
         }
     }

@@ -129,7 +129,7 @@ fn with_sets<T>(
         .map(|key| {
             let index = keyspace.shard_of_key(key);
             let shard = shards.iter().find(|s| s.index == index)?;
-            match &shard.dbs[selected].peek(key)?.value {
+            match &shard.dbs()[selected].peek(key)?.value {
                 Value::Set(s) => Some(s),
                 _ => None,
             }
