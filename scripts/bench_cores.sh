@@ -18,7 +18,8 @@
 # REDIS_IO_THREADS (default 4; 0 leaves that server out), LOAD_CPUS (the
 # load generator's cores, default max(N)..2max(N)-1), WORK (directory
 # for the servers' files, default a new one under /tmp: put it on the disk
-# to be measured), LOAD_ARGS (more load-generator options).
+# to be measured), LOAD_ARGS (more load-generator options), SERVER_ARGS
+# (more directives for every server, e.g. "--databases 1000").
 #
 # Columns: ops/s, p50 and p99 in ms, the server's CPU seconds (user +
 # system, from /proc) per million operations, and ops/s as a ratio to
@@ -67,7 +68,8 @@ start() { # name cores command... -> starts it in its own directory
     local name=$1 cores=$2; shift 2
     local dir=$work/$name; mkdir -p "$dir"
     port=$((port + 1))
-    taskset -c "$cores" "$@" --port "$port" --dir "$dir" --save '' "${flags[@]}" >"$dir/log" 2>&1 &
+    # shellcheck disable=SC2086
+    taskset -c "$cores" "$@" --port "$port" --dir "$dir" --save '' "${flags[@]}" ${SERVER_ARGS:-} >"$dir/log" 2>&1 &
     echo "$! $port" >"$dir/pid-port"
     ready "$port"
     servers+=("$name")
