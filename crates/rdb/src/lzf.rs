@@ -238,6 +238,30 @@ mod tests {
         }
 
         #[test]
+        fn round_trip_across_stretches_that_do_not_compress(
+            segments in proptest::collection::vec((any::<bool>(), 1usize..3000, any::<u8>()), 1..8),
+        ) {
+            // Random stretches long enough to lengthen the step, between
+            // runs and repeats that must still be found.
+            let mut data = Vec::new();
+            let mut x = 0x9E37_79B9_7F4A_7C15u64;
+            for (random, len, byte) in segments {
+                for i in 0..len {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    data.push(if random { x as u8 } else { byte.wrapping_add((i % 7) as u8) });
+                }
+            }
+            if data.len() > 4 {
+                if let Some(c) = compress(&data, data.len() - 4) {
+                    prop_assert!(c.len() <= data.len() - 4);
+                    prop_assert_eq!(decompress(&c, data.len()).expect("valid"), data);
+                }
+            }
+        }
+
+        #[test]
         fn decompress_never_panics(data in proptest::collection::vec(any::<u8>(), 0..200), len in 0usize..2000) {
             let _ = decompress(&data, len);
         }
