@@ -23,7 +23,7 @@ pub struct Shard {
     /// The databases lent out mutably since [`Shard::drain_expired`] last
     /// ran, bit `i` for database `i` (bit 63 for every one from 63 on):
     /// only they can hold keys a command expired, so the drain after each
-    /// command looks at one database instead of sixteen.
+    /// command looks at the one it used, not at every one.
     touched: u64,
     /// Journal position of the last removal of a key here: a reply that
     /// reports a key missing depends on it.
