@@ -182,6 +182,30 @@ impl Keyspace {
         at_s(&mut all)
     }
 
+    /// The first of two passes over a batch of keys about to be looked up
+    /// in database `db`: asks for each key's bucket
+    /// ([`crate::dict::Dict::prefetch_bucket`]) and returns its shard and
+    /// hash for the second, [`Keyspace::prefetch_chain`]. Waits for
+    /// nothing: a locked shard is skipped (None).
+    pub fn prefetch_bucket(&self, db: usize, key: &[u8]) -> Option<(usize, u64)> {
+        let index = self.shard_of_key(key);
+        let shard = self.try_lock_shard(index)?;
+        let keys = &shard.dbs.get(db)?.data.keys;
+        let hash = keys.hash_of(key);
+        keys.prefetch_bucket(hash);
+        Some((index, hash))
+    }
+
+    /// The second pass: asks for the first node of the chain the bucket
+    /// found in the first points to.
+    pub fn prefetch_chain(&self, db: usize, (index, hash): (usize, u64)) {
+        if let Some(shard) = self.try_lock_shard(index) {
+            if let Some(d) = shard.dbs.get(db) {
+                d.data.keys.prefetch_chain(hash);
+            }
+        }
+    }
+
     /// Tries a shard without waiting (for background chores that must
     /// never queue behind clients).
     pub fn try_lock_shard(&self, index: usize) -> Option<MutexGuard<'_, Shard>> {

@@ -684,40 +684,88 @@ fn process(server: &Server, stats: &WorkerStats, conn: &mut Conn, limits: &keel_
     let now_ms = unix_ms();
     conn.client.info.last_interaction_ms.store(now_ms, Ordering::Relaxed);
     while conn.rstart < conn.rend {
-        match keel_protocol::parse_request(&conn.rbuf[conn.rstart..conn.rend], &limits) {
-            Ok(Some((request, consumed))) => {
-                let argv: smallvec::SmallVec<[&[u8]; 8]> = request.argv.iter().map(|a| &**a).collect();
-                if !argv.is_empty() && held_by_pause(server, &conn.client, &argv) {
-                    conn.paused = true;
-                    conn.client.info.blocked.store(true, Ordering::Relaxed);
-                    return;
+        // Parse a pipeline's requests ahead of running them, so that the
+        // memory their keys need is asked for first (`prefetch_keys`).
+        let mut batch: smallvec::SmallVec<[(keel_protocol::Request<'_>, usize); PARSE_AHEAD]> = smallvec::SmallVec::new();
+        let mut failed = None;
+        let mut pos = conn.rstart;
+        while batch.len() < PARSE_AHEAD && pos < conn.rend {
+            match keel_protocol::parse_request(&conn.rbuf[pos..conn.rend], &limits) {
+                Ok(Some((request, consumed))) => {
+                    pos += consumed;
+                    batch.push((request, consumed));
                 }
-                if !argv.is_empty() {
-                    let start = conn.wbuf.len();
-                    let lsn = command::execute(server, stats, &mut conn.client, &mut conn.wbuf, &argv, now_ms);
-                    if server.gate_replies() && lsn > 0 && conn.wbuf.len() > start {
-                        conn.gate.push_back((start, lsn));
-                    }
-                }
-                conn.rstart += consumed;
-                if conn.client.close_after_reply {
-                    conn.rstart = conn.rend;
-                    return;
-                }
-                if conn.client.blocked.is_some() {
-                    return;
+                Ok(None) => break,
+                Err(e) => {
+                    failed = Some(e);
+                    break;
                 }
             }
-            Ok(None) => return,
-            Err(e) => {
-                let text = format!("ERR {e}");
-                server.count_error(&text);
-                keel_protocol::ReplyWriter::new(&mut conn.wbuf, conn.client.resp3).error(&text);
-                conn.client.close_after_reply = true;
+        }
+        if batch.len() > 1 {
+            prefetch_keys(server, conn.client.db, &batch);
+        }
+        let parsed_all_it_could = batch.len() == PARSE_AHEAD;
+        for (request, consumed) in batch {
+            let argv: smallvec::SmallVec<[&[u8]; 8]> = request.argv.iter().map(|a| &**a).collect();
+            if !argv.is_empty() && held_by_pause(server, &conn.client, &argv) {
+                conn.paused = true;
+                conn.client.info.blocked.store(true, Ordering::Relaxed);
+                return;
+            }
+            if !argv.is_empty() {
+                let start = conn.wbuf.len();
+                let lsn = command::execute(server, stats, &mut conn.client, &mut conn.wbuf, &argv, now_ms);
+                if server.gate_replies() && lsn > 0 && conn.wbuf.len() > start {
+                    conn.gate.push_back((start, lsn));
+                }
+            }
+            conn.rstart += consumed;
+            if conn.client.close_after_reply {
                 conn.rstart = conn.rend;
                 return;
             }
+            if conn.client.blocked.is_some() {
+                return;
+            }
         }
+        if let Some(e) = failed {
+            let text = format!("ERR {e}");
+            server.count_error(&text);
+            keel_protocol::ReplyWriter::new(&mut conn.wbuf, conn.client.resp3).error(&text);
+            conn.client.close_after_reply = true;
+            conn.rstart = conn.rend;
+            return;
+        }
+        if !parsed_all_it_could {
+            // The rest is an incomplete request, or nothing.
+            return;
+        }
+    }
+}
+
+/// How many pipelined requests are parsed before the first of them runs.
+const PARSE_AHEAD: usize = 16;
+
+/// Asks the processor for the hash-table memory of each request's first
+/// key before any of the batch runs: the buckets, then the chains they
+/// point to. The cache misses of a pipeline then overlap instead of coming
+/// one after another (Redis 8 prefetches the same way). On W2 against a
+/// million keys a lookup's two misses were a third of the worker's time.
+fn prefetch_keys(server: &Server, db: usize, batch: &[(keel_protocol::Request<'_>, usize)]) {
+    let mut found: smallvec::SmallVec<[(usize, u64); PARSE_AHEAD]> = smallvec::SmallVec::new();
+    for (request, _) in batch {
+        let argv: smallvec::SmallVec<[&[u8]; 8]> = request.argv.iter().map(|a| &**a).collect();
+        if argv.is_empty() {
+            continue;
+        }
+        let Ok((_, spec)) = command::resolve(&argv) else { continue };
+        if let Some(&i) = spec.key_indexes(&argv).first() {
+            found.extend(server.keyspace.prefetch_bucket(db, argv[i]));
+        }
+    }
+    for at in found {
+        server.keyspace.prefetch_chain(db, at);
     }
 }
 

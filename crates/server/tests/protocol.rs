@@ -61,6 +61,39 @@ fn ten_thousand_commands_in_one_write() {
 }
 
 #[test]
+fn a_pipeline_runs_in_order_across_selects_and_ends_at_its_first_malformed_request() {
+    // Requests are parsed some at a time ahead of running them; a SELECT,
+    // a write read back at once, and an error after dozens of requests
+    // must all come out as if each ran before the next was read.
+    let server = Server::start(&[]);
+    let mut c = server.client();
+    let mut pipeline = Vec::new();
+    let mut expected = Vec::new();
+    for i in 0..40 {
+        let db = (i / 7 % 3).to_string();
+        pipeline.extend(common::encode(&["SELECT", &db]));
+        expected.push(ok());
+        // The count of INCRs so far in this request's database.
+        let n = (0..=i).filter(|j| j / 7 % 3 == i / 7 % 3).count();
+        pipeline.extend(common::encode(&["INCR", "n"]));
+        expected.push(int(n as i64));
+        pipeline.extend(common::encode(&["GET", "n"]));
+        expected.push(bulk(&n.to_string()));
+    }
+    pipeline.extend_from_slice(b"*1\r\nfoo\r\n");
+    pipeline.extend(common::encode(&["SET", "after", "the error"]));
+    c.write_raw(&pipeline);
+    for (i, want) in expected.into_iter().enumerate() {
+        assert_eq!(c.read(), want, "reply {i}");
+    }
+    assert_eq!(c.read(), err("ERR Protocol error: expected '$', got 'f'"));
+    assert!(c.read_to_close().is_empty());
+    let mut d = server.client();
+    assert_eq!(d.cmd("EXISTS after"), int(0));
+    assert_eq!(d.cmd("GET n"), bulk("14"));
+}
+
+#[test]
 fn malformed_requests_get_redis_errors_and_close() {
     let server = Server::start(&[]);
     let mut bystander = server.client();
