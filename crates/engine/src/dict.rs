@@ -292,18 +292,18 @@ fn empty_table(buckets: usize) -> Box<[Link]> {
     vec![NIL; buckets].into_boxed_slice()
 }
 
-/// Starts loading the cache line that holds `value`.
+/// Starts loading the cache line at `at`, without waiting for it.
 #[inline]
-fn prefetch<T>(value: &T) {
+pub(crate) fn prefetch<T>(at: *const T) {
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        // SAFETY: a prefetch cannot fault and changes nothing the program
-        // can observe; `value` is a valid reference anyway.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>((value as *const T).cast()) };
+        // SAFETY: a prefetch reads nothing the program can observe and
+        // cannot fault, whatever the address.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(at.cast()) };
     }
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = value;
+    let _ = at;
 }
 
 #[inline]
@@ -488,6 +488,26 @@ impl<K: Hash + Eq, V, S: BuildHasher> Dict<K, V, S> {
             let link = table[bucket_of(hash, table.len())];
             if link != NIL {
                 prefetch(self.nodes.get((link - 1) as usize));
+            }
+        }
+    }
+
+    /// The third step, once the chain's first node has arrived: if that
+    /// node holds `q`, hands its value to `f` (to ask for what the value
+    /// points to).
+    pub fn prefetch_value<Q>(&self, hash: u64, q: &Q, f: impl FnOnce(&V))
+    where
+        K: Borrow<Q>,
+        Q: Eq + ?Sized,
+    {
+        for table in self.tables.iter().take_while(|t| !t.is_empty()) {
+            let link = table[bucket_of(hash, table.len())];
+            if link != NIL {
+                let node = self.nodes.get((link - 1) as usize);
+                if node.key.borrow() == q {
+                    f(&node.value);
+                    return;
+                }
             }
         }
     }
@@ -926,6 +946,28 @@ mod tests {
 
     fn key(n: u64) -> Key {
         n.to_le_bytes().to_vec().into_boxed_slice()
+    }
+
+    #[test]
+    fn prefetch_value_hands_over_the_value_of_a_key_heading_its_chain() {
+        let mut d: Dict<Key, u64> = Dict::new();
+        for n in 0..1000 {
+            d.insert(key(n), n);
+        }
+        let mut seen = 0;
+        for n in 0..1000 {
+            let hash = d.hash_of(&*key(n));
+            d.prefetch_bucket(hash);
+            d.prefetch_chain(hash);
+            d.prefetch_value(hash, &*key(n), |&v| {
+                assert_eq!(v, n, "another key's value");
+                seen += 1;
+            });
+        }
+        // Only chain heads are handed over: most keys, not every one.
+        assert!(seen > 500 && seen <= 1000, "{seen}");
+        let absent = key(5000);
+        d.prefetch_value(d.hash_of(&*absent), &*absent, |v| panic!("{v} for an absent key"));
     }
 
     impl<K: Hash + Eq, V, S: BuildHasher> Dict<K, V, S> {

@@ -99,6 +99,14 @@ impl Shard {
     }
 }
 
+/// Where [`Keyspace::prefetch_bucket`] found a key: its shard, and its
+/// hash in that shard's table, for the passes after it.
+#[derive(Clone, Copy)]
+pub struct Prefetch {
+    shard: usize,
+    hash: u64,
+}
+
 pub struct Keyspace {
     shards: Box<[Mutex<Shard>]>,
     /// slot >> shift = shard index; shards own contiguous slot ranges so
@@ -187,21 +195,31 @@ impl Keyspace {
     /// ([`crate::dict::Dict::prefetch_bucket`]) and returns its shard and
     /// hash for the second, [`Keyspace::prefetch_chain`]. Waits for
     /// nothing: a locked shard is skipped (None).
-    pub fn prefetch_bucket(&self, db: usize, key: &[u8]) -> Option<(usize, u64)> {
-        let index = self.shard_of_key(key);
-        let shard = self.try_lock_shard(index)?;
-        let keys = &shard.dbs.get(db)?.data.keys;
+    pub fn prefetch_bucket(&self, db: usize, key: &[u8]) -> Option<Prefetch> {
+        let shard = self.shard_of_key(key);
+        let guard = self.try_lock_shard(shard)?;
+        let keys = &guard.dbs.get(db)?.data.keys;
         let hash = keys.hash_of(key);
         keys.prefetch_bucket(hash);
-        Some((index, hash))
+        Some(Prefetch { shard, hash })
     }
 
     /// The second pass: asks for the first node of the chain the bucket
     /// found in the first points to.
-    pub fn prefetch_chain(&self, db: usize, (index, hash): (usize, u64)) {
-        if let Some(shard) = self.try_lock_shard(index) {
+    pub fn prefetch_chain(&self, db: usize, at: Prefetch) {
+        if let Some(shard) = self.try_lock_shard(at.shard) {
             if let Some(d) = shard.dbs.get(db) {
-                d.data.keys.prefetch_chain(hash);
+                d.data.keys.prefetch_chain(at.hash);
+            }
+        }
+    }
+
+    /// The third pass: asks for the heap bytes of `key`'s string value,
+    /// if the chain's first node holds it.
+    pub fn prefetch_value(&self, db: usize, at: Prefetch, key: &[u8]) {
+        if let Some(shard) = self.try_lock_shard(at.shard) {
+            if let Some(d) = shard.dbs.get(db) {
+                d.data.keys.prefetch_value(at.hash, key, crate::value::Entry::prefetch_value);
             }
         }
     }

@@ -230,6 +230,16 @@ pub struct Entry {
 pub const NO_EXPIRY: u64 = 0;
 
 impl Entry {
+    /// Asks the processor for the first bytes of a string value kept on
+    /// the heap (a GET copies them into its reply next), without waiting.
+    pub fn prefetch_value(&self) {
+        match &self.value {
+            Value::Str(Str::Embstr(bytes)) => crate::dict::prefetch(bytes.as_ptr()),
+            Value::Str(Str::Raw(bytes)) => crate::dict::prefetch(bytes.as_ptr()),
+            _ => {}
+        }
+    }
+
     pub fn new(value: Value, access_s: u32) -> Entry {
         Entry { value, expire_at_ms: NO_EXPIRY, access_s, lsn_low: 0 }
     }
