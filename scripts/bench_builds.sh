@@ -12,6 +12,8 @@
 # before it (none by default), e.g. for a million keys of 100 B:
 #   PRELOAD="-t 1 -c 50 --pipeline 20 --ratio 1:0 -d 100 --key-pattern P:P --key-maximum 1000000 --requests allkeys"
 set -euo pipefail
+# shellcheck source=scripts/lib.sh
+source "$(dirname "$0")/lib.sh"
 memtier=${1:?usage: $0 <memtier_benchmark> <rounds> <seconds> <keel-server>... [-- <server flags>]}
 rounds=${2:?rounds} seconds=${3:?seconds}
 shift 3
@@ -24,26 +26,13 @@ work=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; wait || true; rm -rf "$work"' EXIT
 port=7941
 
-ready() {
-    for _ in $(seq 100); do
-        if { exec 3<>"/dev/tcp/127.0.0.1/$port"; } 2>/dev/null; then
-            printf 'PING\r\n' >&3
-            local reply=; read -r -t 1 reply <&3 || true; exec 3<&-
-            [[ $reply == +PONG* ]] && return
-        fi
-        sleep 0.05
-    done
-    echo "the server did not start" >&2; exit 1
-}
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
-median() { sort -g | awk '{a[NR]=$0} END {print a[int((NR+1)/2)]}'; }
 
 for round in $(seq "$rounds"); do
     for i in "${!builds[@]}"; do
         dir=$work/run; rm -rf "$dir"; mkdir -p "$dir"
         taskset -c 1 "${builds[$i]}" --port "$port" --dir "$dir" --save '' "${flags[@]}" >"$dir/log" 2>&1 &
         pid=$!
-        ready
+        ready "$port"
         if [ -n "${PRELOAD:-}" ]; then
             # shellcheck disable=SC2086
             taskset -c 0 "$memtier" -p "$port" $PRELOAD --hide-histogram >/dev/null 2>&1

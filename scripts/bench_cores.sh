@@ -29,6 +29,8 @@ load_gen=${1:?usage: $0 <load-generator> <workload> <persistence> [threads] [run
 workload=${2:?workload} persistence=${3:?persistence}
 threads=${4:-1 2 4 8} runs=${5:-3} seconds=${6:-5}
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/lib.sh
+source scripts/lib.sh
 keel=${KEEL:-target/release/keel-server} redis=${REDIS:-redis-server}
 io_threads=${REDIS_IO_THREADS:-4}
 max=$(tr ' ' '\n' <<<"$threads" | sort -n | tail -1)
@@ -52,17 +54,6 @@ case $workload in
     *) echo "workload: w1 | w2-<size>-<sets>:<gets>" >&2; exit 2 ;;
 esac
 
-ready() { # port: answers PING within 5 s, or fails
-    for _ in $(seq 100); do
-        if { exec 3<>"/dev/tcp/127.0.0.1/$1"; } 2>/dev/null; then
-            printf 'PING\r\n' >&3
-            local reply=; read -r -t 1 reply <&3 || true; exec 3<&-
-            [[ $reply == +PONG* ]] && return
-        fi
-        sleep 0.05
-    done
-    echo "the server on port $1 did not start" >&2; exit 1
-}
 servers=() port=7800
 start() { # name cores command... -> starts it in its own directory
     local name=$1 cores=$2; shift 2
@@ -80,7 +71,6 @@ if [ "$io_threads" -gt 0 ]; then
     start "redis-io$io_threads" "0-$((io_threads - 1))" "$redis" --io-threads "$io_threads" --io-threads-do-reads yes
 fi
 
-cpu_ticks() { awk '{print $14 + $15 + $16 + $17}' "/proc/$1/stat"; }
 measure() { # name -> appends "ops p50 p99 cpu-seconds-per-million-ops" to its file
     local pid port before after
     read -r pid port <"$work/$1/pid-port"
@@ -91,7 +81,6 @@ measure() { # name -> appends "ops p50 p99 cpu-seconds-per-million-ops" to its f
     awk -v t=$((after - before)) -v hz="$(getconf CLK_TCK)" -v s="$seconds" \
         '/^Totals/ {printf "%s %s %s %.3f\n", $2, $6, $7, t / hz / ($2 * s / 1e6)}' "$work/out" >>"$work/$1/runs"
 }
-median() { sort -g | awk '{a[NR]=$0} END {print a[int((NR+1)/2)]}'; }
 
 for _ in $(seq "$runs"); do
     for s in "${servers[@]}"; do measure "$s"; done

@@ -458,9 +458,7 @@ impl<K: Hash + Eq, V, S: BuildHasher + Default> Dict<K, V, S> {
 }
 
 impl<K: Hash + Eq, V, S: BuildHasher> Dict<K, V, S> {
-    #[inline]
-    /// The hash this table files `q` under, for [`Dict::prefetch_bucket`]
-    /// and [`Dict::prefetch_chain`].
+    /// The hash this table files `q` under, for the prefetches below.
     pub fn hash_of<Q>(&self, q: &Q) -> u64
     where
         K: Borrow<Q>,
@@ -484,12 +482,7 @@ impl<K: Hash + Eq, V, S: BuildHasher> Dict<K, V, S> {
     /// Asks for the first node of `hash`'s chain(s); see
     /// [`Dict::prefetch_bucket`].
     pub fn prefetch_chain(&self, hash: u64) {
-        for table in self.tables.iter().take_while(|t| !t.is_empty()) {
-            let link = table[bucket_of(hash, table.len())];
-            if link != NIL {
-                prefetch(self.nodes.get((link - 1) as usize));
-            }
-        }
+        self.chain_heads(hash).for_each(|node| prefetch(node));
     }
 
     /// The third step, once the chain's first node has arrived: if that
@@ -500,18 +493,20 @@ impl<K: Hash + Eq, V, S: BuildHasher> Dict<K, V, S> {
         K: Borrow<Q>,
         Q: Eq + ?Sized,
     {
-        for table in self.tables.iter().take_while(|t| !t.is_empty()) {
-            let link = table[bucket_of(hash, table.len())];
-            if link != NIL {
-                let node = self.nodes.get((link - 1) as usize);
-                if node.key.borrow() == q {
-                    f(&node.value);
-                    return;
-                }
-            }
+        if let Some(node) = self.chain_heads(hash).find(|node| node.key.borrow() == q) {
+            f(&node.value);
         }
     }
 
+    /// The first node of `hash`'s chain in each live table.
+    fn chain_heads(&self, hash: u64) -> impl Iterator<Item = &Node<K, V>> {
+        self.tables.iter().take_while(|t| !t.is_empty()).filter_map(move |table| {
+            let link = table[bucket_of(hash, table.len())];
+            (link != NIL).then(|| self.nodes.get((link - 1) as usize))
+        })
+    }
+
+    #[inline]
     fn hash<Q: Hash + ?Sized>(&self, q: &Q) -> u64 {
         self.hasher.hash_one(q)
     }
