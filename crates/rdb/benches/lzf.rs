@@ -2,23 +2,13 @@
 //! string over 20 bytes: incompressible values (memtier's `-R` random
 //! data, W1's 100-1000 B), text that compresses, and W2's sizes.
 
+mod common;
+
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use common::random;
 use keel_rdb::lzf;
-
-/// Deterministic bytes that no back reference can shorten.
-fn random(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
 
 /// JSON-like records: repetitive field names, varying values.
 fn text(len: usize) -> Vec<u8> {

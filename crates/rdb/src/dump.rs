@@ -20,10 +20,11 @@ const FOOTER: usize = 10;
 pub fn dump_payload(value: &RdbValue, options: &EncodeOptions) -> Vec<u8> {
     let plan = Plan::new(value, &options.thresholds);
     let mut out = Output::new(Vec::new());
-    out.u8(plan.rdb_type())
+    let mut payload = out
+        .u8(plan.rdb_type())
         .and_then(|()| plan.write(&mut out, value, options.compression))
+        .and_then(|()| out.into_inner())
         .expect("writing into a Vec cannot fail");
-    let mut payload = out.into_inner();
     payload.extend_from_slice(&(RDB_VERSION as u16).to_le_bytes());
     let crc = crc64(0, &payload);
     payload.extend_from_slice(&crc.to_le_bytes());

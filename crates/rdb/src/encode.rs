@@ -66,38 +66,65 @@ impl Default for EncodeOptions {
     }
 }
 
-/// The writing side: counts bytes and runs the CRC64 over them.
+/// Bytes gathered by [`Output`] before they are checksummed and passed on.
+/// A file is mostly pieces of a few bytes (a type, a length, a key), and
+/// `crc-fast` costs as much to set up as to checksum a few hundred bytes:
+/// a CRC per piece took two thirds of the time to write 100-byte strings.
+const CHUNK: usize = 16 << 10;
+
+/// The writing side: counts bytes and runs the CRC64 over them, a chunk at
+/// a time.
 pub(crate) struct Output<W> {
     inner: W,
+    /// Bytes not yet checksummed nor passed to `inner`, under [`CHUNK`].
+    pending: Vec<u8>,
+    /// The CRC of what was passed on.
     crc: u64,
     written: u64,
 }
 
 impl<W: Write> Output<W> {
     pub(crate) fn new(inner: W) -> Output<W> {
-        Output { inner, crc: 0, written: 0 }
+        Output { inner, pending: Vec::with_capacity(CHUNK), crc: 0, written: 0 }
     }
 
+    /// The CRC of every byte so far.
     pub(crate) fn crc(&self) -> u64 {
-        self.crc
+        crc64(self.crc, &self.pending)
     }
 
     pub(crate) fn written(&self) -> u64 {
         self.written
     }
 
-    pub(crate) fn into_inner(self) -> W {
-        self.inner
+    /// Passes on what is pending, and returns the inner writer.
+    pub(crate) fn into_inner(mut self) -> io::Result<W> {
+        self.pass_on()?;
+        Ok(self.inner)
     }
 
     pub(crate) fn flush(&mut self) -> io::Result<()> {
+        self.pass_on()?;
         self.inner.flush()
     }
 
     pub(crate) fn bytes(&mut self, b: &[u8]) -> io::Result<()> {
-        self.inner.write_all(b)?;
-        self.crc = crc64(self.crc, b);
         self.written += b.len() as u64;
+        if self.pending.len() + b.len() > CHUNK {
+            self.pass_on()?;
+        }
+        if b.len() >= CHUNK {
+            self.crc = crc64(self.crc, b);
+            return self.inner.write_all(b);
+        }
+        self.pending.extend_from_slice(b);
+        Ok(())
+    }
+
+    fn pass_on(&mut self) -> io::Result<()> {
+        self.crc = crc64(self.crc, &self.pending);
+        self.inner.write_all(&self.pending)?;
+        self.pending.clear();
         Ok(())
     }
 
@@ -331,4 +358,27 @@ fn quicklist_nodes(items: &[Vec<u8>], t: &Thresholds) -> Vec<(std::ops::Range<us
         nodes.push((start..items.len(), false));
     }
     nodes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Pieces on either side of a chunk's size, in an order that crosses
+    /// chunk boundaries every way: what comes out, its CRC and its count
+    /// are those of the bytes put in, at every step.
+    #[test]
+    fn output_passes_on_every_byte_and_checksums_it_whatever_the_pieces() {
+        let sizes = [1, 7, CHUNK - 1, 1, 1, CHUNK, 3, 3 * CHUNK + 5, CHUNK / 2, CHUNK / 2, CHUNK / 2 + 1, 0, 2];
+        let mut out = Output::new(Vec::new());
+        let mut all = Vec::new();
+        for (i, &size) in sizes.iter().enumerate() {
+            let piece: Vec<u8> = (0..size).map(|j| (i * 31 + j * 7) as u8).collect();
+            out.bytes(&piece).expect("a Vec takes every byte");
+            all.extend_from_slice(&piece);
+            assert_eq!(out.crc(), crc64(0, &all), "after piece {i}");
+            assert_eq!(out.written(), all.len() as u64);
+        }
+        assert_eq!(out.into_inner().expect("a Vec takes every byte"), all);
+    }
 }

@@ -127,6 +127,6 @@ impl<W: Write> RdbWriter<W> {
         let crc = if self.options.checksum { self.out.crc() } else { 0 };
         self.out.bytes(&crc.to_le_bytes())?;
         self.out.flush()?;
-        Ok(self.out.into_inner())
+        self.out.into_inner()
     }
 }
