@@ -161,6 +161,9 @@ pub enum Message {
     /// A CLIENT PAUSE ended early (CLIENT UNPAUSE, or a shorter pause
     /// replaced it): run the input your paused connections hold.
     Resume,
+    /// Serve this connection: another worker admitted it, and this one
+    /// served the fewest.
+    Adopt(crate::worker::Accepted),
 }
 
 /// The registry of live clients and the mailboxes of the worker threads.

@@ -2,7 +2,7 @@
 //! and spawning one worker per thread.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
@@ -73,6 +73,9 @@ pub struct WorkerStats {
     /// Socket reads and writes (INFO total_reads_processed/total_writes_processed).
     pub reads_processed: AtomicU64,
     pub writes_processed: AtomicU64,
+    /// Connections this worker serves or has been handed and not yet
+    /// taken: where the next accepted connection goes is read from these.
+    pub connections: AtomicUsize,
 }
 
 impl WorkerStats {
@@ -88,6 +91,7 @@ impl WorkerStats {
             rejected_connections: AtomicU64::new(0),
             reads_processed: AtomicU64::new(0),
             writes_processed: AtomicU64::new(0),
+            connections: AtomicUsize::new(0),
         }
     }
 

@@ -349,6 +349,44 @@ fn unix_socket_with_permissions() {
     assert!(reply.contains(" flags=U "), "{reply}");
     let mut c = server.client();
     assert_eq!(c.cmd("PING"), simple("PONG"));
+    // The socket listens on one thread; its connections are served by both.
+    let more: Vec<UnixStream> = (0..2)
+        .map(|_| {
+            let mut s = UnixStream::connect(&path).expect("connect");
+            s.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
+            s.write_all(b"*1\r\n$4\r\nPING\r\n").expect("write");
+            assert_eq!(s.read(&mut buf).expect("read"), 7);
+            s
+        })
+        .collect();
+    assert_eq!(clients_per_thread(&mut c), [2, 2]);
+    drop((s, more));
     drop(server);
     let _ = std::fs::remove_file(&path);
+}
+
+/// INFO's count of the connections each worker thread serves.
+fn clients_per_thread(c: &mut Client) -> Vec<usize> {
+    c.info_field("clients", "keel_clients_per_thread").split(',').map(|n| n.parse().expect("a count")).collect()
+}
+
+/// Each connection goes to the thread serving the fewest (the kernel's
+/// SO_REUSEPORT hash alone splits them unevenly), and a thread whose
+/// connections closed gets the next ones.
+#[test]
+fn connections_spread_evenly_over_the_threads_and_refill_where_some_closed() {
+    let server = Server::start(&["--threads", "4"]);
+    let mut probe = server.client();
+    probe.wait_connected_clients(1);
+    let connect = || {
+        let mut c = server.client();
+        assert_eq!(c.cmd("PING"), simple("PONG"));
+        c
+    };
+    let mut clients: Vec<Client> = (0..11).map(|_| connect()).collect();
+    assert_eq!(clients_per_thread(&mut probe), [3, 3, 3, 3]);
+    clients.drain(..5);
+    probe.wait_connected_clients(7);
+    clients.extend((0..5).map(|_| connect()));
+    assert_eq!(clients_per_thread(&mut probe), [3, 3, 3, 3]);
 }

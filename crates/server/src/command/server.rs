@@ -419,6 +419,14 @@ fn write_section(ctx: &mut Ctx<'_>, section: &str, out: &mut String) {
             field!(out, "blocked_clients", blocked);
             field!(out, "tracking_clients", 0);
             field!(out, "clients_in_timeout_table", 0);
+            let mut per_thread = vec![0usize; server.thread_count];
+            for (_, worker) in &clients {
+                if let Some(n) = per_thread.get_mut(*worker) {
+                    *n += 1;
+                }
+            }
+            let per_thread: Vec<String> = per_thread.iter().map(usize::to_string).collect();
+            field!(out, "keel_clients_per_thread", per_thread.join(","));
         }
         "memory" => write_memory(ctx, out),
         "persistence" => {
