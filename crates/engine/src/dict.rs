@@ -306,6 +306,14 @@ pub(crate) fn prefetch<T>(at: *const T) {
     let _ = at;
 }
 
+/// Buckets [`Dict::scan_many`] asks memory for at once.
+const SCAN_AHEAD: usize = 16;
+
+/// Advances a scan's reversed cursor by one in the bits `mask` leaves.
+fn next_cursor(v: u64, mask: u64) -> u64 {
+    (v | !mask).reverse_bits().wrapping_add(1).reverse_bits()
+}
+
 #[inline]
 fn bucket_of(hash: u64, table_len: usize) -> usize {
     // Truncation is intended: table lengths are powers of two below usize::MAX.
@@ -405,10 +413,6 @@ impl<K, V, S> Dict<K, V, S> {
         if self.is_empty() {
             return 0;
         }
-        // Advances the reversed cursor by one in the bits the mask leaves.
-        fn next_cursor(v: u64, mask: u64) -> u64 {
-            (v | !mask).reverse_bits().wrapping_add(1).reverse_bits()
-        }
         let mut v = cursor;
         if !self.is_rehashing() {
             let table = &self.tables[0];
@@ -433,6 +437,62 @@ impl<K, V, S> Dict<K, V, S> {
             }
         }
         v
+    }
+
+    /// Up to `calls` calls of [`scan`](Dict::scan) in one: the same
+    /// entries in the same order, and the cursor the last call would
+    /// return. A scan's order hops across the bucket array, so every
+    /// bucket, node and value it reads is a cache miss, most of the time a
+    /// rewrite spent. So it goes [`SCAN_AHEAD`] buckets at a time: their
+    /// slots are asked for, then their chains' first nodes, then `ahead` is
+    /// called with each first node's value (to ask for what it points to),
+    /// and only then are the chains passed to `f`: one wait for each kind
+    /// of line instead of one per bucket. While rehashing it is plain
+    /// `scan` calls.
+    pub fn scan_many(&self, mut cursor: u64, calls: usize, mut ahead: impl FnMut(&V), mut f: impl FnMut(&K, &V)) -> u64 {
+        if self.is_rehashing() {
+            for _ in 0..calls {
+                cursor = self.scan(cursor, &mut f);
+                if cursor == 0 {
+                    break;
+                }
+            }
+            return cursor;
+        }
+        if self.is_empty() {
+            return 0;
+        }
+        let table = &self.tables[0];
+        let mask = (table.len() - 1) as u64;
+        let head = |c: u64| match table[(c & mask) as usize] {
+            NIL => None,
+            link => Some(self.nodes.get((link - 1) as usize)),
+        };
+        let mut left = calls;
+        while left > 0 {
+            let mut cursors = [0u64; SCAN_AHEAD];
+            let mut n = 0;
+            while n < SCAN_AHEAD.min(left) {
+                cursors[n] = cursor;
+                n += 1;
+                cursor = next_cursor(cursor, mask);
+                if cursor == 0 {
+                    break;
+                }
+            }
+            let cursors = &cursors[..n];
+            cursors.iter().for_each(|&c| prefetch(&table[(c & mask) as usize]));
+            cursors.iter().filter_map(|&c| head(c)).for_each(|node| prefetch(node));
+            cursors.iter().filter_map(|&c| head(c)).for_each(|node| ahead(&node.value));
+            for &c in cursors {
+                self.emit_chain(table[(c & mask) as usize], &mut f);
+            }
+            if cursor == 0 {
+                return 0;
+            }
+            left -= n;
+        }
+        cursor
     }
 
     fn emit_chain(&self, mut link: Link, f: &mut impl FnMut(&K, &V)) {
@@ -1127,6 +1187,45 @@ mod tests {
         let (v, inserted) = d.entry_or_insert_with(&key(5)[..], || panic!("key built"), || panic!());
         assert!(!inserted);
         assert_eq!(*v, 1);
+    }
+
+    /// `scan_many` is `calls` calls of `scan`: the same entries in the
+    /// same order and the same cursors, on tables of every size, while
+    /// rehashing too, for batches under, at and over `SCAN_AHEAD`; `ahead`
+    /// sees only values that are then emitted.
+    #[test]
+    fn scan_many_is_that_many_scans() {
+        let (mut rehashing_seen, mut stable_seen) = (false, false);
+        for n in [0u64, 1, 5, 100, 1000, 4100] {
+            let mut d: Dict<u64, u64> = Dict::new();
+            for k in 0..n {
+                d.insert(k * 7919, k);
+            }
+            rehashing_seen |= d.is_rehashing();
+            stable_seen |= n > 0 && !d.is_rehashing();
+            for calls in [1, 3, SCAN_AHEAD, SCAN_AHEAD + 1, 100] {
+                let (mut one, mut many) = (Vec::new(), Vec::new());
+                let (mut c1, mut c2) = (0, 0);
+                let mut ahead = HashSet::new();
+                loop {
+                    for _ in 0..calls {
+                        c1 = d.scan(c1, |k, v| one.push((*k, *v)));
+                        if c1 == 0 {
+                            break;
+                        }
+                    }
+                    c2 = d.scan_many(c2, calls, |v| assert!(ahead.insert(*v)), |k, v| many.push((*k, *v)));
+                    assert_eq!(c1, c2, "n {n}, calls {calls}");
+                    assert_eq!(one, many, "n {n}, calls {calls}");
+                    if c1 == 0 {
+                        break;
+                    }
+                }
+                assert_eq!(one.len() as u64, n);
+                assert!(ahead.iter().all(|v| one.iter().any(|(_, w)| w == v)));
+            }
+        }
+        assert!(rehashing_seen && stable_seen, "no case scanned a rehashing table, or none a stable one");
     }
 
     /// Runs one SCAN to completion while `mutate` changes the dict between

@@ -219,15 +219,18 @@ impl DbData {
             let Progress::Scanning(cursor) = snap.progress else { break };
             let saved = &snap.saved;
             let mut visited = 0;
-            let next = self.keys.scan(cursor, |key, entry| {
+            // As many buckets as entries are wanted: at most one entry per
+            // bucket on average, the table's load factor.
+            let calls = *work;
+            let next = self.keys.scan_many(cursor, calls, Entry::prefetch_value, |key, entry| {
                 visited += 1;
-                if !saved.contains_key(&key[..]) {
+                if saved.is_empty() || !saved.contains_key(&key[..]) {
                     emit(origin, key, entry);
                 }
             });
-            // A call costs at least its bucket, so that a sparse table
-            // cannot make a step unbounded.
-            *work = work.saturating_sub(visited.max(1));
+            // A bucket costs at least one, so that a sparse table cannot
+            // make a step unbounded.
+            *work = work.saturating_sub(visited.max(calls));
             if next == 0 {
                 snap.progress = Progress::Scanned;
                 // Nothing depends on bucket positions any more.
