@@ -103,16 +103,27 @@ impl<W: Write> RdbWriter<W> {
     /// Writes one key of the current database, with its expiry as a Unix
     /// time in milliseconds (`EXPIRETIME_MS`).
     pub fn write_key(&mut self, key: &[u8], value: &RdbValue, expire_at_ms: Option<u64>) -> io::Result<()> {
+        let plan = Plan::new(value, &self.options.encode.thresholds);
+        self.key_header(key, plan.rdb_type(), expire_at_ms)?;
+        plan.write(&mut self.out, value, self.options.encode.compression)
+    }
+
+    /// [`write_key`](RdbWriter::write_key) of a string value held
+    /// elsewhere, without making it an [`RdbValue`] first.
+    pub fn write_string_key(&mut self, key: &[u8], value: &[u8], expire_at_ms: Option<u64>) -> io::Result<()> {
+        self.key_header(key, TYPE_STRING, expire_at_ms)?;
+        self.out.string(value, self.options.encode.compression)
+    }
+
+    /// The expiry, the value's type and the key.
+    fn key_header(&mut self, key: &[u8], rdb_type: u8, expire_at_ms: Option<u64>) -> io::Result<()> {
         if let Some(at) = expire_at_ms {
             self.out.u8(OP_EXPIRETIME_MS)?;
             // Stored signed; no real time comes near the top bit.
             self.out.bytes(&at.min(i64::MAX as u64).to_le_bytes())?;
         }
-        let compression = self.options.encode.compression;
-        let plan = Plan::new(value, &self.options.encode.thresholds);
-        self.out.u8(plan.rdb_type())?;
-        self.out.string(key, compression)?;
-        plan.write(&mut self.out, value, compression)
+        self.out.u8(rdb_type)?;
+        self.out.string(key, self.options.encode.compression)
     }
 
     /// Bytes written so far.

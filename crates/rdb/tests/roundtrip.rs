@@ -114,6 +114,31 @@ proptest! {
     }
 
     #[test]
+    fn a_borrowed_string_writes_as_an_owned_one(
+        key in element(),
+        value in element(),
+        expire in proptest::option::of(any::<u64>()),
+        compression in any::<bool>(),
+    ) {
+        let options = WriteOptions {
+            encode: EncodeOptions { compression, ..EncodeOptions::default() },
+            ctime: Some(0),
+            ..WriteOptions::default()
+        };
+        let file = |borrowed: bool| {
+            let mut w = RdbWriter::new(Vec::new(), options).unwrap();
+            w.select_db(0, 1, u64::from(expire.is_some())).unwrap();
+            if borrowed {
+                w.write_string_key(&key, &value, expire).unwrap();
+            } else {
+                w.write_key(&key, &RdbValue::String(value.clone()), expire).unwrap();
+            }
+            w.finish().unwrap()
+        };
+        prop_assert_eq!(file(true), file(false));
+    }
+
+    #[test]
     fn payloads_round_trip(v in value(), compression in any::<bool>(), thresholds in thresholds()) {
         let payload = dump_payload(&v, &EncodeOptions { compression, thresholds });
         prop_assert_eq!(norm(&restore_payload(&payload).unwrap()), norm(&v));

@@ -85,10 +85,11 @@ use std::time::{Duration, Instant};
 use keel_engine::set::Member;
 use keel_engine::{Entry, Value};
 use keel_journal::{BaseBuffer, BaseFormat, IncrListing, Journal, JournalError, Rewrite, RewriteOptions, RewriteSummary, Sizes};
-use keel_rdb::{RdbValue, RdbWriter, WriteOptions};
+use keel_rdb::{RdbWriter, WriteOptions};
 use parking_lot::Mutex;
 
 use crate::command::{CmdError, CommandSpec, Ctx};
+use crate::rdb::Gathered;
 use crate::config::Config;
 use crate::doorbell::Doorbell;
 use crate::durability::AofState;
@@ -687,31 +688,30 @@ fn write_rdb_base(
     let io_err = |e: std::io::Error| e.to_string();
     let out = std::io::BufWriter::with_capacity(WRITE_BYTES, rewrite.base_writer());
     let writer = RdbWriter::new(out, options).map_err(io_err)?;
-    struct Gathered<W: std::io::Write> {
+    struct State<W: std::io::Write> {
         writer: RdbWriter<W>,
         db: Option<usize>,
-        entries: Vec<(usize, Vec<u8>, RdbValue, Option<u64>)>,
+        entries: Gathered,
     }
-    let mut state = Gathered { writer, db: None, entries: Vec::with_capacity(STEP_ENTRIES) };
+    let mut state = State { writer, db: None, entries: Gathered::default() };
     scan_snapshot(
         server,
         &mut state,
         |g, db, key, entry| {
             if !entry.is_expired(s_ms) {
-                let expire = entry.has_expiry().then_some(entry.expire_at_ms);
-                g.entries.push((db, key.to_vec(), crate::rdb::to_rdb(&entry.value), expire));
+                g.entries.push(db, key, entry);
             }
         },
         |g, _| {
-            for (db, key, value, expire) in g.entries.drain(..) {
-                if g.db != Some(db) {
+            let State { writer, db: current, entries } = g;
+            entries.drain(|db, key, value, expire| {
+                if *current != Some(db) {
                     let (keys, expires) = counts.get(db).copied().unwrap_or((0, 0));
-                    g.writer.select_db(db as u64, keys, expires).map_err(io_err)?;
-                    g.db = Some(db);
+                    writer.select_db(db as u64, keys, expires).map_err(io_err)?;
+                    *current = Some(db);
                 }
-                g.writer.write_key(&key, &value, expire).map_err(io_err)?;
-            }
-            Ok(())
+                value.write(writer, key, expire).map_err(io_err)
+            })
         },
     )?;
     let out = state.writer.finish().map_err(io_err)?;

@@ -60,13 +60,14 @@ use std::time::{Duration, Instant};
 use keel_engine::value::{EncodingLimits, Entry};
 use keel_engine::Locked;
 use keel_journal::IncrementalSync;
-use keel_rdb::{RdbEntry, RdbItem, RdbReader, RdbValue, RdbWriter, WriteOptions};
+use keel_rdb::{RdbEntry, RdbItem, RdbReader, RdbWriter, WriteOptions};
 use parking_lot::Mutex;
 use thiserror::Error;
 
 use crate::config::SaveRule;
 
 use crate::doorbell::{Doorbell, Wake};
+use crate::rdb::{Gathered, GatheredValue};
 use crate::server::{unix_ms, Server};
 
 /// Entries per `snapshot_step`, i.e. per hold of one shard's lock: few,
@@ -605,13 +606,13 @@ impl DumpWriter {
         Ok(DumpWriter { w, current_db: None, counts: Vec::new(), key_delay_us: settings.key_delay_us })
     }
 
-    fn key(&mut self, db: usize, key: &[u8], value: &RdbValue, expire: Option<u64>) -> Result<(), String> {
+    fn key(&mut self, db: usize, key: &[u8], value: GatheredValue<'_>, expire: Option<u64>) -> Result<(), String> {
         if self.current_db != Some(db) {
             let (keys, expires) = self.counts.get(db).copied().unwrap_or((0, 0));
             self.w.select_db(db as u64, keys, expires).map_err(|e| e.to_string())?;
             self.current_db = Some(db);
         }
-        self.w.write_key(key, value, expire).map_err(|e| e.to_string())?;
+        value.write(&mut self.w, key, expire).map_err(|e| e.to_string())?;
         if self.key_delay_us > 0 {
             std::thread::sleep(Duration::from_micros(self.key_delay_us as u64));
         }
@@ -699,7 +700,7 @@ fn write_snapshot(
 /// workers (stepping aside for busy ones before each piece), it stops
 /// before a step to hand the rest to the BGSAVE thread.
 fn stream(server: &Server, out: &mut DumpWriter, stop: &dyn Fn() -> bool, behind: bool) -> Result<bool, String> {
-    let stopped = || Err("stopped for a shutdown or a FLUSHALL".to_string());
+    let stopped = || "stopped for a shutdown or a FLUSHALL".to_string();
     let next_piece = || {
         if behind {
             server.worker_cores.give_way();
@@ -707,7 +708,7 @@ fn stream(server: &Server, out: &mut DumpWriter, stop: &dyn Fn() -> bool, behind
         stop()
     };
     let keyspace = &server.keyspace;
-    let mut buf: Vec<(usize, Vec<u8>, RdbValue, Option<u64>)> = Vec::with_capacity(STEP_ENTRIES);
+    let mut buf = Gathered::default();
     // A shard already written answers its next step at once, as done.
     for index in 0..keyspace.shard_count() {
         loop {
@@ -715,22 +716,20 @@ fn stream(server: &Server, out: &mut DumpWriter, stop: &dyn Fn() -> bool, behind
                 return Ok(false);
             }
             if next_piece() {
-                return stopped();
+                return Err(stopped());
             }
             let done = {
                 let mut locked = keyspace.lock_one(index);
-                locked.shard(index).snapshot_step(STEP_ENTRIES, |db, key, entry: &Entry| {
-                    let expire = entry.has_expiry().then_some(entry.expire_at_ms);
-                    buf.push((db, key.to_vec(), crate::rdb::to_rdb(&entry.value), expire));
-                })
+                locked.shard(index).snapshot_step(STEP_ENTRIES, |db, key, entry: &Entry| buf.push(db, key, entry))
             };
-            for (db, key, value, expire) in buf.drain(..) {
+            buf.drain(|db, key, value, expire| {
                 if next_piece() {
-                    return stopped();
+                    return Err(stopped());
                 }
-                out.key(db, &key, &value, expire)?;
+                out.key(db, key, value, expire)?;
                 server.snapshot_progress.keys_processed.fetch_add(1, Ordering::Relaxed);
-            }
+                Ok(())
+            })?;
             if done {
                 break;
             }
@@ -755,7 +754,7 @@ fn save_held(server: &Server, locked: &mut Locked<'_>) -> Result<u64, SaveError>
             for (db, d) in shard.dbs().iter().enumerate() {
                 for (key, entry) in d.iter() {
                     let expire = entry.has_expiry().then_some(entry.expire_at_ms);
-                    out.key(db, key, &crate::rdb::to_rdb(&entry.value), expire)?;
+                    out.key(db, key, GatheredValue::Other(&crate::rdb::to_rdb(&entry.value)), expire)?;
                 }
             }
         }
