@@ -1,5 +1,6 @@
-//! The bridge between the keyspace's values and `keel-rdb`'s neutral model
-//! (DUMP/RESTORE today; snapshots to RDB files use the same conversions).
+//! The bridge between the keyspace's values and `keel-rdb`'s neutral model:
+//! DUMP/RESTORE and RDB loads convert with [`to_rdb`] and [`from_rdb`];
+//! snapshots and rewrites copy a step's entries out with [`Gathered`].
 
 use std::io;
 
