@@ -7,9 +7,9 @@
 //! the `Server::snapshot_active` token is taken with a compare-exchange so
 //! that one snapshot runs at a time, then `prepare_snapshot`,
 //! `begin_snapshot` (the instant S), and shard by shard `snapshot_step`s of
-//! [`STEP_ENTRIES`] entries under that shard's lock alone, converted to
-//! `keel-rdb`'s model into a buffer; the buffer is encoded and written once
-//! the lock is released. Keys whose TTL has passed but that no access or
+//! [`STEP_ENTRIES`] entries under that shard's lock alone, copied into a
+//! [`Gathered`] buffer (strings as bytes, other values in `keel-rdb`'s
+//! model); the buffer is encoded and written once the lock is released. Keys whose TTL has passed but that no access or
 //! active expiry has deleted yet are written too, as Redis writes them: a
 //! load skips them and counts them (`rdb_last_load_keys_expired`).
 //!
