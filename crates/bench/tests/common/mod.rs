@@ -10,10 +10,12 @@
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
+
+use keel_testkit::free_port;
 
 /// A server process, killed when dropped.
 pub struct Server {
@@ -38,23 +40,6 @@ pub fn require(program: &str, package: &str) -> PathBuf {
     match found {
         Some(p) => p,
         None => panic!("{program} is not installed: install Debian's {package} (scripts/test.sh does)"),
-    }
-}
-
-/// A free port on loopback, never the same twice in this process: tests
-/// run in parallel, and two servers started on one port would each pass
-/// the readiness check against whichever bound it (one test then talks to
-/// the other's server, or to nothing once that test has stopped it).
-fn free_port() -> u16 {
-    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
-    loop {
-        let port =
-            TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free port");
-        let mut given = GIVEN.lock().expect("ports");
-        if !given.contains(&port) {
-            given.push(port);
-            return port;
-        }
     }
 }
 

@@ -7,6 +7,8 @@ use std::time::{Duration, Instant};
 
 use keel_journal::testing::{Failpoints, FaultyFiles, StdFiles};
 use keel_journal::{BaseFormat, FsyncPolicy, Journal, JournalConfig, Replay, Replayed, Tuning};
+#[allow(unused_imports)] // Not every test binary starts a server.
+pub use keel_testkit::free_port;
 
 pub fn config(root: &Path, fsync: FsyncPolicy) -> JournalConfig {
     JournalConfig {
@@ -112,18 +114,3 @@ pub fn content_len(path: &Path) -> u64 {
     }
 }
 
-/// A free port, never one handed out before in this process: the tests of
-/// a binary run in parallel, and two servers started on one port would
-/// each pass the readiness check against whichever bound it (one test then
-/// talks to the other's server, or to nothing once that test stopped it).
-pub fn free_port() -> u16 {
-    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
-    loop {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let mut given = GIVEN.lock().unwrap();
-        if !given.contains(&port) {
-            given.push(port);
-            return port;
-        }
-    }
-}

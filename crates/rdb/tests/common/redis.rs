@@ -1,12 +1,13 @@
 //! A real `redis-server` for interop tests, with a binary-safe RESP client.
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use keel_rdb::RdbValue;
+pub use keel_testkit::free_port;
 
 /// Whether `bin` runs (`bin --version`).
 pub fn have(bin: &str) -> bool {
@@ -49,22 +50,6 @@ impl Reply {
         match self {
             Reply::Status(s) => s,
             other => panic!("expected a status reply, got {other:?}"),
-        }
-    }
-}
-
-/// A free port, never one handed out before in this process: the tests of
-/// a binary run in parallel, and two servers started on one port would
-/// each pass the readiness check against whichever bound it (one test then
-/// talks to the other's server, or to nothing once that test stopped it).
-pub fn free_port() -> u16 {
-    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
-    loop {
-        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let mut given = GIVEN.lock().unwrap();
-        if !given.contains(&port) {
-            given.push(port);
-            return port;
         }
     }
 }

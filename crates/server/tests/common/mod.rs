@@ -3,12 +3,13 @@
 #![allow(dead_code)] // each test binary uses a different subset
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 pub use keel_protocol::frame::Frame;
+pub use keel_testkit::free_port;
 
 pub mod diff;
 pub mod state;
@@ -23,42 +24,6 @@ fn try_info(port: u16, password: Option<&str>, section: &str) -> Option<Frame> {
         client.try_send(&["AUTH", password])?;
     }
     client.try_send(&["INFO", section])
-}
-
-/// A free TCP port on loopback (bound then released), below the kernel's
-/// ephemeral range. A port the kernel picks for a bind to port 0 comes from
-/// that range, which every outgoing connection's source port is drawn
-/// from too: one of the suite's many client connections took such a port
-/// before the server meant for it could bind it ("Address already in use").
-pub fn free_port() -> u16 {
-    use std::hash::BuildHasher;
-    // Never hand out the same port twice in one test process: two servers
-    // racing for one port would make tests talk to the wrong server.
-    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
-    const LOWEST: u16 = 10_000;
-    let ephemeral_from = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()
-        .and_then(|range| range.split_whitespace().next()?.parse::<u16>().ok())
-        .unwrap_or(32_768);
-    loop {
-        let port = if ephemeral_from > LOWEST + 1000 {
-            // A fresh RandomState is seeded anew: a random pick, so that
-            // test processes running side by side rarely try the same port.
-            let random = std::collections::hash_map::RandomState::new().hash_one(0u8);
-            let port = LOWEST + (random % u64::from(ephemeral_from - LOWEST)) as u16;
-            match TcpListener::bind(("127.0.0.1", port)) {
-                Ok(_) => port,
-                Err(_) => continue,
-            }
-        } else {
-            TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("free port")
-        };
-        let mut given = GIVEN.lock().expect("ports");
-        if !given.contains(&port) {
-            given.push(port);
-            return port;
-        }
-    }
 }
 
 /// Where a test server's log goes: `$TMPDIR/keel-test-logs/<port>.log`,
