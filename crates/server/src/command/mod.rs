@@ -232,10 +232,17 @@ impl CommandSpec {
             Keys::None => SmallVec::new(),
             Keys::Range { first, last, step } => {
                 let last = if last < 0 { argv.len() as isize + last } else { last };
+                // Past the arguments there are no keys.
+                let last = last.min(argv.len() as isize - 1);
                 if last < first as isize {
                     return SmallVec::new();
                 }
-                (first..=last as usize).step_by(step.max(1)).filter(|&i| i < argv.len()).collect()
+                // Most commands name one key, and this runs several times
+                // per command: no iterator for them.
+                if last == first as isize {
+                    return smallvec::smallvec![first];
+                }
+                (first..=last as usize).step_by(step.max(1)).collect()
             }
             Keys::Custom(f) => f(argv),
         }
@@ -849,4 +856,30 @@ pub fn repr(bytes: &[u8]) -> String {
     }
     s.push('"');
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Key positions as Redis's (first, last, step) give them, for commands
+    /// of one key, several, every other argument, and with missing or extra
+    /// arguments.
+    #[test]
+    fn key_indexes_follow_first_last_step() {
+        let indexes = |name: &str, line: &str| -> Vec<usize> {
+            let (_, spec) = table().lookup(name.as_bytes()).expect("in the table");
+            let argv: Vec<&[u8]> = line.split_whitespace().map(str::as_bytes).collect();
+            spec.key_indexes(&argv).to_vec()
+        };
+        assert_eq!(indexes("get", "GET k"), [1]);
+        assert_eq!(indexes("get", "GET"), [0usize; 0]);
+        assert_eq!(indexes("set", "SET k v EX 10"), [1]);
+        assert_eq!(indexes("del", "DEL a b c"), [1, 2, 3]);
+        assert_eq!(indexes("mset", "MSET a 1 b 2"), [1, 3]);
+        assert_eq!(indexes("mset", "MSET a 1 b"), [1, 3]);
+        assert_eq!(indexes("blpop", "BLPOP a b 0"), [1, 2]);
+        assert_eq!(indexes("rename", "RENAME a b"), [1, 2]);
+        assert_eq!(indexes("ping", "PING"), [0usize; 0]);
+    }
 }
