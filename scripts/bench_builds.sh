@@ -49,10 +49,5 @@ for round in $(seq "$rounds"); do
         echo "round $round, ${builds[$i]}: ops/s p99-ms cpu-s-per-M-ops = $row"
     done
 done
-echo "| build | ops/s | p99 ms | CPU s per M ops |"
-echo "|---|---:|---:|---:|"
-for i in "${!builds[@]}"; do
-    cols=$(for c in 1 2 3; do awk -v c=$c '{print $c}' "$work/build-$i" | median; done | paste -sd'|')
-    echo "| ${builds[$i]} | ${cols//|/ | } |"
-done
+medians_table "ops/s | p99 ms | CPU s per M ops" "$work" "${builds[@]}"
 echo "(medians of $rounds runs of $seconds s; load: ${load}${PRELOAD:+; preload: $PRELOAD})"

@@ -60,10 +60,5 @@ for round in $(seq "$rounds"); do
         echo "round $round, ${builds[$i]}: cpu-s wall-s base-bytes = $row"
     done
 done
-echo "| build | CPU s | wall s | base bytes |"
-echo "|---|---:|---:|---:|"
-for i in "${!builds[@]}"; do
-    cols=$(for c in 1 2 3; do awk -v c=$c '{print $c}' "$work/build-$i" | median; done | paste -sd'|')
-    echo "| ${builds[$i]} | ${cols//|/ | } |"
-done
+medians_table "CPU s | wall s | base bytes" "$work" "${builds[@]}"
 echo "(medians of $rounds runs; $keys keys, values: $values)"

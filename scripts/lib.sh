@@ -20,3 +20,17 @@ cpu_ticks() { awk '{print $14 + $15 + $16 + $17}' "/proc/$1/stat"; }
 
 # median: the median of the numbers on stdin, one per line.
 median() { sort -g | awk '{a[NR]=$0} END {print a[int((NR+1)/2)]}'; }
+
+# medians_table <header> <dir> <build>...: a Markdown table, one row per
+# build, of the medians of the three columns in <dir>/build-<i> (one line
+# per run); <header> names them, e.g. "ops/s | p99 ms | CPU s per M ops".
+medians_table() {
+    local header=$1 dir=$2; shift 2
+    local builds=("$@") i c cols
+    echo "| build | $header |"
+    echo "|---|---:|---:|---:|"
+    for i in "${!builds[@]}"; do
+        cols=$(for c in 1 2 3; do awk -v c="$c" '{print $c}' "$dir/build-$i" | median; done | paste -sd'|')
+        echo "| ${builds[$i]} | ${cols//|/ | } |"
+    done
+}

@@ -190,10 +190,11 @@ impl Keyspace {
         at_s(&mut all)
     }
 
-    /// The first of two passes over a batch of keys about to be looked up
-    /// in database `db`: asks for each key's bucket
+    /// The first of three passes over a batch of keys about to be looked
+    /// up in database `db`: asks for each key's bucket
     /// ([`crate::dict::Dict::prefetch_bucket`]) and returns its shard and
-    /// hash for the second, [`Keyspace::prefetch_chain`]. Waits for
+    /// hash for the others, [`Keyspace::prefetch_chain`] and
+    /// [`Keyspace::prefetch_value`]. Waits for
     /// nothing: a locked shard is skipped (None).
     pub fn prefetch_bucket(&self, db: usize, key: &[u8]) -> Option<Prefetch> {
         let shard = self.shard_of_key(key);

@@ -215,22 +215,18 @@ impl DbData {
             }
             snap.progress = Progress::Scanned;
         }
-        while *work > 0 {
-            let Progress::Scanning(cursor) = snap.progress else { break };
+        if let (Progress::Scanning(cursor), true) = (snap.progress, *work > 0) {
             let saved = &snap.saved;
-            let mut visited = 0;
-            // As many buckets as entries are wanted: at most one entry per
-            // bucket on average, the table's load factor.
-            let calls = *work;
-            let next = self.keys.scan_many(cursor, calls, Entry::prefetch_value, |key, entry| {
-                visited += 1;
+            // As many buckets as entries are wanted (a bucket holds at most
+            // one entry on average, the table's load factor), each bucket
+            // counting as one so that a sparse table cannot make a step
+            // unbounded: the call spends the step's work.
+            let next = self.keys.scan_many(cursor, *work, Entry::prefetch_value, |key, entry| {
                 if saved.is_empty() || !saved.contains_key(&key[..]) {
                     emit(origin, key, entry);
                 }
             });
-            // A bucket costs at least one, so that a sparse table cannot
-            // make a step unbounded.
-            *work = work.saturating_sub(visited.max(calls));
+            *work = 0;
             if next == 0 {
                 snap.progress = Progress::Scanned;
                 // Nothing depends on bucket positions any more.

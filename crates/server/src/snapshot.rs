@@ -9,9 +9,10 @@
 //! `begin_snapshot` (the instant S), and shard by shard `snapshot_step`s of
 //! [`STEP_ENTRIES`] entries under that shard's lock alone, copied into a
 //! [`Gathered`] buffer (strings as bytes, other values in `keel-rdb`'s
-//! model); the buffer is encoded and written once the lock is released. Keys whose TTL has passed but that no access or
-//! active expiry has deleted yet are written too, as Redis writes them: a
-//! load skips them and counts them (`rdb_last_load_keys_expired`).
+//! model); the buffer is encoded and written once the lock is released.
+//! Keys whose TTL has passed but that no access or active expiry has
+//! deleted yet are written too, as Redis writes them: a load skips them
+//! and counts them (`rdb_last_load_keys_expired`).
 //!
 //! The file goes to `temp-<pid>.rdb` in `dir`, is fsynced, and renamed over
 //! `<dir>/<dbfilename>`; a failure deletes the temporary file and leaves the
