@@ -6,7 +6,10 @@
 //! then holds the reply until [`Journal::durable_lsn`] covers the returned
 //! [`Lsn`]. Execution never waits for the disk: `append` copies bytes into a
 //! memory buffer; a writer thread writes and syncs them with group commit
-//! (see `writer.rs` for the design, and the failure handling).
+//! (see `writer.rs` for the design, and the failure handling). Under
+//! `everysec` and `no`, where replies do not wait for a sync, the server
+//! calls [`Journal::write_through`] before it sends them instead, so that
+//! what it acknowledged is at least in the kernel, as Redis does.
 //!
 //! # Files
 //!
@@ -84,6 +87,11 @@ pub use rewrite::{BaseBuffer, BaseWriter, IncrListing, PreparedRewrite, Rewrite,
 pub use stats::JournalStats;
 
 use writer::{Gather, Inner, Syncer, Writer};
+
+/// While another thread holds the writer's state, how often
+/// [`Journal::write_through`] looks whether that thread has begun to wait
+/// for the disk.
+const WRITE_THROUGH_POLL: Duration = Duration::from_micros(100);
 
 /// Entry points for the fuzz targets in `fuzz/`: the journal's own parsers
 /// (its record reader and the manifest), which read files a crash or a
@@ -302,6 +310,9 @@ pub enum JournalError {
 /// syncs what is pending (best effort) and stops its threads.
 pub struct Journal {
     inner: Arc<Inner>,
+    /// The writer's state: its thread's while it cycles, a worker's while
+    /// it writes through.
+    io: Arc<Mutex<Writer>>,
     /// The manifest and the files it lists, and the rewrite in progress.
     files: Arc<rewrite::Files>,
     threads: Mutex<Vec<JoinHandle<()>>>,
@@ -346,6 +357,7 @@ impl Journal {
             sync_gap_us: AtomicU64::new(config.sync_gap.as_micros() as u64),
             flush_sleep_us: AtomicU64::new(0),
             writer_batch_class: AtomicBool::new(config.writer_batch_class),
+            writer_may_block: AtomicBool::new(false),
             fsync_suspended: AtomicBool::new(false),
             retry_interval: tuning.retry_interval,
             everysec_interval: tuning.everysec_interval,
@@ -364,6 +376,7 @@ impl Journal {
                 selected_db: None,
                 last_timestamp_s: 0,
                 writer_sleeping: false,
+                replan: false,
                 shutdown: false,
                 sync_request: 0,
             }),
@@ -393,12 +406,13 @@ impl Journal {
         ));
         let mut threads = Vec::new();
         let segment = writer::Segment { file, start: start - prepared.incr_size };
-        let w = Writer::new(Arc::clone(&inner), start, segment);
+        let io = Arc::new(Mutex::new(Writer::new(Arc::clone(&inner), start, segment)));
         let spawn_err = |source| JournalError::Io { path: incr_path.clone(), source };
+        let writer_io = Arc::clone(&io);
         threads.push(
             std::thread::Builder::new()
                 .name("keel-aof-writer".into())
-                .spawn(move || w.run())
+                .spawn(move || writer::run(writer_io))
                 .map_err(spawn_err)?,
         );
         // Idle unless the policy is (or becomes) everysec.
@@ -410,7 +424,7 @@ impl Journal {
                 .map_err(spawn_err)?,
         );
         let replay = Replay::new(config.dir.clone(), prepared.files, prepared.warnings);
-        Ok((Journal { inner, files, threads: Mutex::new(threads) }, replay))
+        Ok((Journal { inner, io, files, threads: Mutex::new(threads) }, replay))
     }
 
     /// Appends one write command, in its final deterministic form (e.g. SET
@@ -440,6 +454,39 @@ impl Journal {
                 g.last_timestamp_s = now;
             }
         }
+    }
+
+    /// Writes everything appended so far to the file now, on the calling
+    /// thread, under `everysec` and `no`: Redis writes its AOF buffer
+    /// before it sends a loop turn's replies, so a process crash (kill -9,
+    /// the OOM killer) loses no acknowledged write, and a worker calls
+    /// this before it sends its own. It waits for another thread's
+    /// `write(2)` but never for the disk: it leaves the bytes to the
+    /// writer thread, and returns false, under `always` and while that
+    /// thread syncs, repairs or switches files (Redis, likewise, sends
+    /// replies with its write postponed while its background fsync
+    /// runs). Returns whether everything appended before the call is
+    /// written.
+    pub fn write_through(&self) -> bool {
+        let inner = &self.inner;
+        let target = inner.appended.load(Ordering::Acquire);
+        if inner.written.load(Ordering::Acquire) >= target {
+            return true;
+        }
+        if inner.policy() == FsyncPolicy::Always {
+            return false;
+        }
+        let mut w = loop {
+            if inner.writer_may_block.load(Ordering::Acquire) {
+                return false;
+            }
+            if let Some(w) = self.io.try_lock_for(WRITE_THROUGH_POLL) {
+                break w;
+            }
+        };
+        w.write_through();
+        drop(w);
+        inner.written.load(Ordering::Acquire) >= target
     }
 
     /// Redis's `no-appendfsync-on-rewrite` while a BGSAVE or a rewrite

@@ -3,8 +3,10 @@
 //! # Flush pipelining
 //!
 //! Appenders copy their encoded records into `Gather::buf` under one short
-//! mutex hold and go on; nobody but the writer thread touches the file. The
-//! writer loops:
+//! mutex hold and go on. The writer's state (the file, what is written,
+//! what is retained) is a [`Writer`] behind one mutex, held by the writer
+//! thread while it takes the gathered bytes and cycles, never while it
+//! waits. The writer thread loops:
 //!
 //! 1. under `always`, let the sync gap pass since the last fdatasync ended
 //!    (`JournalConfig::sync_gap`); then sleep on `writer_cv` until there is
@@ -20,7 +22,16 @@
 //! 4. publish `durable` (Release) and call `on_durable`.
 //!
 //! While the writer is in 3, appenders fill the next batch: that is the group
-//! commit, and its batch size grows by itself with the disk's latency. An
+//! commit, and its batch size grows by itself with the disk's latency.
+//!
+//! Under `everysec` and `no` a worker also takes the writer's state, at the
+//! end of each loop turn, to write what is gathered before it sends the
+//! turn's replies ([`crate::Journal::write_through`], Redis's write in
+//! `beforeSleep`): steps 2 and 3 without a sync. It never waits for the
+//! disk: while the writer thread's cycle may (`Inner::writer_may_block`:
+//! a sync, a repair, a switch of files), and for any work the writer thread
+//! must do first, it leaves the bytes to that thread. A write that fails on
+//! a worker is the writer thread's to retry (`Gather::replan` wakes it). An
 //! appender that brings `Gather::buf` past [`SEAL_AT`] seals it into a batch
 //! of its own and goes on in an emptied buffer the writer gave back: a
 //! buffer that grew to tens of megabytes (a rewrite's switch syncing a
@@ -109,6 +120,9 @@ pub(crate) struct Gather {
     pub(crate) last_timestamp_s: u64,
     /// The writer waits on `writer_cv`: whoever adds work must notify it.
     pub(crate) writer_sleeping: bool,
+    /// Another thread changed the writer's state (a worker's write
+    /// failed): the writer thread must look again before it waits.
+    pub(crate) replan: bool,
     pub(crate) shutdown: bool,
     /// `flush_and_sync` wants everything below this written and synced.
     pub(crate) sync_request: Lsn,
@@ -169,6 +183,10 @@ pub(crate) struct Inner {
     /// DEBUG AOF-FLUSH-SLEEP: microseconds to sleep before each cycle's
     /// writes, for tests that look at the file between a write and its reply.
     pub(crate) flush_sleep_us: AtomicU64,
+    /// The writer thread's cycle may wait for the disk, not only for
+    /// `write(2)`: a worker's [`crate::Journal::write_through`] does not
+    /// wait for it then.
+    pub(crate) writer_may_block: AtomicBool,
     /// [`crate::JournalConfig::writer_batch_class`].
     pub(crate) writer_batch_class: AtomicBool,
     pub(crate) retry_interval: Duration,
@@ -301,6 +319,84 @@ pub(crate) struct Writer {
     batch_class: Option<bool>,
 }
 
+/// The writer thread's body. It holds the writer's state only while it
+/// takes the gathered bytes and runs a cycle, never while it waits, so
+/// that a worker can write through in between.
+pub(crate) fn run(io: Arc<Mutex<Writer>>) {
+    let inner = Arc::clone(&io.lock().inner);
+    loop {
+        let (gap, plan) = {
+            let mut w = io.lock();
+            (w.sync_gap_left(), w.wait_plan())
+        };
+        if let Some(gap) = gap {
+            std::thread::sleep(gap);
+        }
+        let Some((shutdown, sync_request)) = wait_for_work(&inner, plan) else { continue };
+        let mut w = io.lock();
+        w.take_gathered(&mut inner.gather.lock());
+        // After the wait, so that a change applies to the cycle of the
+        // first record appended after it.
+        w.apply_batch_class();
+        inner.writer_may_block.store(w.may_block(sync_request), Ordering::Release);
+        w.cycle(sync_request);
+        inner.writer_may_block.store(false, Ordering::Release);
+        if shutdown {
+            w.finish();
+            return;
+        }
+    }
+}
+
+/// What the writer thread knew of its own state when it went to wait.
+struct WaitPlan {
+    /// While failing: when to try again.
+    retry_at: Option<Instant>,
+    linger: bool,
+    /// Under `everysec`, written batches wait in memory for the fsync
+    /// thread: wake now and then to let go of those it synced.
+    let_go_later: bool,
+    synced: Lsn,
+}
+
+/// Waits until there is something to do: new bytes, a switch, a requested
+/// sync, a repair, shutdown, the time of a retry, or (`let_go_later`) the
+/// fsync thread's interval. Returns whether to shut down, and the sync
+/// asked for; `None` if the plan is stale (`Gather::replan`).
+fn wait_for_work(inner: &Inner, mut plan: WaitPlan) -> Option<(bool, Lsn)> {
+    let mut g = inner.gather.lock();
+    loop {
+        if std::mem::take(&mut g.replan) {
+            return None;
+        }
+        if let Some(at) = plan.retry_at {
+            if g.shutdown || Instant::now() >= at {
+                break;
+            }
+            inner.writer_cv.wait_until(&mut g, at);
+            continue;
+        }
+        let syncer_failed = inner.syncer_failed.load(Ordering::Acquire);
+        let switching = !g.switches.is_empty() || !g.sealed.is_empty();
+        if !g.buf.is_empty() || switching || g.shutdown || g.sync_request > plan.synced || syncer_failed {
+            break;
+        }
+        if std::mem::take(&mut plan.linger) {
+            inner.writer_cv.wait_for(&mut g, LINGER);
+            continue;
+        }
+        g.writer_sleeping = true;
+        if plan.let_go_later {
+            inner.writer_cv.wait_for(&mut g, inner.everysec_interval);
+            g.writer_sleeping = false;
+            break;
+        }
+        inner.writer_cv.wait(&mut g);
+        g.writer_sleeping = false;
+    }
+    Some((g.shutdown, g.sync_request))
+}
+
 /// How long the writer gathers after a write when no reply waits for it.
 const LINGER: std::time::Duration = std::time::Duration::from_micros(500);
 
@@ -347,67 +443,36 @@ impl Writer {
         lsn - self.cur.start
     }
 
-    /// The writer thread's body.
-    pub(crate) fn run(mut self) {
-        loop {
-            let (shutdown, sync_request) = self.gather_next();
-            // After the wait, so that a change applies to the cycle of the
-            // first record appended after it.
-            self.apply_batch_class();
-            self.cycle(sync_request);
-            if shutdown {
-                if self.retry_at.is_none() {
-                    if let Err(e) = self.cur.file.release_space() {
-                        tracing::warn!("journal: cutting pre-written space off {}: {e}", self.inner.file_name.lock());
-                    }
-                } else {
-                    tracing::error!(
-                        "journal: shutting down with {} bytes not on disk: {}",
-                        self.inner.appended.load(Ordering::Acquire).saturating_sub(self.synced),
-                        self.inner.last_error.lock().clone().unwrap_or_default()
-                    );
-                }
-                self.inner.notify_progress();
-                return;
+    /// The end of the writer thread: the space written ahead cut off, or
+    /// what could not be written reported.
+    fn finish(&self) {
+        if self.retry_at.is_none() {
+            if let Err(e) = self.cur.file.release_space() {
+                tracing::warn!("journal: cutting pre-written space off {}: {e}", self.inner.file_name.lock());
             }
+        } else {
+            tracing::error!(
+                "journal: shutting down with {} bytes not on disk: {}",
+                self.inner.appended.load(Ordering::Acquire).saturating_sub(self.synced),
+                self.inner.last_error.lock().clone().unwrap_or_default()
+            );
+        }
+        self.inner.notify_progress();
+    }
+
+    /// What the writer thread waits for next (see [`wait_for_work`]).
+    fn wait_plan(&mut self) -> WaitPlan {
+        WaitPlan {
+            retry_at: self.retry_at,
+            linger: std::mem::take(&mut self.linger),
+            let_go_later: self.inner.policy() == FsyncPolicy::EverySec && !self.retained.is_empty(),
+            synced: self.synced,
         }
     }
 
-    /// Waits for work, then moves the gathered bytes into `retained`.
-    fn gather_next(&mut self) -> (bool, Lsn) {
-        self.let_sync_gap_pass();
-        let inner = Arc::clone(&self.inner);
-        let mut g = inner.gather.lock();
-        loop {
-            if let Some(at) = self.retry_at {
-                if g.shutdown || Instant::now() >= at {
-                    break;
-                }
-                inner.writer_cv.wait_until(&mut g, at);
-                continue;
-            }
-            let syncer_failed = inner.syncer_failed.load(Ordering::Acquire);
-            let switching = !g.switches.is_empty() || !g.sealed.is_empty();
-            if !g.buf.is_empty() || switching || g.shutdown || g.sync_request > self.synced || syncer_failed {
-                break;
-            }
-            if std::mem::take(&mut self.linger) {
-                inner.writer_cv.wait_for(&mut g, LINGER);
-                continue;
-            }
-            g.writer_sleeping = true;
-            if self.inner.policy() == FsyncPolicy::EverySec && !self.retained.is_empty() {
-                // Wake up now and then to let go of what the fsync thread
-                // has synced meanwhile.
-                inner.writer_cv.wait_for(&mut g, inner.everysec_interval);
-                g.writer_sleeping = false;
-                self.synced = self.synced.max(inner.synced.load(Ordering::Acquire));
-                self.trim();
-            } else {
-                inner.writer_cv.wait(&mut g);
-                g.writer_sleeping = false;
-            }
-        }
+    /// Moves the gathered bytes (and switches) into `retained`, and hands
+    /// emptied buffers back to appenders.
+    fn take_gathered(&mut self, g: &mut Gather) {
         let room = SPARES_MAX.saturating_sub(g.spares.len());
         g.spares.extend(self.emptied.drain(..).take(room));
         if !g.buf.is_empty() {
@@ -416,13 +481,51 @@ impl Writer {
         }
         self.retained.extend(g.sealed.drain(..));
         self.switches.extend(g.switches.drain(..));
-        (g.shutdown, g.sync_request)
+    }
+
+    /// Whether the cycle about to run may wait for the disk (a sync, the
+    /// fsync thread, a repair, a switch of files), not only `write(2)`.
+    fn may_block(&self, sync_request: Lsn) -> bool {
+        self.inner.policy() == FsyncPolicy::Always
+            || self.retry_at.is_some()
+            || self.truncate_to.is_some()
+            || self.must_resync
+            || !self.switches.is_empty()
+            || sync_request > self.synced
+            || self.inner.syncer_failed.load(Ordering::Acquire)
+            || self.inner.flush_sleep_us.load(Ordering::Relaxed) > 0
+    }
+
+    /// [`crate::Journal::write_through`] with the writer's state held:
+    /// writes what is gathered as the writer thread's cycle does, unless
+    /// the writer thread has work of its own to do first (a retry, a
+    /// repair, a switch of files, a requested sync) or the journal is
+    /// closing.
+    pub(crate) fn write_through(&mut self) {
+        if self.retry_at.is_some() || self.truncate_to.is_some() || self.must_resync || !self.switches.is_empty() {
+            return;
+        }
+        self.synced = self.synced.max(self.inner.synced.load(Ordering::Acquire));
+        {
+            let inner = Arc::clone(&self.inner);
+            let mut g = inner.gather.lock();
+            let syncer_failed = inner.syncer_failed.load(Ordering::Acquire);
+            if g.shutdown || !g.switches.is_empty() || g.sync_request > self.synced || syncer_failed {
+                return;
+            }
+            self.take_gathered(&mut g);
+        }
+        self.cycle(0);
     }
 
     fn fail(&mut self, what: &str, e: &io::Error) {
         self.inner.set_error(what, e, false);
         self.retry_at = Some(Instant::now() + self.inner.retry_interval);
         self.inner.notify_progress();
+        // A worker's write may have failed while the writer thread sleeps:
+        // it must come and retry.
+        self.inner.gather.lock().replan = true;
+        self.inner.writer_cv.notify_one();
     }
 
     /// First LSN still held in memory (or `written` if none).
@@ -565,23 +668,22 @@ impl Writer {
         self.trim();
     }
 
-    /// Under `always`, sleeps until the sync gap has passed since the last
-    /// fdatasync returned; at most the gap, whatever waits. Only when
+    /// Under `always`, how long until the sync gap has passed since the
+    /// last fdatasync returned (the writer thread sleeps that long first);
+    /// at most the gap, whatever waits. Only when
     /// records were appended while the last cycle ran: writes that keep
     /// coming are worth gathering for, while clients that all wait for the
     /// sync just made (one client alone, a few in step) would only wait
     /// longer, since their next writes come when it releases their replies.
-    fn let_sync_gap_pass(&self) {
+    fn sync_gap_left(&self) -> Option<Duration> {
         if self.inner.policy() != FsyncPolicy::Always || !self.appends_went_on {
-            return;
+            return None;
         }
         let gap = Duration::from_micros(self.inner.sync_gap_us.load(Ordering::Relaxed));
         if gap.is_zero() {
-            return;
+            return None;
         }
-        if let Some(left) = self.last_sync_end.and_then(|end| (end + gap).checked_duration_since(Instant::now())) {
-            std::thread::sleep(left);
-        }
+        self.last_sync_end.and_then(|end| (end + gap).checked_duration_since(Instant::now()))
     }
 
     /// Moves this thread into or out of `SCHED_BATCH` when

@@ -172,6 +172,37 @@ fn background_fsync_failure_everysec_is_repaired() {
     assert_exactly_once(&cfg, 80);
 }
 
+/// A write that fails on an appender's thread ([`Journal::write_through`])
+/// is the writer thread's to retry: the journal recovers with nothing more
+/// appended (and, with writes refused while it fails, nothing would be).
+#[test]
+fn a_failed_write_through_is_retried_by_the_writer_thread() {
+    for policy in [FsyncPolicy::EverySec, FsyncPolicy::No] {
+        let tmp = tempfile::tempdir().unwrap();
+        let cfg = config(tmp.path(), policy);
+        let (tuning, fp) = faulty_tuning();
+        let (j, _) = Journal::open_with(cfg.clone(), tuning).unwrap();
+        let lsn = append_n(&j, 0, 5);
+        assert!(j.write_through());
+        assert!(j.durable_lsn() >= lsn);
+        // Which thread writes the record, this one or the writer thread the
+        // append woke, is a race: rounds enough that this one does, often.
+        let rounds = 20;
+        for i in 5..5 + rounds {
+            fp.fail(Op::Write, 1, u64::MAX, Fault::Eio);
+            let last = append_n(&j, i, i + 1);
+            // Whichever thread wrote it, the write failed.
+            assert!(!j.write_through());
+            assert!(wait_until(T, || j.health().is_err()));
+            fp.clear();
+            assert!(wait_durable(&j, last, T), "{policy:?}, round {i}: the writer thread retried");
+            assert!(wait_until(T, || j.health().is_ok()), "{:?}", j.health());
+        }
+        drop(j);
+        assert_exactly_once(&cfg, 5 + rounds);
+    }
+}
+
 #[test]
 fn transient_write_fault_recovers_on_its_own() {
     let tmp = tempfile::tempdir().unwrap();
