@@ -275,7 +275,8 @@ fn leftovers_of_an_interrupted_rewrite_load_and_are_cleaned_up() {
 }
 
 /// Appenders race with the instant S: a lock stands for the server's shard
-/// locks. The base holds exactly the records before S; after the commit
+/// locks, and under `everysec` and `no` each writes through as a worker
+/// does. The base holds exactly the records before S; after the commit
 /// every record is there exactly once, in order.
 fn concurrent_rewrite(policy: FsyncPolicy) {
     let tmp = tempfile::tempdir().unwrap();
@@ -297,6 +298,11 @@ fn concurrent_rewrite(policy: FsyncPolicy) {
                         *next += 1;
                         lsn
                     };
+                    // As a worker would before it replies (it leaves
+                    // the bytes to the writer thread while files switch).
+                    if policy != FsyncPolicy::Always {
+                        j.write_through();
+                    }
                     // As a client would: wait for the acknowledgement.
                     assert!(wait_durable(&j, lsn, T));
                     appended.fetch_add(1, Ordering::Relaxed);
