@@ -5,7 +5,10 @@
 //! wrote with the journal position (LSN) of that record. A reply then
 //! depends on a position: its own write's, or the stamps of the keys it
 //! read. Under `appendfsync always` the worker holds the reply until the
-//! journal is durable at that position; execution itself never waits.
+//! journal is durable at that position; under `everysec` and `no` it
+//! writes the journal's gathered records itself before it sends a loop
+//! turn's replies (`Journal::write_through`), as Redis does, so that a
+//! process crash loses nothing acknowledged. Execution itself never waits.
 //!
 //! What is logged is the command as Redis would propagate it: deterministic
 //! on replay. Relative expiry times become absolute (`SET ... PXAT`,

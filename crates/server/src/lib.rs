@@ -19,8 +19,10 @@
 //! command up in the one table, locks the shards its keys live in, runs the
 //! handler, appends the reply and, for a write, the journal record
 //! ([`durability`]) -> the worker writes the replies the journal's durable
-//! position allows. A command that creates a key some client is blocked
-//! on then serves that client ([`blocking`]).
+//! position allows (under `everysec` and `no`, all of a loop turn's
+//! replies at its end, once it has written the journal itself). A command
+//! that creates a key some client is blocked on then serves that client
+//! ([`blocking`]).
 
 pub mod alloc;
 pub mod behind;
