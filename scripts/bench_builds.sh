@@ -3,7 +3,8 @@
 # starts a fresh server from a build on core 1, optionally preloads it,
 # drives it with memtier_benchmark on core 0, and prints ops/s, p99 and
 # the server's CPU seconds (user + system, from /proc) per million
-# operations, builds alternated round by round, then each build's medians.
+# operations, builds alternated run by run (each round starting with the
+# next build, so that none is always first), then each build's medians.
 #
 #   scripts/bench_builds.sh <memtier_benchmark> <rounds> <seconds> <keel-server>... [-- <server flags>]
 #
@@ -27,9 +28,13 @@ trap 'kill $(jobs -p) 2>/dev/null || true; wait || true; rm -rf "$work"' EXIT
 port=7941
 
 
+n=${#builds[@]}
 for round in $(seq "$rounds"); do
-    for i in "${!builds[@]}"; do
-        dir=$work/run; rm -rf "$dir"; mkdir -p "$dir"
+    # Each round starts with the next build: a fixed order favoured the
+    # first build of every round by up to a tenth under `always`.
+    for k in $(seq 0 $((n - 1))); do
+        i=$(( (k + round - 1) % n ))
+        dir=$work/run; mkdir -p "$dir"
         taskset -c 1 "${builds[$i]}" --port "$port" --dir "$dir" --save '' "${flags[@]}" >"$dir/log" 2>&1 &
         pid=$!
         ready "$port"
@@ -43,6 +48,9 @@ for round in $(seq "$rounds"); do
             --hide-histogram --print-percentiles 50,99 2>/dev/null >"$work/out"
         after=$(cpu_ticks "$pid")
         kill "$pid"; wait "$pid" 2>/dev/null || true
+        # Its files go now, and the filesystem commits their removal (on a
+        # `discard` mount, a disk busy for a while) before the next run.
+        rm -rf "$dir"; sync
         row=$(awk -v t=$((after - before)) -v hz="$(getconf CLK_TCK)" -v s="$seconds" \
             '/^Totals/ {printf "%s %s %.3f", $2, $7, t / hz / ($2 * s / 1e6)}' "$work/out")
         echo "$row" >>"$work/build-$i"
