@@ -28,12 +28,8 @@ trap 'kill $(jobs -p) 2>/dev/null || true; wait || true; rm -rf "$work"' EXIT
 port=7941
 
 
-n=${#builds[@]}
 for round in $(seq "$rounds"); do
-    # Each round starts with the next build: a fixed order favoured the
-    # first build of every round by up to a tenth under `always`.
-    for k in $(seq 0 $((n - 1))); do
-        i=$(( (k + round - 1) % n ))
+    for i in $(round_order "$round" ${#builds[@]}); do
         dir=$work/run; mkdir -p "$dir"
         taskset -c 1 "${builds[$i]}" --port "$port" --dir "$dir" --save '' "${flags[@]}" >"$dir/log" 2>&1 &
         pid=$!
@@ -48,9 +44,7 @@ for round in $(seq "$rounds"); do
             --hide-histogram --print-percentiles 50,99 2>/dev/null >"$work/out"
         after=$(cpu_ticks "$pid")
         kill "$pid"; wait "$pid" 2>/dev/null || true
-        # Its files go now, and the filesystem commits their removal (on a
-        # `discard` mount, a disk busy for a while) before the next run.
-        rm -rf "$dir"; sync
+        discard_run "$dir"
         row=$(awk -v t=$((after - before)) -v hz="$(getconf CLK_TCK)" -v s="$seconds" \
             '/^Totals/ {printf "%s %s %.3f", $2, $7, t / hz / ($2 * s / 1e6)}' "$work/out")
         echo "$row" >>"$work/build-$i"

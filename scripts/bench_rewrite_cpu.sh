@@ -34,8 +34,8 @@ info_field() { # section field -> value
 }
 
 for round in $(seq "$rounds"); do
-    for i in "${!builds[@]}"; do
-        dir=$work/run; rm -rf "$dir"; mkdir -p "$dir"
+    for i in $(round_order "$round" ${#builds[@]}); do
+        dir=$work/run; mkdir -p "$dir"
         taskset -c 1 "${builds[$i]}" --port "$port" --dir "$dir" --save '' --appendonly yes \
             --appendfsync everysec --auto-aof-rewrite-percentage 0 >"$dir/log" 2>&1 &
         pid=$!
@@ -54,6 +54,7 @@ for round in $(seq "$rounds"); do
         after=$(cpu_ticks "$pid") end=$(date +%s%N)
         base=$(stat -c %s "$dir"/appendonlydir/*.base.rdb)
         kill "$pid"; wait "$pid" 2>/dev/null || true
+        discard_run "$dir"
         row=$(awk -v t=$((after - before)) -v hz="$(getconf CLK_TCK)" -v ns=$((end - start)) -v b="$base" \
             'BEGIN {printf "%.2f %.2f %d", t / hz, ns / 1e9, b}')
         echo "$row" >>"$work/build-$i"

@@ -34,3 +34,13 @@ medians_table() {
         echo "| ${builds[$i]} | ${cols//|/ | } |"
     done
 }
+
+# round_order <round> <n>: the indexes 0..n-1, starting at (round - 1) mod n,
+# so that builds compared round by round each come first as often: a fixed
+# order favoured the first build of every round (BENCHMARKS.md).
+round_order() { local k; for k in $(seq 0 $(($2 - 1))); do echo $(( (k + $1 - 1) % $2 )); done; }
+
+# discard_run <dir>: deletes a run's directory and syncs, so that the
+# filesystem commits the removal (on a `discard` mount, a disk busy for a
+# while) before the next run starts.
+discard_run() { rm -rf "$1"; sync; }
