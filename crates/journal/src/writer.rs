@@ -498,23 +498,18 @@ impl Writer {
 
     /// [`crate::Journal::write_through`] with the writer's state held:
     /// writes what is gathered as the writer thread's cycle does, unless
-    /// the writer thread has work of its own to do first (a retry, a
-    /// repair, a switch of files, a requested sync) or the journal is
-    /// closing.
+    /// that cycle could wait for the disk ([`Writer::may_block`]: the
+    /// writer thread's work, a retry, a repair, a switch of files, a
+    /// requested sync), a switch is queued, or the journal is closing.
     pub(crate) fn write_through(&mut self) {
-        if self.retry_at.is_some() || self.truncate_to.is_some() || self.must_resync || !self.switches.is_empty() {
+        self.synced = self.synced.max(self.inner.synced.load(Ordering::Acquire));
+        let inner = Arc::clone(&self.inner);
+        let mut g = inner.gather.lock();
+        if g.shutdown || !g.switches.is_empty() || self.may_block(g.sync_request) {
             return;
         }
-        self.synced = self.synced.max(self.inner.synced.load(Ordering::Acquire));
-        {
-            let inner = Arc::clone(&self.inner);
-            let mut g = inner.gather.lock();
-            let syncer_failed = inner.syncer_failed.load(Ordering::Acquire);
-            if g.shutdown || !g.switches.is_empty() || g.sync_request > self.synced || syncer_failed {
-                return;
-            }
-            self.take_gathered(&mut g);
-        }
+        self.take_gathered(&mut g);
+        drop(g);
         self.cycle(0);
     }
 

@@ -247,9 +247,7 @@ impl Worker {
         if self.unsent.is_empty() {
             return;
         }
-        if let Some(journal) = self.server.journal() {
-            journal.write_through();
-        }
+        write_journal_first(&self.server);
         for key in std::mem::take(&mut self.unsent) {
             if let Some(conn) = self.conns.get_mut(key) {
                 conn.unsent = false;
@@ -471,9 +469,7 @@ impl Worker {
                         if conn.wbuf.len() - conn.wpos >= WRITE_HIGH_WATER {
                             if self.write_first {
                                 // As at the end of the turn (`send_unsent`).
-                                if let Some(journal) = self.server.journal() {
-                                    journal.write_through();
-                                }
+                                write_journal_first(&self.server);
                             }
                             if write_out(conn, &self.stats, durable_lsn(&self.server)).is_err() {
                                 eof = true;
@@ -911,6 +907,14 @@ fn held_by_pause(server: &Server, client: &Client, argv: &[&[u8]]) -> bool {
 fn may_replicate(spec: &command::CommandSpec) -> bool {
     spec.has(command::flags::WRITE)
         || matches!(spec.name, "publish" | "spublish" | "pfcount" | "eval" | "evalsha" | "fcall")
+}
+
+/// Under `everysec` and `no`: the journal's gathered records written
+/// before replies leave (`Journal::write_through`).
+fn write_journal_first(server: &Server) {
+    if let Some(journal) = server.journal() {
+        journal.write_through();
+    }
 }
 
 /// Where the journal is durable; everything when replies are not gated.
