@@ -192,7 +192,10 @@ pub struct JournalConfig {
     /// the first record of each second ([`Journal::set_timestamps`]).
     pub timestamps: bool,
     /// Bytes of space to keep written ahead of the incr file's end
-    /// (`prealloc.rs`); 0 for none.
+    /// (`prealloc.rs`); 0 for none. It pays under `Always` only: under
+    /// `EverySec` the helper's fdatasync of each piece flushes the log's
+    /// unsynced pages with it, each time, which the server avoids by
+    /// asking for none.
     pub space_ahead: u64,
     /// Under `Always`, the least time from the end of one fdatasync to the
     /// start of the next ([`Journal::set_sync_gap`]), as PostgreSQL's

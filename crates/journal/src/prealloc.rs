@@ -28,7 +28,9 @@
 //! cut it. A clean close ([`LogFile::release_space`]) cuts the filler off.
 //!
 //! Space is added only to a file that gets synced (after each
-//! `sync_data`): under `appendfsync no` nothing is pre-written.
+//! `sync_data`): under `appendfsync no` nothing is pre-written. The helper
+//! syncs each piece with fdatasync, which also flushes whatever the log
+//! has not synced: the server asks for space under `always` alone.
 //!
 //! # Who writes which bytes
 //!

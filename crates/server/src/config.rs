@@ -142,9 +142,11 @@ pub struct Config {
     /// Keel's greedy rewrite bounds (0: off); either one replaces Redis's rule.
     pub keel_aof_max_recovery_seconds: u64,
     pub keel_aof_max_disk_bytes: u64,
-    /// Space the incr file keeps written ahead of its end, so that each
-    /// fdatasync flushes data only (`keel_journal`'s `prealloc.rs`); 0: none.
-    /// Under `keel-aof-max-disk-bytes` at most a 32nd of that bound.
+    /// Space the incr file keeps written ahead of its end under
+    /// `appendfsync always`, so that each fdatasync flushes data only
+    /// (`keel_journal`'s `prealloc.rs`); 0: none. Under
+    /// `keel-aof-max-disk-bytes` at most a 32nd of that bound; none under
+    /// `everysec` and `no` (`durability::space_ahead`).
     pub keel_aof_space_ahead: u64,
     /// Under `appendfsync always`, the least time in microseconds from the
     /// end of one fdatasync to the start of the next, while writes keep

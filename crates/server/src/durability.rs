@@ -101,9 +101,18 @@ fn open_dir(config: &Config, idle: bool) -> Result<(Journal, Replay), JournalErr
     Journal::open(journal_config)
 }
 
-/// `keel-aof-space-ahead`, within a 32nd of `keel-aof-max-disk-bytes`:
-/// the space counts against the directory's bound.
+/// `keel-aof-space-ahead` under `appendfsync always`, within a 32nd of
+/// `keel-aof-max-disk-bytes` (the space counts against the directory's
+/// bound); none under `everysec` and `no`. There the sync is off the
+/// replies' path, once a second at most, so the space saves nothing, and
+/// its upkeep costs: the helper fdatasyncs each piece it writes, flushing
+/// the log's unsynced pages with it, and at high write rates chases the
+/// log's end (on W2 with 6000-byte values, up to 56 such syncs a second
+/// against the journal's one: BENCHMARKS.md).
 fn space_ahead(config: &Config) -> u64 {
+    if config.appendfsync != AppendFsync::Always {
+        return 0;
+    }
     match config.keel_aof_max_disk_bytes {
         0 => config.keel_aof_space_ahead,
         bound => config.keel_aof_space_ahead.min(bound / 32),

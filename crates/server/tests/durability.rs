@@ -444,6 +444,53 @@ fn space_written_ahead_outlives_a_crash_in_both_servers() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Space is written ahead only under `appendfsync always`: under
+/// `everysec` the incr file ends at its last record even after syncs, and
+/// CONFIG SET of `always` brings the space.
+#[test]
+fn space_is_written_ahead_only_under_always() {
+    let dir = temp_dir("space-ahead-policy");
+    let incr = dir.join("appendonlydir/appendonly.aof.1.incr.aof");
+    let size = || std::fs::metadata(&incr).expect("incr file").len();
+    let server = Server::start_in(&dir, &["--appendfsync", "everysec", "--keel-aof-space-ahead", "64kb"]);
+    let mut c = server.client();
+    let fsyncs = |c: &mut Client| c.info_field("persistence", "keel_aof_fsyncs").parse::<u64>().expect("fsyncs");
+    for i in 0..100 {
+        assert_eq!(c.send(&["SET", &format!("k{i}"), &format!("v{i}")]), common::ok());
+    }
+    // Two syncs, with writes going on: the helper, were it on, would be
+    // asked for space after the first and have a second to write it.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let synced = fsyncs(&mut c);
+    for i in 0.. {
+        if fsyncs(&mut c) >= synced + 2 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no fsync under everysec");
+        assert_eq!(c.send(&["SET", "n", &i.to_string()]), common::ok());
+        thread::sleep(Duration::from_millis(20));
+    }
+    loop {
+        let (written, content) = (size(), incr_content_len(&mut c));
+        assert!(written <= content, "space written ahead under everysec: {written} bytes for {content}");
+        if written == content {
+            break;
+        }
+        assert!(Instant::now() < deadline, "records not written under everysec");
+        thread::sleep(Duration::from_millis(5));
+    }
+
+    assert_eq!(c.cmd("CONFIG SET appendfsync always"), common::ok());
+    assert_eq!(c.cmd("SET k 1"), common::ok());
+    let content = incr_content_len(&mut c);
+    while size() <= content {
+        assert!(Instant::now() < deadline, "no space written ahead under always");
+        thread::sleep(Duration::from_millis(5));
+    }
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// `aof-timestamp-enabled`: a `#TS:` annotation before the first write of
 /// each second while it is on (CONFIG SET switches it); Keel and
 /// redis-server both load the files.
