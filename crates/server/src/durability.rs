@@ -107,8 +107,8 @@ fn open_dir(config: &Config, idle: bool) -> Result<(Journal, Replay), JournalErr
 /// replies' path, once a second at most, so the space saves nothing, and
 /// its upkeep costs: the helper fdatasyncs each piece it writes, flushing
 /// the log's unsynced pages with it, and at high write rates chases the
-/// log's end (on W2 with 6000-byte values, up to 56 such syncs a second
-/// against the journal's one: BENCHMARKS.md).
+/// log's end (on W2 with 6000-byte values, about a hundred such syncs a
+/// second against the journal's one: BENCHMARKS.md).
 fn space_ahead(config: &Config) -> u64 {
     if config.appendfsync != AppendFsync::Always {
         return 0;
