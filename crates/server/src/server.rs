@@ -161,6 +161,14 @@ pub struct Server {
     pub dirty: AtomicU64,
     pub lastsave_s: AtomicU64,
     pub shutdown: AtomicBool,
+    /// A SIGTERM or SIGINT waits here to be acted on (Redis's
+    /// `shutdown_asap`): only while `cron_paused`, since Keel acts on a
+    /// signal at once otherwise; SHUTDOWN ABORT clears it.
+    pub shutdown_asap: AtomicBool,
+    /// DEBUG PAUSE-CRON: the periodic chores (active expiry, rehashing,
+    /// client timeouts, save rules, automatic rewrites, a signal's
+    /// shutdown) wait while set, as Redis's serverCron skips its work.
+    pub cron_paused: AtomicBool,
     /// The LRU clock: `LRU_EPOCH_S` + seconds since start, refreshed by the cron.
     pub lru_clock: AtomicU32,
     /// CLIENT PAUSE: until this Unix ms, and whether writes only.
@@ -316,6 +324,8 @@ impl Server {
             dirty: AtomicU64::new(0),
             lastsave_s: AtomicU64::new(unix_ms() / 1000),
             shutdown: AtomicBool::new(false),
+            shutdown_asap: AtomicBool::new(false),
+            cron_paused: AtomicBool::new(false),
             lru_clock: AtomicU32::new(LRU_EPOCH_S),
             pause_until_ms: AtomicU64::new(0),
             pause_writes_only: AtomicBool::new(false),

@@ -2,7 +2,9 @@
 //! does (Redis's `sigShutdownHandler` and serverCron): a final save when
 //! save rules exist, and if that save fails the server logs it and goes on.
 //! A second SIGINT during a shutdown exits at once, as Redis's "You
-//! insist...".
+//! insist...". Redis acts on a signal at its next cron tick; Keel at
+//! once, unless DEBUG PAUSE-CRON holds the cron: the shutdown then waits
+//! for it (`Server::shutdown_asap`), and SHUTDOWN ABORT can cancel it.
 //!
 //! The signals are blocked in every thread (the mask is inherited, so
 //! [`block`] runs before any thread starts) and taken by one thread with
@@ -43,17 +45,36 @@ pub fn spawn(server: Arc<Server>) -> io::Result<()> {
     Ok(())
 }
 
+/// How often the listener looks at a shutdown that waits for the cron.
+const PENDING_POLL: libc::timespec = libc::timespec { tv_sec: 0, tv_nsec: 10_000_000 };
+
 fn listen(server: Arc<Server>) {
     let set = shutdown_signals();
+    // A shutdown thread runs (set by this thread, cleared by that one when
+    // its final save fails).
     let shutting_down = Arc::new(AtomicBool::new(false));
+    // A signal's shutdown waits for DEBUG PAUSE-CRON to end
+    // (`Server::shutdown_asap`, which SHUTDOWN ABORT clears).
+    let mut pending: Option<&'static str> = None;
     loop {
-        let mut sig: libc::c_int = 0;
-        // SAFETY: `set` and `sig` are valid for the call.
-        if unsafe { libc::sigwait(&set, &mut sig) } != 0 {
+        let timeout = if pending.is_some() { &PENDING_POLL as *const libc::timespec } else { std::ptr::null() };
+        // SAFETY: `set` is a valid signal set and `timeout` null or a
+        // valid timespec; no siginfo is asked for.
+        let sig = unsafe { libc::sigtimedwait(&set, std::ptr::null_mut(), timeout) };
+        if pending.is_some() && !server.shutdown_asap.load(Ordering::Acquire) {
+            pending = None; // aborted
+        }
+        if sig < 0 {
+            if let Some(name) = pending {
+                if !server.cron_paused.load(Ordering::Acquire) && server.shutdown_asap.swap(false, Ordering::AcqRel) {
+                    pending = None;
+                    start_shutdown(&server, name, &shutting_down);
+                }
+            }
             continue;
         }
         let name = if sig == libc::SIGINT { "SIGINT" } else { "SIGTERM" };
-        if shutting_down.swap(true, Ordering::AcqRel) {
+        if pending.is_some() || shutting_down.load(Ordering::Acquire) {
             if sig == libc::SIGINT {
                 tracing::warn!("You insist... exiting now.");
                 let _ = std::fs::remove_file(crate::snapshot::temp_path(&server));
@@ -66,23 +87,33 @@ fn listen(server: Arc<Server>) {
         } else {
             tracing::warn!("Received {name} scheduling shutdown...");
         }
-        // The final save runs on its own thread so that a second SIGINT is
-        // still heard meanwhile.
-        let (server, flag) = (server.clone(), shutting_down.clone());
-        let started = std::thread::Builder::new().name("keel-shutdown".into()).spawn(move || {
-            match crate::snapshot::prepare_shutdown(&server, crate::snapshot::FinalSave::IfRules, false) {
-                Ok(()) => server.request_shutdown(),
-                Err(_) => {
-                    tracing::warn!(
-                        "{name} received but errors trying to shut down the server, check the logs for more information"
-                    );
-                    flag.store(false, Ordering::Release);
-                }
-            }
-        });
-        if let Err(e) = started {
-            tracing::error!("could not start the shutdown thread: {e}");
-            shutting_down.store(false, Ordering::Release);
+        if server.cron_paused.load(Ordering::Acquire) {
+            server.shutdown_asap.store(true, Ordering::Release);
+            pending = Some(name);
+        } else {
+            start_shutdown(&server, name, &shutting_down);
         }
+    }
+}
+
+/// Runs the shutdown on its own thread, so that a second SIGINT is still
+/// heard during the final save.
+fn start_shutdown(server: &Arc<Server>, name: &'static str, shutting_down: &Arc<AtomicBool>) {
+    shutting_down.store(true, Ordering::Release);
+    let (server, flag) = (Arc::clone(server), Arc::clone(shutting_down));
+    let started = std::thread::Builder::new().name("keel-shutdown".into()).spawn(move || {
+        match crate::snapshot::prepare_shutdown(&server, crate::snapshot::FinalSave::IfRules, false) {
+            Ok(()) => server.request_shutdown(),
+            Err(_) => {
+                tracing::warn!(
+                    "{name} received but errors trying to shut down the server, check the logs for more information"
+                );
+                flag.store(false, Ordering::Release);
+            }
+        }
+    });
+    if let Err(e) = started {
+        tracing::error!("could not start the shutdown thread: {e}");
+        shutting_down.store(false, Ordering::Release);
     }
 }

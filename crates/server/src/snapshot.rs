@@ -407,6 +407,9 @@ fn run(server: &Server) {
         match saver.bell.wait_up_to(Duration::from_millis(1000 / hz)) {
             Wake::Stop => return,
             Wake::Idle => {
+                if server.cron_paused.load(Ordering::Relaxed) {
+                    continue;
+                }
                 if let Some(rule) = due_rule(server) {
                     tracing::info!("{} changes in {} seconds. Saving...", rule.changes, rule.seconds);
                     bgsave(server, false, false);

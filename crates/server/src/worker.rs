@@ -696,6 +696,9 @@ impl Worker {
         if !self.gated.is_empty() {
             self.release_durable();
         }
+        if self.server.cron_paused.load(Ordering::Relaxed) {
+            return;
+        }
         self.server.lru_clock.store(
             crate::server::LRU_EPOCH_S + self.server.started.elapsed().as_secs() as u32,
             Ordering::Relaxed,

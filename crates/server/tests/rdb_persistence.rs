@@ -289,6 +289,45 @@ fn sigterm_is_shutdown_with_no_argument() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// DEBUG PAUSE-CRON holds the periodic chores, active expiry and a
+/// signal's shutdown among them: SHUTDOWN ABORT cancels a shutdown held so
+/// (Redis's unit/shutdown "SHUTDOWN ABORT can cancel SIGTERM"), a signal
+/// right after the abort is a new shutdown, not a second signal, and one
+/// not aborted goes on once the cron resumes.
+#[test]
+fn a_paused_cron_holds_a_signals_shutdown_until_aborted_or_resumed() {
+    let dir = temp_dir("pause-cron");
+    let mut server = Server::start_in(&dir, &["--appendonly", "no", "--save", "", "--enable-debug-command", "yes"]);
+    let log = std::env::temp_dir().join("keel-test-logs").join(format!("{}.log", server.port));
+    let logged = |line: &str| std::fs::read_to_string(&log).unwrap_or_default().matches(line).count();
+    let wait_logged = |line: &str, times: usize| {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while logged(line) < times {
+            assert!(Instant::now() < deadline, "\"{line}\" not logged {times} times");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    };
+    let mut c = server.client();
+    assert_eq!(c.cmd("SHUTDOWN ABORT"), err("ERR No shutdown in progress."));
+    assert_eq!(c.cmd("DEBUG PAUSE-CRON 1"), ok());
+    assert_eq!(c.cmd("SET k v PX 1"), ok());
+    kill(&mut server, "-TERM");
+    wait_logged("Received SIGTERM", 1);
+    // Expired, but no cron has deleted it: DBSIZE still counts it.
+    assert_eq!(c.cmd("DBSIZE"), Frame::Integer(1));
+    assert_eq!(c.cmd("SHUTDOWN ABORT"), ok());
+    assert_eq!(logged("Shutdown manually aborted."), 1);
+
+    kill(&mut server, "-INT");
+    wait_logged("Received SIGINT", 1);
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(c.cmd("PING"), simple("PONG"), "the shutdown did not wait for the cron");
+    assert_eq!(logged("You insist"), 0);
+    c.write_command(&["DEBUG", "PAUSE-CRON", "0"]);
+    wait_exit(&mut server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A server whose log pipe was closed (its reader exited) loses log lines,
 /// not threads: the worker that logs goes on serving, and the thread that
 /// logs SIGTERM still shuts the server down.

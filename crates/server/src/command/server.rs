@@ -217,8 +217,8 @@ fn lastsave(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
 /// SHUTDOWN [NOSAVE|SAVE] [NOW] [FORCE] [ABORT], as Redis 7.0: a final
 /// synchronous save when save rules exist (or SAVE), none with NOSAVE; a
 /// failed save refuses the shutdown unless FORCE. Keel has no replicas to
-/// wait for, so no shutdown is ever pending: ABORT finds none, NOW changes
-/// nothing.
+/// wait for, so NOW changes nothing, and ABORT finds a shutdown pending
+/// only when a signal's waits for DEBUG PAUSE-CRON (`crate::signals`).
 fn shutdown(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     use crate::snapshot::FinalSave;
     let (mut mode, mut force, mut abort, mut any) = (FinalSave::IfRules, false, false, false);
@@ -245,7 +245,12 @@ fn shutdown(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
         return Err(CmdError::Syntax);
     }
     if abort {
-        return Err(CmdError::other("ERR No shutdown in progress."));
+        if !ctx.server.shutdown_asap.swap(false, Ordering::AcqRel) {
+            return Err(CmdError::other("ERR No shutdown in progress."));
+        }
+        tracing::info!("Shutdown manually aborted.");
+        ctx.out.ok();
+        return Ok(());
     }
     tracing::warn!("User requested shutdown...");
     if crate::snapshot::prepare_shutdown(ctx.server, mode, force).is_err() {
@@ -1462,6 +1467,8 @@ fn debug(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
                     "      existing RDB file.",
                     "    * DEBUG RELOAD NOSAVE NOFLUSH MERGE: add the contents of an existing RDB",
                     "      file to the database.",
+                    "PAUSE-CRON <0|1>",
+                    "    Stop periodic cron job processing.",
                     "PROTOCOL <type>",
                     "    Reply with a test value of the specified type. <type> can be: string,",
                     "    integer, double, bignum, null, array, set, map, attrib, push, verbatim,",
@@ -1483,6 +1490,11 @@ fn debug(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
                 // Every shard stays locked meanwhile: the keyspace freezes.
                 std::thread::sleep(std::time::Duration::from_micros(micros as u64));
             }
+            ctx.out.ok();
+            Ok(())
+        }
+        3 if eq(sub, "pause-cron") => {
+            ctx.server.cron_paused.store(parse_atoi(argv[2]) != 0, Ordering::Release);
             ctx.out.ok();
             Ok(())
         }
