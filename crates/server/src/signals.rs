@@ -8,7 +8,7 @@
 //!
 //! The signals are blocked in every thread (the mask is inherited, so
 //! [`block`] runs before any thread starts) and taken by one thread with
-//! `sigwait`: no code runs in a signal handler.
+//! `sigtimedwait`: no code runs in a signal handler.
 
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
