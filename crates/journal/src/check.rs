@@ -67,9 +67,12 @@ pub fn check(path: &Path, repair: Repair, out: &mut dyn Write) -> io::Result<Che
     };
     let dir = path.parent().unwrap_or(Path::new("."));
     let files: Vec<_> = m.base.iter().chain(&m.incr).collect();
+    let sizes: Vec<u64> = files.iter().map(|f| fs::metadata(dir.join(&f.name)).map_or(0, |m| m.len())).collect();
+    let tail = load::torn_candidate(&sizes, usize::from(m.base.is_some())).unwrap_or(files.len().saturating_sub(1));
     let mut outcome = CheckOutcome::Valid;
     for (i, info) in files.iter().enumerate() {
-        let last = i + 1 == files.len();
+        // The file a torn tail may be cut from (as the server's start does).
+        let last = i == tail;
         let fpath = dir.join(&info.name);
         let kind = if info.kind == crate::manifest::FileKind::Base { "BASE" } else { "INCR" };
         if !fpath.exists() {

@@ -181,8 +181,8 @@ pub struct JournalConfig {
     /// `appendfilename`, default `appendonly.aof`.
     pub filename: String,
     pub fsync: FsyncPolicy,
-    /// `aof-load-truncated`: cut a torn tail off the last file (with a
-    /// warning) instead of refusing to open.
+    /// `aof-load-truncated`: cut a torn tail off the last incr file with
+    /// anything in it (with a warning) instead of refusing to open.
     pub load_truncated: bool,
     /// The format of the empty base a fresh directory starts with (as
     /// Redis 7.0 creates one at start). Rewrites choose theirs
@@ -278,7 +278,8 @@ pub enum JournalError {
     )]
     Corrupt { file: PathBuf, offset: u64, reason: String },
     /// A file ends inside a command or transaction where a torn tail may
-    /// not be cut (not the last file, or `aof-load-truncated no`).
+    /// not be cut (a file before the last one with anything in it, or
+    /// `aof-load-truncated no`).
     #[error(
         "Unexpected end of file reading the append only file {} at offset {offset} ({reason}). You can: \
          1) Make a backup of your AOF file, then use keel-check-aof --fix <filename.manifest>. \

@@ -64,6 +64,15 @@ fn eq_name(arg: &[u8], name: &[u8]) -> bool {
     arg.eq_ignore_ascii_case(name)
 }
 
+/// Which of the listed files (sizes in order, incr files from
+/// `first_incr` on) a crash may have left torn: the last incr file with
+/// anything in it. A rewrite lists its new incr file before the writer
+/// moves to it, so a crash in the middle of a write to the old one leaves
+/// that one torn and the new one empty.
+pub(crate) fn torn_candidate(sizes: &[u64], first_incr: usize) -> Option<usize> {
+    sizes.iter().rposition(|&s| s > 0).filter(|&i| i >= first_incr)
+}
+
 /// Whether the byte at `offset` starts an annotation.
 fn annotation_at(path: &Path, offset: u64) -> io::Result<bool> {
     let mut f = File::open(path)?;
@@ -377,9 +386,10 @@ pub(crate) fn prepare(config: &JournalConfig) -> Result<Prepared, JournalError> 
         None => false,
     };
 
-    if let (Some(last), Some(size), false) = (listed.last(), sizes.last_mut(), config.idle) {
-        let path = dir.join(last);
-        if *size > 0 {
+    if let Some(tail) = torn_candidate(&sizes, usize::from(m.base.is_some())).filter(|_| !config.idle) {
+        let path = dir.join(&listed[tail]);
+        let size = &mut sizes[tail];
+        {
             let scan = scan_aof(&path).map_err(io_err(&path))?;
             match scan.problem {
                 None if scan.valid_up_to < *size => {

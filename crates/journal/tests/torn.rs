@@ -150,6 +150,56 @@ fn corruption_in_the_middle_is_reported_with_offset() {
     }
 }
 
+/// A rewrite lists its new incr file before the writer moves to it, so a
+/// crash in the middle of a write to the old one leaves that one torn and
+/// the new one empty: the torn file is the log's tail, cut at start and by
+/// keel-check-aof --fix, and appends go on in the new file.
+#[test]
+fn a_torn_file_followed_by_empty_ones_is_the_tail() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (cfg, good) = setup(tmp.path());
+    let manifest = cfg.dir.join("appendonly.aof.manifest");
+    let mut listing = std::fs::read_to_string(&manifest).unwrap();
+    listing.push_str("file appendonly.aof.2.incr.aof seq 2 type i\n");
+    std::fs::write(&manifest, listing).unwrap();
+    let next = cfg.dir.join("appendonly.aof.2.incr.aof");
+    std::fs::write(&next, b"").unwrap();
+    let mut torn = resp(&["SET", "torn", &"v".repeat(5000)])[..3000].to_vec();
+    torn.extend((0..2000u64).map(|o| if (good + 3000 + o) % 512 == 511 { b'\n' } else { b'#' }));
+    append_raw(&incr_path(&cfg), &torn);
+
+    let bin = env!("CARGO_BIN_EXE_keel-check-aof");
+    let out = std::process::Command::new(bin).arg(&manifest).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success() && text.contains(&format!("ok_up_to={good}")), "{text}");
+    let strict = keel_journal::JournalConfig { load_truncated: false, ..cfg.clone() };
+    match Journal::open_with(strict, fast_tuning()) {
+        Err(JournalError::Truncated { offset, file, .. }) => assert_eq!((offset, file), (good, incr_path(&cfg))),
+        other => panic!("{other:?}"),
+    }
+    let copy = tempfile::tempdir().unwrap();
+    for entry in std::fs::read_dir(&cfg.dir).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), copy.path().join(entry.file_name())).unwrap();
+    }
+
+    let (j, replay) = open(&cfg);
+    assert_eq!(replay.warnings().len(), 1);
+    assert_eq!(replay_all(replay).len(), 3);
+    assert_eq!(std::fs::metadata(incr_path(&cfg)).unwrap().len(), good);
+    j.append(0, &[&b"SET"[..], b"after", b"1"]);
+    j.flush_and_sync().unwrap();
+    drop(j);
+    assert!(std::fs::metadata(&next).unwrap().len() > 0, "appends go on in the last file");
+    let (_j, replay) = open(&cfg);
+    assert_eq!(replay_all(replay).len(), 4);
+
+    let manifest = copy.path().join("appendonly.aof.manifest");
+    let out = std::process::Command::new(bin).arg("--fix").arg(&manifest).stdin(std::process::Stdio::null()).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && text.contains("Successfully truncated"), "{text}");
+}
+
 #[test]
 fn damage_in_a_file_before_the_last_fails_replay() {
     let tmp = tempfile::tempdir().unwrap();
