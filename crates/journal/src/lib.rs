@@ -368,6 +368,7 @@ impl Journal {
             backlog_max_bytes: tuning.backlog_max_bytes,
             retain_max_bytes: tuning.retain_max_bytes,
             sync_file: Mutex::new(Arc::clone(&file)),
+            closing: Mutex::new(std::collections::VecDeque::new()),
             file_name: Mutex::new(prepared.incr_name.clone()),
             switched: AtomicU64::new(0),
             gather: Mutex::new(Gather {
@@ -467,10 +468,9 @@ impl Journal {
     /// this before it sends its own. It waits for another thread's
     /// `write(2)` but never for the disk: it leaves the bytes to the
     /// writer thread, and returns false, under `always` and while that
-    /// thread syncs, repairs or switches files (Redis, likewise, sends
-    /// replies with its write postponed while its background fsync
-    /// runs). Returns whether everything appended before the call is
-    /// written.
+    /// thread syncs or repairs the file (Redis, likewise, sends replies
+    /// with its write postponed while its background fsync runs). Returns whether everything appended before
+    /// the call is written.
     pub fn write_through(&self) -> bool {
         let inner = &self.inner;
         let target = inner.appended.load(Ordering::Acquire);

@@ -66,14 +66,24 @@
 //! under the `Gather` lock (`Journal::start_rewrite`): the buffer gathered
 //! so far is sealed into a batch of its own (so a batch never straddles
 //! `at`) and a [`Switch`] is queued. The writer takes both in order. When
-//! everything below `at` is written, and before any byte above it is, the
-//! writer fdatasyncs the old file (whatever the policy: nothing must stay
-//! unsynced in a file a rewrite will delete), and only then swaps files,
-//! with the fsync thread paused so that it never syncs the wrong one. A
-//! failure on the way (the last writes to the old file, its final sync) is
-//! handled as any other, in the old file: the switch waits for the retry
-//! that succeeds. LSNs go on across files; each file knows the LSN of its
-//! first byte, which is how a truncation finds its offset.
+//! everything below `at` is written, and before any byte above it is, it
+//! swaps files. Under `always` it first fdatasyncs the old file, with the
+//! fsync thread paused so that it never syncs the wrong one; a failure on
+//! the way (the last writes to the old file, its final sync) is handled as
+//! any other, in the old file, and the switch waits for the retry that
+//! succeeds. Under `everysec` and `no` nothing waits for that sync, as
+//! Redis hands its old incr file to a background fsync-and-close: the old
+//! file joins `Inner::closing`, and whoever syncs next (the fsync thread,
+//! which under `no` syncs such files alone and at once, or the writer
+//! when asked to) syncs it before the new one, so that no file is on disk
+//! without the ones before it. Workers so write through
+//! across a switch, and a process crash during one loses no acknowledged
+//! write (it did while the switch synced up to a second's worth of writes
+//! first). When such a sync fails, the writer writes the old file's
+//! unsynced bytes again from memory and syncs it
+//! ([`Writer::repair_closing`]) before it goes on with the current file.
+//! LSNs go on across files; each file knows the LSN of its first byte,
+//! which is how a truncation finds its offset.
 
 use std::collections::VecDeque;
 use std::io;
@@ -167,6 +177,15 @@ pub(crate) struct Segment {
     pub(crate) start: Lsn,
 }
 
+/// A file the writer has moved on from without syncing it (`everysec`,
+/// `no`): it holds `[start, end)`, to be fdatasync'd before any file after
+/// it (see the module docs).
+pub(crate) struct Closing {
+    pub(crate) file: Arc<dyn LogFile>,
+    pub(crate) start: Lsn,
+    pub(crate) end: Lsn,
+}
+
 pub(crate) struct Inner {
     /// The [`FsyncPolicy`], changeable at run time (`Journal::set_fsync`).
     /// The writer reads it once per cycle.
@@ -194,12 +213,19 @@ pub(crate) struct Inner {
     pub(crate) backlog_max_bytes: u64,
     pub(crate) retain_max_bytes: u64,
     /// The file the everysec thread syncs: the writer's current one,
-    /// replaced only while that thread is paused.
+    /// replaced under `syncer`'s lock.
     pub(crate) sync_file: Mutex<Arc<dyn LogFile>>,
+    /// Files left behind by switches under `everysec` and `no`, oldest
+    /// first, each synced (by the fsync thread, or the writer's own sync)
+    /// before the files after it. Added to under `syncer`'s lock; taken
+    /// from by whoever syncs (the fsync thread, or the writer with it
+    /// paused).
+    pub(crate) closing: Mutex<VecDeque<Closing>>,
     /// Name of the incr file being appended to (for messages).
     pub(crate) file_name: Mutex<String>,
     /// The LSN of the last switch the writer has completed: everything
-    /// below it is written and synced in the files before.
+    /// below it is written in the files before, and synced unless they
+    /// are still in `closing`.
     pub(crate) switched: AtomicU64,
 
     pub(crate) gather: Mutex<Gather>,
@@ -490,22 +516,29 @@ impl Writer {
             || self.retry_at.is_some()
             || self.truncate_to.is_some()
             || self.must_resync
-            || !self.switches.is_empty()
+            || self.switch_may_block(self.switches.len())
             || sync_request > self.synced
             || self.inner.syncer_failed.load(Ordering::Acquire)
             || self.inner.flush_sleep_us.load(Ordering::Relaxed) > 0
     }
 
+    /// Whether `queued` switches may make a cycle wait for the disk: only
+    /// under `always`; otherwise the old file's sync is the fsync thread's
+    /// ([`Writer::switch_if_due`]).
+    fn switch_may_block(&self, queued: usize) -> bool {
+        queued > 0 && self.inner.policy() == FsyncPolicy::Always
+    }
+
     /// [`crate::Journal::write_through`] with the writer's state held:
     /// writes what is gathered as the writer thread's cycle does, unless
     /// that cycle could wait for the disk ([`Writer::may_block`]: the
-    /// writer thread's work, a retry, a repair, a switch of files, a
-    /// requested sync), a switch is queued, or the journal is closing.
+    /// writer thread's work, a retry, a repair, a switch of files that
+    /// syncs, a requested sync) or the journal is closing.
     pub(crate) fn write_through(&mut self) {
         self.synced = self.synced.max(self.inner.synced.load(Ordering::Acquire));
         let inner = Arc::clone(&self.inner);
         let mut g = inner.gather.lock();
-        if g.shutdown || !g.switches.is_empty() || self.may_block(g.sync_request) {
+        if g.shutdown || self.switch_may_block(g.switches.len()) || self.may_block(g.sync_request) {
             return;
         }
         self.take_gathered(&mut g);
@@ -529,10 +562,12 @@ impl Writer {
     }
 
     /// After an fdatasync failure: cut back to the last synced size and write
-    /// everything after it again, if it is all still in memory.
+    /// everything after it again, if it is all still in memory. When what
+    /// is unsynced starts in a file in `closing`, that file comes first
+    /// ([`Writer::repair_closing`]), and this is planned again after it.
     fn plan_resync(&mut self) {
         self.must_resync = true;
-        if self.retained_from() <= self.synced && self.written > self.synced {
+        if self.synced >= self.cur.start && self.retained_from() <= self.synced && self.written > self.synced {
             self.truncate_to = Some(self.synced);
             self.written = self.synced;
         }
@@ -568,13 +603,21 @@ impl Writer {
         let started = Instant::now();
         let policy = inner.policy();
 
-        if policy == FsyncPolicy::EverySec {
+        if policy != FsyncPolicy::Always {
             self.synced = self.synced.max(inner.synced.load(Ordering::Acquire));
             if inner.syncer_failed.load(Ordering::Acquire) && !self.must_resync {
                 // The fsync thread has paused itself: the file is ours.
                 self.pause_syncer();
                 self.plan_resync();
             }
+        }
+
+        if self.must_resync && self.synced < self.cur.start {
+            if let Err(e) = self.repair_closing() {
+                self.inner.stats.fsync_errors.fetch_add(1, Ordering::Relaxed);
+                return self.fail("repairing an earlier file after", &e);
+            }
+            self.plan_resync();
         }
 
         if let Some(to) = self.truncate_to {
@@ -697,12 +740,13 @@ impl Writer {
         }
     }
 
-    /// fdatasyncs the current file; on success everything written is
-    /// synced, on failure the file is to be repaired (`plan_resync`). The
-    /// caller has paused the fsync thread.
+    /// fdatasyncs the files in `closing`, oldest first, then the current
+    /// file; on success everything written is synced, on failure the files
+    /// are to be repaired (`plan_resync`). The caller has paused the fsync
+    /// thread.
     fn sync_current(&mut self) -> io::Result<()> {
         let t0 = Instant::now();
-        let res = self.cur.file.sync_data();
+        let res = self.sync_closing().and_then(|()| self.cur.file.sync_data());
         self.inner.stats.record_fsync(t0.elapsed());
         if let Err(e) = res {
             self.inner.stats.fsync_errors.fetch_add(1, Ordering::Relaxed);
@@ -716,23 +760,30 @@ impl Writer {
         Ok(())
     }
 
-    /// Makes the switches due at `written` (see the module docs): the old
-    /// file is synced, then replaced. False if that failed (the failure is
-    /// recorded and retried like any other; the switch stays queued).
+    /// Makes the switches due at `written` (see the module docs): under
+    /// `always` the old file is synced, then replaced; under `everysec` and
+    /// `no` it is replaced at once and joins `closing`. False if a
+    /// sync failed (the failure is recorded and retried like any other; the
+    /// switch stays queued).
     fn switch_if_due(&mut self) -> bool {
         while self.switches.front().is_some_and(|s| s.at == self.written) {
-            self.pause_syncer();
-            if self.inner.syncer_failed.load(Ordering::Acquire) && !self.must_resync {
-                // The fsync thread failed on this file after the cycle
-                // looked: repair first, from the start of a cycle.
-                self.plan_resync();
-                self.retry_at = Some(Instant::now());
-                return false;
-            }
-            if self.written > self.synced || self.must_resync {
-                if let Err(e) = self.sync_current() {
-                    self.fail("fdatasync of", &e);
+            let defer = self.inner.policy() != FsyncPolicy::Always
+                && !self.must_resync
+                && !self.inner.syncer_failed.load(Ordering::Acquire);
+            if !defer {
+                self.pause_syncer();
+                if self.inner.syncer_failed.load(Ordering::Acquire) && !self.must_resync {
+                    // The fsync thread failed on this file after the cycle
+                    // looked: repair first, from the start of a cycle.
+                    self.plan_resync();
+                    self.retry_at = Some(Instant::now());
                     return false;
+                }
+                if self.written > self.synced || self.must_resync {
+                    if let Err(e) = self.sync_current() {
+                        self.fail("fdatasync of", &e);
+                        return false;
+                    }
                 }
             }
             let Some(sw) = self.switches.pop_front() else { break };
@@ -740,14 +791,72 @@ impl Writer {
             if let Err(e) = self.cur.file.release_space() {
                 tracing::warn!("journal: cutting pre-written space off {}: {e}", self.inner.file_name.lock());
             }
-            *self.inner.sync_file.lock() = Arc::clone(&sw.file);
+            let old = std::mem::replace(&mut self.cur, Segment { file: Arc::clone(&sw.file), start: sw.at });
+            {
+                // Under the fsync thread's lock, so that it takes `closing`
+                // and `sync_file` as one.
+                let _s = self.inner.syncer.lock();
+                *self.inner.sync_file.lock() = sw.file;
+                if defer && self.synced < sw.at {
+                    self.inner.closing.lock().push_back(Closing { file: old.file, start: old.start, end: sw.at });
+                    self.inner.syncer_cv.notify_all();
+                }
+            }
             *self.inner.file_name.lock() = sw.name.clone();
-            self.cur = Segment { file: sw.file, start: sw.at };
-            self.resume_syncer();
+            if !defer {
+                self.resume_syncer();
+            }
             self.inner.switched.fetch_max(sw.at, Ordering::AcqRel);
             tracing::info!("journal: appending to {} from LSN {}", sw.name, sw.at);
         }
         true
+    }
+
+    /// Syncs the files in `closing`, oldest first, each let go once synced.
+    /// The caller has paused the fsync thread.
+    fn sync_closing(&mut self) -> io::Result<()> {
+        while let Some((file, _, end)) = self.first_closing() {
+            file.sync_data()?;
+            self.closed_through(end);
+        }
+        Ok(())
+    }
+
+    /// The oldest file in `closing`, with the LSNs it holds.
+    fn first_closing(&self) -> Option<(Arc<dyn LogFile>, Lsn, Lsn)> {
+        let closing = self.inner.closing.lock();
+        closing.front().map(|c| (Arc::clone(&c.file), c.start, c.end))
+    }
+
+    /// The first file in `closing`, which ends at `end`, is synced.
+    fn closed_through(&mut self, end: Lsn) {
+        self.inner.closing.lock().pop_front();
+        self.synced = self.synced.max(end);
+        self.inner.synced.fetch_max(end, Ordering::AcqRel);
+    }
+
+    /// After a failed sync of a file in `closing`: each, oldest first, is
+    /// cut back to `synced` and written again from memory when its
+    /// unsynced bytes are all still there (as [`Writer::plan_resync`] does
+    /// for the current file), then synced. The caller has paused the fsync
+    /// thread.
+    fn repair_closing(&mut self) -> io::Result<()> {
+        while let Some((file, start, end)) = self.first_closing() {
+            let from = self.synced.max(start);
+            if self.retained_from() <= from {
+                file.set_len(from - start)?;
+                for b in &self.retained {
+                    let (lo, hi) = (b.start.max(from), b.end().min(end));
+                    if lo < hi {
+                        let bytes = &b.bytes[(lo - b.start) as usize..(hi - b.start) as usize];
+                        write_all(&*file, bytes).map_err(|(e, _)| e)?;
+                    }
+                }
+            }
+            file.sync_data()?;
+            self.closed_through(end);
+        }
+        Ok(())
     }
 
     /// Lets go of batches that no failure can make us write again.
@@ -806,6 +915,8 @@ pub(crate) fn run_syncer(inner: Arc<Inner>) {
     loop {
         let target;
         let file;
+        let closing;
+        let mut current;
         {
             let mut s = inner.syncer.lock();
             loop {
@@ -816,8 +927,14 @@ pub(crate) fn run_syncer(inner: Arc<Inner>) {
                 let now = Instant::now();
                 let failed = inner.syncer_failed.load(Ordering::Acquire);
                 let suspended = inner.fsync_suspended.load(Ordering::Acquire);
-                if s.paused || failed || suspended || inner.policy() != FsyncPolicy::EverySec {
+                // Under `no` it syncs the files switches left behind, at once.
+                let policy = inner.policy();
+                current = policy == FsyncPolicy::EverySec;
+                let closing_only = policy == FsyncPolicy::No && !inner.closing.lock().is_empty();
+                if s.paused || failed || suspended || !(current || closing_only) {
                     inner.syncer_cv.wait(&mut s);
+                } else if closing_only {
+                    break;
                 } else if now < due {
                     inner.syncer_cv.wait_until(&mut s, due);
                 } else if inner.written.load(Ordering::Acquire) > inner.synced.load(Ordering::Acquire) {
@@ -828,17 +945,31 @@ pub(crate) fn run_syncer(inner: Arc<Inner>) {
             }
             target = inner.written.load(Ordering::Acquire);
             file = Arc::clone(&inner.sync_file.lock());
+            closing = inner.closing.lock().iter().map(|c| (Arc::clone(&c.file), c.end)).collect::<Vec<_>>();
             last_start = Instant::now();
             s.in_flight_since = Some(last_start);
         }
-        let res = file.sync_data();
+        // The files the writer left behind first: a later file must never
+        // be on disk without what comes before it.
+        let mut res = Ok(());
+        for (old, end) in &closing {
+            res = old.sync_data();
+            if res.is_err() {
+                break;
+            }
+            // Nobody else takes from `closing` while this sync is in flight.
+            inner.closing.lock().pop_front();
+            inner.synced.fetch_max(*end, Ordering::AcqRel);
+        }
+        let res = res.and_then(|()| if current { file.sync_data() } else { Ok(()) });
         inner.stats.record_fsync(last_start.elapsed());
         let mut s = inner.syncer.lock();
         s.in_flight_since = None;
         match res {
-            Ok(()) => {
+            Ok(()) if current => {
                 inner.synced.fetch_max(target, Ordering::AcqRel);
             }
+            Ok(()) => {}
             Err(e) => {
                 inner.stats.fsync_errors.fetch_add(1, Ordering::Relaxed);
                 inner.set_error("background fdatasync of", &e, true);

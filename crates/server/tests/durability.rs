@@ -5,7 +5,8 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::io::Write;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -132,6 +133,163 @@ fn kill_9_cycles(appendfsync: &str, cycles: usize) {
     assert!(total > 0, "the writers never got an acknowledgement");
     drop(server);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The integer value of `key` (0 when absent).
+fn counter(c: &mut Client, key: &str) -> i64 {
+    match c.send(&["GET", key]) {
+        Frame::Null => 0,
+        Frame::Bulk(b) => String::from_utf8_lossy(&b).parse().expect("a counter"),
+        other => panic!("GET {key}: {other:?}"),
+    }
+}
+
+/// Under `always`, what a client reads of another client's writes survives
+/// `kill -9`, though the writer has not had its replies yet: a reply that
+/// shows a write waits until the write is durable. Writers pipeline INCRs,
+/// readers GET the counters; no counter may come back below a value read.
+#[test]
+fn kill_9_never_loses_a_write_another_client_read() {
+    const PIPELINE: usize = 64;
+    let dir = temp_dir("crash-read");
+    let flags = ["--appendfsync", "always"];
+    let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+    let mut seen = [0i64; WRITERS];
+    // No counter can exceed its value at the start of a cycle plus the
+    // INCRs sent during it.
+    let mut ceiling = [0i64; WRITERS];
+    for cycle in 0..10 {
+        let server = Server::start_in(&dir, &flags);
+        let mut check = server.client();
+        let mut start = [0i64; WRITERS];
+        for id in 0..WRITERS {
+            let n = counter(&mut check, &format!("counter:{id}"));
+            assert!(n >= seen[id], "cycle {cycle}: counter {id} = {n}, yet a client read {}", seen[id]);
+            assert!(n <= ceiling[id], "cycle {cycle}: counter {id} = {n}, only {} sent", ceiling[id]);
+            start[id] = n;
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let sent: Vec<Arc<AtomicU64>> = (0..WRITERS).map(|_| Arc::new(AtomicU64::new(0))).collect();
+        let read: Vec<Arc<AtomicI64>> = (0..WRITERS).map(|id| Arc::new(AtomicI64::new(start[id]))).collect();
+        let mut handles = Vec::new();
+        for id in 0..WRITERS {
+            let (port, halt, sent) = (server.port, stop.clone(), sent[id].clone());
+            handles.push(thread::spawn(move || {
+                let mut c = Client::connect(port);
+                let batch: Vec<u8> = (0..PIPELINE).flat_map(|_| common::encode(&["INCR", &format!("counter:{id}")])).collect();
+                while !halt.load(Ordering::Relaxed) {
+                    sent.fetch_add(PIPELINE as u64, Ordering::SeqCst);
+                    if c.stream.write_all(&batch).is_err() {
+                        return;
+                    }
+                    for _ in 0..PIPELINE {
+                        if c.try_read().is_none() {
+                            return;
+                        }
+                    }
+                }
+            }));
+            let (port, halt, read) = (server.port, stop.clone(), read[id].clone());
+            handles.push(thread::spawn(move || {
+                let mut c = Client::connect(port);
+                while !halt.load(Ordering::Relaxed) {
+                    match c.try_send(&["GET", &format!("counter:{id}")]) {
+                        Some(Frame::Bulk(b)) => {
+                            read.fetch_max(String::from_utf8_lossy(&b).parse().expect("a counter"), Ordering::SeqCst);
+                        }
+                        Some(Frame::Null) => {}
+                        _ => return,
+                    }
+                }
+            }));
+        }
+        thread::sleep(Duration::from_millis(rng.gen_range(50..300)));
+        server.kill9();
+        stop.store(true, Ordering::Relaxed);
+        for h in handles {
+            let _ = h.join();
+        }
+        for id in 0..WRITERS {
+            seen[id] = read[id].load(Ordering::SeqCst);
+            ceiling[id] = start[id] + sent[id].load(Ordering::SeqCst) as i64;
+        }
+    }
+    assert!(seen.iter().all(|&n| n > 0), "the readers never saw a write: {seen:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A MULTI/EXEC transaction is one unit of the log: `kill -9` at any
+/// instant leaves all of it or none of it, and every acknowledged one.
+/// Each transaction increments two counters around a 256 KB value, so that
+/// the kill can land inside the transaction's write.
+#[test]
+fn kill_9_never_splits_a_transaction() {
+    for (appendfsync, cycles) in [("always", 10), ("everysec", 5), ("no", 5)] {
+        let dir = temp_dir(&format!("crash-multi-{appendfsync}"));
+        let flags = ["--appendfsync", appendfsync];
+        let mut rng = rand::rngs::StdRng::seed_from_u64(13);
+        let mut acked = [0i64; WRITERS];
+        let mut ceiling = [0i64; WRITERS];
+        let pad = "p".repeat(256 << 10);
+        for cycle in 0..=cycles {
+            let server = Server::start_in(&dir, &flags);
+            let mut check = server.client();
+            let mut start = [0i64; WRITERS];
+            for id in 0..WRITERS {
+                let (a, b) = (counter(&mut check, &format!("a:{id}")), counter(&mut check, &format!("b:{id}")));
+                assert_eq!(a, b, "{appendfsync}, cycle {cycle}: half of a transaction of writer {id} survived");
+                assert!(a >= acked[id], "{appendfsync}, cycle {cycle}: {a} transactions of writer {id}, {} acknowledged", acked[id]);
+                assert!(a <= ceiling[id], "{appendfsync}, cycle {cycle}: {a} transactions of writer {id}, {} sent", ceiling[id]);
+                start[id] = a;
+            }
+            if cycle == cycles {
+                break;
+            }
+            let stop = Arc::new(AtomicBool::new(false));
+            let done: Vec<Arc<AtomicU64>> = (0..WRITERS).map(|_| Arc::new(AtomicU64::new(0))).collect();
+            let handles: Vec<_> = (0..WRITERS)
+                .map(|id| {
+                    let (port, stop, done, pad) = (server.port, stop.clone(), done[id].clone(), pad.clone());
+                    thread::spawn(move || {
+                        let mut c = Client::connect(port);
+                        let mut unit = common::encode(&["MULTI"]);
+                        unit.extend(common::encode(&["INCR", &format!("a:{id}")]));
+                        unit.extend(common::encode(&["SET", &format!("pad:{id}"), &pad]));
+                        unit.extend(common::encode(&["INCR", &format!("b:{id}")]));
+                        unit.extend(common::encode(&["EXEC"]));
+                        while !stop.load(Ordering::Relaxed) {
+                            if c.stream.write_all(&unit).is_err() {
+                                return;
+                            }
+                            for _ in 0..4 {
+                                if c.try_read().is_none() {
+                                    return;
+                                }
+                            }
+                            match c.try_read() {
+                                Some(Frame::Array(replies)) => assert_eq!(replies.len(), 3, "EXEC"),
+                                _ => return,
+                            }
+                            done.fetch_add(1, Ordering::SeqCst);
+                        }
+                    })
+                })
+                .collect();
+            thread::sleep(Duration::from_millis(rng.gen_range(50..300)));
+            server.kill9();
+            stop.store(true, Ordering::Relaxed);
+            for h in handles {
+                h.join().expect("writer");
+            }
+            for id in 0..WRITERS {
+                acked[id] = start[id] + done[id].load(Ordering::SeqCst) as i64;
+                // The one in flight at the kill may have landed.
+                ceiling[id] = acked[id] + 1;
+            }
+        }
+        assert!(acked.iter().all(|&n| n > 0), "{appendfsync}: no transaction was acknowledged: {acked:?}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
 
 /// The incr file of the AOF directory in `dir` (a fresh one has one).

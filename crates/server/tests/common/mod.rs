@@ -286,6 +286,11 @@ impl Client {
     /// Like `send`, but None when the connection fails (crash tests).
     pub fn try_send<A: AsRef<[u8]>>(&mut self, argv: &[A]) -> Option<Frame> {
         self.stream.write_all(&encode(argv)).ok()?;
+        self.try_read()
+    }
+
+    /// Like `read`, but None when the connection fails (crash tests).
+    pub fn try_read(&mut self) -> Option<Frame> {
         loop {
             if let Ok(Some((frame, used))) = keel_protocol::frame::parse_frame(&self.buf) {
                 self.buf.drain(..used);
