@@ -238,6 +238,10 @@ struct Rule {
 pub struct Failpoints {
     rules: Mutex<Vec<Rule>>,
     counts: Mutex<[u64; 3]>,
+    /// Operations of these kinds wait until released: a disk that does not
+    /// answer.
+    held: Mutex<[bool; 3]>,
+    released: parking_lot::Condvar,
 }
 
 impl Failpoints {
@@ -255,6 +259,25 @@ impl Failpoints {
     /// Removes every rule: the "disk" is healthy again.
     pub fn clear(&self) {
         self.rules.lock().clear();
+    }
+
+    /// Operations of kind `op` from now on wait until [`Failpoints::release`]
+    /// (then meet the rules as they are at that time).
+    pub fn hold(&self, op: Op) {
+        self.held.lock()[op as usize] = true;
+    }
+
+    /// Lets every held operation go on.
+    pub fn release(&self) {
+        *self.held.lock() = [false; 3];
+        self.released.notify_all();
+    }
+
+    fn wait_if_held(&self, op: Op) {
+        let mut held = self.held.lock();
+        while held[op as usize] {
+            self.released.wait(&mut held);
+        }
     }
 
     /// Operations of kind `op` seen so far (faulted or not).
@@ -358,6 +381,7 @@ impl LogFile for FaultyFile {
         }
     }
     fn sync_data(&self) -> io::Result<()> {
+        self.failpoints.wait_if_held(Op::Sync);
         match self.failpoints.check(Op::Sync) {
             None => self.inner.sync_data(),
             Some(f) => Err(os_error(f)),

@@ -73,10 +73,11 @@
 //! any other, in the old file, and the switch waits for the retry that
 //! succeeds. Under `everysec` and `no` nothing waits for that sync, as
 //! Redis hands its old incr file to a background fsync-and-close: the old
-//! file joins `Inner::closing`, and whoever syncs next (the fsync thread,
-//! which under `no` syncs such files alone and at once, or the writer
-//! when asked to) syncs it before the new one, so that no file is on disk
-//! without the ones before it. Workers so write through
+//! file joins `Inner::closing`. The fsync thread syncs it at once (the
+//! current file keeps its own pace: once a second under `everysec`, never
+//! under `no`); any sync of a later file, the fsync thread's or the
+//! writer's, syncs it first, so that no file is on disk without the ones
+//! before it. Workers so write through
 //! across a switch, and a process crash during one loses no acknowledged
 //! write (it did while the switch synced up to a second's worth of writes
 //! first). When such a sync fails, the writer writes the old file's
@@ -906,8 +907,10 @@ impl Writer {
     }
 }
 
-/// The everysec fsync thread: about once per `everysec_interval`, if
-/// anything was written since the last fsync, fdatasync the file. It never
+/// The fsync thread: under `everysec`, about once per `everysec_interval`,
+/// if anything was written since the last fsync, fdatasync the file; under
+/// `everysec` and `no`, at once, the files a switch left behind
+/// (`Inner::closing`), oldest first and before the current one. It never
 /// holds a lock during the fsync, so neither appenders nor the writer wait
 /// for it (except the writer when it repairs the file or syncs itself).
 pub(crate) fn run_syncer(inner: Arc<Inner>) {
@@ -917,6 +920,7 @@ pub(crate) fn run_syncer(inner: Arc<Inner>) {
         let file;
         let closing;
         let mut current;
+        let started;
         {
             let mut s = inner.syncer.lock();
             loop {
@@ -927,18 +931,20 @@ pub(crate) fn run_syncer(inner: Arc<Inner>) {
                 let now = Instant::now();
                 let failed = inner.syncer_failed.load(Ordering::Acquire);
                 let suspended = inner.fsync_suspended.load(Ordering::Acquire);
-                // Under `no` it syncs the files switches left behind, at once.
+                // The files switches left behind are synced at once (as
+                // Redis's switch queues its background fsync); the current
+                // file once a second under `everysec`.
                 let policy = inner.policy();
-                current = policy == FsyncPolicy::EverySec;
-                let closing_only = policy == FsyncPolicy::No && !inner.closing.lock().is_empty();
-                if s.paused || failed || suspended || !(current || closing_only) {
+                let everysec = policy == FsyncPolicy::EverySec;
+                let left_behind = policy != FsyncPolicy::Always && !inner.closing.lock().is_empty();
+                let unsynced = inner.written.load(Ordering::Acquire) > inner.synced.load(Ordering::Acquire);
+                current = everysec && now >= due && unsynced;
+                if s.paused || failed || suspended || !(everysec || left_behind) {
                     inner.syncer_cv.wait(&mut s);
-                } else if closing_only {
+                } else if left_behind || current {
                     break;
                 } else if now < due {
                     inner.syncer_cv.wait_until(&mut s, due);
-                } else if inner.written.load(Ordering::Acquire) > inner.synced.load(Ordering::Acquire) {
-                    break;
                 } else {
                     last_start = now;
                 }
@@ -946,8 +952,11 @@ pub(crate) fn run_syncer(inner: Arc<Inner>) {
             target = inner.written.load(Ordering::Acquire);
             file = Arc::clone(&inner.sync_file.lock());
             closing = inner.closing.lock().iter().map(|c| (Arc::clone(&c.file), c.end)).collect::<Vec<_>>();
-            last_start = Instant::now();
-            s.in_flight_since = Some(last_start);
+            started = Instant::now();
+            if current {
+                last_start = started;
+            }
+            s.in_flight_since = Some(started);
         }
         // The files the writer left behind first: a later file must never
         // be on disk without what comes before it.
@@ -962,7 +971,7 @@ pub(crate) fn run_syncer(inner: Arc<Inner>) {
             inner.synced.fetch_max(*end, Ordering::AcqRel);
         }
         let res = res.and_then(|()| if current { file.sync_data() } else { Ok(()) });
-        inner.stats.record_fsync(last_start.elapsed());
+        inner.stats.record_fsync(started.elapsed());
         let mut s = inner.syncer.lock();
         s.in_flight_since = None;
         match res {

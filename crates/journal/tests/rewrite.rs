@@ -430,34 +430,37 @@ fn a_failing_fsync_at_the_switch_is_retried() {
     }
 }
 
-/// Under `everysec` a switch does not wait for the old file's fdatasync,
-/// as Redis hands its old incr file to a background fsync: records after S
-/// are written while no sync can succeed (the fsync thread's interval is
-/// long here, so nothing syncs until asked). The next sync takes the old
-/// file first; when that fails, the old file is written again from memory
-/// and synced once the disk works, and stays whole for a rewrite that is
-/// then abandoned.
+/// Under `everysec` and `no` a switch does not wait for the old file's
+/// fdatasync, as Redis hands its old incr file to a background fsync:
+/// records after S are written while that sync hangs. The fsync thread
+/// syncs the old file before the new one; when that fails, the old file is
+/// written again from memory (under `everysec`, which keeps what is not
+/// synced) and synced once the disk works, and stays whole for a rewrite
+/// that is then abandoned.
 #[test]
-fn a_switch_under_everysec_leaves_the_old_file_to_the_next_sync() {
-    let tmp = tempfile::tempdir().unwrap();
-    let cfg = config(tmp.path(), FsyncPolicy::EverySec);
-    let (tuning, fp) = faulty_tuning();
-    let tuning = keel_journal::Tuning { everysec_interval: Duration::from_secs(600), ..tuning };
-    let (j, _) = Journal::open_with(cfg.clone(), tuning).unwrap();
-    let before = (0..20).map(|i| set(&j, 0, i)).last().unwrap();
-    assert!(wait_durable(&j, before, T));
-    fp.fail(Op::Sync, 1, u64::MAX, Fault::Eio);
-    let rw = j.prepare_rewrite().unwrap().start();
-    let last = (20..40).map(|i| set(&j, 0, i)).last().unwrap();
-    assert!(wait_durable(&j, last, T), "written after S although the old file cannot be synced");
-    assert_eq!((j.health().is_ok(), j.stats().fsync_errors), (true, 0), "nothing synced yet");
-    assert!(j.flush_and_sync().is_err(), "the old file's sync fails");
-    fp.clear();
-    assert!(wait_until(T, || j.health().is_ok()), "{:?}", j.health());
-    rw.abort();
-    j.flush_and_sync().unwrap();
-    drop(j);
-    assert_eq!(check_and_load(&cfg), sets(0, 0..40));
+fn a_switch_leaves_the_old_file_to_the_fsync_thread() {
+    for policy in [FsyncPolicy::EverySec, FsyncPolicy::No] {
+        let tmp = tempfile::tempdir().unwrap();
+        let cfg = config(tmp.path(), policy);
+        let (tuning, fp) = faulty_tuning();
+        let (j, _) = Journal::open_with(cfg.clone(), tuning).unwrap();
+        let before = (0..20).map(|i| set(&j, 0, i)).last().unwrap();
+        assert!(wait_durable(&j, before, T));
+        fp.hold(Op::Sync);
+        let rw = j.prepare_rewrite().unwrap().start();
+        let last = (20..40).map(|i| set(&j, 0, i)).last().unwrap();
+        let written = wait_durable(&j, last, T);
+        // The sync that waits fails once let go.
+        fp.fail(Op::Sync, 1, 1, Fault::Eio);
+        fp.release();
+        assert!(written, "{policy:?}: written after S while the old file's sync hangs");
+        assert!(wait_until(T, || j.stats().fsync_errors >= 1), "{policy:?}: the fault fired");
+        assert!(wait_until(T, || j.health().is_ok()), "{policy:?}: {:?}", j.health());
+        rw.abort();
+        j.flush_and_sync().unwrap();
+        drop(j);
+        assert_eq!(check_and_load(&cfg), sets(0, 0..40), "{policy:?}");
+    }
 }
 
 /// A failing base write aborts the rewrite and leaves the journal as it
