@@ -557,6 +557,13 @@ impl Writer {
         self.inner.writer_cv.notify_one();
     }
 
+    /// A failed fdatasync (or repair of one): recorded as [`Writer::fail`]
+    /// does, then counted, so that whoever sees the count sees the failure.
+    fn fail_sync(&mut self, what: &str, e: &io::Error) {
+        self.fail(what, e);
+        self.inner.stats.fsync_errors.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// First LSN still held in memory (or `written` if none).
     fn retained_from(&self) -> Lsn {
         self.retained.front().map_or(self.written, |b| b.start)
@@ -615,8 +622,7 @@ impl Writer {
 
         if self.must_resync && self.synced < self.cur.start {
             if let Err(e) = self.repair_closing() {
-                self.inner.stats.fsync_errors.fetch_add(1, Ordering::Relaxed);
-                return self.fail("repairing an earlier file after", &e);
+                return self.fail_sync("repairing an earlier file after", &e);
             }
             self.plan_resync();
         }
@@ -681,7 +687,7 @@ impl Writer {
         if want_sync || resync {
             self.pause_syncer();
             if let Err(e) = self.sync_current() {
-                return self.fail("fdatasync of", &e);
+                return self.fail_sync("fdatasync of", &e);
             }
             self.resume_syncer();
         }
@@ -743,14 +749,13 @@ impl Writer {
 
     /// fdatasyncs the files in `closing`, oldest first, then the current
     /// file; on success everything written is synced, on failure the files
-    /// are to be repaired (`plan_resync`). The caller has paused the fsync
-    /// thread.
+    /// are to be repaired (`plan_resync`) and the caller records it
+    /// ([`Writer::fail_sync`]). The caller has paused the fsync thread.
     fn sync_current(&mut self) -> io::Result<()> {
         let t0 = Instant::now();
         let res = self.sync_closing().and_then(|()| self.cur.file.sync_data());
         self.inner.stats.record_fsync(t0.elapsed());
         if let Err(e) = res {
-            self.inner.stats.fsync_errors.fetch_add(1, Ordering::Relaxed);
             self.plan_resync();
             return Err(e);
         }
@@ -782,7 +787,7 @@ impl Writer {
                 }
                 if self.written > self.synced || self.must_resync {
                     if let Err(e) = self.sync_current() {
-                        self.fail("fdatasync of", &e);
+                        self.fail_sync("fdatasync of", &e);
                         return false;
                     }
                 }
@@ -980,8 +985,10 @@ pub(crate) fn run_syncer(inner: Arc<Inner>) {
             }
             Ok(()) => {}
             Err(e) => {
-                inner.stats.fsync_errors.fetch_add(1, Ordering::Relaxed);
+                // Recorded before it is counted: whoever sees the count
+                // sees the failure, or its repair.
                 inner.set_error("background fdatasync of", &e, true);
+                inner.stats.fsync_errors.fetch_add(1, Ordering::Relaxed);
                 s.paused = true;
                 inner.wake_writer();
             }
