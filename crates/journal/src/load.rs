@@ -389,45 +389,43 @@ pub(crate) fn prepare(config: &JournalConfig) -> Result<Prepared, JournalError> 
     if let Some(tail) = torn_candidate(&sizes, usize::from(m.base.is_some())).filter(|_| !config.idle) {
         let path = dir.join(&listed[tail]);
         let size = &mut sizes[tail];
-        {
-            let scan = scan_aof(&path).map_err(io_err(&path))?;
-            match scan.problem {
-                None if scan.valid_up_to < *size => {
-                    // Annotations after the last command: space the writer
-                    // wrote ahead (`prealloc.rs`), left by a crash. The
-                    // writer goes on from the last command.
-                    let f = OpenOptions::new().write(true).open(&path).map_err(io_err(&path))?;
-                    f.set_len(scan.valid_up_to).map_err(io_err(&path))?;
-                    tracing::info!(
-                        "journal: {}: cut {} bytes of annotations after the last command",
-                        path.display(),
-                        *size - scan.valid_up_to
-                    );
-                    *size = scan.valid_up_to;
-                }
-                None => {}
-                Some(Problem::Corrupt { offset, reason }) => {
-                    return Err(JournalError::Corrupt { file: path, offset, reason });
-                }
-                Some(Problem::BadRdb { reason }) => return Err(JournalError::RdbBase { file: path, reason }),
-                Some(Problem::Torn { offset, reason }) if !config.load_truncated => {
-                    return Err(JournalError::Truncated { file: path, offset, reason });
-                }
-                Some(Problem::Torn { offset, reason }) => {
-                    let f = OpenOptions::new().write(true).open(&path).map_err(io_err(&path))?;
-                    f.set_len(scan.valid_up_to).map_err(io_err(&path))?;
-                    f.sync_all().map_err(io_err(&path))?;
-                    let msg = format!(
-                        "{}: {reason} at offset {offset}; truncated from {} to {} bytes \
-                         (aof-load-truncated yes)",
-                        path.display(),
-                        *size,
-                        scan.valid_up_to
-                    );
-                    tracing::warn!("{msg}");
-                    warnings.push(msg);
-                    *size = scan.valid_up_to;
-                }
+        let scan = scan_aof(&path).map_err(io_err(&path))?;
+        match scan.problem {
+            None if scan.valid_up_to < *size => {
+                // Annotations after the last command: space the writer
+                // wrote ahead (`prealloc.rs`), left by a crash. The
+                // writer goes on from the last command.
+                let f = OpenOptions::new().write(true).open(&path).map_err(io_err(&path))?;
+                f.set_len(scan.valid_up_to).map_err(io_err(&path))?;
+                tracing::info!(
+                    "journal: {}: cut {} bytes of annotations after the last command",
+                    path.display(),
+                    *size - scan.valid_up_to
+                );
+                *size = scan.valid_up_to;
+            }
+            None => {}
+            Some(Problem::Corrupt { offset, reason }) => {
+                return Err(JournalError::Corrupt { file: path, offset, reason });
+            }
+            Some(Problem::BadRdb { reason }) => return Err(JournalError::RdbBase { file: path, reason }),
+            Some(Problem::Torn { offset, reason }) if !config.load_truncated => {
+                return Err(JournalError::Truncated { file: path, offset, reason });
+            }
+            Some(Problem::Torn { offset, reason }) => {
+                let f = OpenOptions::new().write(true).open(&path).map_err(io_err(&path))?;
+                f.set_len(scan.valid_up_to).map_err(io_err(&path))?;
+                f.sync_all().map_err(io_err(&path))?;
+                let msg = format!(
+                    "{}: {reason} at offset {offset}; truncated from {} to {} bytes \
+                     (aof-load-truncated yes)",
+                    path.display(),
+                    *size,
+                    scan.valid_up_to
+                );
+                tracing::warn!("{msg}");
+                warnings.push(msg);
+                *size = scan.valid_up_to;
             }
         }
     }

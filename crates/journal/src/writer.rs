@@ -77,12 +77,12 @@
 //! current file keeps its own pace: once a second under `everysec`, never
 //! under `no`); any sync of a later file, the fsync thread's or the
 //! writer's, syncs it first, so that no file is on disk without the ones
-//! before it. Workers so write through
-//! across a switch, and a process crash during one loses no acknowledged
-//! write (it did while the switch synced up to a second's worth of writes
-//! first). When such a sync fails, the writer writes the old file's
-//! unsynced bytes again from memory and syncs it
-//! ([`Writer::repair_closing`]) before it goes on with the current file.
+//! before it. Workers so write through across a switch, and a process
+//! crash during one loses no acknowledged write (it did while the switch
+//! synced up to a second's worth of writes first). When such a sync fails,
+//! the writer writes the old file's unsynced bytes again from memory and
+//! syncs it ([`Writer::repair_closing`]) before it goes on with the
+//! current file.
 //! LSNs go on across files; each file knows the LSN of its first byte,
 //! which is how a truncation finds its offset.
 
@@ -290,6 +290,12 @@ impl Inner {
     fn notify_progress(&self) {
         let _g = self.progress.lock();
         self.progress_cv.notify_all();
+    }
+
+    /// The oldest file in `closing`, which ends at `end`, is synced.
+    fn closed_through(&self, end: Lsn) {
+        self.closing.lock().pop_front();
+        self.synced.fetch_max(end, Ordering::AcqRel);
     }
 
     pub(crate) fn wake_writer(&self) {
@@ -834,11 +840,10 @@ impl Writer {
         closing.front().map(|c| (Arc::clone(&c.file), c.start, c.end))
     }
 
-    /// The first file in `closing`, which ends at `end`, is synced.
+    /// The oldest file in `closing`, which ends at `end`, is synced.
     fn closed_through(&mut self, end: Lsn) {
-        self.inner.closing.lock().pop_front();
+        self.inner.closed_through(end);
         self.synced = self.synced.max(end);
-        self.inner.synced.fetch_max(end, Ordering::AcqRel);
     }
 
     /// After a failed sync of a file in `closing`: each, oldest first, is
@@ -972,8 +977,7 @@ pub(crate) fn run_syncer(inner: Arc<Inner>) {
                 break;
             }
             // Nobody else takes from `closing` while this sync is in flight.
-            inner.closing.lock().pop_front();
-            inner.synced.fetch_max(*end, Ordering::AcqRel);
+            inner.closed_through(*end);
         }
         let res = res.and_then(|()| if current { file.sync_data() } else { Ok(()) });
         inner.stats.record_fsync(started.elapsed());
