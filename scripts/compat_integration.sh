@@ -39,7 +39,6 @@ DROPPED_DIRECTIVES='notify-keyspace-events|latency-monitor-threshold|repl-diskle
 # count as neither [ok] nor [err], for either server.
 SKIPPED=(
     "EVAL can process writes from AOF in read-only replicas"   # replicaof
-    "client freed during loading"   # key-load-delay, loading-process-events-interval-bytes
 )
 # --durable: an error that is not an assertion counts as [err] for its test
 # instead of ending the unit. --clients 1: one unit at a time, in order.

@@ -177,6 +177,13 @@ pub struct Config {
     /// `rdb-key-save-delay` (Redis's hidden test knob): microseconds a save
     /// sleeps per key written, outside every lock.
     pub rdb_key_save_delay_us: i64,
+    /// `key-load-delay` (Redis's hidden test knob): microseconds a load
+    /// sleeps per key or command; a negative -n sleeps 1 in n times.
+    pub key_load_delay_us: i64,
+    /// `loading-process-events-interval-bytes`: how much a load reads
+    /// before clients are answered -LOADING; until then their requests
+    /// wait for the load (Redis serves clients once per that many bytes).
+    pub loading_process_events_interval_bytes: u64,
     /// Bytes per second an RDB base is assumed to load at until start-up
     /// measures it. Measured here: not faster per byte than commands (an
     /// RDB is denser: fewer bytes for the same keys), 0.6x to 0.9x.
@@ -292,6 +299,8 @@ impl Default for Config {
             save_given_at_start: false,
             stop_writes_on_bgsave_error: true,
             rdb_key_save_delay_us: 0,
+            key_load_delay_us: 0,
+            loading_process_events_interval_bytes: 2 << 20,
             keel_aof_rdb_load_rate: 48 << 20,
             loglevel: "notice".into(),
             logfile: String::new(),
@@ -705,6 +714,8 @@ pub static DIRECTIVES: &[Directive] = &[
     },
     directive!("stop-writes-on-bgsave-error", true, bool, stop_writes_on_bgsave_error),
     directive!("rdb-key-save-delay", true, num(i32::MIN as i64, i32::MAX as i64), rdb_key_save_delay_us),
+    directive!("key-load-delay", true, num(i32::MIN as i64, i32::MAX as i64), key_load_delay_us),
+    directive!("loading-process-events-interval-bytes", true, num(1024, i32::MAX as u64), loading_process_events_interval_bytes),
     // Applied at run time by `process::apply_loglevel` (CONFIG SET).
     directive!("loglevel", true, enum ["debug", "verbose", "notice", "warning", "nothing"], loglevel),
     directive!("logfile", false, string, logfile),
@@ -848,6 +859,14 @@ fn is_default_value(given: &str, default: &str) -> bool {
         || matches!((given.parse::<i64>(), default.parse::<i64>()), (Ok(a), Ok(b)) if a == b)
 }
 
+/// Redis's `HIDDEN_CONFIG`s (test knobs): CONFIG GET shows them only when
+/// asked by name, never for a pattern.
+const HIDDEN: [&str; 3] = ["rdb-key-save-delay", "key-load-delay", "loading-process-events-interval-bytes"];
+
+/// Redis's `DENY_LOADING_CONFIG`s (of those Keel has): CONFIG SET refuses
+/// them with -LOADING while a load is under way.
+pub const DENIED_WHILE_LOADING: [&str; 2] = ["appendonly", "dir"];
+
 pub fn find(name: &str) -> Option<&'static Directive> {
     DIRECTIVES.iter().find(|d| d.name.eq_ignore_ascii_case(name))
 }
@@ -911,6 +930,7 @@ impl Config {
     pub fn matching<'a>(&'a self, pattern: &'a [u8]) -> impl Iterator<Item = (&'static str, String)> + 'a {
         DIRECTIVES
             .iter()
+            .filter(|d| !HIDDEN.contains(&d.name))
             .filter(move |d| crate::glob::matches(pattern, d.name.as_bytes(), true))
             .map(move |d| (d.name, (d.get)(self)))
     }

@@ -63,6 +63,7 @@ use keel_journal::{BaseFormat, FsyncPolicy, Journal, JournalConfig, JournalError
 use crate::client::{Client, ClientInfo, Message};
 use crate::command::{self, CommandSpec, Ctx};
 use crate::config::{AppendFsync, Config};
+use crate::loading::Pacer;
 use crate::server::Server;
 use crate::snapshot::Inserters;
 
@@ -142,8 +143,7 @@ fn replay_in<'scope, 'env>(server: &'env Server, mut replay: Replay, scope: &'sc
     let mut client = Client::new(info, true);
     client.is_loader = true;
     let stats = &server.workers[0];
-    let progress = &server.load_progress;
-    progress.total_bytes.store(replay.total_bytes(), Ordering::Relaxed);
+    let mut pacer = Pacer::new(server, replay.total_bytes());
     let started = Instant::now();
     // The RDB base comes first: its part ends at the first command, when
     // its inserters are done.
@@ -153,9 +153,6 @@ fn replay_in<'scope, 'env>(server: &'env Server, mut replay: Replay, scope: &'sc
     let mut count = 0u64;
     while let Some(item) = replay.next() {
         let item = item.map_err(|e| e.to_string())?;
-        if count.is_multiple_of(1024) {
-            progress.loaded_bytes.store(replay.loaded_bytes(), Ordering::Relaxed);
-        }
         let databases = server.keyspace.databases();
         let (db, argv) = match item {
             Replayed::Command { db, argv } => (db, argv),
@@ -170,6 +167,7 @@ fn replay_in<'scope, 'env>(server: &'env Server, mut replay: Replay, scope: &'sc
             }
             Replayed::Key(entry) => {
                 count += 1;
+                pacer.key(|| replay.loaded_bytes()).map_err(|e| e.to_string())?;
                 // A closed channel: `finish` below names the inserter's error.
                 if base_inserters(&mut inserters, scope, server)?.send(entry).is_err() {
                     break;
@@ -181,6 +179,7 @@ fn replay_in<'scope, 'env>(server: &'env Server, mut replay: Replay, scope: &'sc
             base.finish()?;
         }
         count += 1;
+        pacer.command(|| replay.loaded_bytes()).map_err(|e| e.to_string())?;
         rdb_took.get_or_insert_with(|| started.elapsed());
         if command::table().lookup(&argv[0]).is_none() {
             return Err(unknown_command(&replay, &argv[0]));
@@ -199,6 +198,7 @@ fn replay_in<'scope, 'env>(server: &'env Server, mut replay: Replay, scope: &'sc
     if let Some(base) = inserters.take() {
         base.finish()?;
     }
+    pacer.done(replay.total_bytes());
     let took = started.elapsed();
     let rdb_took = rdb_took.unwrap_or(took);
     let rdb_bytes = replay.rdb_bytes();
@@ -213,14 +213,14 @@ fn replay_in<'scope, 'env>(server: &'env Server, mut replay: Replay, scope: &'sc
 /// Redis's: what was logged is written and synced, the dataset emptied and
 /// loaded again from the files the manifest on disk lists (with
 /// `appendonly no` too). Meanwhile `loading` is set, so nothing replayed
-/// is logged again (and other clients are answered -LOADING). An error
-/// before the dataset is emptied is the reply; one while loading stops the
-/// process, as in Redis: what is in memory is then no dataset at all, and
-/// the files are intact.
+/// is logged again (and other clients wait, then are answered -LOADING:
+/// [`crate::loading`]). An error before the dataset is emptied is the
+/// reply; one while loading stops the process, as in Redis: what is in
+/// memory is then no dataset at all, and the files are intact.
 pub fn debug_loadaof(ctx: &mut Ctx<'_>) -> Result<(), String> {
     let server = ctx.server;
     if server.loading.load(Ordering::Relaxed) {
-        return Err("LOADING Keel is loading the dataset in memory".into());
+        return Err(command::LOADING_ERROR.into());
     }
     if server.rewrite.in_progress() {
         return Err("ERR Background append only file rewriting in progress: DEBUG LOADAOF after it ends".into());
@@ -238,12 +238,17 @@ pub fn debug_loadaof(ctx: &mut Ctx<'_>) -> Result<(), String> {
             drop(db.take_all());
         }
     }
-    server.loading.store(true, Ordering::Relaxed);
+    server.begin_load();
     let loaded = replay_held(ctx, replay);
-    server.loading.store(false, Ordering::Relaxed);
-    if let Err(e) = loaded {
-        tracing::error!("DEBUG LOADAOF: {e}");
-        std::process::exit(1);
+    server.end_load();
+    match loaded {
+        Ok(()) => {}
+        // The shutdown that stopped it goes on, with nothing saved.
+        Err(e) if server.shutdown.load(Ordering::Relaxed) => return Err(format!("ERR {e}")),
+        Err(e) => {
+            tracing::error!("DEBUG LOADAOF: {e}");
+            std::process::exit(1);
+        }
     }
     // What the replay counted is already on disk (Redis zeroes it too).
     server.dirty.store(0, Ordering::Relaxed);
@@ -263,12 +268,19 @@ fn replay_held(ctx: &mut Ctx<'_>, mut replay: Replay) -> Result<(), String> {
     let reply_len = ctx.out.buf.len();
     // Time stands still while loading (see `replay_in`).
     ctx.now_ms = 0;
+    let mut pacer = Pacer::new(server, replay.total_bytes());
     let mut result = Ok(());
     while let Some(item) = replay.next() {
         let step = match item.map_err(|e| e.to_string()) {
-            Ok(Replayed::Key(entry)) => crate::snapshot::insert_held(server, &mut ctx.dbs.locked, entry, &limits, lru_s, false),
+            Ok(Replayed::Key(entry)) => pacer
+                .key(|| replay.loaded_bytes())
+                .map_err(|e| e.to_string())
+                .and_then(|()| crate::snapshot::insert_held(server, &mut ctx.dbs.locked, entry, &limits, lru_s, false)),
             Ok(Replayed::Resize { .. }) => Ok(()),
-            Ok(Replayed::Command { db, argv }) => run_replayed(ctx, &replay, db, &argv),
+            Ok(Replayed::Command { db, argv }) => pacer
+                .command(|| replay.loaded_bytes())
+                .map_err(|e| e.to_string())
+                .and_then(|()| run_replayed(ctx, &replay, db, &argv)),
             Err(e) => Err(e),
         };
         ctx.out.buf.truncate(reply_len);

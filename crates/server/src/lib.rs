@@ -12,7 +12,8 @@
 //! SIGINT into SHUTDOWN; [`alloc`] is jemalloc and its counters;
 //! [`process`] what the server does to its own process (`daemonize`,
 //! `disable-thp`, `oom-score-adj`, `jemalloc-bg-thread`); [`slowlog`] keeps
-//! SLOWLOG's entries.
+//! SLOWLOG's entries; [`loading`] paces a load and decides what clients
+//! see meanwhile.
 //!
 //! A request flows: socket -> [`worker`] reads into the connection's buffer
 //! -> `keel_protocol::parse_request` -> [`command::execute`] looks the
@@ -35,6 +36,7 @@ pub mod give_way;
 pub mod durability;
 pub mod glob;
 pub mod lazyfree;
+pub mod loading;
 pub mod process;
 pub mod rdb;
 pub mod rewrite;
@@ -115,11 +117,13 @@ pub fn run(config: Config) -> io::Result<()> {
         None => (None, None),
     };
     let server = Arc::new(Server::new(config, threads, journal));
-    // Clients are served from the start: while the journal replays they
-    // are answered -LOADING (commands flagged `loading` still run).
+    // Clients are accepted from the start: while the data loads they wait,
+    // then are answered -LOADING ([`loading`]).
     let rdb_path = snapshot::dump_path(&server);
     let rdb_load = replay.is_none() && rdb_path.is_file();
-    server.loading.store(replay.is_some() || rdb_load, std::sync::atomic::Ordering::Relaxed);
+    if replay.is_some() || rdb_load {
+        server.begin_load();
+    }
     let mut workers = Vec::new();
     for (index, listeners) in per_worker.into_iter().enumerate() {
         workers.push(Worker::new(index, server.clone(), listeners)?);
@@ -150,43 +154,42 @@ pub fn run(config: Config) -> io::Result<()> {
         server.rdb.stop();
         Err(io::Error::other(e))
     };
-    if let Some(replay) = replay {
-        let started = std::time::Instant::now();
-        server.load_progress.started_s.store(server::unix_ms() / 1000, std::sync::atomic::Ordering::Relaxed);
+    let started = std::time::Instant::now();
+    let loaded = if let Some(replay) = replay {
         let loaded = durability::replay(&server, replay);
-        server.loading.store(false, std::sync::atomic::Ordering::Relaxed);
-        match loaded {
-            Ok(count) => {
-                tracing::info!("DB loaded from append only file: {count} keys and commands in {:?}", started.elapsed());
-            }
-            Err(e) => {
-                let r = fail(e.to_string(), handles);
-                let _ = rewriter.join();
-                let _ = bgsaver.join();
-                return r;
-            }
-        }
+        Some(loaded.map(|count| format!("DB loaded from append only file: {count} keys and commands")))
     } else if rdb_load {
         // appendonly no: the RDB file is the dataset, as in Redis.
-        let started = std::time::Instant::now();
-        server.load_progress.started_s.store(server::unix_ms() / 1000, std::sync::atomic::Ordering::Relaxed);
         let loaded = snapshot::load(&server, &rdb_path);
-        server.loading.store(false, std::sync::atomic::Ordering::Relaxed);
-        match loaded {
-            Ok((keys, expired)) => {
-                tracing::info!("DB loaded from disk: {keys} keys ({expired} expired skipped) in {:?}", started.elapsed());
-            }
-            Err(e) => {
-                let r = fail(e, handles);
-                let _ = rewriter.join();
-                let _ = bgsaver.join();
-                return r;
+        Some(loaded.map(|(keys, expired)| format!("DB loaded from disk: {keys} keys ({expired} expired skipped)")))
+    } else {
+        None
+    };
+    let ready = match loaded {
+        None => true,
+        Some(loaded) => {
+            server.end_load();
+            match loaded {
+                Ok(line) => {
+                    tracing::info!("{line} in {:?}", started.elapsed());
+                    true
+                }
+                // A SIGTERM while loading: the stop goes on, nothing saved.
+                Err(_) if server.shutdown.load(std::sync::atomic::Ordering::Relaxed) => false,
+                Err(e) => {
+                    let r = fail(e, handles);
+                    let _ = rewriter.join();
+                    let _ = bgsaver.join();
+                    return r;
+                }
             }
         }
+    };
+    if ready {
+        // Redis's words, once the data is in: tools and test harnesses
+        // wait for this line.
+        tracing::info!("Ready to accept connections");
     }
-    // Redis's words, once the data is in: tools and test harnesses wait
-    // for this line.
-    tracing::info!("Ready to accept connections");
     for h in handles {
         let _ = h.join();
     }

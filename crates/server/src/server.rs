@@ -29,15 +29,6 @@ pub const LRU_EPOCH_S: u32 = 1 << 30;
 
 const LFU_FIELD: u32 = i32::MAX as u32;
 
-/// Progress of loading the dataset at start.
-#[derive(Default)]
-pub struct LoadProgress {
-    /// Unix seconds when loading began.
-    pub started_s: AtomicU64,
-    pub total_bytes: AtomicU64,
-    pub loaded_bytes: AtomicU64,
-}
-
 /// Progress of the running snapshot (a BGSAVE, SAVE or AOF rewrite): INFO's
 /// `current_save_keys_*` and `current_fork_perc`, which Redis's fork child
 /// reports. Reset when a snapshot begins; zero between snapshots.
@@ -179,10 +170,11 @@ pub struct Server {
     /// The one stream of changes and whether `appendonly` logs to it now
     /// (switchable at run time): see [`Server::journal`].
     pub aof: crate::durability::Aof,
-    /// True while the journal is replayed at start (no logging then).
+    /// True while a load runs ([`crate::loading`]): nothing it replays is
+    /// logged, and clients wait for it or are answered -LOADING.
     pub loading: AtomicBool,
-    /// How far the journal's replay at start has come (INFO loading_*).
-    pub load_progress: LoadProgress,
+    /// How far that load has come (INFO loading_*).
+    pub load_progress: crate::loading::LoadProgress,
     /// The active expiry cycle runs (DEBUG SET-ACTIVE-EXPIRE 0 stops it).
     pub active_expire: AtomicBool,
     /// INFO's instantaneous_ops_per_sec and friends, sampled by a cron.
@@ -333,7 +325,7 @@ impl Server {
             port,
             aof: crate::durability::Aof::new(journal, config_fsync),
             loading: AtomicBool::new(false),
-            load_progress: LoadProgress::default(),
+            load_progress: Default::default(),
             active_expire: AtomicBool::new(true),
             meter: Mutex::new(Meter::new()),
             peak_memory: AtomicU64::new(0),

@@ -807,8 +807,7 @@ enum Read {
 fn read_dump(server: &Server, path: &Path, sink: &mut dyn FnMut(Read) -> Result<(), LoadError>) -> Result<u64, LoadError> {
     let file = File::open(path).map_err(|e| e.to_string())?;
     let total = file.metadata().map(|m| m.len()).unwrap_or(0);
-    server.load_progress.total_bytes.store(total, Ordering::Relaxed);
-    server.load_progress.loaded_bytes.store(0, Ordering::Relaxed);
+    let mut pacer = crate::loading::Pacer::new(server, total);
     let fail = |e: keel_rdb::RdbError| match e.offset() {
         Some(off) => format!("at offset {off}: {e}"),
         None => e.to_string(),
@@ -816,7 +815,7 @@ fn read_dump(server: &Server, path: &Path, sink: &mut dyn FnMut(Read) -> Result<
     // The parsing thread is what a load waits on: the checksum goes to a helper.
     let mut reader = RdbReader::new(BufReader::with_capacity(256 << 10, file)).map_err(fail)?.checksum_in_background();
     let now = unix_ms();
-    let (mut read, mut expired) = (0u64, 0u64);
+    let mut expired = 0u64;
     let mut db = 0;
     while let Some(item) = reader.next_item().map_err(fail)? {
         let e = match item {
@@ -844,13 +843,10 @@ fn read_dump(server: &Server, path: &Path, sink: &mut dyn FnMut(Read) -> Result<
         if e.db as usize >= server.keyspace.databases() {
             return Err(format!("at offset {}: database {} out of range", reader.offset(), e.db));
         }
+        pacer.key(|| reader.offset()).map_err(|e| e.to_string())?;
         sink(Read::Entry(e))?;
-        read += 1;
-        if read.is_multiple_of(1024) {
-            server.load_progress.loaded_bytes.store(reader.offset(), Ordering::Relaxed);
-        }
     }
-    server.load_progress.loaded_bytes.store(total, Ordering::Relaxed);
+    pacer.done(total);
     Ok(expired)
 }
 

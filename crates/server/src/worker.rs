@@ -81,8 +81,9 @@ struct Conn {
     rend: usize,
     wbuf: Vec<u8>,
     wpos: usize,
-    /// CLIENT PAUSE holds this connection's next request: its input stays
-    /// buffered until the pause ends (cron or `Message::Resume` looks).
+    /// CLIENT PAUSE or the start of a load ([`crate::loading`]) holds this
+    /// connection's next request: its input stays buffered until the hold
+    /// ends (each loop turn and `Message::Resume` look).
     paused: bool,
     /// Replies that may not leave before the journal is durable at a
     /// position: (offset in `wbuf` where the reply starts, position), in
@@ -187,10 +188,9 @@ impl Worker {
             let mut timeout = next_cron.saturating_duration_since(Instant::now());
             // Wake when a pause that holds one of our clients runs out,
             // rather than up to a cron period later.
-            if self.any_paused {
-                let until = self.server.pause_until_ms.load(Ordering::Acquire);
-                let left = Duration::from_millis(until.saturating_sub(unix_ms()));
-                timeout = timeout.min(left);
+            let pause_until = self.server.pause_until_ms.load(Ordering::Acquire);
+            if self.any_paused && pause_until != 0 {
+                timeout = timeout.min(Duration::from_millis(pause_until.saturating_sub(unix_ms())));
             }
             // Blocking timeouts are to the millisecond.
             if let Some(deadline) = self.next_block_deadline() {
@@ -510,12 +510,12 @@ impl Worker {
         self.flush(key);
     }
 
-    /// Runs the input that paused connections hold, once no pause holds
-    /// them any more.
+    /// Runs the input that held connections keep, once neither a pause nor
+    /// the start of a load holds them.
     fn resume_if_unpaused(&mut self) {
         // A pause only ever widens (longer, or WRITE to ALL) until it ends,
         // so nothing held can go while one is in effect.
-        if !self.any_paused || self.server.paused(unix_ms).is_some() {
+        if !self.any_paused || self.server.paused(unix_ms).is_some() || self.server.held_by_load() {
             return;
         }
         self.any_paused = false;
@@ -816,7 +816,7 @@ fn process(server: &Server, stats: &WorkerStats, conn: &mut Conn, limits: &keel_
         let parsed_all_it_could = batch.len() == PARSE_AHEAD;
         for (request, consumed) in batch {
             let argv: smallvec::SmallVec<[&[u8]; 8]> = request.argv.iter().map(|a| &**a).collect();
-            if !argv.is_empty() && held_by_pause(server, &conn.client, &argv) {
+            if server.held_by_load() || !argv.is_empty() && held_by_pause(server, &conn.client, &argv) {
                 conn.paused = true;
                 conn.client.info.blocked.store(true, Ordering::Relaxed);
                 return;

@@ -353,6 +353,9 @@ impl Table {
     }
 }
 
+/// The answer to a command that needs the dataset while it loads.
+pub const LOADING_ERROR: &str = "LOADING Keel is loading the dataset in memory";
+
 pub fn table() -> &'static Table {
     static TABLE: OnceLock<Table> = OnceLock::new();
     TABLE.get_or_init(|| {
@@ -741,7 +744,7 @@ fn dispatch(
     }
     if server.loading.load(Ordering::Relaxed) && !client.is_loader && !spec.has(flags::LOADING) {
         stats.commands[index].rejected_calls.fetch_add(1, Ordering::Relaxed);
-        return Err(CmdError::other("LOADING Keel is loading the dataset in memory"));
+        return Err(CmdError::other(LOADING_ERROR));
     }
     // A MONITOR client is a replica to Redis: it may not touch keys.
     if client.info.monitor.load(Ordering::Relaxed) && spec.has(flags::WRITE | flags::READONLY) {

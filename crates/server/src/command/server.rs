@@ -956,7 +956,12 @@ fn config_set(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     let failed = |arg: &str, why: &str| {
         CmdError::other(format!("ERR CONFIG SET failed (possibly related to argument '{arg}') - {why}"))
     };
-    // First every name must be known, settable and given once.
+    // Redis's DENY_LOADING_CONFIG, whose error comes before any other.
+    let denied_while_loading = |name: &String| crate::config::find(name).is_some_and(|d| crate::config::DENIED_WHILE_LOADING.contains(&d.name));
+    if ctx.server.loading.load(Ordering::Relaxed) && pairs.iter().any(|(name, _)| denied_while_loading(name)) {
+        return Err(CmdError::other(super::LOADING_ERROR));
+    }
+    // Then every name must be known, settable and given once.
     if let Some((name, _)) = pairs.iter().find(|(n, _)| crate::config::find(n).is_none()) {
         return Err(CmdError::other(format!("ERR Unknown option or number of arguments for CONFIG SET - '{name}'")));
     }

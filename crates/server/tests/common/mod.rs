@@ -117,6 +117,33 @@ impl Server {
         Server::spawn_to(env!("CARGO_BIN_EXE_keel-server").into(), args, port, env, server_log(port))
     }
 
+    /// Starts keel-server with `--dir dir` and returns at once, before it
+    /// listens or loads, for tests of what clients see meanwhile; its first
+    /// client is [`Server::first_client`].
+    pub fn launch_in(dir: &std::path::Path, extra: &[&str]) -> Server {
+        let port = free_port();
+        let child = Command::new(env!("CARGO_BIN_EXE_keel-server"))
+            .args(keel_args(port, dir, extra))
+            .stdout(server_log(port))
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn server");
+        Server { port, child, dir: None }
+    }
+
+    /// A connection to a server just launched, once it listens.
+    pub fn first_client(&mut self) -> Client {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+                return self.client();
+            }
+            assert!(self.alive(), "server on port {} exited at start", self.port);
+            assert!(Instant::now() < deadline, "server did not listen on port {}", self.port);
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
     /// `start` with the server's log (its stdout) going to `log`; the read
     /// end of a piped log is [`Server::log_pipe`].
     pub fn start_logging_to(log: Stdio, extra: &[&str]) -> Server {
@@ -231,6 +258,11 @@ impl Server {
     /// Whether the process is still running.
     pub fn alive(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// How the process ended, once it has.
+    pub fn exit_status(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
     }
 }
 
