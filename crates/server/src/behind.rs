@@ -86,6 +86,7 @@ fn watch_kept_memory<T>(server: &Server, urgent: &AtomicBool, helper: &ScopedJoi
     while !helper.is_finished() {
         std::thread::park_timeout(WATCH_EVERY);
         let kept: usize = (0..keyspace.shard_count()).map(|i| keyspace.lock_one(i).shard(i).snapshot_saved_bytes()).sum();
+        server.snapshot_progress.note_kept(kept as u64);
         if kept > limit {
             urgent.store(true, Ordering::Relaxed);
             return;

@@ -522,7 +522,8 @@ fn rewrite_once(server: &Server, journal: &Journal) -> Result<RewriteSummary, St
         return Err("another snapshot is running; rescheduled".into());
     }
     let result = snapshot_into_base(server, journal);
-    server.snapshot_progress.end();
+    let kept = server.snapshot_progress.end();
+    server.snapshot_progress.last_rewrite_kept.store(kept, Ordering::Relaxed);
     server.snapshot_active.store(false, Ordering::Release);
     result
 }

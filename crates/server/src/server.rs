@@ -31,23 +31,43 @@ const LFU_FIELD: u32 = i32::MAX as u32;
 
 /// Progress of the running snapshot (a BGSAVE, SAVE or AOF rewrite): INFO's
 /// `current_save_keys_*` and `current_fork_perc`, which Redis's fork child
-/// reports. Reset when a snapshot begins; zero between snapshots.
+/// reports, and its copy-on-write figures. Redis's child counts the pages
+/// the kernel copied; Keel's copy is per key, the old versions a snapshot
+/// keeps of keys written during it (`keel_engine::snapshot`), so those
+/// bytes are what INFO shows as `current_cow_size` and the rest. Reset
+/// when a snapshot begins; zero between snapshots.
 #[derive(Default)]
 pub struct SnapshotProgress {
     /// Keys in the dataset at S.
     pub keys_total: AtomicU64,
     /// Keys written so far.
     pub keys_processed: AtomicU64,
+    /// The most the running snapshot was seen keeping (`current_cow_peak`),
+    /// sampled by INFO and by the watch on a scan behind the workers.
+    kept_peak: AtomicU64,
+    /// `kept_peak` when the last BGSAVE and the last AOF rewrite ended
+    /// (`rdb_last_cow_size`, `aof_last_cow_size`).
+    pub last_bgsave_kept: AtomicU64,
+    pub last_rewrite_kept: AtomicU64,
 }
 
 impl SnapshotProgress {
     pub fn begin(&self, total: u64) {
         self.keys_processed.store(0, Ordering::Relaxed);
         self.keys_total.store(total, Ordering::Relaxed);
+        self.kept_peak.store(0, Ordering::Relaxed);
     }
 
-    pub fn end(&self) {
+    /// A sample of what the running snapshot keeps; returns the peak.
+    pub fn note_kept(&self, bytes: u64) -> u64 {
+        self.kept_peak.fetch_max(bytes, Ordering::Relaxed).max(bytes)
+    }
+
+    /// The snapshot is over: returns the peak of what it kept.
+    pub fn end(&self) -> u64 {
+        let peak = self.kept_peak.load(Ordering::Relaxed);
         self.begin(0);
+        peak
     }
 }
 

@@ -358,6 +358,8 @@ fn abort_bgsave(server: &Server) {
 /// Lets go of the snapshot token after a synchronous save, and as Redis's
 /// rdbSave lifts -MISCONF when it succeeded.
 fn end_sync_save(server: &Server, result: Result<u64, String>) -> Result<u64, SaveError> {
+    // Nothing is written while a synchronous save holds the shards: it
+    // keeps nothing, and Redis's SAVE has no child to report.
     server.snapshot_progress.end();
     server.snapshot_active.store(false, Ordering::Release);
     match result {
@@ -454,7 +456,8 @@ fn run(server: &Server) {
         let stopped = || stop() || saver.superseded.load(Ordering::Relaxed);
         let write = |temp: &Path, settings| write_snapshot(server, begun, temp, settings, &stopped, true);
         let result = save_to_file(server, Saving::Snapshot, Box::new(write));
-        server.snapshot_progress.end();
+        let kept = server.snapshot_progress.end();
+        server.snapshot_progress.last_bgsave_kept.store(kept, Ordering::Relaxed);
         server.snapshot_active.store(false, Ordering::Release);
         match result {
             Ok(bytes) => {

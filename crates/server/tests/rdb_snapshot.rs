@@ -435,15 +435,24 @@ fn a_bgsave_behind_the_workers_moves_up_when_the_snapshot_keeps_too_much() {
     for _ in 0..n / 2 {
         assert_eq!(c.read(), ok());
     }
-    let kept: u64 = c.info_field("persistence", "keel_snapshot_saved_bytes").parse().expect("number");
+    // What the snapshot keeps is Redis's copy-on-write to INFO.
+    let info = persistence(&mut c);
+    let kept: u64 = info["keel_snapshot_saved_bytes"].parse().expect("number");
     assert!(kept > 5_000_000, "the overwrites kept {kept} bytes");
+    assert_eq!(info["current_cow_size"], kept.to_string());
+    assert!(info["current_cow_peak"].parse::<u64>().expect("number") >= kept);
     while c.info_field("persistence", "keel_rdb_bgsave_behind_workers") == "1" {
         assert!(Instant::now() < deadline, "the scan stayed behind the workers");
         std::thread::sleep(Duration::from_millis(5));
     }
     assert_eq!(c.info_field("persistence", "rdb_bgsave_in_progress"), "1", "moved up before the save ended");
     wait_bgsave(&mut c);
-    assert_eq!(c.info_field("persistence", "rdb_last_bgsave_status"), "ok");
+    let info = persistence(&mut c);
+    assert_eq!(info["rdb_last_bgsave_status"], "ok");
+    assert!(info["rdb_last_cow_size"].parse::<u64>().expect("number") >= kept, "{info:?}");
+    for (field, value) in [("current_cow_size", "0"), ("current_cow_peak", "0"), ("aof_last_cow_size", "0")] {
+        assert_eq!(info[field], value, "{field}");
+    }
     server.kill9();
     let server = Server::start_in(&dir, &["--appendonly", "no"]);
     let mut c = server.client();
@@ -453,4 +462,14 @@ fn a_bgsave_behind_the_workers_moves_up_when_the_snapshot_keeps_too_much() {
     }
     drop(server);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// INFO persistence's fields, from one reply.
+fn persistence(c: &mut Client) -> std::collections::HashMap<String, String> {
+    let Frame::Bulk(text) = c.cmd("INFO persistence") else { panic!("INFO persistence") };
+    String::from_utf8_lossy(&text)
+        .lines()
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.to_string(), v.trim().to_string()))
+        .collect()
 }

@@ -618,6 +618,8 @@ fn a_scan_behind_the_workers_moves_up_when_the_snapshot_keeps_too_much() {
         assert_eq!(c.read(), ok());
     }
     assert!(num(&mut c, "keel_snapshot_saved_bytes") > 5_000_000, "the overwrites kept little");
+    // INFO's sample is the peak's floor (Redis's copy-on-write fields).
+    assert!(num(&mut c, "current_cow_peak") > 5_000_000);
     assert!(
         wait_until(T, || field(&mut c, "keel_aof_rewrite_behind_workers") == "0"),
         "the scan stayed behind the workers"
@@ -626,6 +628,8 @@ fn a_scan_behind_the_workers_moves_up_when_the_snapshot_keeps_too_much() {
     assert!(num(&mut c, "current_save_keys_processed") < n as u64 / 2, "the scan was nearly done anyway");
     assert_eq!(c.send(&["CONFIG", "SET", "rdb-key-save-delay", "0"]), ok());
     assert_eq!(wait_rewrites(&mut c, 1), "ok");
+    assert!(num(&mut c, "aof_last_cow_size") > 5_000_000);
+    assert_eq!(num(&mut c, "current_cow_size"), 0);
     server.kill9();
     let server = Server::start_in(&dir, &[]);
     let mut c = server.client();

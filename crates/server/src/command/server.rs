@@ -439,16 +439,18 @@ fn write_section(ctx: &mut Ctx<'_>, section: &str, out: &mut String) {
             for (name, value) in [
                 ("loading", if server.loading.load(Ordering::Relaxed) { "1" } else { "0" }),
                 ("async_loading", "0"),
-                ("current_cow_peak", "0"),
-                ("current_cow_size", "0"),
-                ("current_cow_size_age", "0"),
             ] {
                 field!(out, name, value);
             }
-            // How far the running snapshot has come, as Redis's child
-            // reports it (Keel's copy-on-write analogue is
-            // keel_snapshot_saved_bytes below).
+            // How far the running snapshot has come and what it keeps, as
+            // Redis's child reports them (`SnapshotProgress`). INFO holds
+            // every shard: the size is exact, never stale.
             let progress = &server.snapshot_progress;
+            let kept: u64 = ctx.dbs.shards().map(|sh| sh.snapshot_saved_bytes() as u64).sum();
+            let peak = if server.snapshot_active.load(Ordering::Acquire) { progress.note_kept(kept) } else { 0 };
+            field!(out, "current_cow_peak", peak);
+            field!(out, "current_cow_size", kept);
+            field!(out, "current_cow_size_age", 0);
             let total = progress.keys_total.load(Ordering::Relaxed);
             let processed = progress.keys_processed.load(Ordering::Relaxed).min(total);
             let perc = if total == 0 { 0.0 } else { processed as f64 * 100.0 / total as f64 };
@@ -463,7 +465,7 @@ fn write_section(ctx: &mut Ctx<'_>, section: &str, out: &mut String) {
             field!(out, "rdb_last_bgsave_time_sec", rdb.last_s);
             field!(out, "rdb_current_bgsave_time_sec", rdb.current_s);
             field!(out, "rdb_saves", rdb.saves);
-            field!(out, "rdb_last_cow_size", 0);
+            field!(out, "rdb_last_cow_size", progress.last_bgsave_kept.load(Ordering::Relaxed));
             field!(out, "rdb_last_load_keys_expired", server.rdb.last_load_keys_expired.load(Ordering::Relaxed));
             field!(out, "rdb_last_load_keys_loaded", server.rdb.last_load_keys_loaded.load(Ordering::Relaxed));
             // Redis's aof_state != AOF_OFF: 1 from CONFIG SET appendonly yes on.
@@ -481,8 +483,8 @@ fn write_section(ctx: &mut Ctx<'_>, section: &str, out: &mut String) {
             let stats = journal.map(|j| j.stats());
             let write_ok = stats.as_ref().is_none_or(|s| s.aof_last_write_status_ok);
             field!(out, "aof_last_write_status", if write_ok { "ok" } else { "err" });
+            field!(out, "aof_last_cow_size", progress.last_rewrite_kept.load(Ordering::Relaxed));
             for (name, value) in [
-                ("aof_last_cow_size", "0"),
                 ("module_fork_in_progress", "0"),
                 ("module_fork_last_cow_size", "0"),
             ] {
@@ -529,9 +531,8 @@ fn write_section(ctx: &mut Ctx<'_>, section: &str, out: &mut String) {
             // 1 while the running BGSAVE's scan runs behind the workers.
             field!(out, "keel_rdb_bgsave_behind_workers", u8::from(rdb.behind_workers));
             // Memory the running snapshot holds besides the dataset: old
-            // versions of keys written since it began.
-            let saved: usize = ctx.dbs.shards().map(|sh| sh.snapshot_saved_bytes()).sum();
-            field!(out, "keel_snapshot_saved_bytes", saved);
+            // versions of keys written since it began (`current_cow_size`).
+            field!(out, "keel_snapshot_saved_bytes", kept);
             if server.loading.load(Ordering::Relaxed) {
                 // Redis's loading progress fields, shown while loading.
                 let p = &server.load_progress;
