@@ -342,24 +342,33 @@ impl Rewriter {
         st.rewrites += 1;
     }
 
-    fn ended(&self, ok: bool) {
+    /// The rewrite is over: `Some(ok)` when it succeeded or failed, `None`
+    /// when cancelled (`appendonly` switched), which, as Redis's killed
+    /// child, leaves the last rewrite's status and the failure count as
+    /// they were.
+    fn ended(&self, outcome: Option<bool>) {
         let mut st = self.state.lock();
         let took = st.started.take().map_or(Duration::ZERO, |t| t.elapsed());
-        st.last = Some((took, ok));
-        if ok {
-            st.consecutive_failures = 0;
-            st.backoff_minutes = 0;
-            st.auto_not_before = None;
-        } else {
-            st.consecutive_failures += 1;
-            if st.consecutive_failures >= FAILURES_BEFORE_BACKOFF {
-                st.backoff_minutes = (st.backoff_minutes * 2).clamp(1, BACKOFF_MAX_MINUTES);
-                st.auto_not_before = Some(Instant::now() + Duration::from_secs(st.backoff_minutes * 60));
-                tracing::warn!(
-                    "AOF rewrite has failed {} times in a row: automatic rewrites wait {} minutes",
-                    st.consecutive_failures,
-                    st.backoff_minutes
-                );
+        match outcome {
+            None => {}
+            Some(true) => {
+                st.last = Some((took, true));
+                st.consecutive_failures = 0;
+                st.backoff_minutes = 0;
+                st.auto_not_before = None;
+            }
+            Some(false) => {
+                st.last = Some((took, false));
+                st.consecutive_failures += 1;
+                if st.consecutive_failures >= FAILURES_BEFORE_BACKOFF {
+                    st.backoff_minutes = (st.backoff_minutes * 2).clamp(1, BACKOFF_MAX_MINUTES);
+                    st.auto_not_before = Some(Instant::now() + Duration::from_secs(st.backoff_minutes * 60));
+                    tracing::warn!(
+                        "AOF rewrite has failed {} times in a row: automatic rewrites wait {} minutes",
+                        st.consecutive_failures,
+                        st.backoff_minutes
+                    );
+                }
             }
         }
         drop(st);
@@ -428,6 +437,28 @@ pub fn cancel(server: &Server) {
     }
 }
 
+/// After [`cancel`], with no lock held: waits for the rewrite to be gone,
+/// as Redis's killAppendOnlyChild waits for its child, so that a
+/// BGREWRITEAOF right after is not refused. One still stopping after
+/// [`CANCEL_WAIT`] (its file operations stuck on a failing disk) goes on
+/// stopping alone.
+pub fn wait_cancelled(server: &Server) {
+    let rewriter = &server.rewrite;
+    if !rewriter.in_progress() || !rewriter.cancelled.load(Ordering::Acquire) {
+        return;
+    }
+    let deadline = Instant::now() + CANCEL_WAIT;
+    while rewriter.in_progress() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // Redis's words, which tools (and its unit/aofrw) look for in the log;
+    // there is no child here.
+    tracing::info!("Killing running AOF rewrite child: the rewrite thread stopped it");
+}
+
+/// See [`wait_cancelled`]; a cancelled rewrite stops at its next step.
+const CANCEL_WAIT: Duration = Duration::from_secs(5);
+
 /// Worker 0's cron: starts a scheduled rewrite, or an automatic one.
 pub fn cron(server: &Server) {
     let rewriter = &server.rewrite;
@@ -487,12 +518,12 @@ fn run(server: &Server) {
     let rewriter = &server.rewrite;
     while rewriter.bell.wait() {
         let Some(journal) = server.aof.opened() else {
-            rewriter.ended(false);
+            rewriter.ended(Some(false));
             continue;
         };
         rewriter.began();
         crate::durability::suspend_fsync_while_saving(server, true);
-        let ok = match rewrite_once(server, journal) {
+        let outcome = match rewrite_once(server, journal) {
             Ok(s) => {
                 tracing::info!(
                     "Background AOF rewrite finished successfully: {} of {} bytes replaces {} bytes in {:?}",
@@ -501,14 +532,18 @@ fn run(server: &Server) {
                     s.input_bytes,
                     s.took
                 );
-                true
+                Some(true)
+            }
+            Err(e) if rewriter.cancelled.load(Ordering::Acquire) => {
+                tracing::info!("Background AOF rewrite cancelled: {e}");
+                None
             }
             Err(e) => {
                 tracing::error!("Background AOF rewrite failed: {e}");
-                false
+                Some(false)
             }
         };
-        rewriter.ended(ok);
+        rewriter.ended(outcome);
         crate::durability::suspend_fsync_while_saving(server, false);
     }
 }

@@ -593,6 +593,34 @@ fn rdb_key_save_delay_holds_a_rewrite_until_set_back() {
     assert_eq!(field(&mut c, "keel_aof_rewrite_behind_workers"), "0");
 }
 
+/// `CONFIG SET appendonly no` stops a rewrite under way before it replies,
+/// as Redis kills its child: logged in Redis's words (its unit/aofrw looks
+/// for them), not a failed rewrite, and no new base replaces the old.
+#[test]
+fn turning_the_aof_off_stops_a_rewrite_under_way() {
+    let server = Server::start(&["--rdb-key-save-delay", "1000000"]);
+    let log = std::env::temp_dir().join("keel-test-logs").join(format!("{}.log", server.port));
+    let dir = server.dir.clone().expect("dir");
+    let mut c = server.client();
+    for i in 0..10 {
+        assert_eq!(c.send(&["SET", &format!("k{i}"), "v"]), ok());
+    }
+    let before = aof_files(&dir);
+    assert_eq!(c.send(&["BGREWRITEAOF"]), simple("Background append only file rewriting started"));
+    assert!(wait_until(T, || num(&mut c, "current_save_keys_processed") > 0), "the scan never began");
+    assert_eq!(c.send(&["CONFIG", "SET", "appendonly", "no"]), ok());
+    // Gone once the reply came, as Redis's child is, and not counted as a
+    // failure.
+    assert_eq!(num(&mut c, "aof_rewrite_in_progress"), 0);
+    assert_eq!(field(&mut c, "aof_last_bgrewrite_status"), "ok");
+    assert_eq!(num(&mut c, "aof_rewrites_consecutive_failures"), 0);
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(text.contains("Killing running AOF rewrite child"), "{text}");
+    // The base stays (the incr file the rewrite opened stays too, as Redis's).
+    let bases = |files: BTreeSet<String>| files.into_iter().filter(|f| f.contains(".base.")).collect::<Vec<_>>();
+    assert_eq!(bases(aof_files(&dir)), bases(before));
+}
+
 /// A rewrite's scan behind the workers moves to the rewrite thread, as
 /// their equal, once the snapshot keeps more than a tenth of the memory in
 /// use (old versions of keys overwritten before the scan reached them);

@@ -1006,8 +1006,12 @@ fn config_set(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
         crate::process::apply_loglevel(&next);
     }
     ctx.server.mirror_config(&next);
+    let aof_turned_off = config.appendonly && !next.appendonly;
     *config = next;
     drop(config);
+    if aof_turned_off {
+        crate::rewrite::wait_cancelled(ctx.server);
+    }
     ctx.out.ok();
     Ok(())
 }
