@@ -168,12 +168,13 @@ pub fn run(config: Config) -> io::Result<()> {
     let ready = match loaded {
         None => true,
         Some(loaded) => {
+            // Logged before anyone is served, as Redis does.
+            if let Ok(line) = &loaded {
+                tracing::info!("{line} in {:?}", started.elapsed());
+            }
             server.end_load();
             match loaded {
-                Ok(line) => {
-                    tracing::info!("{line} in {:?}", started.elapsed());
-                    true
-                }
+                Ok(_) => true,
                 // A SIGTERM while loading: the stop goes on, nothing saved.
                 Err(_) if server.shutdown.load(std::sync::atomic::Ordering::Relaxed) => false,
                 Err(e) => {

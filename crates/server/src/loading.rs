@@ -69,8 +69,8 @@ impl Server {
 pub struct Pacer<'a> {
     server: &'a Server,
     items: u64,
-    /// `key-load-delay`, read again with each progress note, so that a test
-    /// may end the delay of a load under way.
+    /// `key-load-delay`, read again with each progress note, and at each
+    /// step while it is set.
     delay_us: i64,
     /// `loading-process-events-interval-bytes`, read likewise.
     interval_bytes: u64,
@@ -122,6 +122,11 @@ impl<'a> Pacer<'a> {
             }
         }
         self.items += 1;
+        if self.delay_us != 0 {
+            // A slowed load (tests) reads the delay at every step, so that
+            // setting it to 0 speeds up the very next one.
+            self.delay_us = self.server.config.read().key_load_delay_us;
+        }
         match self.delay_us {
             0 => {}
             // Redis's debugDelay: a negative -n sleeps 1 us once in n.

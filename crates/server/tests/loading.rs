@@ -55,8 +55,8 @@ fn get_once_loaded(c: &mut Client, key: &str) -> (Frame, usize) {
 fn a_request_during_a_small_load_waits_for_the_data() {
     let dir = dataset("load-wait", 300, true);
     let log = dir.join("load.log");
-    // 300 keys at 5 ms: 1.5 s of loading, all before 2 MB.
-    let mut server = Server::launch_in(&dir, &["--key-load-delay", "5000", "--logfile", &log.display().to_string()]);
+    // 300 keys at 10 ms: 3 s of loading, all before 2 MB.
+    let mut server = Server::launch_in(&dir, &["--key-load-delay", "10000", "--logfile", &log.display().to_string()]);
     let mut c = server.first_client();
     c.write_command(&["GET", "k:299"]);
     let log_then = std::fs::read_to_string(&log).unwrap_or_default();
@@ -71,7 +71,8 @@ fn a_request_during_a_small_load_waits_for_the_data() {
 #[test]
 fn the_log_s_first_command_starts_answering_loading() {
     let dir = dataset("load-commands", 300, false);
-    let mut server = Server::launch_in(&dir, &["--key-load-delay", "5000"]);
+    // 300 commands at 100 ms: 30 s of loading, until the delay is ended.
+    let mut server = Server::launch_in(&dir, &["--key-load-delay", "100000"]);
     let mut c = server.first_client();
     assert_eq!(c.cmd("GET k:0"), err(LOADING));
     assert_eq!(c.info_field("persistence", "loading"), "1");
@@ -79,7 +80,8 @@ fn the_log_s_first_command_starts_answering_loading() {
     assert_eq!(c.cmd("CONFIG SET dir /tmp"), err(LOADING));
     assert_eq!(c.cmd("CONFIG SET appendonly no nosuch 1"), err(LOADING));
     assert_eq!(c.cmd("CONFIG SET loglevel debug"), ok());
-    // The delay is read again as the load goes: ending it ends the wait.
+    // The delay is read at every step of a slowed load: ending it ends
+    // the wait.
     assert_eq!(c.cmd("CONFIG SET key-load-delay 0"), ok());
     let (reply, _) = get_once_loaded(&mut c, "k:299");
     assert_eq!(reply, bulk("v:299"));
@@ -90,9 +92,9 @@ fn the_log_s_first_command_starts_answering_loading() {
 #[test]
 fn an_rdb_serves_clients_past_its_interval_bytes() {
     let dir = dataset("load-interval", 3000, true);
-    // 3000 keys at 1 ms: 3 s of loading; clients are answered from the
+    // 3000 keys at 2 ms: 6 s of loading; clients are answered from the
     // first progress note past 1024 bytes, 1024 keys in.
-    let mut server = Server::launch_in(&dir, &["--key-load-delay", "1000", "--loading-process-events-interval-bytes", "1024"]);
+    let mut server = Server::launch_in(&dir, &["--key-load-delay", "2000", "--loading-process-events-interval-bytes", "1024"]);
     let mut c = server.first_client();
     assert_eq!(c.cmd("GET k:2999"), err(LOADING));
     assert_eq!(c.cmd("CONFIG SET key-load-delay 0"), ok());

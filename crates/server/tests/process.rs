@@ -84,16 +84,20 @@ fn thp_and_jemalloc_background_threads_follow_their_directives() {
     }
     let keel = Server::start(&[]);
     let pid = keel.pid();
-    assert!(jemalloc_threads(pid) > 0, "background threads are on by default");
+    // A new thread names itself once it runs: wait for its name.
+    let wait_threads = |running: bool, what: &str| {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while (jemalloc_threads(pid) > 0) != running {
+            assert!(Instant::now() < deadline, "{what}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    };
+    wait_threads(true, "background threads are on by default");
     let mut c = keel.client();
     assert_eq!(c.cmd("CONFIG SET jemalloc-bg-thread no"), common::ok());
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while jemalloc_threads(pid) > 0 {
-        assert!(Instant::now() < deadline, "jemalloc's background threads did not stop");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_threads(false, "jemalloc's background threads did not stop");
     assert_eq!(c.cmd("CONFIG SET jemalloc-bg-thread yes"), common::ok());
-    assert!(jemalloc_threads(pid) > 0);
+    wait_threads(true, "jemalloc's background threads did not start again");
 }
 
 /// `daemonize yes`: the command returns at once, successfully; the server
