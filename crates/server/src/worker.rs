@@ -822,6 +822,9 @@ fn process(server: &Server, stats: &WorkerStats, conn: &mut Conn, limits: &keel_
                 return;
             }
             if !argv.is_empty() {
+                // As Redis's query buffer, which holds the command while it
+                // runs (CLIENT LIST's `qbuf`).
+                conn.client.info.qbuf.store((conn.rend - conn.rstart) as u64, Ordering::Relaxed);
                 let start = conn.wbuf.len();
                 let lsn = command::execute(server, stats, &mut conn.client, &mut conn.wbuf, &argv, now_ms);
                 if server.gate_replies() && lsn > 0 && conn.wbuf.len() > start {

@@ -87,9 +87,14 @@ fn client_list_and_info_use_redis_field_order() {
     assert_eq!(field(line_b, "flags"), "N");
     assert_eq!(field(line_b, "multi"), "-1");
     assert_eq!(field(line_b, "laddr"), format!("127.0.0.1:{}", server.port));
+    // The caller's own line shows the command running and, as Redis's
+    // query buffer, its 26 bytes (*2 $6 client $4 list).
+    let line_a = lines.iter().find(|l| field(l, "id") == ida.to_string()).expect("a listed");
+    assert_eq!((field(line_a, "cmd"), field(line_a, "qbuf")), ("client|list", "26"));
 
     let info = text(a.cmd("CLIENT INFO"));
     assert_eq!(field(&info, "id"), ida.to_string());
+    assert_eq!(field(&info, "cmd"), "client|info");
     assert!(info.ends_with('\n'));
 
     let only_b = text(a.send(&["CLIENT", "LIST", "ID", &idb.to_string(), "999999"]));
@@ -106,6 +111,8 @@ fn client_list_and_info_use_redis_field_order() {
     let line_b = list.lines().find(|l| field(l, "id") == idb.to_string()).expect("b listed");
     assert_eq!(field(line_b, "flags"), "x");
     assert_eq!(field(line_b, "multi"), "1");
+    // A queued command is Redis's `lastcmd` too.
+    assert_eq!(field(line_b, "cmd"), "ping");
 }
 
 #[test]

@@ -705,6 +705,11 @@ fn dispatch(
     lsn: &mut u64,
 ) -> CmdResult {
     let resolved = resolve(argv);
+    // Redis's `lastcmd`, CLIENT LIST's `cmd`: the command being run (or
+    // queued, or refused), not the one before it.
+    if let Ok((index, _)) = resolved {
+        client.info.last_cmd.store(index as u16 + 1, Ordering::Relaxed);
+    }
     if let Some(multi) = client.multi.as_mut() {
         match resolved {
             Err(e) => {
@@ -821,7 +826,6 @@ pub fn run(ctx: &mut Ctx<'_>, index: usize, spec: &CommandSpec, argv: &[&[u8]]) 
         stat.failed_calls.fetch_add(1, Ordering::Relaxed);
     }
     ctx.stats.total_commands.fetch_add(1, Ordering::Relaxed);
-    ctx.client.info.last_cmd.store(index as u16 + 1, Ordering::Relaxed);
     result
 }
 
