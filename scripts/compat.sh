@@ -142,8 +142,10 @@ trap 'stop_server; exit 130' INT TERM
 trap 'stop_server' EXIT
 
 # start_server <binary> <logfile>: sets server_pid and server_port, 0 on success.
+# Each server runs in a directory of its own: what one saves (unit/introspection
+# makes Redis write a dump.rdb with a stream in it) is never another's dataset.
 start_server() {
-    local bin="$1" log="$2" tries flags
+    local bin="$1" log="$2" tries flags data
     if [[ "$(basename "$bin")" == *redis-server* ]]; then
         flags=("${REDIS_SERVER_FLAGS[@]}")
     else
@@ -152,8 +154,9 @@ start_server() {
     : >"$log"
     for tries in 1 2 3 4 5; do
         server_port="$(pick_port)" || return 1
-        echo "+ $bin --port $server_port ${flags[*]}" >>"$log"
-        "$bin" --port "$server_port" "${flags[@]}" >>"$log" 2>&1 </dev/null &
+        data="$(mktemp -d "$log_dir/data.XXXXXX")" || return 1
+        echo "+ $bin --port $server_port ${flags[*]} --dir $data" >>"$log"
+        "$bin" --port "$server_port" "${flags[@]}" --dir "$data" >>"$log" 2>&1 </dev/null &
         server_pid=$!
         for _ in $(seq 1 100); do       # up to ~10 s
             if ! kill -0 "$server_pid" 2>/dev/null; then break; fi

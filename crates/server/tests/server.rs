@@ -339,6 +339,33 @@ fn monitor_streams_commands_from_every_worker() {
     assert_eq!(m.cmd("GET x"), err("ERR Replica can't interact with the keyspace"));
 }
 
+/// As Redis's call() feeds them, once run: a transaction's commands show
+/// when EXEC runs them, before the EXEC, and a refused command not at all.
+#[test]
+fn monitor_shows_commands_as_they_run() {
+    let server = Server::start(&[]);
+    let mut m = server.client();
+    assert_eq!(m.cmd("MONITOR"), ok());
+    let mut c = server.client();
+    let mut expect = |c: &mut Client, lines: &[&str]| {
+        for want in lines {
+            let line = text(m.read());
+            assert!(line.ends_with(want), "{line} is not {want}");
+        }
+        // Nothing else came: the next line is the PING's.
+        assert_eq!(c.cmd("PING"), simple("PONG"));
+        assert!(text(m.read()).ends_with("\"PING\""));
+    };
+    assert_eq!(c.cmd("MULTI"), ok());
+    assert_eq!(c.cmd("SET foo bar"), simple("QUEUED"));
+    assert_eq!(c.cmd("EXEC"), Frame::Array(vec![ok()]));
+    expect(&mut c, &["\"MULTI\"", "\"SET\" \"foo\" \"bar\"", "\"EXEC\""]);
+    assert_eq!(c.cmd("MULTI"), ok());
+    assert!(matches!(c.cmd("NOSUCH x"), Frame::Error(_)));
+    assert!(matches!(c.cmd("EXEC"), Frame::Error(_)));
+    expect(&mut c, &["\"MULTI\"", "\"EXEC\""]);
+}
+
 #[test]
 fn debug_commands() {
     let server = Server::start(&["--enable-debug-command", "yes"]);

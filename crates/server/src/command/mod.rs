@@ -756,14 +756,12 @@ fn dispatch(
         stats.commands[index].rejected_calls.fetch_add(1, Ordering::Relaxed);
         return Err(CmdError::other("ERR Replica can't interact with the keyspace"));
     }
-    if server.clients.monitor_count.load(Ordering::Relaxed) > 0 && !spec.has(flags::SKIP_MONITOR | flags::ADMIN) {
-        feed_monitors(server, client, argv);
-    }
     let locked = lock_for(&server.keyspace, spec, argv);
     let mut ctx = Ctx::new(server, stats, client, wbuf, locked, now_ms);
     crate::durability::check_writable(server, spec)?;
     let result = run(&mut ctx, index, spec, argv);
     *lsn = crate::durability::commit(&mut ctx);
+    feed_monitors(server, ctx.client, spec, argv);
     if server.blocking.any() {
         let ready = crate::blocking::take_ready(&mut ctx);
         // Serving takes the locks each served command needs: ours go first.
@@ -829,8 +827,14 @@ pub fn run(ctx: &mut Ctx<'_>, index: usize, spec: &CommandSpec, argv: &[&[u8]]) 
     result
 }
 
-/// Sends a MONITOR line for this command to every monitoring client.
-fn feed_monitors(server: &Server, client: &Client, argv: &[&[u8]]) {
+/// Sends a command that ran to every MONITOR client, as Redis's call()
+/// does once it has run it: a command queued by MULTI shows when EXEC runs
+/// it (before the EXEC), one refused before running never, and ADMIN and
+/// `skip_monitor` commands never.
+pub(crate) fn feed_monitors(server: &Server, client: &Client, spec: &CommandSpec, argv: &[&[u8]]) {
+    if server.clients.monitor_count.load(Ordering::Relaxed) == 0 || spec.has(flags::SKIP_MONITOR | flags::ADMIN) {
+        return;
+    }
     let us = crate::server::unix_us();
     let mut line = format!("+{}.{:06} [{} {}]", us / 1_000_000, us % 1_000_000, client.db, client.info.addr);
     for arg in argv {

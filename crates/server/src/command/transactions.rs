@@ -138,7 +138,11 @@ fn exec(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
     ctx.durability.in_transaction = true;
     for argv in &queued {
         let result = match resolve(argv) {
-            Ok((index, spec)) => run(ctx, index, spec, argv),
+            Ok((index, spec)) => {
+                let result = run(ctx, index, spec, argv);
+                super::feed_monitors(ctx.server, ctx.client, spec, argv);
+                result
+            }
             Err(e) => Err(e),
         };
         if let Err(e) = result {
