@@ -72,7 +72,8 @@ pub struct Pacer<'a> {
     /// `key-load-delay`, read again with each progress note, and at each
     /// step while it is set.
     delay_us: i64,
-    /// `loading-process-events-interval-bytes`, read likewise.
+    /// `loading-process-events-interval-bytes`, read with each progress
+    /// note.
     interval_bytes: u64,
     /// Whether this load has started serving clients.
     served: bool,
