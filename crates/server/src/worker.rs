@@ -26,6 +26,8 @@ const UNIX_LISTENER: Token = Token(usize::MAX - 3);
 /// Read granularity; the buffer grows past it only for a request that
 /// does not fit.
 const READ_CHUNK: usize = 16 * 1024;
+/// An idle client's read buffer is freed after this long (Redis's 2 s).
+const QUERY_BUFFER_IDLE_MS: u64 = 2000;
 /// Replies are flushed when this much is pending even mid-pipeline, so a
 /// huge pipeline does not buffer all its replies.
 const WRITE_HIGH_WATER: usize = 256 * 1024;
@@ -444,7 +446,8 @@ impl Worker {
                     conn.rend -= conn.rstart;
                     conn.rstart = 0;
                 } else {
-                    let grown = conn.rbuf.len() * 2;
+                    // From nothing when the cron freed an idle client's.
+                    let grown = (conn.rbuf.len() * 2).max(READ_CHUNK);
                     conn.rbuf.resize(grown, 0);
                 }
             }
@@ -493,9 +496,6 @@ impl Worker {
         if conn.client.blocked.is_some() && !self.blocked.contains(&key) {
             self.blocked.push(key);
         }
-        conn.client.info.qbuf.store((conn.rend - conn.rstart) as u64, Ordering::Relaxed);
-        conn.client.info.qbuf_free.store((conn.rbuf.len() - conn.rend) as u64, Ordering::Relaxed);
-        conn.client.info.rbs.store(conn.wbuf.capacity() as u64, Ordering::Relaxed);
         if conn.rstart == conn.rend {
             conn.rstart = 0;
             conn.rend = 0;
@@ -503,6 +503,9 @@ impl Worker {
                 conn.rbuf = vec![0; READ_CHUNK];
             }
         }
+        conn.client.info.qbuf.store((conn.rend - conn.rstart) as u64, Ordering::Relaxed);
+        conn.client.info.qbuf_free.store((conn.rbuf.len() - conn.rend) as u64, Ordering::Relaxed);
+        conn.client.info.rbs.store(conn.wbuf.capacity() as u64, Ordering::Relaxed);
         if eof {
             self.close(key);
             return;
@@ -755,6 +758,16 @@ impl Worker {
         self.server.meter.lock().sample(now, totals);
         if self.index == 0 {
             crate::rewrite::cron(&self.server);
+        }
+        // As Redis's clientsCronResizeQueryBuffer: the read buffer of a
+        // client idle for more than 2 s goes (16 KB per idle connection),
+        // and comes back at its next read.
+        for (_, c) in self.conns.iter_mut() {
+            let idle_ms = now.saturating_sub(c.client.info.last_interaction_ms.load(Ordering::Relaxed));
+            if !c.rbuf.is_empty() && c.rstart == c.rend && idle_ms > QUERY_BUFFER_IDLE_MS {
+                (c.rbuf, c.rstart, c.rend) = (Vec::new(), 0, 0);
+                c.client.info.qbuf_free.store(0, Ordering::Relaxed);
+            }
         }
         let timeout_s = self.server.config.read().timeout_s;
         if timeout_s > 0 {

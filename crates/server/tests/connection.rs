@@ -397,3 +397,27 @@ fn connections_spread_evenly_over_the_threads_and_refill_where_some_closed() {
     clients.extend((0..5).map(|_| connect()));
     assert_eq!(clients_per_thread(&mut probe), [3, 3, 3, 3]);
 }
+
+/// As Redis's: an idle client's query buffer (CLIENT LIST's qbuf plus
+/// qbuf-free) is freed after 2 s, and comes back with its next request.
+#[test]
+fn an_idle_clients_query_buffer_is_freed() {
+    let server = Server::start(&[]);
+    let mut a = server.client();
+    let mut idler = server.client();
+    assert_eq!(idler.cmd("CLIENT SETNAME idler"), ok());
+    let buffer = |a: &mut Client| {
+        let list = text(a.cmd("CLIENT LIST"));
+        let line = list.lines().find(|l| field(l, "name") == "idler").expect("idler listed").to_string();
+        let num = |name| field(&line, name).parse::<u64>().expect("number");
+        num("qbuf") + num("qbuf-free")
+    };
+    assert!((16384..32768).contains(&buffer(&mut a)));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while buffer(&mut a) != 0 {
+        assert!(Instant::now() < deadline, "the idle client's buffer was kept");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(idler.cmd("PING"), simple("PONG"));
+    assert!((16384..32768).contains(&buffer(&mut a)));
+}
