@@ -145,6 +145,8 @@ pub struct Worker {
     write_first: bool,
     /// Connections with replies held until the end of the loop turn.
     unsent: Vec<usize>,
+    /// The Unix second of the last sweep for idle clients' read buffers.
+    swept_s: u64,
 }
 
 impl Worker {
@@ -173,6 +175,7 @@ impl Worker {
             blocked: Vec::new(),
             write_first: false,
             unsent: Vec::new(),
+            swept_s: 0,
         })
     }
 
@@ -761,12 +764,16 @@ impl Worker {
         }
         // As Redis's clientsCronResizeQueryBuffer: the read buffer of a
         // client idle for more than 2 s goes (16 KB per idle connection),
-        // and comes back at its next read.
-        for (_, c) in self.conns.iter_mut() {
-            let idle_ms = now.saturating_sub(c.client.info.last_interaction_ms.load(Ordering::Relaxed));
-            if !c.rbuf.is_empty() && c.rstart == c.rend && idle_ms > QUERY_BUFFER_IDLE_MS {
-                (c.rbuf, c.rstart, c.rend) = (Vec::new(), 0, 0);
-                c.client.info.qbuf_free.store(0, Ordering::Relaxed);
+        // and comes back at its next read. Each client is looked at once
+        // a second, as in Redis, however fast the cron ticks.
+        if now / 1000 != self.swept_s {
+            self.swept_s = now / 1000;
+            for (_, c) in self.conns.iter_mut() {
+                let idle_ms = now.saturating_sub(c.client.info.last_interaction_ms.load(Ordering::Relaxed));
+                if !c.rbuf.is_empty() && c.rstart == c.rend && idle_ms > QUERY_BUFFER_IDLE_MS {
+                    (c.rbuf, c.rstart, c.rend) = (Vec::new(), 0, 0);
+                    c.client.info.qbuf_free.store(0, Ordering::Relaxed);
+                }
             }
         }
         let timeout_s = self.server.config.read().timeout_s;
