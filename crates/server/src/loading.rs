@@ -39,7 +39,6 @@ impl Server {
     pub fn begin_load(&self) {
         let progress = &self.load_progress;
         progress.started_s.store(unix_ms() / 1000, Ordering::Relaxed);
-        progress.loaded_bytes.store(0, Ordering::Relaxed);
         progress.serving.store(false, Ordering::Relaxed);
         self.loading.store(true, Ordering::Release);
     }
@@ -90,15 +89,10 @@ impl<'a> Pacer<'a> {
         Pacer { server, items: 0, delay_us: 0, interval_bytes: u64::MAX, served: false }
     }
 
-    /// Before each key, with the bytes read so far.
-    pub fn key(&mut self, loaded_bytes: impl FnOnce() -> u64) -> Result<(), Stopped> {
-        self.step(loaded_bytes)
-    }
-
     /// Before each command of an AOF: Redis serves clients at the first.
     pub fn command(&mut self, loaded_bytes: impl FnOnce() -> u64) -> Result<(), Stopped> {
         self.serve();
-        self.step(loaded_bytes)
+        self.key(loaded_bytes)
     }
 
     fn serve(&mut self) {
@@ -108,7 +102,8 @@ impl<'a> Pacer<'a> {
         }
     }
 
-    fn step(&mut self, loaded_bytes: impl FnOnce() -> u64) -> Result<(), Stopped> {
+    /// Before each key, with the bytes read so far.
+    pub fn key(&mut self, loaded_bytes: impl FnOnce() -> u64) -> Result<(), Stopped> {
         if self.server.shutdown.load(Ordering::Relaxed) {
             return Err(Stopped);
         }

@@ -342,22 +342,20 @@ impl Rewriter {
         st.rewrites += 1;
     }
 
-    /// The rewrite is over: `Some(ok)` when it succeeded or failed, `None`
-    /// when cancelled (`appendonly` switched), which, as Redis's killed
-    /// child, leaves the last rewrite's status and the failure count as
-    /// they were.
-    fn ended(&self, outcome: Option<bool>) {
+    /// The rewrite is over. A cancelled one, as Redis's killed child, leaves
+    /// the last rewrite's status and the failure count as they were.
+    fn ended(&self, outcome: Outcome) {
         let mut st = self.state.lock();
         let took = st.started.take().map_or(Duration::ZERO, |t| t.elapsed());
         match outcome {
-            None => {}
-            Some(true) => {
+            Outcome::Cancelled => {}
+            Outcome::Done => {
                 st.last = Some((took, true));
                 st.consecutive_failures = 0;
                 st.backoff_minutes = 0;
                 st.auto_not_before = None;
             }
-            Some(false) => {
+            Outcome::Failed => {
                 st.last = Some((took, false));
                 st.consecutive_failures += 1;
                 if st.consecutive_failures >= FAILURES_BEFORE_BACKOFF {
@@ -435,6 +433,14 @@ pub fn cancel(server: &Server) {
     if rewriter.in_progress() {
         rewriter.cancelled.store(true, Ordering::Release);
     }
+}
+
+/// How a rewrite ended.
+enum Outcome {
+    Done,
+    Failed,
+    /// `appendonly` switched under it ([`cancel`], [`start_for_enable`]).
+    Cancelled,
 }
 
 /// After [`cancel`], with no lock held: waits for the rewrite to be gone,
@@ -518,7 +524,7 @@ fn run(server: &Server) {
     let rewriter = &server.rewrite;
     while rewriter.bell.wait() {
         let Some(journal) = server.aof.opened() else {
-            rewriter.ended(Some(false));
+            rewriter.ended(Outcome::Failed);
             continue;
         };
         rewriter.began();
@@ -532,15 +538,15 @@ fn run(server: &Server) {
                     s.input_bytes,
                     s.took
                 );
-                Some(true)
+                Outcome::Done
             }
             Err(e) if rewriter.cancelled.load(Ordering::Acquire) => {
                 tracing::info!("Background AOF rewrite cancelled: {e}");
-                None
+                Outcome::Cancelled
             }
             Err(e) => {
                 tracing::error!("Background AOF rewrite failed: {e}");
-                Some(false)
+                Outcome::Failed
             }
         };
         rewriter.ended(outcome);

@@ -193,9 +193,12 @@ impl Worker {
             let mut timeout = next_cron.saturating_duration_since(Instant::now());
             // Wake when a pause that holds one of our clients runs out,
             // rather than up to a cron period later.
-            let pause_until = self.server.pause_until_ms.load(Ordering::Acquire);
-            if self.any_paused && pause_until != 0 {
-                timeout = timeout.min(Duration::from_millis(pause_until.saturating_sub(unix_ms())));
+            if self.any_paused {
+                // 0: no pause (a load's start holds them; its end wakes us).
+                let until = self.server.pause_until_ms.load(Ordering::Acquire);
+                if until != 0 {
+                    timeout = timeout.min(Duration::from_millis(until.saturating_sub(unix_ms())));
+                }
             }
             // Blocking timeouts are to the millisecond.
             if let Some(deadline) = self.next_block_deadline() {
