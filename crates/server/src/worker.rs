@@ -28,6 +28,9 @@ const UNIX_LISTENER: Token = Token(usize::MAX - 3);
 const READ_CHUNK: usize = 16 * 1024;
 /// An idle client's read buffer is freed after this long (Redis's 2 s).
 const QUERY_BUFFER_IDLE_MS: u64 = 2000;
+/// A read buffer past this size shrinks to its recent peak when that peak
+/// is under half of it (Redis's PROTO_RESIZE_THRESHOLD).
+const QUERY_BUFFER_RESIZE_OVER: usize = 32 * 1024;
 /// Replies are flushed when this much is pending even mid-pipeline, so a
 /// huge pipeline does not buffer all its replies.
 const WRITE_HIGH_WATER: usize = 256 * 1024;
@@ -81,6 +84,9 @@ struct Conn {
     rbuf: Vec<u8>,
     rstart: usize,
     rend: usize,
+    /// The most bytes `rbuf` held since the cron last looked at it (Redis's
+    /// `querybuf_peak`).
+    rpeak: usize,
     wbuf: Vec<u8>,
     wpos: usize,
     /// CLIENT PAUSE or the start of a load ([`crate::loading`]) holds this
@@ -145,8 +151,9 @@ pub struct Worker {
     write_first: bool,
     /// Connections with replies held until the end of the loop turn.
     unsent: Vec<usize>,
-    /// The Unix second of the last sweep for idle clients' read buffers.
-    swept_s: u64,
+    /// Where the cron's walk over the connections' read buffers goes on
+    /// (a position in `conns`).
+    swept_to: usize,
 }
 
 impl Worker {
@@ -175,7 +182,7 @@ impl Worker {
             blocked: Vec::new(),
             write_first: false,
             unsent: Vec::new(),
-            swept_s: 0,
+            swept_to: 0,
         })
     }
 
@@ -381,6 +388,7 @@ impl Worker {
             rbuf: vec![0; READ_CHUNK],
             rstart: 0,
             rend: 0,
+            rpeak: 0,
             wbuf: Vec::new(),
             wpos: 0,
             paused: false,
@@ -464,6 +472,7 @@ impl Worker {
                 }
                 Ok(n) => {
                     conn.rend += n;
+                    conn.rpeak = conn.rpeak.max(conn.rend - conn.rstart);
                     self.stats.reads_processed.fetch_add(1, Ordering::Relaxed);
                     self.stats.net_input_bytes.fetch_add(n as u64, Ordering::Relaxed);
                     if conn.rend - conn.rstart > query_limit {
@@ -505,9 +514,6 @@ impl Worker {
         if conn.rstart == conn.rend {
             conn.rstart = 0;
             conn.rend = 0;
-            if conn.rbuf.len() > 4 * READ_CHUNK {
-                conn.rbuf = vec![0; READ_CHUNK];
-            }
         }
         conn.client.info.qbuf.store((conn.rend - conn.rstart) as u64, Ordering::Relaxed);
         conn.client.info.qbuf_free.store((conn.rbuf.len() - conn.rend) as u64, Ordering::Relaxed);
@@ -765,20 +771,17 @@ impl Worker {
         if self.index == 0 {
             crate::rewrite::cron(&self.server);
         }
-        // As Redis's clientsCronResizeQueryBuffer: the read buffer of a
-        // client idle for more than 2 s goes (16 KB per idle connection),
-        // and comes back at its next read. Each client is looked at once
-        // a second, as in Redis, however fast the cron ticks.
-        if now / 1000 != self.swept_s {
-            self.swept_s = now / 1000;
-            for (_, c) in self.conns.iter_mut() {
-                let idle_ms = now.saturating_sub(c.client.info.last_interaction_ms.load(Ordering::Relaxed));
-                if !c.rbuf.is_empty() && c.rstart == c.rend && idle_ms > QUERY_BUFFER_IDLE_MS {
-                    (c.rbuf, c.rstart, c.rend) = (Vec::new(), 0, 0);
-                    c.client.info.qbuf_free.store(0, Ordering::Relaxed);
-                }
-            }
+        // As Redis's clientsCron: each tick looks at a hz-th of the
+        // clients, at least 5, so each once a second or more often.
+        let step = (self.conns.len() / hz as usize).max(5);
+        if self.swept_to >= self.conns.len() {
+            self.swept_to = 0;
         }
+        for (_, c) in self.conns.iter_mut().skip(self.swept_to).take(step) {
+            let idle_ms = now.saturating_sub(c.client.info.last_interaction_ms.load(Ordering::Relaxed));
+            resize_query_buffer(c, idle_ms);
+        }
+        self.swept_to += step;
         let timeout_s = self.server.config.read().timeout_s;
         if timeout_s > 0 {
             // As Redis: monitors and clients held by a pause never time out.
@@ -1017,6 +1020,28 @@ file, and setting the protected mode option to 'no', and then restarting the ser
 server manually just for testing, restart it with the '--protected-mode no' option. 4) Setup a an \
 authentication password for the default user. NOTE: You only need to do one of the above things in order \
 for the server to start accepting connections from the outside.\r\n";
+
+/// As Redis's clientsCronResizeQueryBuffer, where the buffer wastes over
+/// 4 KB: an idle client's goes (16 KB per idle connection) and comes back
+/// at its next read; a big one shrinks to the most it held since the last
+/// look (not under one read's worth), so that one large request does not
+/// keep its buffer for good while a client that keeps sending large ones
+/// is not made to grow it each time.
+fn resize_query_buffer(c: &mut Conn, idle_ms: u64) {
+    let held = c.rend - c.rstart;
+    if c.rbuf.len() - held > 4 * 1024 {
+        if held == 0 && idle_ms > QUERY_BUFFER_IDLE_MS {
+            (c.rbuf, c.rstart, c.rend) = (Vec::new(), 0, 0);
+        } else if c.rbuf.len() > QUERY_BUFFER_RESIZE_OVER && c.rbuf.len() / 2 > c.rpeak {
+            c.rbuf.copy_within(c.rstart..c.rend, 0);
+            (c.rstart, c.rend) = (0, held);
+            c.rbuf.truncate(held.max(c.rpeak).max(READ_CHUNK));
+            c.rbuf.shrink_to_fit();
+        }
+        c.client.info.qbuf_free.store((c.rbuf.len() - c.rend) as u64, Ordering::Relaxed);
+    }
+    c.rpeak = held;
+}
 
 fn fmt_addr(addr: &SocketAddr) -> String {
     match addr {

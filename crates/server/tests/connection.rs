@@ -398,6 +398,15 @@ fn connections_spread_evenly_over_the_threads_and_refill_where_some_closed() {
     assert_eq!(clients_per_thread(&mut probe), [3, 3, 3, 3]);
 }
 
+/// The query buffer of the client named `name`: CLIENT LIST's qbuf plus
+/// qbuf-free, as Redis's querybuf.tcl reads it.
+fn query_buffer(a: &mut Client, name: &str) -> u64 {
+    let list = text(a.cmd("CLIENT LIST"));
+    let line = list.lines().find(|l| field(l, "name") == name).expect("client listed").to_string();
+    let num = |name| field(&line, name).parse::<u64>().expect("number");
+    num("qbuf") + num("qbuf-free")
+}
+
 /// As Redis's: an idle client's query buffer (CLIENT LIST's qbuf plus
 /// qbuf-free) is freed after 2 s, and comes back with its next request.
 #[test]
@@ -406,12 +415,7 @@ fn an_idle_clients_query_buffer_is_freed() {
     let mut a = server.client();
     let mut idler = server.client();
     assert_eq!(idler.cmd("CLIENT SETNAME idler"), ok());
-    let buffer = |a: &mut Client| {
-        let list = text(a.cmd("CLIENT LIST"));
-        let line = list.lines().find(|l| field(l, "name") == "idler").expect("idler listed").to_string();
-        let num = |name| field(&line, name).parse::<u64>().expect("number");
-        num("qbuf") + num("qbuf-free")
-    };
+    let buffer = |a: &mut Client| query_buffer(a, "idler");
     assert!((16384..32768).contains(&buffer(&mut a)));
     let deadline = Instant::now() + Duration::from_secs(10);
     while buffer(&mut a) != 0 {
@@ -419,5 +423,27 @@ fn an_idle_clients_query_buffer_is_freed() {
         std::thread::sleep(Duration::from_millis(50));
     }
     assert_eq!(idler.cmd("PING"), simple("PONG"));
+    assert!((16384..32768).contains(&buffer(&mut a)));
+}
+
+/// As Redis's clientsCronResizeQueryBuffer: a large request's buffer is
+/// kept for the client's next ones, then shrinks to what it held lately.
+#[test]
+fn a_large_requests_query_buffer_shrinks_to_the_recent_peak() {
+    let server = Server::start(&[]);
+    let mut a = server.client();
+    let mut big = server.client();
+    assert_eq!(big.cmd("CLIENT SETNAME big"), ok());
+    let buffer = |a: &mut Client| query_buffer(a, "big");
+    let value = vec![b'A'; 400_000];
+    assert_eq!(big.send(&[&b"SET"[..], b"x", &value]), ok());
+    let grown = buffer(&mut a);
+    assert!(grown > 400_000, "the buffer a 400 KB request needed was freed at once: {grown}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while buffer(&mut a) >= grown {
+        assert!(Instant::now() < deadline, "the buffer stayed at {grown} bytes");
+        assert_eq!(big.cmd("SET x small"), ok());
+        std::thread::sleep(Duration::from_millis(20));
+    }
     assert!((16384..32768).contains(&buffer(&mut a)));
 }
