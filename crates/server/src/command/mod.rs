@@ -11,6 +11,7 @@ pub mod blocking;
 pub mod connection;
 pub mod digest;
 pub mod dump;
+pub mod geo;
 pub mod hashes;
 pub mod keys;
 pub mod keyspec;
@@ -371,6 +372,7 @@ pub fn table() -> &'static Table {
             hashes::COMMANDS,
             sets::COMMANDS,
             zsets::COMMANDS,
+            geo::COMMANDS,
             sort::COMMANDS,
             transactions::COMMANDS,
         ]

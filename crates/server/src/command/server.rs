@@ -1068,6 +1068,7 @@ pub fn acl_categories(spec: &CommandSpec) -> Vec<&'static str> {
         "hash" => acl::HASH,
         "set" => acl::SET,
         "sorted-set" => acl::SORTEDSET,
+        "geo" => acl::GEO,
         "bitmap" => acl::BITMAP,
         "transactions" => acl::TRANSACTION,
         "scripting" => acl::SCRIPTING,

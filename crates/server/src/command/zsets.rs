@@ -262,7 +262,7 @@ fn hex_float(s: &[u8]) -> (f64, usize, bool) {
 
 /// A score or weight as Redis's `getDoubleFromObject` takes it: the whole
 /// argument, no leading space, not NaN, not out of range.
-fn parse_score(arg: &[u8]) -> Option<f64> {
+pub(crate) fn parse_score(arg: &[u8]) -> Option<f64> {
     if arg.is_empty() || is_c_space(arg[0]) {
         return None;
     }
@@ -383,7 +383,7 @@ fn zset_of_mut(entry: Option<&mut Entry>) -> Result<Option<&mut ZSet>, CmdError>
 
 /// Redis's `lookupKeyRead` for a zset: expires the key if due, counts a
 /// keyspace hit or miss, checks the type.
-fn read<'d>(
+pub(crate) fn read<'d>(
     stats: &crate::server::WorkerStats,
     db: &'d mut Db,
     key: &[u8],
@@ -460,7 +460,7 @@ fn store_result(ctx: &mut Ctx<'_>, dst: &[u8], z: ZSet) {
 // ---------------------------------------------------------------------------
 // ZADD, ZINCRBY, ZREM, and single-member reads.
 
-fn zadd(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
+pub(crate) fn zadd(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     zadd_generic(ctx, argv, false)
 }
 
