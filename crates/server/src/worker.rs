@@ -329,13 +329,14 @@ impl Worker {
             (config.maxclients, config.requirepass.is_some(), config.protected_mode)
         };
         if self.server.clients.connected.load(Ordering::Relaxed) >= maxclients {
-            let _ = stream.write_all(b"-ERR max number of clients reached\r\n");
+            // Counted first: a client that has read the refusal must find it in INFO.
             self.stats.rejected_connections.fetch_add(1, Ordering::Relaxed);
+            let _ = stream.write_all(b"-ERR max number of clients reached\r\n");
             return;
         }
         if protected && !needs_auth && !local {
-            let _ = stream.write_all(PROTECTED_MODE_DENIED);
             self.stats.rejected_connections.fetch_add(1, Ordering::Relaxed);
+            let _ = stream.write_all(PROTECTED_MODE_DENIED);
             return;
         }
         let accepted = Accepted { stream, addr, laddr };
