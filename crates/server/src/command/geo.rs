@@ -128,10 +128,10 @@ fn squash(x: u64) -> u32 {
     ((x | (x >> 16)) & 0xFFFF_FFFF) as u32
 }
 
-/// Redis's `geohashEncode` at 26 bits a coordinate; the coordinates are
-/// within the geo limits and `lat_range`.
-fn encode(lat_range: Range, long: f64, lat: f64) -> u64 {
-    let cells = f64::from(1u32 << STEP);
+/// Redis's `geohashEncode` at `step` bits a coordinate; the coordinates
+/// are within the geo limits and `lat_range`.
+fn encode(lat_range: Range, long: f64, lat: f64, step: u32) -> u64 {
+    let cells = (1u64 << step) as f64;
     // As C's double-to-uint32 conversion: truncation.
     let lat_cell = ((lat - lat_range.min) / (lat_range.max - lat_range.min) * cells) as u32;
     let long_cell = ((long - LONG_RANGE.min) / (LONG_RANGE.max - LONG_RANGE.min) * cells) as u32;
@@ -141,18 +141,9 @@ fn encode(lat_range: Range, long: f64, lat: f64) -> u64 {
 /// Redis's `decodeGeohash`: the centre of the cell a score names, clamped
 /// to the geo limits, as (longitude, latitude).
 fn decode(score: f64) -> (f64, f64) {
-    let bits = c_double_to_u64(score);
-    let (lat_cell, long_cell) = (squash(bits), squash(bits >> 1));
-    let cells = f64::from(1u32 << STEP);
-    let bounds = |cell: u32, range: Range| {
-        let scale = range.max - range.min;
-        let min = range.min + (f64::from(cell) / cells) * scale;
-        let max = range.min + ((f64::from(cell) + 1.0) / cells) * scale;
-        (min + max) / 2.0
-    };
-    let long = bounds(long_cell, LONG_RANGE).clamp(LONG_MIN, LONG_MAX);
-    let lat = bounds(lat_cell, LAT_RANGE).clamp(LAT_MIN, LAT_MAX);
-    (long, lat)
+    let (long, lat) = Cell { bits: c_double_to_u64(score), step: STEP }.area();
+    let centre = |r: Range| (r.min + r.max) / 2.0;
+    (centre(long).clamp(LONG_MIN, LONG_MAX), centre(lat).clamp(LAT_MIN, LAT_MAX))
 }
 
 /// C's `(uint64_t)` of a double as x86-64 compilers emit it, so that a
@@ -254,7 +245,7 @@ fn geoadd(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     zadd.extend(argv[1..first].iter().map(|a| a.to_vec()));
     for item in argv[first..].chunks(3) {
         let (long, lat) = parse_long_lat(item[0], item[1])?;
-        zadd.push(encode(LAT_RANGE, long, lat).to_string().into_bytes());
+        zadd.push(encode(LAT_RANGE, long, lat, STEP).to_string().into_bytes());
         zadd.push(item[2].to_vec());
     }
     let args: Vec<&[u8]> = zadd.iter().map(Vec::as_slice).collect();
@@ -325,7 +316,7 @@ fn geodist(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
 /// (latitude over ±90°, so re-encoded from the cell's centre), or a null.
 fn geohash(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     reply_per_member(ctx, argv, |out| out.null(), |out, (long, lat)| {
-        out.bulk(&standard_geohash(encode(LAT_RANGE_STANDARD, long, lat)))
+        out.bulk(&standard_geohash(encode(LAT_RANGE_STANDARD, long, lat, STEP)))
     })
 }
 
@@ -367,11 +358,7 @@ impl Cell {
     /// Redis's `geohashEncode` at `step` bits: the cell holding the point
     /// (within the geo limits, as every search centre is).
     fn of(long: f64, lat: f64, step: u32) -> Cell {
-        let cells = (1u64 << step) as f64;
-        // As C's double-to-uint32 conversion: truncation.
-        let lat_cell = ((lat - LAT_MIN) / (LAT_MAX - LAT_MIN) * cells) as u32;
-        let long_cell = ((long - LONG_MIN) / (LONG_MAX - LONG_MIN) * cells) as u32;
-        Cell { bits: spread(lat_cell) | (spread(long_cell) << 1), step }
+        Cell { bits: encode(LAT_RANGE, long, lat, step), step }
     }
 
     /// Redis's `geohashDecode`: the cell's (longitude, latitude) ranges.
@@ -988,8 +975,8 @@ mod tests {
     #[test]
     fn scores_are_redis_geohashes() {
         // GEOADD Sicily 13.361389 38.115556 Palermo; ZSCORE Sicily Palermo.
-        assert_eq!(encode(LAT_RANGE, PALERMO.0, PALERMO.1), 3479099956230698);
-        assert_eq!(encode(LAT_RANGE, CATANIA.0, CATANIA.1), 3479447370796909);
+        assert_eq!(encode(LAT_RANGE, PALERMO.0, PALERMO.1, STEP), 3479099956230698);
+        assert_eq!(encode(LAT_RANGE, CATANIA.0, CATANIA.1, STEP), 3479447370796909);
     }
 
     #[test]
@@ -1013,8 +1000,8 @@ mod tests {
         assert_eq!(format_distance(0.00005), "0.0000");
         assert_eq!(format_distance(1.23456), "1.2346");
         assert_eq!(format_distance(f64::NAN), "-922337203685477.5808");
-        assert_eq!(&standard_geohash(encode(LAT_RANGE_STANDARD, p.0, p.1)), b"sqc8b49rny0");
-        assert_eq!(&standard_geohash(encode(LAT_RANGE_STANDARD, c.0, c.1)), b"sqdtr74hyu0");
+        assert_eq!(&standard_geohash(encode(LAT_RANGE_STANDARD, p.0, p.1, STEP)), b"sqc8b49rny0");
+        assert_eq!(&standard_geohash(encode(LAT_RANGE_STANDARD, c.0, c.1, STEP)), b"sqdtr74hyu0");
     }
 
     #[test]
