@@ -1,9 +1,9 @@
 //! Per-connection state, and the registry through which one connection can
 //! see or act on another (CLIENT LIST, CLIENT KILL, MONITOR) whatever
-//! thread serves it.
+//! thread serves it. Subscriptions have their own registry (`pubsub`).
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use keel_engine::WatchFlag;
@@ -62,6 +62,9 @@ pub struct ClientInfo {
     pub rbs: AtomicU64,
     /// Bytes of the arguments of the commands queued by MULTI.
     pub multi_mem: AtomicU64,
+    /// Channels, patterns and shard channels subscribed to (CLIENT LIST
+    /// `sub`, `psub`, `ssub`), mirrored from `Client::subscriptions`.
+    pub subscriptions: [AtomicU32; 3],
 }
 
 impl ClientInfo {
@@ -90,6 +93,7 @@ impl ClientInfo {
             qbuf_free: 0.into(),
             rbs: 0.into(),
             multi_mem: 0.into(),
+            subscriptions: Default::default(),
         }
     }
 
@@ -120,6 +124,10 @@ pub struct Client {
     /// Waiting in a blocking pop: the worker holds the client's further
     /// requests until the wait ends.
     pub blocked: Option<Arc<crate::blocking::Waiter>>,
+    pub subscriptions: crate::pubsub::Subscriptions,
+    /// Where in the output the running command's pub/sub frames end:
+    /// those leave even under CLIENT REPLY OFF (Redis's CLIENT_PUSHING).
+    pub pushed_to: usize,
 }
 
 impl Client {
@@ -138,6 +146,8 @@ impl Client {
             worker: 0,
             is_loader: false,
             blocked: None,
+            subscriptions: Default::default(),
+            pushed_to: 0,
         }
     }
 
@@ -151,6 +161,9 @@ impl Client {
 pub enum Message {
     /// Write these bytes to a client (MONITOR lines).
     Deliver { client: u64, bytes: Vec<u8> },
+    /// PUBLISH's messages to clients of this worker, each `(client,
+    /// frame)`, which may leave once the journal is durable at `lsn`.
+    Publish { messages: Vec<(u64, Vec<u8>)>, lsn: u64 },
     /// Look at the kill flags of your clients.
     CheckKills,
     /// The journal became durable further: release the replies waiting.

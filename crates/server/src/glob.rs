@@ -8,6 +8,11 @@ pub fn matches(pattern: &[u8], text: &[u8], nocase: bool) -> bool {
     let (mut p, mut t) = (0usize, 0usize);
     let mut star: Option<(usize, usize)> = None;
     let eq = |a: u8, b: u8| if nocase { a.eq_ignore_ascii_case(&b) } else { a == b };
+    // Redis's loop never runs on an empty string: only the empty pattern
+    // matches it, not even `*` (KEYS and SCAN special-case a lone `*`).
+    if text.is_empty() {
+        return pattern.is_empty();
+    }
     while t < text.len() {
         if p < pattern.len() {
             match pattern[p] {
@@ -135,6 +140,8 @@ mod tests {
             ("*a*b*c", "xaxbxcx", false),
             ("", "", true),
             ("a", "", false),
+            ("*", "", false),
+            ("a*", "a", true),
         ];
         for (p, t, want) in cases {
             assert_eq!(matches(p.as_bytes(), t.as_bytes(), false), *want, "{p} ~ {t}");

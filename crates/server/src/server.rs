@@ -158,6 +158,8 @@ pub struct Server {
     pub clients: Clients,
     /// Clients waiting in blocking pops.
     pub blocking: crate::blocking::Registry,
+    /// Who listens to which channel (SUBSCRIBE and its kin).
+    pub pubsub: crate::pubsub::Registry,
     pub workers: Vec<Arc<WorkerStats>>,
     /// Which workers have work, and where: BGSAVE steps aside for them.
     pub worker_cores: crate::give_way::WorkerCores,
@@ -205,9 +207,10 @@ pub struct Server {
     /// so that the check before each write takes no lock.
     pub maxmemory: AtomicU64,
     pub slowlog: crate::slowlog::SlowLog,
-    /// `client-output-buffer-limit normal` (hard, soft, soft seconds),
-    /// mirrored for the workers, which check it at every flush.
-    pub output_limit: [AtomicU64; 3],
+    /// `client-output-buffer-limit` (hard, soft, soft seconds) by class
+    /// (`config::OUTPUT_LIMIT_CLASSES`), mirrored for the workers, which
+    /// check it at every flush.
+    pub output_limit: [[AtomicU64; 3]; 3],
     /// `min-replicas-to-write` and `-max-lag` both set, mirrored likewise:
     /// with no replicas, writes are refused.
     pub min_replicas_unmet: AtomicBool,
@@ -326,6 +329,7 @@ impl Server {
             keyspace,
             clients: Clients::default(),
             blocking: Default::default(),
+            pubsub: Default::default(),
             workers: (0..thread_count).map(|_| Arc::new(WorkerStats::new(command_count))).collect(),
             worker_cores: crate::give_way::WorkerCores::new(thread_count),
             mailboxes: RwLock::new(Vec::new()),
@@ -390,9 +394,10 @@ impl Server {
     pub fn mirror_config(&self, config: &Config) {
         self.maxmemory.store(config.maxmemory, Ordering::Relaxed);
         self.slowlog.configure(config.slowlog_log_slower_than, config.slowlog_max_len);
-        let normal = config.output_limits[0];
-        for (cell, v) in self.output_limit.iter().zip([normal.hard, normal.soft, normal.soft_seconds]) {
-            cell.store(v, Ordering::Relaxed);
+        for (cells, limit) in self.output_limit.iter().zip(config.output_limits) {
+            for (cell, v) in cells.iter().zip([limit.hard, limit.soft, limit.soft_seconds]) {
+                cell.store(v, Ordering::Relaxed);
+            }
         }
         let unmet = config.min_replicas_to_write > 0 && config.min_replicas_max_lag > 0;
         self.min_replicas_unmet.store(unmet, Ordering::Relaxed);

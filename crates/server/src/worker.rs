@@ -4,7 +4,7 @@
 //! listener, and passes each connection it admits to the worker serving
 //! the fewest ([`Worker::admit`]).
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::io::{self, Read, Write};
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -133,6 +133,9 @@ pub struct Worker {
     poll: Poll,
     mailbox: Arc<Mailbox>,
     conns: Slab<Conn>,
+    /// Client id to position in `conns`, for what other threads send a
+    /// client (messages, served pops).
+    by_id: HashMap<u64, usize>,
     listeners: Listeners,
     /// Some connection may be held by CLIENT PAUSE (saves scanning every
     /// connection on every loop turn).
@@ -175,6 +178,7 @@ impl Worker {
             poll,
             mailbox,
             conns: Slab::new(),
+            by_id: HashMap::new(),
             listeners,
             any_paused: false,
             gated: Vec::new(),
@@ -383,6 +387,7 @@ impl Worker {
             return;
         }
         self.server.clients.register(info.clone(), self.index);
+        self.by_id.insert(info.id, token.0);
         entry.insert(Conn {
             stream,
             client,
@@ -408,6 +413,19 @@ impl Worker {
                     if let Some(key) = self.conn_of(client) {
                         self.conns[key].wbuf.extend_from_slice(&bytes);
                         self.flush(key);
+                    }
+                }
+                Message::Publish { messages, lsn } => {
+                    for (client, frame) in messages {
+                        if let Some(key) = self.conn_of(client) {
+                            let conn = &mut self.conns[key];
+                            let start = conn.wbuf.len();
+                            conn.wbuf.extend_from_slice(&frame);
+                            if self.server.gate_replies() && lsn > 0 {
+                                conn.gate.push_back((start, lsn));
+                            }
+                            self.flush(key);
+                        }
                     }
                 }
                 Message::Unblock { client, reply, lsn } => {
@@ -551,7 +569,7 @@ impl Worker {
     }
 
     fn conn_of(&self, client: u64) -> Option<usize> {
-        self.conns.iter().find(|(_, c)| c.client.id == client).map(|(k, _)| k)
+        self.by_id.get(&client).copied()
     }
 
     /// The earliest deadline of this worker's blocked clients.
@@ -634,7 +652,9 @@ impl Worker {
             self.close(key);
             return;
         }
-        if !done && over_output_limit(conn, &self.server.output_limit) {
+        // A subscriber's output is held to the `pubsub` class, as in Redis.
+        let class = if conn.client.subscriptions.any() { 2 } else { 0 };
+        if !done && over_output_limit(conn, &self.server.output_limit[class]) {
             tracing::warn!(
                 "Client addr={} scheduled to be closed ASAP for overcoming of output buffer limits.",
                 conn.client.info.addr
@@ -688,6 +708,7 @@ impl Worker {
 
     fn close(&mut self, key: usize) {
         if let Some(mut conn) = self.conns.try_remove(key) {
+            self.by_id.remove(&conn.client.id);
             let _ = self.poll.registry().deregister(conn.stream.source());
             if let Some(waiter) = conn.client.blocked.take() {
                 // Whether or not a server is serving it right now, the
@@ -697,6 +718,7 @@ impl Worker {
                 self.blocked.retain(|&k| k != key);
             }
             command::transactions::unwatch_all(&self.server, &mut conn.client);
+            self.server.pubsub.forget(&mut conn.client);
             // Before the client leaves the registry: whoever sees it gone
             // sees this worker serving one fewer.
             self.stats.connections.fetch_sub(1, Ordering::Relaxed);
@@ -785,7 +807,8 @@ impl Worker {
         self.swept_to += step;
         let timeout_s = self.server.config.read().timeout_s;
         if timeout_s > 0 {
-            // As Redis: monitors and clients held by a pause never time out.
+            // As Redis: monitors, subscribers and clients held by a pause
+            // never time out.
             let idle: Vec<usize> = self
                 .conns
                 .iter()
@@ -793,6 +816,7 @@ impl Worker {
                     !c.paused
                         && c.client.blocked.is_none()
                         && !c.client.info.monitor.load(Ordering::Relaxed)
+                        && !c.client.subscriptions.any()
                         && now.saturating_sub(c.client.info.last_interaction_ms.load(Ordering::Relaxed))
                             > timeout_s * 1000
                 })

@@ -63,6 +63,13 @@ const CLIENT_SUBCOMMANDS: &[CommandSpec] = &[
 ];
 
 fn ping(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
+    // A RESP2 subscriber can only read arrays: Redis answers `[pong, msg]`.
+    if !ctx.client.resp3 && ctx.client.subscriptions.any() && argv.len() <= 2 {
+        ctx.out.array(2);
+        ctx.out.bulk(b"pong");
+        ctx.out.bulk(argv.get(1).copied().unwrap_or_default());
+        return Ok(());
+    }
     match argv {
         [_] => ctx.out.simple("PONG"),
         [_, msg] => ctx.out.bulk(msg),
@@ -213,6 +220,7 @@ fn reset(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
     if ctx.client.info.monitor.swap(false, Ordering::Relaxed) {
         ctx.server.clients.unregister_monitor(ctx.client.id);
     }
+    ctx.server.pubsub.forget(ctx.client);
     ctx.client.authenticated = ctx.server.config.read().requirepass.is_none();
     ctx.out.simple("RESET");
     Ok(())
@@ -287,7 +295,8 @@ fn client_setname(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
 }
 
 /// Client types as CLIENT LIST/KILL TYPE name them. Keel has no replicas
-/// or masters, and (until pub/sub lands) every client is `normal`.
+/// or masters: a client is `pubsub` while it listens to something, else
+/// `normal`.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum ClientType {
     Normal,
@@ -307,8 +316,12 @@ fn client_type(name: &[u8]) -> Result<ClientType, CmdError> {
     }
 }
 
-fn type_of(_info: &ClientInfo) -> ClientType {
-    ClientType::Normal
+fn type_of(info: &ClientInfo) -> ClientType {
+    if info.subscriptions.iter().any(|n| n.load(Ordering::Relaxed) > 0) {
+        ClientType::PubSub
+    } else {
+        ClientType::Normal
+    }
 }
 
 /// One CLIENT LIST / CLIENT INFO line, fields in Redis 7.0's order.
@@ -316,6 +329,10 @@ pub fn client_line(info: &ClientInfo, now_ms: u64) -> String {
     let mut flags = String::new();
     if info.monitor.load(Ordering::Relaxed) {
         flags.push('O');
+    }
+    let [sub, psub, ssub] = [0, 1, 2].map(|i| info.subscriptions[i].load(Ordering::Relaxed));
+    if sub + psub + ssub > 0 {
+        flags.push('P');
     }
     let in_multi = info.in_multi.load(Ordering::Relaxed);
     if in_multi {
@@ -352,7 +369,7 @@ pub fn client_line(info: &ClientInfo, now_ms: u64) -> String {
     let mut line = String::with_capacity(256);
     let _ = write!(
         line,
-        "id={} addr={} laddr={} fd={} name={name} age={age} idle={idle} flags={flags} db={} sub=0 psub=0 ssub=0 \
+        "id={} addr={} laddr={} fd={} name={name} age={age} idle={idle} flags={flags} db={} sub={sub} psub={psub} ssub={ssub} \
          multi={} qbuf={qbuf} qbuf-free={qbuf_free} argv-mem=0 multi-mem={multi_mem} rbs={rbs} rbp={rbs} \
          obl={obl} oll=0 omem=0 tot-mem={} events=r{} cmd={cmd_name} user=default redir=-1 resp={}",
         info.id,

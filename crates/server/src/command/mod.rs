@@ -16,6 +16,7 @@ pub mod hashes;
 pub mod keys;
 pub mod keyspec;
 pub mod lists;
+pub mod pubsub;
 pub mod server;
 pub mod sets;
 pub mod sort;
@@ -373,6 +374,7 @@ pub fn table() -> &'static Table {
             sets::COMMANDS,
             zsets::COMMANDS,
             geo::COMMANDS,
+            pubsub::COMMANDS,
             sort::COMMANDS,
             transactions::COMMANDS,
         ]
@@ -442,6 +444,9 @@ pub struct Ctx<'a> {
     /// Whether a blocking command may block (not when serving a blocked
     /// client, nor inside EXEC: see `can_block`).
     pub may_block: bool,
+    /// Messages PUBLISH addressed to other connections, sent once the
+    /// command (or its transaction) is logged (`pubsub::deliver`).
+    pub published: Vec<crate::pubsub::Delivery>,
 }
 
 impl<'a> Ctx<'a> {
@@ -466,6 +471,7 @@ impl<'a> Ctx<'a> {
             changes: std::cell::Cell::new(0),
             durability: Default::default(),
             may_block: true,
+            published: Vec::new(),
         }
     }
 
@@ -683,11 +689,13 @@ pub fn execute(
         server.count_error(&text);
         ReplyWriter::new(wbuf, client.resp3).error(&text);
     }
+    // Pub/sub frames come first in a reply, and are not replies.
+    let kept = std::mem::take(&mut client.pushed_to).max(reply_start);
     match client.reply {
         ReplyMode::On | ReplyMode::SkipNext => {}
-        ReplyMode::Off => wbuf.truncate(reply_start),
+        ReplyMode::Off => wbuf.truncate(kept),
         ReplyMode::Skipping => {
-            wbuf.truncate(reply_start);
+            wbuf.truncate(kept);
             client.reply = ReplyMode::On;
         }
     }
@@ -709,8 +717,16 @@ fn dispatch(
     let resolved = resolve(argv);
     // Redis's `lastcmd`, CLIENT LIST's `cmd`: the command being run (or
     // queued, or refused), not the one before it.
-    if let Ok((index, _)) = resolved {
+    if let Ok((index, spec)) = resolved {
         client.info.last_cmd.store(index as u16 + 1, Ordering::Relaxed);
+        // A RESP2 subscriber cannot be in MULTI: MULTI is refused here.
+        if !client.resp3 && client.subscriptions.any() && !pubsub::allowed_while_subscribed(spec.name) {
+            stats.commands[index].rejected_calls.fetch_add(1, Ordering::Relaxed);
+            return Err(CmdError::other(format!(
+                "ERR Can't execute '{}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context",
+                spec.name
+            )));
+        }
     }
     if let Some(multi) = client.multi.as_mut() {
         match resolved {
@@ -763,6 +779,9 @@ fn dispatch(
     crate::durability::check_writable(server, spec)?;
     let result = run(&mut ctx, index, spec, argv);
     *lsn = crate::durability::commit(&mut ctx);
+    if !ctx.published.is_empty() {
+        crate::pubsub::deliver(server, std::mem::take(&mut ctx.published));
+    }
     feed_monitors(server, ctx.client, spec, argv);
     if server.blocking.any() {
         let ready = crate::blocking::take_ready(&mut ctx);

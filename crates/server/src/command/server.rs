@@ -579,10 +579,10 @@ fn write_section(ctx: &mut Ctx<'_>, section: &str, out: &mut String) {
             field!(out, "current_eviction_exceeded_time", 0);
             field!(out, "keyspace_hits", server.total(|w| &w.keyspace_hits));
             field!(out, "keyspace_misses", server.total(|w| &w.keyspace_misses));
+            field!(out, "pubsub_channels", server.pubsub.len(crate::pubsub::Kind::Channel));
+            field!(out, "pubsub_patterns", server.pubsub.len(crate::pubsub::Kind::Pattern));
+            field!(out, "pubsubshard_channels", server.pubsub.len(crate::pubsub::Kind::Shard));
             for name in [
-                "pubsub_channels",
-                "pubsub_patterns",
-                "pubsubshard_channels",
                 "latest_fork_usec",
                 "total_forks",
                 "migrate_cached_sockets",

@@ -407,3 +407,34 @@ pub fn err(s: &str) -> Frame {
 pub fn ok() -> Frame {
     simple("OK")
 }
+
+/// A frame's debug form with every `Bulk([104, 105])`-like byte list
+/// shown as the string it holds: `Bulk("hi")`.
+pub fn readable(debug: &str) -> String {
+    let mut out = String::new();
+    let mut rest = debug;
+    while let Some(at) = rest.find("([") {
+        let (head, tail) = rest.split_at(at);
+        out.push_str(head);
+        let Some(end) = tail.find("])") else { break };
+        let inner = &tail[2..end];
+        let is_bytes = ["Bulk", "Error", "Simple", "Double", "BigNumber"].iter().any(|k| head.ends_with(k));
+        let bytes: Option<Vec<u8>> = match (is_bytes, inner.is_empty()) {
+            (false, _) => None,
+            (true, true) => Some(Vec::new()),
+            (true, false) => inner.split(", ").map(|n| n.parse().ok()).collect(),
+        };
+        match bytes {
+            Some(bytes) => {
+                out.push_str(&format!("({:?})", String::from_utf8_lossy(&bytes)));
+                rest = &tail[end + 2..];
+            }
+            None => {
+                out.push_str("([");
+                rest = &tail[2..];
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
