@@ -71,9 +71,23 @@ pub struct Db {
     /// always absent (or of another type), so creation is the only event
     /// that can make it servable.
     pub ready: Vec<Key>,
+    /// Keys created since the server last looked, while it asks for them
+    /// ([`record_created_keys`]): Redis's new-key notifications.
+    pub created: Vec<Key>,
     /// Contents flushed (FLUSHDB, FLUSHALL) while the snapshot still had to
     /// emit them: the snapshot owns them now and frees them as it goes.
     pub(crate) detached: Vec<DbData>,
+}
+
+/// Whether every database notes the keys it creates in `Db::created`.
+/// One flag for the process rather than one per database: the server sets
+/// it from `notify-keyspace-events`, and the two places that create keys
+/// read it without a way to reach the server's configuration.
+static RECORD_CREATED: AtomicBool = AtomicBool::new(false);
+
+/// Turns the noting of created keys (`Db::created`) on or off.
+pub fn record_created_keys(on: bool) {
+    RECORD_CREATED.store(on, Ordering::Relaxed);
 }
 
 /// Samples per pass of [`Db::active_expire_cycle`] (Redis samples 20 per
@@ -149,14 +163,16 @@ impl Db {
     /// removed, as SET does. A new key gets `access_s`; an existing one
     /// keeps its access word (the command's lookup refreshed it), as
     /// Redis's `dbSetValue` keeps the LFU counter of a key it overwrites.
-    pub fn set(&mut self, key: &[u8], value: Value, keep_ttl: bool, access_s: u32) {
+    /// Returns the value overwritten, for the caller to free (lazily, if
+    /// it is big).
+    pub fn set(&mut self, key: &[u8], value: Value, keep_ttl: bool, access_s: u32) -> Option<Value> {
         self.preserve(key);
         let (entry, inserted) = self.data.keys.entry_or_insert_with(
             key,
             || key.into(),
             || Entry::new(Value::Str(crate::value::Str::Int(0)), access_s),
         );
-        entry.value = value;
+        let old = std::mem::replace(&mut entry.value, value);
         if !inserted && !keep_ttl && entry.has_expiry() {
             entry.expire_at_ms = NO_EXPIRY;
             self.data.expires.remove(key);
@@ -165,6 +181,7 @@ impl Db {
             self.signal_created(key);
         }
         self.signal_modified(key);
+        (!inserted).then_some(old)
     }
 
     /// Inserts a whole entry (value and TTL), replacing any old one.
@@ -294,8 +311,12 @@ impl Db {
         }
     }
 
-    /// Queues `key` for serving if clients are blocked on it.
+    /// Queues `key` for serving if clients are blocked on it, and notes
+    /// it as created while the server asks for that.
     fn signal_created(&mut self, key: &[u8]) {
+        if RECORD_CREATED.load(Ordering::Relaxed) {
+            self.created.push(key.into());
+        }
         if !self.blocked.is_empty() && self.blocked.contains_key(key) && !self.ready.iter().any(|k| &k[..] == key) {
             self.ready.push(key.into());
         }

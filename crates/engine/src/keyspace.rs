@@ -90,6 +90,14 @@ impl Shard {
         }
     }
 
+    /// Hands over the keys created in this shard since the last call
+    /// (each [`Db::created`]), with their database.
+    pub fn drain_created(&mut self, mut f: impl FnMut(usize, Key)) {
+        for (index, db) in self.dbs.iter_mut().enumerate() {
+            db.created.drain(..).for_each(|key| f(index, key));
+        }
+    }
+
     /// SWAPDB's part in this shard (see [`Db::swap_data`]).
     pub fn swap_dbs(&mut self, a: usize, b: usize, now_ms: u64) {
         if a != b {

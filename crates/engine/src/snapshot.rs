@@ -839,7 +839,7 @@ mod tests {
                                     st.make_raw().push(b'+');
                                 }
                             }
-                            _ => shard.db(db).set(&kb, s(format!("v{}", rng.gen::<u8>()).as_bytes()), false, 0),
+                            _ => drop(shard.db(db).set(&kb, s(format!("v{}", rng.gen::<u8>()).as_bytes()), false, 0)),
                         }
                         writes.fetch_add(1, Ordering::Relaxed);
                     }
@@ -926,7 +926,7 @@ mod tests {
                 let db = rng.gen_range(0..2);
                 distinct.insert((db, k));
                 match round % 3 {
-                    0 => shard.db(db).set(&key(k), s(format!("r{round}").as_bytes()), false, 0),
+                    0 => drop(shard.db(db).set(&key(k), s(format!("r{round}").as_bytes()), false, 0)),
                     1 => drop(shard.db(db).remove(&key(k))),
                     _ => {
                         shard.preserve(&key(k));

@@ -255,8 +255,12 @@ fn serve_first(server: &Server, stats: &WorkerStats, db: usize, key: &[u8]) -> S
         ctx.out.error(&text);
     }
     let lsn = crate::durability::commit(&mut ctx);
+    let events = std::mem::take(&mut ctx.published);
     let more = take_ready(&mut ctx);
     drop(ctx);
+    if !events.is_empty() {
+        crate::pubsub::deliver(server, events);
+    }
     server.send(waiter.worker, Message::Unblock { client: waiter.client, reply, lsn });
     Served::Done(more)
 }

@@ -215,6 +215,8 @@ pub struct Config {
     pub rdb_del_sync_files: bool,
     pub maxmemory: u64,
     pub maxmemory_policy: String,
+    /// `notify-keyspace-events`, as `notify::*` class bits.
+    pub notify_keyspace_events: u32,
     /// `lfu-log-factor`: how slowly the LFU counter grows (Redis's 10).
     pub lfu_log_factor: u32,
     /// `lfu-decay-time`: idle minutes per step down of the LFU counter.
@@ -320,6 +322,7 @@ impl Default for Config {
             rdb_del_sync_files: false,
             maxmemory: 0,
             maxmemory_policy: "noeviction".into(),
+            notify_keyspace_events: 0,
             lfu_log_factor: 10,
             lfu_decay_time: 1,
             min_replicas_to_write: 0,
@@ -489,8 +492,8 @@ macro_rules! directive {
     };
 }
 
-/// A directive of a feature Keel does not have yet (replication, keyspace
-/// notifications, the latency monitor, streams, HyperLogLog, ACL LOG, the
+/// A directive of a feature Keel does not have yet (replication, the
+/// latency monitor, streams, HyperLogLog, ACL LOG, the
 /// process title, which stays the command line Keel was started with),
 /// accepted with Redis's default value only, so that a stock redis.conf
 /// loads: that value asks for nothing Keel lacks (no notifications, the
@@ -553,6 +556,15 @@ pub static DIRECTIVES: &[Directive] = &[
     directive!("threads", false, num(0, 1024), threads),
     directive!("databases", false, num(1, 1 << 20), databases),
     directive!("protected-mode", true, bool, protected_mode),
+    Directive {
+        name: "notify-keyspace-events",
+        mutable: true,
+        get: |c| crate::notify::format(c.notify_keyspace_events),
+        set: |c, a| {
+            c.notify_keyspace_events = crate::notify::parse(one(a)?).map_err(ConfigError::Invalid)?;
+            Ok(())
+        },
+    },
     Directive {
         name: "client-output-buffer-limit",
         mutable: true,
@@ -846,7 +858,6 @@ pub static DIRECTIVES: &[Directive] = &[
     inert!("repl-disable-tcp-nodelay", "no"),
     inert!("acllog-max-len", "128"),
     inert!("latency-monitor-threshold", "0"),
-    inert!("notify-keyspace-events", ""),
     inert!("hll-sparse-max-bytes", "3000"),
     inert!("stream-node-max-bytes", "4096"),
     inert!("stream-node-max-entries", "100"),
@@ -1143,13 +1154,13 @@ mod tests {
 
     #[test]
     fn directives_of_missing_features_take_their_defaults_only() {
-        let c = Config::load(&args(&["--notify-keyspace-events", "", "--latency-monitor-threshold", "00"])).expect("defaults");
+        let c = Config::load(&args(&["--acllog-max-len", "128", "--latency-monitor-threshold", "00"])).expect("defaults");
         assert_eq!(c.get("replica-read-only").as_deref(), Some("yes"));
         let mut c = Config::default();
         for (name, value) in [("slave-read-only", "YES"), ("repl-diskless-load", "Disabled"), ("hll-sparse-max-bytes", "3000")] {
             c.set_at_runtime(name, value).expect(name);
         }
-        for (name, value) in [("notify-keyspace-events", "KEA"), ("latency-monitor-threshold", "1"), ("replica-read-only", "no")] {
+        for (name, value) in [("acllog-max-len", "10"), ("latency-monitor-threshold", "1"), ("replica-read-only", "no")] {
             let err = c.set_at_runtime(name, value).expect_err(name);
             assert!(err.to_string().contains("only its default"), "{err}");
         }

@@ -338,10 +338,8 @@ fn base_inserters<'a, 'scope, 'env>(
 /// deleted), ahead of the command's own record: a later write to such a
 /// key must replay onto an absent key. Without a journal, forgets them.
 pub fn log_expired(ctx: &mut Ctx<'_>) {
-    let mut expired: Vec<(usize, keel_engine::Key)> = Vec::new();
-    for shard in ctx.dbs.shards() {
-        shard.drain_expired(|db, key| expired.push((db, key)));
-    }
+    ctx.take_expired();
+    let expired = std::mem::take(&mut ctx.durability.expired);
     let Some(journal) = ctx.server.journal() else { return };
     if ctx.server.loading.load(Ordering::Relaxed) {
         return;
@@ -531,6 +529,9 @@ pub struct Pending {
     /// Logged although it changed nothing, as Redis's
     /// `forceCommandPropagation` (FLUSHDB and FLUSHALL of empty databases).
     pub forced: bool,
+    /// Keys the command found expired, announced (`Ctx::take_expired`)
+    /// and not yet journaled.
+    pub expired: Vec<(usize, keel_engine::Key)>,
 }
 
 /// Redis's `aof_state`, and whether writes are logged.

@@ -96,6 +96,14 @@ pub fn drop_value(entry: Entry) -> bool {
     drop_async(entry, 1)
 }
 
+/// As `drop_value`, for a value overwritten in place.
+pub fn drop_overwritten(value: Value) -> bool {
+    if free_effort(&value) <= EFFORT_THRESHOLD {
+        return false;
+    }
+    drop_async(value, 1)
+}
+
 /// Hands `item` (counting as `objects` for INFO) to the dropper thread;
 /// drops it here if the queue is full or the thread is missing. Returns
 /// true if it went to the background.

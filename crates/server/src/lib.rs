@@ -14,7 +14,8 @@
 //! `disable-thp`, `oom-score-adj`, `jemalloc-bg-thread`); [`slowlog`] keeps
 //! SLOWLOG's entries; [`loading`] paces a load and decides what clients
 //! see meanwhile; [`pubsub`] keeps who listens to which channel and
-//! carries PUBLISH's messages to them, whatever worker serves them.
+//! carries PUBLISH's messages to them, whatever worker serves them;
+//! [`notify`] turns changes to keys into such messages.
 //!
 //! A request flows: socket -> [`worker`] reads into the connection's buffer
 //! -> `keel_protocol::parse_request` -> [`command::execute`] looks the
@@ -38,6 +39,7 @@ pub mod durability;
 pub mod glob;
 pub mod lazyfree;
 pub mod loading;
+pub mod notify;
 pub mod process;
 pub mod pubsub;
 pub mod rdb;

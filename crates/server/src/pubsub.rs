@@ -146,15 +146,15 @@ impl Registry {
     /// The frames PUBLISH (`Kind::Channel`) or SPUBLISH (`Kind::Shard`)
     /// sends: to subscribers of `channel`, then, for PUBLISH, to those of
     /// every pattern that matches it. Returns how many frames there are
-    /// (PUBLISH's reply), the publisher's own ones encoded for it, and the
-    /// others.
-    pub fn publish(&self, publisher: &Client, kind: Kind, channel: &[u8], message: &[u8]) -> Published {
+    /// (PUBLISH's reply), those of the publishing client (None: the server
+    /// itself) encoded for it, and the others.
+    pub fn publish(&self, publisher: Option<u64>, kind: Kind, channel: &[u8], message: &[u8]) -> Published {
         let mut published = Published::default();
         let maps = self.maps.lock();
         let mut send = |subscriber: &Subscriber, pattern: Option<&[u8]>| {
             let resp3 = subscriber.info.resp.load(Ordering::Relaxed) == 3;
             let frame = message_frame(resp3, kind, pattern, channel, message);
-            if subscriber.info.id == publisher.id {
+            if Some(subscriber.info.id) == publisher {
                 published.own.push(frame);
             } else {
                 published.others.push((subscriber.worker, subscriber.info.id, frame));
@@ -277,14 +277,14 @@ mod tests {
         assert!(registry.subscribe(&mut b, Kind::Pattern, b"news.*"));
         assert!(registry.subscribe(&mut b, Kind::Shard, b"news.art"));
         assert_eq!((a.subscriptions.count(Kind::Channel), b.subscriptions.count(Kind::Shard)), (2, 1));
-        let published = registry.publish(&publisher, Kind::Channel, b"news.art", b"hi");
+        let published = registry.publish(Some(publisher.id), Kind::Channel, b"news.art", b"hi");
         assert_eq!(published.receivers, 3);
         let to: Vec<(usize, u64)> = published.others.iter().map(|&(w, id, _)| (w, id)).collect();
         assert_eq!(to, [(0, 1), (0, 1), (1, 2)]);
         assert_eq!(published.others[0].2, b"*3\r\n$7\r\nmessage\r\n$8\r\nnews.art\r\n$2\r\nhi\r\n");
         assert_eq!(published.others[1].2, b"*4\r\n$8\r\npmessage\r\n$6\r\nnews.*\r\n$8\r\nnews.art\r\n$2\r\nhi\r\n");
         // Shard channels are apart: patterns never match them.
-        let shard = registry.publish(&publisher, Kind::Shard, b"news.art", b"hi");
+        let shard = registry.publish(Some(publisher.id), Kind::Shard, b"news.art", b"hi");
         assert_eq!((shard.receivers, shard.others[0].1), (1, 2));
         assert_eq!(registry.subscribers(Kind::Pattern, &[b"news.*"]), [2]);
     }
@@ -310,7 +310,7 @@ mod tests {
         let mut a = client(1, 0);
         a.info.resp.store(3, Ordering::Relaxed);
         registry.subscribe(&mut a, Kind::Shard, b"s");
-        let published = registry.publish(&a, Kind::Shard, b"s", b"m");
+        let published = registry.publish(Some(a.id), Kind::Shard, b"s", b"m");
         assert_eq!(published.own, [b">3\r\n$8\r\nsmessage\r\n$1\r\ns\r\n$1\r\nm\r\n".to_vec()]);
         assert!(published.others.is_empty());
     }

@@ -206,6 +206,8 @@ pub struct Server {
     /// `maxmemory`, mirrored out of `config` (kept in step by CONFIG SET)
     /// so that the check before each write takes no lock.
     pub maxmemory: AtomicU64,
+    /// `notify-keyspace-events` (`notify::*` bits), mirrored likewise.
+    pub notify_flags: AtomicU32,
     pub slowlog: crate::slowlog::SlowLog,
     /// `client-output-buffer-limit` (hard, soft, soft seconds) by class
     /// (`config::OUTPUT_LIMIT_CLASSES`), mirrored for the workers, which
@@ -354,6 +356,7 @@ impl Server {
             meter: Mutex::new(Meter::new()),
             peak_memory: AtomicU64::new(0),
             maxmemory: AtomicU64::new(0),
+            notify_flags: AtomicU32::new(0),
             output_limit: Default::default(),
             // Configured by `mirror_config` below, as at each CONFIG SET.
             slowlog: crate::slowlog::SlowLog::new(-1, 0),
@@ -393,6 +396,8 @@ impl Server {
     /// Mirrors the settings that the hot path reads out of `config`.
     pub fn mirror_config(&self, config: &Config) {
         self.maxmemory.store(config.maxmemory, Ordering::Relaxed);
+        self.notify_flags.store(config.notify_keyspace_events, Ordering::Relaxed);
+        keel_engine::db::record_created_keys(config.notify_keyspace_events & crate::notify::NEW != 0);
         self.slowlog.configure(config.slowlog_log_slower_than, config.slowlog_max_len);
         for (cells, limit) in self.output_limit.iter().zip(config.output_limits) {
             for (cell, v) in cells.iter().zip([limit.hard, limit.soft, limit.soft_seconds]) {

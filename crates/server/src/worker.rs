@@ -781,6 +781,7 @@ impl Worker {
                         if let Some(journal) = self.server.journal() {
                             journal.append(index, &[&b"DEL"[..], &key]);
                         }
+                        crate::notify::expired(&self.server, index, &key);
                     }
                 }
             }

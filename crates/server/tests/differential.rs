@@ -96,3 +96,11 @@ fn transactions_match_redis() {
 fn resp3_replies_match_redis() {
     Stream { resp3: true, ..Stream::new(&[STRINGS, KEYSPACE, BITMAPS]) }.run(99, 1500);
 }
+
+#[test]
+fn string_keyspace_and_bitmap_notifications_match_redis() {
+    for seed in 40..42 {
+        Stream { notify: true, ..Stream::new(&[STRINGS, KEYSPACE, BITMAPS]) }.run(seed, 1000);
+        Stream { notify: true, ..Stream::new(&[STRINGS, TRANSACTIONS]) }.run(seed + 10, 1000);
+    }
+}

@@ -150,3 +150,10 @@ fn geo_commands_match_redis() {
 fn geo_resp3_replies_match_redis() {
     Stream { fill, resp3: true, ..Stream::new(&[GEO, AROUND]) }.run(310, 2000);
 }
+
+#[test]
+fn geo_notifications_match_redis() {
+    for seed in 340..342 {
+        Stream { fill, notify: true, ..Stream::new(&[GEO, SEARCH, AROUND]) }.run(seed, 1000);
+    }
+}

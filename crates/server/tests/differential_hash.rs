@@ -148,3 +148,11 @@ fn hash_resp3_replies_match_redis() {
     Stream { fill: token, normalize: scan_shape, resp3: true, ..Stream::new(&[HASHES, HASHES, UNORDERED, AROUND]) }
         .run(99, 2000);
 }
+
+#[test]
+fn hash_notifications_match_redis() {
+    for seed in 30..32 {
+        Stream { fill: token, normalize: scan_shape, notify: true, ..Stream::new(&[HASHES, HASHES, AROUND]) }
+            .run(seed, 1500);
+    }
+}

@@ -78,3 +78,10 @@ fn list_transactions_match_redis() {
 fn list_resp3_replies_match_redis() {
     Stream { fill: element, resp3: true, ..Stream::new(&[LISTS, LISTS, AROUND]) }.run(99, 2000);
 }
+
+#[test]
+fn list_notifications_match_redis() {
+    for seed in 30..32 {
+        Stream { fill: element, notify: true, ..Stream::new(&[LISTS, LISTS, AROUND]) }.run(seed, 1500);
+    }
+}

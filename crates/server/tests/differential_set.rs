@@ -103,3 +103,10 @@ fn sets_and_other_types_match_redis() {
 fn sets_match_redis_in_resp3() {
     Stream { fill: members, normalize, resp3: true, ..Stream::new(&[SETS, LIMITS]) }.run(20, 2000);
 }
+
+#[test]
+fn set_notifications_match_redis() {
+    for seed in 30..32 {
+        Stream { fill: members, normalize, notify: true, ..Stream::new(&[SETS, SETS, OTHERS]) }.run(seed, 1500);
+    }
+}

@@ -231,3 +231,12 @@ fn resp3_replies_match_redis() {
         Stream { resp3: true, ..stream(&[BY_SCORE, ALGEBRA, AROUND]) }.run(seed, 2500);
     }
 }
+
+#[test]
+fn sorted_set_notifications_match_redis() {
+    for seed in 140..142 {
+        Stream { notify: true, ..stream(&[BY_SCORE, ALGEBRA, AROUND]) }.run(seed, 1500);
+        // Lex ranges only where they are defined: equal scores.
+        Stream { notify: true, ..stream(&[BY_LEX, EQUAL_SCORES]) }.run(seed + 10, 1000);
+    }
+}

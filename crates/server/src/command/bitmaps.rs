@@ -12,6 +12,7 @@ use super::parse::{eq, i64_arg};
 use super::strings::{string_of, string_of_mut};
 use super::keyspec::*;
 use super::{cmd, flags::*, range, CmdError, CmdResult, CommandSpec, Ctx, KEY1};
+use crate::notify;
 
 pub static COMMANDS: &[CommandSpec] = &[
     cmd("setbit", 4, WRITE | DENYOOM, KEY1, "bitmap", setbit)
@@ -272,6 +273,7 @@ fn setbit(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
         }
         db.signal_modified(key);
         ctx.wrote(1);
+        ctx.notify(notify::STRING, "setbit", key);
     }
     ctx.out.int(i64::from(old));
     Ok(())
@@ -441,9 +443,11 @@ fn bitop(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     let max_len = sources.iter().map(|s| s.as_ref().map_or(0, Vec::len)).max().unwrap_or(0);
     let db = ctx.dbs.of(dest);
     if max_len == 0 {
-        if db.get(dest, now).is_some() {
-            db.remove(dest);
+        // Redis's dbDelete, without a lookup: even a key past its time
+        // is deleted (as `del`) rather than expired.
+        if db.remove(dest).is_some() {
             ctx.wrote(1);
+            ctx.notify(notify::GENERIC, "del", dest);
         }
         ctx.out.int(0);
         return Ok(());
@@ -473,8 +477,11 @@ fn bitop(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
             }
         }
     }
+    // Redis's setKey looks the key up first (expiring it if due).
+    db.contains(dest, now);
     db.set(dest, Value::Str(Str::raw(result)), false, lru);
     ctx.wrote(1);
+    ctx.notify(notify::STRING, "set", dest);
     ctx.out.int(max_len as i64);
     Ok(())
 }
@@ -654,6 +661,7 @@ fn bitfield_generic(ctx: &mut Ctx<'_>, argv: &[&[u8]], read_only: bool) -> CmdRe
     if changes > 0 {
         db.signal_modified(key);
         ctx.wrote(changes);
+        ctx.notify(notify::STRING, "setbit", key);
     }
     Ok(())
 }

@@ -7,6 +7,7 @@ use keel_engine::Entry;
 use super::parse::{eq, i64_arg};
 use super::keyspec::*;
 use super::{acl, cmd, flags::*, Access, CmdError, CmdResult, CommandSpec, Ctx, KEY1};
+use crate::notify;
 
 pub static COMMANDS: &[CommandSpec] = &[
     cmd("dump", 2, READONLY, KEY1, "generic", dump)
@@ -86,6 +87,7 @@ fn restore(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
         if deleted {
             ctx.propagate_as(vec![vec![b"DEL".to_vec(), key.to_vec()]]);
             ctx.wrote(1);
+            ctx.notify(notify::GENERIC, "del", key);
         }
         ctx.out.ok();
         return Ok(());
@@ -106,6 +108,7 @@ fn restore(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
         ctx.propagate_as(vec![logged]);
     }
     ctx.wrote(1);
+    ctx.notify(notify::GENERIC, "restore", key);
     ctx.out.ok();
     Ok(())
 }

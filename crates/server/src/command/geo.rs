@@ -24,6 +24,7 @@ use super::keyspec::*;
 use super::parse::{eq, i64_arg};
 use super::zsets::{self, parse_score};
 use super::{cmd, flags::*, CmdError, CmdResult, CommandSpec, Ctx, Keys, KEY1};
+use crate::notify;
 
 const G: &str = "geo";
 
@@ -871,6 +872,7 @@ fn georadius_generic(ctx: &mut Ctx<'_>, argv: &[&[u8]], src: usize, form: Form) 
             Some(dst) => {
                 if ctx.dbs.of(dst).remove(dst).is_some() {
                     ctx.wrote(1);
+                    ctx.notify(notify::GENERIC, "del", dst);
                 }
                 ctx.out.int(0);
             }
@@ -904,7 +906,10 @@ fn georadius_generic(ctx: &mut Ctx<'_>, argv: &[&[u8]], src: usize, form: Form) 
     }
     match store_key {
         None => reply_points(&mut ctx.out, &points, withdist, withhash, withcoord),
-        Some(dst) => store_points(ctx, dst, &points, storedist),
+        Some(dst) => {
+            let event = if search { "geosearchstore" } else { "georadiusstore" };
+            store_points(ctx, dst, &points, storedist, event)
+        }
     }
     Ok(())
 }
@@ -934,14 +939,16 @@ fn reply_points(out: &mut ReplyWriter<'_>, points: &[Point], withdist: bool, wit
 
 /// STORE, STOREDIST and GEOSEARCHSTORE: the points as a sorted set scored
 /// by geohash or distance, replacing `dst` (deleting it when none). Each
-/// stored point counts as a change, as in Redis.
-fn store_points(ctx: &mut Ctx<'_>, dst: &[u8], points: &[Point], storedist: bool) {
+/// stored point counts as a change, as in Redis. `event` is the command's.
+fn store_points(ctx: &mut Ctx<'_>, dst: &[u8], points: &[Point], storedist: bool, event: &str) {
     let limits = ctx.encoding_limits();
-    let lru = ctx.lru_s;
+    let (lru, now) = (ctx.lru_s, ctx.now_ms);
     let db = ctx.dbs.of(dst);
     if points.is_empty() {
+        // Redis's dbDelete, without a lookup: a key past its time goes as `del`.
         if db.remove(dst).is_some() {
             ctx.wrote(1);
+            ctx.notify(notify::GENERIC, "del", dst);
         }
     } else {
         let mut z = ZSet::default();
@@ -951,8 +958,11 @@ fn store_points(ctx: &mut Ctx<'_>, dst: &[u8], points: &[Point], storedist: bool
             // on one, so nothing to match: the point is left out.
             let _ = z.add(&p.member, score, AddFlags::default(), &limits);
         }
+        // Redis's setKey looks the key up first (expiring it if due).
+        db.contains(dst, now);
         db.set(dst, Value::ZSet(z), false, lru);
         ctx.wrote(points.len() as u64);
+        ctx.notify(notify::ZSET, event, dst);
     }
     ctx.out.int(points.len() as i64);
 }

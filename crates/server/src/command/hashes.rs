@@ -22,6 +22,7 @@ use super::strings::incr_float_error;
 use super::strings::long_double::{IncrFloatError, LongDouble, Parsed};
 use super::keyspec::*;
 use super::{cmd, flags::*, CmdError, CmdResult, CommandSpec, Ctx, KEY1};
+use crate::notify;
 
 pub static COMMANDS: &[CommandSpec] = &[
     cmd("hset", -4, WRITE | DENYOOM | FAST, KEY1, "hash", hset).doc("Set the string value of a hash field", "2.0.0"),
@@ -132,6 +133,7 @@ fn set_pairs(ctx: &mut Ctx<'_>, argv: &[&[u8]], name: &str) -> Result<usize, Cmd
     })?;
     // Redis counts every pair, new or updated.
     ctx.wrote((argv.len() as u64 - 2) / 2);
+    ctx.notify(notify::HASH, "hset", argv[1]);
     Ok(created)
 }
 
@@ -157,6 +159,7 @@ fn hsetnx(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     }
     edit_hash(ctx, key, |hash, limits| Ok(hash.insert(field, argv[3], limits)))?;
     ctx.wrote(1);
+    ctx.notify(notify::HASH, "hset", key);
     ctx.out.int(1);
     Ok(())
 }
@@ -199,13 +202,18 @@ fn hdel(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
             }
         }
     }
-    if hash.is_empty() {
+    let emptied = hash.is_empty();
+    if emptied {
         db.remove(key);
     } else if deleted > 0 {
         db.signal_modified(key);
     }
     if deleted > 0 {
         ctx.wrote(deleted);
+        ctx.notify(notify::HASH, "hdel", key);
+        if emptied {
+            ctx.notify(notify::GENERIC, "del", key);
+        }
     }
     ctx.out.int(deleted as i64);
     Ok(())
@@ -288,6 +296,7 @@ fn hincrby(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
         Ok(new)
     })?;
     ctx.wrote(1);
+    ctx.notify(notify::HASH, "hincrby", argv[1]);
     ctx.out.int(value);
     Ok(())
 }
@@ -313,6 +322,7 @@ fn hincrbyfloat(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
         Ok(text)
     })?;
     ctx.wrote(1);
+    ctx.notify(notify::HASH, "hincrbyfloat", key);
     ctx.out.bulk(text.as_bytes());
     // Logged as the value it produced, as Redis propagates it, so that a
     // replay never depends on float formatting.

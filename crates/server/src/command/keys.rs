@@ -30,6 +30,7 @@ use super::parse::{eq, i64_arg};
 use super::keyspec::*;
 use super::{acl, cmd, flags::*, range, Access, CmdError, CmdResult, CommandSpec, Ctx, Keys, KEY1};
 use crate::lazyfree;
+use crate::notify;
 
 /// OBJECT's subcommands name their key at argument 2.
 const KEY2: Keys = Keys::Range { first: 2, last: 2, step: 1 };
@@ -224,6 +225,7 @@ fn del_generic(ctx: &mut Ctx<'_>, argv: &[&[u8]], lazy: bool) -> CmdResult {
         if let Some(entry) = db.remove(key) {
             release(entry, lazy);
             deleted += 1;
+            ctx.notify(notify::GENERIC, "del", key);
         }
     }
     if deleted > 0 {
@@ -481,6 +483,8 @@ fn rename_generic(ctx: &mut Ctx<'_>, argv: &[&[u8]], nx: bool) -> CmdResult {
     };
     ctx.dbs.of(dst).insert_entry(dst, entry);
     ctx.wrote(1);
+    ctx.notify(notify::GENERIC, "rename_from", src);
+    ctx.notify(notify::GENERIC, "rename_to", dst);
     if nx {
         ctx.out.int(1);
     } else {
@@ -510,6 +514,8 @@ fn move_(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     };
     dst.insert_entry(key, entry);
     ctx.wrote(1);
+    ctx.notify_in(source, notify::GENERIC, "move_from", key);
+    ctx.notify_in(target, notify::GENERIC, "move_to", key);
     ctx.out.int(1);
     Ok(())
 }
@@ -557,6 +563,7 @@ fn copy(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     copied.expire_at_ms = expire_at_ms;
     dst_db.insert_entry(dst, copied);
     ctx.wrote(1);
+    ctx.notify_in(target, notify::GENERIC, "copy_to", dst);
     ctx.out.int(1);
     Ok(())
 }
@@ -639,17 +646,20 @@ fn expire_generic(ctx: &mut Ctx<'_>, argv: &[&[u8]], relative: bool, seconds: bo
         ctx.out.int(0);
         return Ok(());
     }
-    if when <= now as i64 {
+    let event = if when <= now as i64 {
         // Already past: the key goes now (logged as DEL, or UNLINK under
         // lazyfree-lazy-expire).
         if let Some(old) = db.remove(key) {
             release(old, ctx.server.config.read().lazyfree_lazy_expire);
         }
+        "del"
     } else {
         // Logged as PEXPIREAT key `when`.
         db.set_expire(key, when as u64, now);
-    }
+        "expire"
+    };
     ctx.wrote(1);
+    ctx.notify(notify::GENERIC, event, key);
     ctx.out.int(1);
     Ok(())
 }
@@ -714,6 +724,7 @@ fn persist(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     }
     // Logged as PERSIST key.
     ctx.wrote(1);
+    ctx.notify(notify::GENERIC, "persist", key);
     ctx.out.int(1);
     Ok(())
 }

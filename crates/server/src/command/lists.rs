@@ -18,6 +18,7 @@ use smallvec::SmallVec;
 use super::parse::{eq, i64_arg};
 use super::keyspec::*;
 use super::{cmd, flags::*, range, CmdError, CmdResult, CommandSpec, Ctx, Keys, KEY1};
+use crate::notify;
 
 pub static COMMANDS: &[CommandSpec] = &[
     cmd("lpush", -3, WRITE | DENYOOM | FAST, KEY1, "list", lpush)
@@ -131,6 +132,14 @@ fn pop_end(list: &mut List, end: End) -> Option<Vec<u8>> {
     }
 }
 
+fn push_event(end: End) -> &'static str {
+    if end == End::Left { "lpush" } else { "rpush" }
+}
+
+fn pop_event(end: End) -> &'static str {
+    if end == End::Left { "lpop" } else { "rpop" }
+}
+
 /// Appends `items` at `end` of the list at `key`, creating it unless
 /// `only_existing` (the X forms). Returns the new length, or None when the
 /// key is absent and `only_existing`.
@@ -148,6 +157,7 @@ fn push_items(
         let len = list.len();
         db.signal_modified(key);
         ctx.wrote(items.len() as u64);
+        ctx.notify(notify::LIST, push_event(end), key);
         return Ok(Some(len));
     }
     if only_existing {
@@ -159,6 +169,7 @@ fn push_items(
     // Creating the key wakes the clients blocked on it.
     ctx.dbs.of(key).set(key, Value::List(list), false, ctx.lru_s);
     ctx.wrote(items.len() as u64);
+    ctx.notify(notify::LIST, push_event(end), key);
     Ok(Some(len))
 }
 
@@ -185,7 +196,8 @@ fn rpushx(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
 }
 
 /// Pops up to `count` elements from `end` of the list at `key` (selected
-/// db), in pop order; removes the key when emptied; calls `ctx.wrote`.
+/// db), in pop order; removes the key when emptied; calls `ctx.wrote`
+/// and notifies as Redis's `listElementsRemoved`.
 /// Ok(None) when the key is absent, Err(WrongType) when not a list.
 /// `count == 0` on a list pops nothing and changes nothing.
 pub(crate) fn pop(ctx: &mut Ctx<'_>, key: &[u8], end: End, count: usize) -> Result<Option<Vec<Vec<u8>>>, CmdError> {
@@ -197,12 +209,17 @@ pub(crate) fn pop(ctx: &mut Ctx<'_>, key: &[u8], end: End, count: usize) -> Resu
         1 => pop_end(list, end).into_iter().collect(),
         n => list.pop_many(n, end == End::Right),
     };
-    if list.is_empty() {
+    let emptied = list.is_empty();
+    if emptied {
         db.remove(key);
     } else {
         db.signal_modified(key);
     }
     ctx.wrote(items.len() as u64);
+    ctx.notify(notify::LIST, pop_event(end), key);
+    if emptied {
+        ctx.notify(notify::GENERIC, "del", key);
+    }
     Ok(Some(items))
 }
 
@@ -301,6 +318,7 @@ fn lset(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     }
     db.signal_modified(key);
     ctx.wrote(1);
+    ctx.notify(notify::LIST, "lset", key);
     ctx.out.ok();
     Ok(())
 }
@@ -321,13 +339,18 @@ fn lrem(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
         return Ok(());
     };
     let removed = list.remove(argv[3], count);
-    if list.is_empty() {
+    let emptied = list.is_empty();
+    if emptied {
         db.remove(key);
     } else if removed > 0 {
         db.signal_modified(key);
     }
     if removed > 0 {
         ctx.wrote(removed as u64);
+        ctx.notify(notify::LIST, "lrem", key);
+    }
+    if emptied {
+        ctx.notify(notify::GENERIC, "del", key);
     }
     ctx.out.int(removed as i64);
     Ok(())
@@ -349,14 +372,19 @@ fn ltrim(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     };
     list.remove_range(0, ltrim);
     list.remove_range(list.len() - rtrim, rtrim);
-    // Redis signals the key even when nothing was trimmed.
-    if list.is_empty() {
+    // Redis signals and notifies even when nothing was trimmed.
+    let emptied = list.is_empty();
+    if emptied {
         db.remove(key);
     } else {
         db.signal_modified(key);
     }
     if ltrim + rtrim > 0 {
         ctx.wrote((ltrim + rtrim) as u64);
+    }
+    ctx.notify(notify::LIST, "ltrim", key);
+    if emptied {
+        ctx.notify(notify::GENERIC, "del", key);
     }
     ctx.out.ok();
     Ok(())
@@ -383,6 +411,7 @@ fn linsert(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     let len = list.len();
     db.signal_modified(key);
     ctx.wrote(1);
+    ctx.notify(notify::LIST, "linsert", key);
     ctx.out.int(len as i64);
     Ok(())
 }
@@ -466,7 +495,8 @@ fn lpos(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
 /// (which may be the same key, and may live on another shard). Ok(None)
 /// when the source is absent; the types of both keys are checked before
 /// anything changes, as Redis does. Creating `dst` wakes its blocked
-/// clients.
+/// clients. Notifies the push on `dst`, then the pop (and "del") on `src`,
+/// in Redis's order.
 pub(crate) fn lmove(ctx: &mut Ctx<'_>, src: &[u8], dst: &[u8], from: End, to: End) -> Result<Option<Vec<u8>>, CmdError> {
     let now = ctx.now_ms;
     if src == dst {
@@ -477,6 +507,8 @@ pub(crate) fn lmove(ctx: &mut Ctx<'_>, src: &[u8], dst: &[u8], from: End, to: En
         push_end(list, to, &value);
         db.signal_modified(src);
         ctx.wrote(1);
+        ctx.notify(notify::LIST, push_event(to), dst);
+        ctx.notify(notify::LIST, pop_event(from), src);
         return Ok(Some(value));
     }
     if list_of(ctx.dbs.of(src).get(src, now))?.is_none() {
@@ -486,7 +518,8 @@ pub(crate) fn lmove(ctx: &mut Ctx<'_>, src: &[u8], dst: &[u8], from: End, to: En
     let db = ctx.dbs.of(src);
     let list = list_mut(db.get_mut(src, now))?.expect("looked up above");
     let value = pop_end(list, from).expect("a stored list is never empty");
-    if list.is_empty() {
+    let emptied = list.is_empty();
+    if emptied {
         db.remove(src);
     } else {
         db.signal_modified(src);
@@ -502,6 +535,11 @@ pub(crate) fn lmove(ctx: &mut Ctx<'_>, src: &[u8], dst: &[u8], from: End, to: En
         ctx.dbs.of(dst).set(dst, Value::List(list), false, ctx.lru_s);
     }
     ctx.wrote(1);
+    ctx.notify(notify::LIST, push_event(to), dst);
+    ctx.notify(notify::LIST, pop_event(from), src);
+    if emptied {
+        ctx.notify(notify::GENERIC, "del", src);
+    }
     Ok(Some(value))
 }
 

@@ -444,8 +444,9 @@ pub struct Ctx<'a> {
     /// Whether a blocking command may block (not when serving a blocked
     /// client, nor inside EXEC: see `can_block`).
     pub may_block: bool,
-    /// Messages PUBLISH addressed to other connections, sent once the
-    /// command (or its transaction) is logged (`pubsub::deliver`).
+    /// Messages PUBLISH and keyspace events addressed to other
+    /// connections, sent once the command (or its transaction) is logged
+    /// (`pubsub::deliver`).
     pub published: Vec<crate::pubsub::Delivery>,
 }
 
@@ -501,6 +502,54 @@ impl<'a> Ctx<'a> {
     /// served later logs the pop it made).
     pub fn propagate_as(&mut self, commands: Vec<Vec<Vec<u8>>>) {
         self.durability.replaced = Some(commands);
+    }
+
+    /// A keyspace event on `key` of the selected database, where Redis
+    /// calls notifyKeyspaceEvent (`crate::notify`); one relaxed load when
+    /// notifications are off.
+    pub fn notify(&mut self, class: u32, event: &str, key: &[u8]) {
+        let db = self.dbs.selected;
+        self.notify_in(db, class, event, key);
+    }
+
+    /// As `notify`, in database `db` (MOVE, COPY ... DB).
+    pub fn notify_in(&mut self, db: usize, class: u32, event: &str, key: &[u8]) {
+        let flags = self.server.notify_flags.load(Ordering::Relaxed);
+        // Redis announces an expiry at the lookup and a new key as it
+        // adds it, both before the event of the command that did so.
+        if flags & crate::notify::EXPIRED != 0 {
+            self.take_expired();
+        }
+        if flags & crate::notify::NEW != 0 {
+            self.notify_created();
+        }
+        if flags & class != 0 {
+            crate::notify::event(self.server, class, event, key, db, &mut self.published);
+        }
+    }
+
+    /// Takes the keys found expired so far from the locked shards, for
+    /// `durability::log_expired` to journal, and announces them.
+    pub fn take_expired(&mut self) {
+        let first = self.durability.expired.len();
+        for shard in self.dbs.shards() {
+            shard.drain_expired(|db, key| self.durability.expired.push((db, key)));
+        }
+        for (db, key) in &self.durability.expired[first..] {
+            crate::notify::event(self.server, crate::notify::EXPIRED, "expired", key, *db, &mut self.published);
+        }
+    }
+
+    /// `new` for the keys created so far: Redis sends it as it creates a
+    /// key, before the event of the command that did.
+    pub fn notify_created(&mut self) {
+        let mut created = Vec::new();
+        for shard in self.dbs.shards() {
+            shard.drain_created(|db, key| created.push((db, key)));
+        }
+        for (db, key) in created {
+            crate::notify::event(self.server, crate::notify::NEW, "new", &key, db, &mut self.published);
+        }
     }
 }
 
@@ -822,6 +871,9 @@ pub fn run(ctx: &mut Ctx<'_>, index: usize, spec: &CommandSpec, argv: &[&[u8]]) 
         }
     }
     let result = (spec.handler)(ctx, argv);
+    if ctx.server.notify_flags.load(Ordering::Relaxed) & crate::notify::NEW != 0 {
+        ctx.notify_created();
+    }
     crate::durability::log_expired(ctx);
     let forced = std::mem::take(&mut ctx.durability.forced);
     if ctx.changes.replace(0) > 0 || forced {

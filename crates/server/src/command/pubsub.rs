@@ -154,7 +154,7 @@ fn spublish(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
 /// others leave with the command (`Ctx::published`), once what it
 /// depends on is logged.
 fn publish_to(ctx: &mut Ctx<'_>, kind: Kind, channel: &[u8], message: &[u8]) -> CmdResult {
-    let published = ctx.server.pubsub.publish(ctx.client, kind, channel, message);
+    let published = ctx.server.pubsub.publish(Some(ctx.client.id), kind, channel, message);
     for frame in &published.own {
         ctx.out.buf.extend_from_slice(frame);
         pushed(ctx);

@@ -29,6 +29,7 @@ use super::keys::{parse_cursor, parse_member_scan_options};
 use super::parse::i64_arg;
 use super::keyspec::*;
 use super::{cmd, flags::*, range, CmdError, CmdResult, CommandSpec, Ctx, Keys, KEY1};
+use crate::notify;
 use crate::server::WorkerStats;
 
 const ORDER: &[&str] = &["nondeterministic_output_order"];
@@ -198,6 +199,7 @@ fn sadd(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     };
     if added > 0 {
         ctx.wrote(added as u64);
+        ctx.notify(notify::SET, "sadd", key);
     }
     ctx.out.int(added as i64);
     Ok(())
@@ -219,13 +221,18 @@ fn srem(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
             }
         }
     }
-    if set.is_empty() {
+    let emptied = set.is_empty();
+    if emptied {
         db.remove(key);
     } else if removed > 0 {
         db.signal_modified(key);
     }
     if removed > 0 {
         ctx.wrote(removed);
+        ctx.notify(notify::SET, "srem", key);
+        if emptied {
+            ctx.notify(notify::GENERIC, "del", key);
+        }
     }
     ctx.out.int(removed as i64);
     Ok(())
@@ -282,13 +289,18 @@ fn spop(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
         ctx.out.null();
         return Ok(());
     };
-    if matches!(db.peek(key), Some(Entry { value: Value::Set(s), .. }) if s.is_empty()) {
+    let emptied = matches!(db.peek(key), Some(Entry { value: Value::Set(s), .. }) if s.is_empty());
+    if emptied {
         db.remove(key);
     } else {
         db.signal_modified(key);
     }
     ctx.out.bulk(&member);
     ctx.wrote(1);
+    ctx.notify(notify::SET, "spop", key);
+    if emptied {
+        ctx.notify(notify::GENERIC, "del", key);
+    }
     ctx.propagate_as(vec![vec![b"SREM".to_vec(), key.to_vec(), member]]);
     Ok(())
 }
@@ -320,6 +332,8 @@ fn spop_count(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
             release(entry, lazy);
         }
         ctx.wrote(size as u64);
+        ctx.notify(notify::SET, "spop", key);
+        ctx.notify(notify::GENERIC, "del", key);
         ctx.propagate_as(vec![vec![b"DEL".to_vec(), key.to_vec()]]);
         return Ok(());
     }
@@ -328,6 +342,7 @@ fn spop_count(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     ctx.out.set(popped.len());
     popped.iter().for_each(|m| ctx.out.bulk(m));
     ctx.wrote(popped.len() as u64);
+    ctx.notify(notify::SET, "spop", key);
     let srem = |m: Vec<u8>| vec![b"SREM".to_vec(), key.to_vec(), m];
     ctx.propagate_as(popped.into_iter().map(srem).collect());
     Ok(())
@@ -406,12 +421,17 @@ fn smove(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
         return Ok(());
     };
     set.remove(member);
-    if set.is_empty() {
+    let emptied = set.is_empty();
+    if emptied {
         db.remove(src);
     } else {
         db.signal_modified(src);
     }
     ctx.wrote(1);
+    ctx.notify(notify::SET, "srem", src);
+    if emptied {
+        ctx.notify(notify::GENERIC, "del", src);
+    }
     let db = ctx.dbs.of(dst);
     let added = match write_set(db, dst, now)? {
         Some(set) => set.insert(member, max),
@@ -427,6 +447,7 @@ fn smove(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
             db.signal_modified(dst);
         }
         ctx.wrote(1);
+        ctx.notify(notify::SET, "sadd", dst);
     }
     ctx.out.int(1);
     Ok(())
@@ -494,20 +515,27 @@ fn difference<'s>(sets: &[Option<&'s Set>]) -> Vec<Member<'s>> {
 
 /// Stores the result of a STORE command at `dst`, replacing whatever was
 /// there (its TTL too), or deletes `dst` when the result is empty; replies
-/// with the result's size.
-fn store(ctx: &mut Ctx<'_>, dst: &[u8], set: Set) {
+/// with the result's size. `event` is the command's (`sinterstore`...).
+fn store(ctx: &mut Ctx<'_>, dst: &[u8], set: Set, event: &str) {
     let lazy = ctx.server.config.read().lazyfree_lazy_server_del;
     let now = ctx.now_ms;
     let len = set.len();
     let db = ctx.dbs.of(dst);
-    let old = if db.get(dst, now).is_some() { db.remove(dst) } else { None };
     if len > 0 {
-        db.set(dst, Value::Set(set), false, ctx.lru_s);
+        // Redis's setKey looks `dst` up (expiring it if due), then
+        // overwrites it: not a new key.
+        db.contains(dst, now);
+        let old = db.set(dst, Value::Set(set), false, ctx.lru_s);
         ctx.wrote(1);
-    } else if old.is_some() {
+        ctx.notify(notify::SET, event, dst);
+        if let Some(old) = old.filter(|_| lazy) {
+            crate::lazyfree::drop_overwritten(old);
+        }
+    } else if let Some(old) = db.remove(dst) {
+        // Its dbDelete of an empty result does not look up: even a key
+        // past its time goes as `del`.
         ctx.wrote(1);
-    }
-    if let Some(old) = old {
+        ctx.notify(notify::GENERIC, "del", dst);
         release(old, lazy);
     }
     ctx.out.int(len as i64);
@@ -535,7 +563,7 @@ fn sinterstore(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
         });
         Set::from_members(members, max)
     })?;
-    store(ctx, argv[1], result);
+    store(ctx, argv[1], result, "sinterstore");
     Ok(())
 }
 
@@ -588,7 +616,7 @@ fn sunion(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
 fn sunionstore(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     let max = ctx.encoding_limits().set_max_intset_entries;
     let result = with_sets(ctx, &argv[2..], |_, sets| Set::from_members(union(sets), max))?;
-    store(ctx, argv[1], result);
+    store(ctx, argv[1], result, "sunionstore");
     Ok(())
 }
 
@@ -600,7 +628,7 @@ fn sdiff(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
 fn sdiffstore(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     let max = ctx.encoding_limits().set_max_intset_entries;
     let result = with_sets(ctx, &argv[2..], |_, sets| Set::from_members(difference(sets), max))?;
-    store(ctx, argv[1], result);
+    store(ctx, argv[1], result, "sdiffstore");
     Ok(())
 }
 

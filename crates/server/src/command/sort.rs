@@ -14,6 +14,7 @@ use smallvec::SmallVec;
 use super::parse::eq;
 use super::keyspec::*;
 use super::{acl, cmd, flags::*, CmdError, CmdResult, CommandSpec, Ctx, Keys};
+use crate::notify;
 
 pub static COMMANDS: &[CommandSpec] = &[
     cmd("sort", -2, WRITE | DENYOOM | ALL_SHARDS, Keys::Custom(sort_keys), "generic", sort)
@@ -235,14 +236,18 @@ fn sort_generic(ctx: &mut Ctx<'_>, argv: &[&[u8]], readonly: bool) -> CmdResult 
             if output.is_empty() {
                 if db.remove(dest).is_some() {
                     ctx.wrote(1);
+                    ctx.notify(notify::GENERIC, "del", dest);
                 }
             } else {
                 let mut list = List::new(limits.list_max_listpack_size);
                 for value in &output {
                     list.push_back(value.as_deref().unwrap_or_default());
                 }
+                // Redis's setKey looks the key up first (expiring it if due).
+                db.contains(dest, now);
                 db.set(dest, Value::List(list), false, lru);
                 ctx.wrote(output.len() as u64);
+                ctx.notify(notify::LIST, "sortstore", dest);
             }
             ctx.out.int(output.len() as i64);
         }

@@ -22,6 +22,7 @@ use self::long_double::{IncrFloatError, LongDouble, Parsed};
 use super::parse::{eq, i64_arg};
 use super::keyspec::*;
 use super::{cmd, flags::*, range, CmdError, CmdResult, CommandSpec, Ctx, KEY1};
+use crate::notify;
 
 pub static COMMANDS: &[CommandSpec] = &[
     cmd("get", 2, READONLY | FAST, KEY1, "string", get)
@@ -298,12 +299,20 @@ fn set_generic(ctx: &mut Ctx<'_>, req: SetRequest<'_>) -> Result<bool, CmdError>
         return Ok(false);
     }
     db.set(req.key, Value::Str(Str::from_bytes(req.value)), req.keep_ttl, lru);
-    if let Some(at) = req.expire_at_ms {
-        // An absolute time already past removes the key at once (Redis
-        // stores it and lets the next access expire it: same replies).
-        db.set_expire(req.key, at, now);
-    }
     ctx.wrote(1);
+    ctx.notify(notify::STRING, "set", req.key);
+    if let Some(at) = req.expire_at_ms {
+        ctx.notify(notify::GENERIC, "expire", req.key);
+        // An absolute time already past removes the key at once (Redis
+        // stores it and lets the next access expire it: same replies), as
+        // an expiry, so that `expired` follows `set` and `expire`.
+        let db = ctx.dbs.of(req.key);
+        db.set_expire(req.key, at, now);
+        if at <= now {
+            db.expired_keys += 1;
+            db.expired.push(req.key.into());
+        }
+    }
     Ok(true)
 }
 
@@ -399,6 +408,7 @@ fn getdel(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     reply_str(&mut ctx.out, s);
     db.remove(key);
     ctx.wrote(1);
+    ctx.notify(notify::GENERIC, "del", key);
     Ok(())
 }
 
@@ -422,8 +432,10 @@ fn getex(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
         // An EXAT/PXAT already past deletes the key; set_expire does that.
         db.set_expire(key, at, now);
         ctx.wrote(1);
+        ctx.notify(notify::GENERIC, if at <= now { "del" } else { "expire" }, key);
     } else if o.persist && db.persist(key) {
         ctx.wrote(1);
+        ctx.notify(notify::GENERIC, "persist", key);
     }
     Ok(())
 }
@@ -454,7 +466,12 @@ fn mset_generic(ctx: &mut Ctx<'_>, argv: &[&[u8]], nx: bool, name: &str) -> Resu
         return Ok(false);
     }
     for pair in argv[1..].chunks(2) {
-        ctx.dbs.of(pair[0]).set(pair[0], Value::Str(Str::from_bytes(pair[1])), false, lru);
+        let db = ctx.dbs.of(pair[0]);
+        // Redis's setKey looks the key up first: a due key expires (and
+        // says so) before it is overwritten.
+        db.contains(pair[0], now);
+        db.set(pair[0], Value::Str(Str::from_bytes(pair[1])), false, lru);
+        ctx.notify(notify::STRING, "set", pair[0]);
     }
     ctx.wrote((argv.len() as u64 - 1) / 2);
     Ok(true)
@@ -495,6 +512,7 @@ fn append(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
         }
     };
     ctx.wrote(1);
+    ctx.notify(notify::STRING, "append", key);
     ctx.out.int(total as i64);
     Ok(())
 }
@@ -534,9 +552,13 @@ fn incr_decr(ctx: &mut Ctx<'_>, key: &[u8], by: i64) -> CmdResult {
             *s = Str::Int(value);
             db.signal_modified(key);
         }
-        None => db.set(key, Value::Str(Str::Int(value)), false, lru),
+        None => {
+            db.set(key, Value::Str(Str::Int(value)), false, lru);
+        }
     }
     ctx.wrote(1);
+    // DECR and DECRBY too: Redis's incrDecrCommand names them all so.
+    ctx.notify(notify::STRING, "incrby", key);
     ctx.out.int(value);
     Ok(())
 }
@@ -603,9 +625,12 @@ fn incrbyfloat(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
             *s = value;
             db.signal_modified(key);
         }
-        None => db.set(key, Value::Str(value), false, lru),
+        None => {
+            db.set(key, Value::Str(value), false, lru);
+        }
     }
     ctx.wrote(1);
+    ctx.notify(notify::STRING, "incrbyfloat", key);
     ctx.out.bulk(text.as_bytes());
     Ok(())
 }
@@ -697,6 +722,7 @@ fn setrange(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
         len
     };
     ctx.wrote(1);
+    ctx.notify(notify::STRING, "setrange", key);
     ctx.out.int(len as i64);
     Ok(())
 }

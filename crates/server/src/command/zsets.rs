@@ -26,6 +26,7 @@ use super::keys::{parse_cursor, parse_member_scan_options};
 use super::parse::{eq, i64_arg};
 use super::keyspec::*;
 use super::{cmd, flags::*, range, CmdError, CmdResult, CommandSpec, Ctx, Keys, KEY1};
+use crate::notify;
 
 const G: &str = "sorted-set";
 const NONDETERMINISTIC: &[&str] = &["nondeterministic_output"];
@@ -396,13 +397,15 @@ pub(crate) fn read<'d>(
 
 /// After members of `key` were removed in place: deletes the key if it is
 /// now empty (a collection never stays empty), else signals WATCH.
-fn settle(db: &mut Db, key: &[u8]) {
+/// Returns whether it deleted the key.
+fn settle(db: &mut Db, key: &[u8]) -> bool {
     let emptied = matches!(db.peek(key), Some(Entry { value: Value::ZSet(z), .. }) if z.is_empty());
     if emptied {
         db.remove(key);
     } else {
         db.signal_modified(key);
     }
+    emptied
 }
 
 /// A score as Redis replies it: bulk string in RESP2, double in RESP3.
@@ -439,21 +442,27 @@ fn owned<'a>(items: impl Iterator<Item = (&'a [u8], f64)>) -> Pairs {
 
 /// Stores a computed result at `dst` as Redis's STORE commands do: the
 /// key is replaced (TTL dropped) by a non-empty set, deleted by an empty
-/// one. Replies with the result's size.
-fn store_result(ctx: &mut Ctx<'_>, dst: &[u8], z: ZSet) {
-    let lru = ctx.lru_s;
+/// one. Replies with the result's size. Notifies `event` (the command's,
+/// `zunionstore`...) for a stored result, `del` for a deleted `dst`.
+fn store_result(ctx: &mut Ctx<'_>, dst: &[u8], z: ZSet, event: &str) {
+    let (lru, now) = (ctx.lru_s, ctx.now_ms);
     let db = ctx.dbs.of(dst);
     let len = z.len();
     if len == 0 {
+        // Redis's dbDelete, without a lookup: a key past its time goes as `del`.
         let removed = db.remove(dst).is_some();
         ctx.out.int(0);
         if removed {
             ctx.wrote(1);
+            ctx.notify(notify::GENERIC, "del", dst);
         }
     } else {
+        // Redis's setKey looks the key up first (expiring it if due).
+        db.contains(dst, now);
         db.set(dst, Value::ZSet(z), false, lru);
         ctx.out.int(len as i64);
         ctx.wrote(1);
+        ctx.notify(notify::ZSET, event, dst);
     }
 }
 
@@ -570,6 +579,7 @@ fn zadd_generic(ctx: &mut Ctx<'_>, argv: &[&[u8]], incrby: bool) -> CmdResult {
     };
     if tally.added + tally.updated > 0 {
         ctx.wrote(tally.added + tally.updated);
+        ctx.notify(notify::ZSET, if flags.incr { "zincr" } else { "zadd" }, key);
     }
     if flags.incr {
         if tally.processed {
@@ -602,8 +612,12 @@ fn zrem(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
         }
     }
     if deleted > 0 {
-        settle(db, key);
+        let emptied = settle(db, key);
         ctx.wrote(deleted);
+        ctx.notify(notify::ZSET, "zrem", key);
+        if emptied {
+            ctx.notify(notify::GENERIC, "del", key);
+        }
     }
     ctx.out.int(deleted as i64);
     Ok(())
@@ -849,7 +863,7 @@ fn zrange_generic(ctx: &mut Ctx<'_>, argv: &[&[u8]], src: usize, by: Option<By>,
         for (member, score) in &items {
             dst.add(member, *score, AddFlags::default(), &limits).expect("stored scores are never NaN");
         }
-        store_result(ctx, argv[1], dst);
+        store_result(ctx, argv[1], dst, "zrangestore");
         return Ok(());
     }
     match z {
@@ -871,20 +885,20 @@ fn zrange_generic(ctx: &mut Ctx<'_>, argv: &[&[u8]], src: usize, by: Option<By>,
 
 fn zremrangebyrank(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     let spec = Spec::Rank(i64_arg(argv[2])?, i64_arg(argv[3])?);
-    zremrange_generic(ctx, argv[1], spec)
+    zremrange_generic(ctx, argv[1], spec, "zremrangebyrank")
 }
 
 fn zremrangebyscore(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     let spec = Spec::Score(score_range(argv[2], argv[3])?);
-    zremrange_generic(ctx, argv[1], spec)
+    zremrange_generic(ctx, argv[1], spec, "zremrangebyscore")
 }
 
 fn zremrangebylex(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     let spec = Spec::Lex(lex_range(argv[2], argv[3])?);
-    zremrange_generic(ctx, argv[1], spec)
+    zremrange_generic(ctx, argv[1], spec, "zremrangebylex")
 }
 
-fn zremrange_generic(ctx: &mut Ctx<'_>, key: &[u8], spec: Spec<'_>) -> CmdResult {
+fn zremrange_generic(ctx: &mut Ctx<'_>, key: &[u8], spec: Spec<'_>, event: &str) -> CmdResult {
     let now = ctx.now_ms;
     let db = ctx.dbs.of(key);
     let Some(z) = zset_of_mut(db.get_mut(key, now))? else {
@@ -894,8 +908,12 @@ fn zremrange_generic(ctx: &mut Ctx<'_>, key: &[u8], spec: Spec<'_>) -> CmdResult
     let ranks = spec_ranks(z, &spec, false, None);
     let deleted = z.remove_ranks(ranks) as u64;
     if deleted > 0 {
-        settle(db, key);
+        let emptied = settle(db, key);
         ctx.wrote(deleted);
+        ctx.notify(notify::ZSET, event, key);
+        if emptied {
+            ctx.notify(notify::GENERIC, "del", key);
+        }
     }
     ctx.out.int(deleted as i64);
     Ok(())
@@ -906,7 +924,7 @@ fn zremrange_generic(ctx: &mut Ctx<'_>, key: &[u8], spec: Spec<'_>) -> CmdResult
 
 /// Pops up to `count` members with the lowest (max=false) or highest
 /// scores, lowest (highest) first; removes the key when emptied; calls
-/// ctx.wrote. Ok(None) when absent, Err(WrongType) when not a zset. With
+/// ctx.wrote and notifies `zpopmin`/`zpopmax` (and `del`). Ok(None) when absent, Err(WrongType) when not a zset. With
 /// `count` 0 an existing set is only type-checked: Ok(Some(empty)).
 pub(crate) fn pop(ctx: &mut Ctx<'_>, key: &[u8], max: bool, count: usize) -> Result<Option<Pairs>, CmdError> {
     let now = ctx.now_ms;
@@ -920,8 +938,12 @@ pub(crate) fn pop(ctx: &mut Ctx<'_>, key: &[u8], max: bool, count: usize) -> Res
     let popped = if max { owned(z.range(ranks.clone()).rev()) } else { owned(z.range(ranks.clone())) };
     z.remove_ranks(ranks);
     if n > 0 {
-        settle(db, key);
+        let emptied = settle(db, key);
         ctx.wrote(n as u64);
+        ctx.notify(notify::ZSET, if max { "zpopmax" } else { "zpopmin" }, key);
+        if emptied {
+            ctx.notify(notify::GENERIC, "del", key);
+        }
     }
     Ok(Some(popped))
 }
@@ -1344,7 +1366,7 @@ fn zsetop(ctx: &mut Ctx<'_>, argv: &[&[u8]], name: &str, op: SetOp, store: bool,
     result.sort_by(|a, b| a.1.partial_cmp(&b.1).expect("scores are never NaN").then_with(|| a.0.cmp(&b.0)));
     if store {
         let limits = ctx.encoding_limits();
-        store_result(ctx, argv[1], ZSet::from_sorted(&result, &limits));
+        store_result(ctx, argv[1], ZSet::from_sorted(&result, &limits), name);
     } else {
         reply_members(&mut ctx.out, result.iter().map(|(m, s)| (&m[..], *s)), withscores);
     }

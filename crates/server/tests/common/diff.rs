@@ -26,11 +26,14 @@ pub struct Stream<'a> {
     pub resp3: bool,
     /// Commands sent to both servers first, as they are.
     pub prelude: &'a [&'a str],
+    /// Also compare the keyspace notifications each command sends
+    /// (`notify-keyspace-events KEA`, one subscriber per server).
+    pub notify: bool,
 }
 
 impl<'a> Stream<'a> {
     pub fn new(families: &'a [&'a [&'a str]]) -> Stream<'a> {
-        Stream { families, fill: |_, _| None, normalize: |_, f| f, resp3: false, prelude: &[] }
+        Stream { families, fill: |_, _| None, normalize: |_, f| f, resp3: false, prelude: &[], notify: false }
     }
 
     /// Sends `commands` generated commands from `seed` to both servers and
@@ -50,6 +53,7 @@ impl<'a> Stream<'a> {
             let argv: Vec<&str> = line.split(' ').collect();
             assert_eq!(r.send(&argv), k.send(&argv), "prelude `{line}`");
         }
+        let mut listeners = self.notify.then(|| [Listener::new(&redis, &mut r), Listener::new(&keel, &mut k)]);
         let mut rng = StdRng::seed_from_u64(seed);
         let templates: Vec<&str> = self.families.iter().flat_map(|f| f.iter().copied()).collect();
         let mut history: Vec<String> = Vec::new();
@@ -59,17 +63,68 @@ impl<'a> Stream<'a> {
             history.push(argv.join(" "));
             let want = (self.normalize)(&name, normalize(&name, r.send(&argv)));
             let got = (self.normalize)(&name, normalize(&name, k.send(&argv)));
+            let start = history.len().saturating_sub(15);
             if !same(&name, &want, &got) {
-                let start = history.len().saturating_sub(15);
                 panic!(
                     "seed {seed}: reply differs for `{}`\n redis: {want:?}\n keel:  {got:?}\nlast commands:\n  {}",
                     argv.join(" "),
                     history[start..].join("\n  ")
                 );
             }
+            if let Some([redis_events, keel_events]) = listeners.as_mut() {
+                let want = redis_events.events(history.len(), None);
+                let got = keel_events.events(history.len(), Some(want.len()));
+                assert!(
+                    want == got,
+                    "seed {seed}: notifications differ for `{}`\n redis: {}\n keel:  {}\nlast commands:\n  {}",
+                    argv.join(" "),
+                    super::readable(&format!("{want:?}")),
+                    super::readable(&format!("{got:?}")),
+                    history[start..].join("\n  ")
+                );
+            }
         }
     }
 
+}
+
+/// A connection subscribed to every keyspace notification of a server.
+struct Listener {
+    client: super::Client,
+}
+
+impl Listener {
+    /// Turns every event class on (through `c`) and subscribes.
+    fn new(server: &Server, c: &mut super::Client) -> Listener {
+        assert_eq!(c.cmd("CONFIG SET notify-keyspace-events KEAn"), Frame::Simple(b"OK".to_vec()));
+        let mut client = server.client();
+        client.cmd("PSUBSCRIBE __key*__:*");
+        client.stream.set_read_timeout(Some(std::time::Duration::from_secs(2))).expect("timeout");
+        Listener { client }
+    }
+
+    /// The notifications sent since the last call: those before the reply
+    /// to a `PING step`, and with `at_least`, until there are that many
+    /// (Keel delivers them after the command's reply, so the PING may
+    /// overtake them).
+    fn events(&mut self, step: usize, at_least: Option<usize>) -> Vec<Frame> {
+        let token = step.to_string();
+        self.client.write_command(&["PING", token.as_str()]);
+        let pong = Frame::Array(vec![Frame::Bulk(b"pong".to_vec()), Frame::Bulk(token.into_bytes())]);
+        let (mut events, mut ponged) = (Vec::new(), false);
+        while !ponged || events.len() < at_least.unwrap_or(0) {
+            // Missing events show as a shorter list once the wait times out.
+            match self.client.try_read() {
+                Some(frame) if frame == pong => ponged = true,
+                Some(frame) => events.push(frame),
+                None => break,
+            }
+        }
+        events
+    }
+}
+
+impl<'a> Stream<'a> {
     /// Expands one template with random choices.
     pub fn expand(&self, template: &str, rng: &mut StdRng) -> Vec<String> {
         let mut argv = Vec::new();
