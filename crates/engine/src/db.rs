@@ -184,6 +184,14 @@ impl Db {
         (!inserted).then_some(old)
     }
 
+    /// Redis's `setKey`, as STORE destinations and MSET use it: a lookup
+    /// first (a key past its time expires there, and counts as expired),
+    /// then `set` without the old TTL. Returns the value overwritten.
+    pub fn set_key(&mut self, key: &[u8], value: Value, now_ms: u64, access_s: u32) -> Option<Value> {
+        self.contains(key, now_ms);
+        self.set(key, value, false, access_s)
+    }
+
     /// Inserts a whole entry (value and TTL), replacing any old one.
     pub fn insert_entry(&mut self, key: &[u8], entry: Entry) {
         self.preserve(key);

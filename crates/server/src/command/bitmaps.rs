@@ -477,9 +477,7 @@ fn bitop(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
             }
         }
     }
-    // Redis's setKey looks the key up first (expiring it if due).
-    db.contains(dest, now);
-    db.set(dest, Value::Str(Str::raw(result)), false, lru);
+    db.set_key(dest, Value::Str(Str::raw(result)), now, lru);
     ctx.wrote(1);
     ctx.notify(notify::STRING, "set", dest);
     ctx.out.int(max_len as i64);

@@ -958,9 +958,7 @@ fn store_points(ctx: &mut Ctx<'_>, dst: &[u8], points: &[Point], storedist: bool
             // on one, so nothing to match: the point is left out.
             let _ = z.add(&p.member, score, AddFlags::default(), &limits);
         }
-        // Redis's setKey looks the key up first (expiring it if due).
-        db.contains(dst, now);
-        db.set(dst, Value::ZSet(z), false, lru);
+        db.set_key(dst, Value::ZSet(z), now, lru);
         ctx.wrote(points.len() as u64);
         ctx.notify(notify::ZSET, event, dst);
     }

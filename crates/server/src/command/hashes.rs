@@ -210,10 +210,7 @@ fn hdel(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     }
     if deleted > 0 {
         ctx.wrote(deleted);
-        ctx.notify(notify::HASH, "hdel", key);
-        if emptied {
-            ctx.notify(notify::GENERIC, "del", key);
-        }
+        ctx.notify_removal(notify::HASH, "hdel", key, emptied);
     }
     ctx.out.int(deleted as i64);
     Ok(())

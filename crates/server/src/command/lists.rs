@@ -216,10 +216,7 @@ pub(crate) fn pop(ctx: &mut Ctx<'_>, key: &[u8], end: End, count: usize) -> Resu
         db.signal_modified(key);
     }
     ctx.wrote(items.len() as u64);
-    ctx.notify(notify::LIST, pop_event(end), key);
-    if emptied {
-        ctx.notify(notify::GENERIC, "del", key);
-    }
+    ctx.notify_removal(notify::LIST, pop_event(end), key, emptied);
     Ok(Some(items))
 }
 
@@ -345,12 +342,10 @@ fn lrem(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     } else if removed > 0 {
         db.signal_modified(key);
     }
+    // A stored list is never empty: emptied means something was removed.
     if removed > 0 {
         ctx.wrote(removed as u64);
-        ctx.notify(notify::LIST, "lrem", key);
-    }
-    if emptied {
-        ctx.notify(notify::GENERIC, "del", key);
+        ctx.notify_removal(notify::LIST, "lrem", key, emptied);
     }
     ctx.out.int(removed as i64);
     Ok(())
@@ -382,10 +377,7 @@ fn ltrim(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     if ltrim + rtrim > 0 {
         ctx.wrote((ltrim + rtrim) as u64);
     }
-    ctx.notify(notify::LIST, "ltrim", key);
-    if emptied {
-        ctx.notify(notify::GENERIC, "del", key);
-    }
+    ctx.notify_removal(notify::LIST, "ltrim", key, emptied);
     ctx.out.ok();
     Ok(())
 }
@@ -536,10 +528,7 @@ pub(crate) fn lmove(ctx: &mut Ctx<'_>, src: &[u8], dst: &[u8], from: End, to: En
     }
     ctx.wrote(1);
     ctx.notify(notify::LIST, push_event(to), dst);
-    ctx.notify(notify::LIST, pop_event(from), src);
-    if emptied {
-        ctx.notify(notify::GENERIC, "del", src);
-    }
+    ctx.notify_removal(notify::LIST, pop_event(from), src, emptied);
     Ok(Some(value))
 }
 

@@ -512,6 +512,15 @@ impl<'a> Ctx<'a> {
         self.notify_in(db, class, event, key);
     }
 
+    /// The event of a command that removed elements of `key`, then the
+    /// generic `del` when that emptied the collection (and so deleted it).
+    pub fn notify_removal(&mut self, class: u32, event: &str, key: &[u8], emptied: bool) {
+        self.notify(class, event, key);
+        if emptied {
+            self.notify(crate::notify::GENERIC, "del", key);
+        }
+    }
+
     /// As `notify`, in database `db` (MOVE, COPY ... DB).
     pub fn notify_in(&mut self, db: usize, class: u32, event: &str, key: &[u8]) {
         let flags = self.server.notify_flags.load(Ordering::Relaxed);

@@ -229,10 +229,7 @@ fn srem(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     }
     if removed > 0 {
         ctx.wrote(removed);
-        ctx.notify(notify::SET, "srem", key);
-        if emptied {
-            ctx.notify(notify::GENERIC, "del", key);
-        }
+        ctx.notify_removal(notify::SET, "srem", key, emptied);
     }
     ctx.out.int(removed as i64);
     Ok(())
@@ -297,10 +294,7 @@ fn spop(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     }
     ctx.out.bulk(&member);
     ctx.wrote(1);
-    ctx.notify(notify::SET, "spop", key);
-    if emptied {
-        ctx.notify(notify::GENERIC, "del", key);
-    }
+    ctx.notify_removal(notify::SET, "spop", key, emptied);
     ctx.propagate_as(vec![vec![b"SREM".to_vec(), key.to_vec(), member]]);
     Ok(())
 }
@@ -332,8 +326,7 @@ fn spop_count(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
             release(entry, lazy);
         }
         ctx.wrote(size as u64);
-        ctx.notify(notify::SET, "spop", key);
-        ctx.notify(notify::GENERIC, "del", key);
+        ctx.notify_removal(notify::SET, "spop", key, true);
         ctx.propagate_as(vec![vec![b"DEL".to_vec(), key.to_vec()]]);
         return Ok(());
     }
@@ -428,10 +421,7 @@ fn smove(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
         db.signal_modified(src);
     }
     ctx.wrote(1);
-    ctx.notify(notify::SET, "srem", src);
-    if emptied {
-        ctx.notify(notify::GENERIC, "del", src);
-    }
+    ctx.notify_removal(notify::SET, "srem", src, emptied);
     let db = ctx.dbs.of(dst);
     let added = match write_set(db, dst, now)? {
         Some(set) => set.insert(member, max),
@@ -522,10 +512,8 @@ fn store(ctx: &mut Ctx<'_>, dst: &[u8], set: Set, event: &str) {
     let len = set.len();
     let db = ctx.dbs.of(dst);
     if len > 0 {
-        // Redis's setKey looks `dst` up (expiring it if due), then
-        // overwrites it: not a new key.
-        db.contains(dst, now);
-        let old = db.set(dst, Value::Set(set), false, ctx.lru_s);
+        // An overwrite, not a new key (a delete and insert would be).
+        let old = db.set_key(dst, Value::Set(set), now, ctx.lru_s);
         ctx.wrote(1);
         ctx.notify(notify::SET, event, dst);
         if let Some(old) = old.filter(|_| lazy) {

@@ -243,9 +243,7 @@ fn sort_generic(ctx: &mut Ctx<'_>, argv: &[&[u8]], readonly: bool) -> CmdResult 
                 for value in &output {
                     list.push_back(value.as_deref().unwrap_or_default());
                 }
-                // Redis's setKey looks the key up first (expiring it if due).
-                db.contains(dest, now);
-                db.set(dest, Value::List(list), false, lru);
+                db.set_key(dest, Value::List(list), now, lru);
                 ctx.wrote(output.len() as u64);
                 ctx.notify(notify::LIST, "sortstore", dest);
             }

@@ -466,11 +466,7 @@ fn mset_generic(ctx: &mut Ctx<'_>, argv: &[&[u8]], nx: bool, name: &str) -> Resu
         return Ok(false);
     }
     for pair in argv[1..].chunks(2) {
-        let db = ctx.dbs.of(pair[0]);
-        // Redis's setKey looks the key up first: a due key expires (and
-        // says so) before it is overwritten.
-        db.contains(pair[0], now);
-        db.set(pair[0], Value::Str(Str::from_bytes(pair[1])), false, lru);
+        ctx.dbs.of(pair[0]).set_key(pair[0], Value::Str(Str::from_bytes(pair[1])), now, lru);
         ctx.notify(notify::STRING, "set", pair[0]);
     }
     ctx.wrote((argv.len() as u64 - 1) / 2);

@@ -457,9 +457,7 @@ fn store_result(ctx: &mut Ctx<'_>, dst: &[u8], z: ZSet, event: &str) {
             ctx.notify(notify::GENERIC, "del", dst);
         }
     } else {
-        // Redis's setKey looks the key up first (expiring it if due).
-        db.contains(dst, now);
-        db.set(dst, Value::ZSet(z), false, lru);
+        db.set_key(dst, Value::ZSet(z), now, lru);
         ctx.out.int(len as i64);
         ctx.wrote(1);
         ctx.notify(notify::ZSET, event, dst);
@@ -614,10 +612,7 @@ fn zrem(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     if deleted > 0 {
         let emptied = settle(db, key);
         ctx.wrote(deleted);
-        ctx.notify(notify::ZSET, "zrem", key);
-        if emptied {
-            ctx.notify(notify::GENERIC, "del", key);
-        }
+        ctx.notify_removal(notify::ZSET, "zrem", key, emptied);
     }
     ctx.out.int(deleted as i64);
     Ok(())
@@ -910,10 +905,7 @@ fn zremrange_generic(ctx: &mut Ctx<'_>, key: &[u8], spec: Spec<'_>, event: &str)
     if deleted > 0 {
         let emptied = settle(db, key);
         ctx.wrote(deleted);
-        ctx.notify(notify::ZSET, event, key);
-        if emptied {
-            ctx.notify(notify::GENERIC, "del", key);
-        }
+        ctx.notify_removal(notify::ZSET, event, key, emptied);
     }
     ctx.out.int(deleted as i64);
     Ok(())
@@ -924,8 +916,9 @@ fn zremrange_generic(ctx: &mut Ctx<'_>, key: &[u8], spec: Spec<'_>, event: &str)
 
 /// Pops up to `count` members with the lowest (max=false) or highest
 /// scores, lowest (highest) first; removes the key when emptied; calls
-/// ctx.wrote and notifies `zpopmin`/`zpopmax` (and `del`). Ok(None) when absent, Err(WrongType) when not a zset. With
-/// `count` 0 an existing set is only type-checked: Ok(Some(empty)).
+/// ctx.wrote and notifies `zpopmin`/`zpopmax` (and `del`). Ok(None) when
+/// absent, Err(WrongType) when not a zset. With `count` 0 an existing set
+/// is only type-checked: Ok(Some(empty)).
 pub(crate) fn pop(ctx: &mut Ctx<'_>, key: &[u8], max: bool, count: usize) -> Result<Option<Pairs>, CmdError> {
     let now = ctx.now_ms;
     let db = ctx.dbs.of(key);
@@ -940,10 +933,7 @@ pub(crate) fn pop(ctx: &mut Ctx<'_>, key: &[u8], max: bool, count: usize) -> Res
     if n > 0 {
         let emptied = settle(db, key);
         ctx.wrote(n as u64);
-        ctx.notify(notify::ZSET, if max { "zpopmax" } else { "zpopmin" }, key);
-        if emptied {
-            ctx.notify(notify::GENERIC, "del", key);
-        }
+        ctx.notify_removal(notify::ZSET, if max { "zpopmax" } else { "zpopmin" }, key, emptied);
     }
     Ok(Some(popped))
 }
