@@ -12,13 +12,20 @@
 //!   `%.17g`, which Redis uses for doubles.
 //! * [`frame`]: what a client reads. [`parse_frame`] parses any RESP2/RESP3
 //!   value into an owned [`Frame`], for tests, tools and the load generator.
+//! * [`memcache`]: what a memcached server reads. [`memcache::parse`] takes
+//!   the bytes buffered from a client of the text (ASCII) protocol and
+//!   returns one request (keys and data borrowed from the buffer),
+//!   "incomplete", or a [`memcache::Refused`] carrying memcached 1.6.18's
+//!   answer and how many bytes to drop.
 //!
 //! All parsers share one contract: `Ok(None)` means "need more bytes,
 //! nothing consumed"; `Ok(Some((value, consumed)))` means one value taken
 //! from the first `consumed` bytes; an error means the stream cannot be
-//! resynchronised.
+//! resynchronised, except in [`memcache`], where most refusals are answered
+//! and reading goes on, as memcached does.
 
 pub mod frame;
+pub mod memcache;
 pub mod reply;
 pub mod request;
 

@@ -1,0 +1,716 @@
+//! Parsing one client request of the memcached text (ASCII) protocol, as memcached 1.6.18 reads it
+//! (`try_read_command_ascii`, `process_command_ascii` and the `process_*_command` functions of
+//! `proto_text.c`).
+//!
+//! A request is one command line ended by `\n` (an `\r` before it is dropped), split into tokens on
+//! spaces; the storage commands are followed by a data block of exactly `<bytes>` bytes and `\r\n`:
+//!
+//! ```text
+//! get|gets|bget <key>*           gat|gats <exptime> <key>*
+//! set|add|replace|append|prepend <key> <flags> <exptime> <bytes> [noreply]\r\n<data>\r\n
+//! cas <key> <flags> <exptime> <bytes> <cas unique> [noreply]\r\n<data>\r\n
+//! delete <key> [0] [noreply]     incr|decr <key> <delta> [noreply]     touch <key> <exptime> [noreply]
+//! flush_all [delay] [noreply]    verbosity <level> [noreply]           stats [args]    version    quit
+//! ```
+//!
+//! The parser is a pure function of the bytes buffered so far, like [`crate::request`]: memcached's
+//! decisions depend only on the bytes it has seen, so re-parsing from the start of the request when
+//! more bytes arrive gives its answers at the same point. What is reproduced on purpose, quirks
+//! included (each checked against memcached 1.6.18 by experiment; see the tests):
+//!
+//! * Only `' '` separates tokens, runs of spaces count as one, and a line of no tokens is `ERROR`.
+//!   Tabs, `\r` inside the line, control bytes and bytes >= 0x80 are part of a token: keys are only
+//!   checked for length ([`KEY_MAX_LEN`]). The `\r` before `\n` is dropped only when the line holds
+//!   more than one byte before the `\n` (so `"\r\n"` alone is the command `"\r"`, `ERROR`).
+//! * The line ends at its first NUL (memcached tokenizes a C string); the rest up to `\n` is consumed.
+//! * Numbers are read with glibc's `strtol`/`strtoul`/`strtoull` behind memcached's `safe_strto*`:
+//!   leading C blanks and a `+` or `-` sign are taken, the number may be followed by a C blank and
+//!   anything after it, a `-` is refused only when the unsigned result looks negative (so `-0`,
+//!   and `-18446744073709551615` as 1, are taken), and `flags`, `exptime` and `bytes` are silently
+//!   truncated to 32 bits (`flags` 4294967301 is 5, `bytes` 4294967297 is 1).
+//! * Token counts are checked before anything else, and that `ERROR` is always sent; `noreply` is
+//!   the last token, and once seen it silences every later error of the command (`set k 0 0 noreply`
+//!   answers nothing and reads no data block). A refused storage command reads no data block, so the
+//!   data is then read as a command, except when the value is too large for an item: memcached then
+//!   swallows the block (`conn_swallow`). A block not ending in `\r\n` is consumed whole and refused.
+//! * memcached tokenizes 24 tokens at a time (`MAX_TOKENS`): a get reads all its keys, but the
+//!   `HTTP/` test of an unknown command (which closes the connection) looks at the 23rd token at most.
+//! * A line with no `\n` in its first 2048 bytes closes the connection unless it starts, after at
+//!   most 100 spaces, with `get ` or `gets ` (multigets are unbounded); a line longer than
+//!   memcached's 16 KiB read buffer closes it as well.
+
+use smallvec::SmallVec;
+
+/// Longest key memcached accepts (KEY_MAX_LENGTH).
+pub const KEY_MAX_LEN: usize = 250;
+
+/// Tokens memcached splits at a time, its terminal token included (MAX_TOKENS).
+const MAX_TOKENS: usize = 24;
+/// Bytes memcached buffers without a line end before it closes a connection that is not sending a get.
+const LINE_WAIT_MAX: usize = 2048;
+/// Leading spaces memcached skips when it looks for `get ` in an over-long line.
+const LEADING_SPACES_MAX: usize = 100;
+/// memcached's read buffer (READ_BUFFER_SIZE): a line longer than it is never seen whole, except a get.
+const READ_BUFFER_SIZE: usize = 16384;
+/// `sizeof(item)` on 64-bit plus the CAS value, which memcached adds to the key (with its NUL), the
+/// client flags (4 bytes unless 0) and the data (with its `\r\n`) to size an item (`item_size_ok`).
+const ITEM_HEADER_LEN: usize = 48 + 8;
+
+const ERROR: &str = "ERROR";
+const BAD_FORMAT: &str = "CLIENT_ERROR bad command line format";
+const DELETE_USAGE: &str = "CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]";
+const BAD_EXPTIME: &str = "CLIENT_ERROR invalid exptime argument";
+const BAD_DELTA: &str = "CLIENT_ERROR invalid numeric delta argument";
+const BAD_DATA_CHUNK: &str = "CLIENT_ERROR bad data chunk";
+/// The refusal of an item over the size limit.
+pub const TOO_LARGE: &str = "SERVER_ERROR object too large for cache";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct McLimits {
+    /// Largest value (memcached's `-I`, item_size_max), default 1 MiB. As in memcached it bounds the
+    /// whole item: the data plus 59 bytes, the key, and 4 more when the flags are not 0 (with the
+    /// default 1 MiB and a 1-byte key, 1048516 data bytes fit).
+    pub max_item_size: usize,
+}
+
+impl Default for McLimits {
+    fn default() -> Self {
+        McLimits { max_item_size: 1024 * 1024 }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreKind {
+    Set,
+    Add,
+    Replace,
+    Append,
+    Prepend,
+    Cas,
+}
+
+/// One request, its keys and data borrowed from the read buffer. Numbers are what memcached makes of
+/// them: `exptime` and `delay` are 32-bit values (a negative one expires at once), kept in an `i64`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum McRequest<'a> {
+    /// get / gets (cas: true) / gat / gats (touch: Some(exptime)); bget is get. `gat <exptime>` with
+    /// no key is valid: memcached answers `END`.
+    Get { cas: bool, touch: Option<i64>, keys: SmallVec<[&'a [u8]; 8]> },
+    /// set/add/replace/append/prepend/cas; `cas_unique` is 0 except for cas.
+    Store {
+        kind: StoreKind,
+        key: &'a [u8],
+        flags: u32,
+        exptime: i64,
+        data: &'a [u8],
+        cas_unique: u64,
+        noreply: bool,
+    },
+    Delete { key: &'a [u8], noreply: bool },
+    /// incr / decr.
+    Arith { incr: bool, key: &'a [u8], delta: u64, noreply: bool },
+    Touch { key: &'a [u8], exptime: i64, noreply: bool },
+    /// `flush_all [delay] [noreply]`: a delay <= 0 flushes now. memcached started with `-F` answers
+    /// `CLIENT_ERROR flush_all not allowed` before it reads the delay.
+    FlushAll { delay: i64, noreply: bool },
+    /// `version`, whatever follows it.
+    Version,
+    Verbosity { noreply: bool },
+    /// `stats` with its optional arguments (`stats`, `stats settings`, ...).
+    Stats { args: SmallVec<[&'a [u8]; 2]> },
+    /// `quit`, whatever follows it: close without a reply.
+    Quit,
+    /// A `set` whose item would pass the size limit. memcached answers `SERVER_ERROR object too large
+    /// for cache` (unless `noreply`), swallows the data block (`swallow` bytes after `consumed`, which
+    /// may not have arrived yet), and unlinks the key, so that the value the set meant to replace does
+    /// not outlive it. A too-large add, replace, append, prepend or cas leaves the key alone: that is
+    /// a [`Refused`].
+    SetTooLarge { key: &'a [u8], swallow: usize, noreply: bool },
+    /// A command memcached 1.6.18 knows that Keel does not implement (meta commands mg/ms/md/ma/mn/me,
+    /// shutdown, slabs, lru_crawler, watch, cache_memlimit, ...): the server answers a clear error.
+    /// For `ms`, `consumed` covers its data block too, so the stream stays in step.
+    Unsupported { name: &'a [u8] },
+}
+
+/// A request memcached refuses: `reply` is the line it answers (without "\r\n"; None when memcached sends
+/// nothing, e.g. noreply), `consumed` the bytes to drop now, `swallow` more bytes to drop that belong to a
+/// refused storage command's data block and may not have arrived yet (memcached's conn_swallow), and
+/// `close` when memcached closes the connection after it.
+///
+/// `swallow` counts from the end of `consumed`, whether those bytes are buffered yet or not.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refused {
+    pub reply: Option<&'static str>,
+    pub consumed: usize,
+    pub swallow: usize,
+    pub close: bool,
+}
+
+impl Refused {
+    /// A refusal answered with `reply` unless the command said `noreply`.
+    fn new(reply: &'static str, noreply: bool, consumed: usize) -> Self {
+        Refused { reply: (!noreply).then_some(reply), consumed, swallow: 0, close: false }
+    }
+
+    fn error(consumed: usize) -> Self {
+        Refused::new(ERROR, false, consumed)
+    }
+
+    fn close(consumed: usize) -> Self {
+        Refused { reply: None, consumed, swallow: 0, close: true }
+    }
+}
+
+/// Parses the request at the start of `buf`.
+///
+/// `Ok(None)`: incomplete, nothing consumed; call again with more bytes. `Ok(Some((req, consumed)))`:
+/// one request from the first `consumed` bytes. `Err`: a request memcached refuses; drop what it says
+/// and go on reading unless it says `close`.
+pub fn parse<'a>(buf: &'a [u8], limits: &McLimits) -> Result<Option<(McRequest<'a>, usize)>, Refused> {
+    let Some(nl) = buf.iter().position(|&b| b == b'\n') else {
+        if buf.len() > LINE_WAIT_MAX && !starts_multiget(buf) {
+            return Err(Refused::close(buf.len()));
+        }
+        return Ok(None);
+    };
+    let line_len = nl + 1;
+    // memcached would have seen the first 16 KiB without a line end and judged them as above.
+    if nl >= READ_BUFFER_SIZE && !starts_multiget(buf) {
+        return Err(Refused::close(line_len));
+    }
+    let mut line = &buf[..nl];
+    if nl > 1 && line[nl - 1] == b'\r' {
+        line = &line[..nl - 1];
+    }
+    if let Some(nul) = line.iter().position(|&b| b == 0) {
+        line = &line[..nul];
+    }
+    parse_line(buf, line, line_len, limits)
+}
+
+/// memcached's exception to its 2048-byte rule: an ASCII multiget may be of any length.
+fn starts_multiget(buf: &[u8]) -> bool {
+    let spaces = buf.iter().take_while(|&&b| b == b' ').count();
+    let rest = &buf[spaces..];
+    spaces <= LEADING_SPACES_MAX && (rest.starts_with(b"get ") || rest.starts_with(b"gets "))
+}
+
+/// The tokens of a line (without its line end), as memcached's `tokenize_command` finds them.
+fn tokens(line: &[u8]) -> impl Iterator<Item = &[u8]> {
+    line.split(|&b| b == b' ').filter(|t| !t.is_empty())
+}
+
+/// The last token is `noreply` (memcached's `set_noreply_maybe`).
+fn noreply(t: &[&[u8]]) -> bool {
+    t.last() == Some(&&b"noreply"[..])
+}
+
+fn parse_line<'a>(
+    buf: &'a [u8],
+    line: &'a [u8],
+    line_len: usize,
+    limits: &McLimits,
+) -> Result<Option<(McRequest<'a>, usize)>, Refused> {
+    // The first window of tokens, as memcached's process_command_ascii sees them: its `ntokens` is
+    // `n + 1` (a terminal token), and counts are checked on that window.
+    let t: SmallVec<[&[u8]; MAX_TOKENS]> = tokens(line).take(MAX_TOKENS - 1).collect();
+    let n = t.len();
+    let Some(&cmd) = t.first() else { return Err(Refused::error(line_len)) };
+    if cmd.len() < 2 {
+        return Err(Refused::error(line_len));
+    }
+    let done = |req| Ok(Some((req, line_len)));
+    let unsupported = || Ok(Some((McRequest::Unsupported { name: cmd }, line_len)));
+    // Dispatched as memcached does, by first letter, each branch answering ERROR for the names it
+    // does not know; only a name matched by no branch gets the HTTP test.
+    match cmd[0] {
+        b'm' if cmd.len() == 2 => match cmd[1] {
+            b's' => meta_set(buf, &t, line_len, limits),
+            b'g' | b'd' | b'n' | b'a' | b'e' => unsupported(),
+            _ => Err(Refused::error(line_len)),
+        },
+        b'g' => {
+            if n < 2 {
+                return Err(Refused::error(line_len));
+            }
+            match cmd {
+                b"get" => get(line, false, false, line_len),
+                b"gets" => get(line, true, false, line_len),
+                b"gat" => get(line, false, true, line_len),
+                b"gats" => get(line, true, true, line_len),
+                _ => Err(Refused::error(line_len)),
+            }
+        }
+        b's' => match cmd {
+            b"set" => store(buf, &t, line_len, StoreKind::Set, limits),
+            b"stats" => done(McRequest::Stats { args: tokens(line).skip(1).collect() }),
+            b"shutdown" | b"slabs" => unsupported(),
+            _ => Err(Refused::error(line_len)),
+        },
+        b'a' => match cmd {
+            b"add" => store(buf, &t, line_len, StoreKind::Add, limits),
+            b"append" => store(buf, &t, line_len, StoreKind::Append, limits),
+            _ => Err(Refused::error(line_len)),
+        },
+        b'c' => match cmd {
+            b"cas" => store(buf, &t, line_len, StoreKind::Cas, limits),
+            b"cache_memlimit" => unsupported(),
+            _ => Err(Refused::error(line_len)),
+        },
+        b'i' => match cmd {
+            b"incr" => arith(&t, true, line_len),
+            _ => Err(Refused::error(line_len)),
+        },
+        b'd' => match cmd {
+            b"delete" => delete(&t, line_len),
+            b"decr" => arith(&t, false, line_len),
+            _ => Err(Refused::error(line_len)),
+        },
+        b't' => match cmd {
+            b"touch" => touch(&t, line_len),
+            _ => Err(Refused::error(line_len)),
+        },
+        _ => match cmd {
+            b"replace" => store(buf, &t, line_len, StoreKind::Replace, limits),
+            b"prepend" => store(buf, &t, line_len, StoreKind::Prepend, limits),
+            b"bget" if n >= 2 => get(line, false, false, line_len),
+            b"flush_all" => flush_all(&t, line_len),
+            b"version" => done(McRequest::Version),
+            b"quit" => done(McRequest::Quit),
+            b"verbosity" => verbosity(&t, line_len),
+            // refresh_certs is there in Debian's build, which has TLS.
+            b"lru_crawler" | b"watch" | b"lru" | b"refresh_certs" => unsupported(),
+            // A browser or HTTP client: close without a word.
+            _ if t[n - 1].starts_with(b"HTTP/") => Err(Refused::close(line_len)),
+            _ => Err(Refused::error(line_len)),
+        },
+    }
+}
+
+/// get, gets, gat, gats, bget: at least one token after the name (checked by the caller).
+fn get<'a>(
+    line: &'a [u8],
+    cas: bool,
+    touch: bool,
+    line_len: usize,
+) -> Result<Option<(McRequest<'a>, usize)>, Refused> {
+    // memcached goes on tokenizing past its first window: every token is a key.
+    let mut rest = tokens(line).skip(1);
+    let touch = if touch {
+        // The caller checked that a token follows the name.
+        let exptime = rest.next().and_then(safe_strtol).ok_or(Refused::new(BAD_EXPTIME, false, line_len))?;
+        Some(i64::from(exptime))
+    } else {
+        None
+    };
+    let mut keys = SmallVec::new();
+    for key in rest {
+        // Keys before a long one have been looked up (and touched): only the error is answered.
+        if key.len() > KEY_MAX_LEN {
+            return Err(Refused::new(BAD_FORMAT, false, line_len));
+        }
+        keys.push(key);
+    }
+    Ok(Some((McRequest::Get { cas, touch, keys }, line_len)))
+}
+
+/// Whether memcached's `item_size_ok` refuses an item: `nbytes` counts the data's `\r\n`.
+fn too_large(nkey: usize, flags: u32, nbytes: usize, limits: &McLimits) -> bool {
+    let suffix = if flags == 0 { 0 } else { 4 };
+    ITEM_HEADER_LEN + nkey + 1 + suffix + nbytes > limits.max_item_size
+}
+
+/// set, add, replace, append, prepend, cas (memcached's process_update_command).
+fn store<'a>(
+    buf: &'a [u8],
+    t: &[&'a [u8]],
+    line_len: usize,
+    kind: StoreKind,
+    limits: &McLimits,
+) -> Result<Option<(McRequest<'a>, usize)>, Refused> {
+    let args = if kind == StoreKind::Cas { 6 } else { 5 };
+    if t.len() != args && t.len() != args + 1 {
+        return Err(Refused::error(line_len));
+    }
+    let noreply = noreply(t);
+    let refuse = |reply| Refused::new(reply, noreply, line_len);
+    let key = t[1];
+    if key.len() > KEY_MAX_LEN {
+        return Err(refuse(BAD_FORMAT));
+    }
+    let (Some(flags), Some(exptime), Some(vlen)) = (safe_strtoul(t[2]), safe_strtol(t[3]), safe_strtol(t[4])) else {
+        return Err(refuse(BAD_FORMAT));
+    };
+    let cas_unique = if kind == StoreKind::Cas { safe_strtoull(t[5]).ok_or(refuse(BAD_FORMAT))? } else { 0 };
+    let Some(nbytes) = data_block_len(vlen) else { return Err(refuse(BAD_FORMAT)) };
+    if too_large(key.len(), flags, nbytes, limits) {
+        if kind == StoreKind::Set {
+            return Ok(Some((McRequest::SetTooLarge { key, swallow: nbytes, noreply }, line_len)));
+        }
+        return Err(Refused { swallow: nbytes, ..refuse(TOO_LARGE) });
+    }
+    let end = line_len + nbytes;
+    if buf.len() < end {
+        return Ok(None);
+    }
+    if &buf[end - 2..end] != b"\r\n" {
+        return Err(Refused::new(BAD_DATA_CHUNK, noreply, end));
+    }
+    let data = &buf[line_len..end - 2];
+    let exptime = i64::from(exptime);
+    Ok(Some((McRequest::Store { kind, key, flags, exptime, data, cas_unique, noreply }, end)))
+}
+
+/// The data block a `<bytes>` of `vlen` announces, `\r\n` included, or `None` when memcached refuses
+/// the length (negative, or above INT_MAX - 2).
+fn data_block_len(vlen: i32) -> Option<usize> {
+    if !(0..=i32::MAX - 2).contains(&vlen) {
+        return None;
+    }
+    // 0 <= vlen <= i32::MAX - 2.
+    Some(vlen as usize + 2)
+}
+
+/// `ms`: not implemented, but its data block is consumed with it when memcached would read one, that
+/// is once the line has a key of legal length, a valid length and at most 19 tokens.
+fn meta_set<'a>(
+    buf: &'a [u8],
+    t: &[&'a [u8]],
+    line_len: usize,
+    limits: &McLimits,
+) -> Result<Option<(McRequest<'a>, usize)>, Refused> {
+    let name = t[0];
+    let nbytes = match t {
+        [_, key, len, ..] if key.len() <= KEY_MAX_LEN && t.len() <= 19 => safe_strtol(len).and_then(data_block_len),
+        _ => None,
+    };
+    let Some(nbytes) = nbytes else { return Ok(Some((McRequest::Unsupported { name }, line_len))) };
+    // Not buffered when memcached would not store it either (it answers this, or an earlier error
+    // about the flags, and swallows the block just the same).
+    if too_large(t[1].len(), 0, nbytes, limits) {
+        return Err(Refused { reply: Some(TOO_LARGE), consumed: line_len, swallow: nbytes, close: false });
+    }
+    let end = line_len + nbytes;
+    if buf.len() < end {
+        return Ok(None);
+    }
+    Ok(Some((McRequest::Unsupported { name }, end)))
+}
+
+fn delete<'a>(t: &[&'a [u8]], line_len: usize) -> Result<Option<(McRequest<'a>, usize)>, Refused> {
+    let n = t.len();
+    if !(2..=4).contains(&n) {
+        return Err(Refused::error(line_len));
+    }
+    // The old hold time is allowed only as 0.
+    let mut noreply = false;
+    if n > 2 {
+        let hold_is_zero = t[2] == b"0";
+        noreply = self::noreply(t);
+        let valid = (n == 3 && (hold_is_zero || noreply)) || (n == 4 && hold_is_zero && noreply);
+        if !valid {
+            return Err(Refused::new(DELETE_USAGE, noreply, line_len));
+        }
+    }
+    let key = t[1];
+    if key.len() > KEY_MAX_LEN {
+        return Err(Refused::new(BAD_FORMAT, noreply, line_len));
+    }
+    Ok(Some((McRequest::Delete { key, noreply }, line_len)))
+}
+
+/// The key and `noreply` of `<name> <key> <number> [noreply]` (incr, decr, touch), once the token
+/// count and the key's length pass.
+fn key_and_number<'a>(t: &[&'a [u8]], line_len: usize) -> Result<(&'a [u8], bool), Refused> {
+    if t.len() != 3 && t.len() != 4 {
+        return Err(Refused::error(line_len));
+    }
+    let noreply = noreply(t);
+    let key = t[1];
+    if key.len() > KEY_MAX_LEN {
+        return Err(Refused::new(BAD_FORMAT, noreply, line_len));
+    }
+    Ok((key, noreply))
+}
+
+fn arith<'a>(t: &[&'a [u8]], incr: bool, line_len: usize) -> Result<Option<(McRequest<'a>, usize)>, Refused> {
+    let (key, noreply) = key_and_number(t, line_len)?;
+    let delta = safe_strtoull(t[2]).ok_or(Refused::new(BAD_DELTA, noreply, line_len))?;
+    Ok(Some((McRequest::Arith { incr, key, delta, noreply }, line_len)))
+}
+
+fn touch<'a>(t: &[&'a [u8]], line_len: usize) -> Result<Option<(McRequest<'a>, usize)>, Refused> {
+    let (key, noreply) = key_and_number(t, line_len)?;
+    let exptime = safe_strtol(t[2]).ok_or(Refused::new(BAD_EXPTIME, noreply, line_len))?;
+    Ok(Some((McRequest::Touch { key, exptime: i64::from(exptime), noreply }, line_len)))
+}
+
+fn flush_all<'a>(t: &[&'a [u8]], line_len: usize) -> Result<Option<(McRequest<'a>, usize)>, Refused> {
+    let n = t.len();
+    if !(1..=3).contains(&n) {
+        return Err(Refused::error(line_len));
+    }
+    let noreply = noreply(t);
+    // A delay is read whenever the line holds more than the name and `noreply`: `flush_all 10 20` is
+    // a delay of 10, `flush_all noreply 10` an invalid one.
+    let delay = if n != if noreply { 2 } else { 1 } {
+        safe_strtol(t[1]).ok_or(Refused::new(BAD_EXPTIME, noreply, line_len))?
+    } else {
+        0
+    };
+    Ok(Some((McRequest::FlushAll { delay: i64::from(delay), noreply }, line_len)))
+}
+
+fn verbosity<'a>(t: &[&'a [u8]], line_len: usize) -> Result<Option<(McRequest<'a>, usize)>, Refused> {
+    if t.len() != 2 && t.len() != 3 {
+        return Err(Refused::error(line_len));
+    }
+    let noreply = noreply(t);
+    // The level itself only sets memcached's log verbosity.
+    safe_strtoul(t[1]).ok_or(Refused::new(BAD_FORMAT, noreply, line_len))?;
+    Ok(Some((McRequest::Verbosity { noreply }, line_len)))
+}
+
+/// C `isspace` in the C locale.
+#[inline]
+fn is_c_space(b: u8) -> bool {
+    matches!(b, b' ' | b'\t' | b'\n' | b'\x0b' | b'\x0c' | b'\r')
+}
+
+/// glibc `strtoull`/`strtol` in base 10 on a token (a C string: the token has no NUL), with the
+/// checks memcached's `safe_strto*` add: the sign, the magnitude (`None` past `u64::MAX`: ERANGE) and
+/// whether it passed the end check (a C blank or the end of the token right after the digits).
+#[inline]
+fn c_strto(tok: &[u8]) -> Option<(bool, u64)> {
+    let mut i = tok.iter().take_while(|&&b| is_c_space(b)).count();
+    let negative = match tok.get(i) {
+        Some(b'-') => {
+            i += 1;
+            true
+        }
+        Some(b'+') => {
+            i += 1;
+            false
+        }
+        _ => false,
+    };
+    let digits = tok[i..].iter().take_while(|b| b.is_ascii_digit()).count();
+    if digits == 0 {
+        return None;
+    }
+    let mut v: u64 = 0;
+    for &c in &tok[i..i + digits] {
+        v = v.checked_mul(10)?.checked_add(u64::from(c - b'0'))?;
+    }
+    match tok.get(i + digits) {
+        None => Some((negative, v)),
+        Some(&b) if is_c_space(b) => Some((negative, v)),
+        Some(_) => None,
+    }
+}
+
+/// memcached's `safe_strtoull`: `strtoull`, then a result that looks negative is refused when the
+/// token holds a `-` anywhere.
+fn safe_strtoull(tok: &[u8]) -> Option<u64> {
+    let (negative, magnitude) = c_strto(tok)?;
+    let v = if negative { magnitude.wrapping_neg() } else { magnitude };
+    if (v as i64) < 0 && tok.contains(&b'-') {
+        return None;
+    }
+    Some(v)
+}
+
+/// memcached's `safe_strtoul` into a `uint32_t`: as [`safe_strtoull`] (`unsigned long` is 64-bit),
+/// then truncated to 32 bits.
+fn safe_strtoul(tok: &[u8]) -> Option<u32> {
+    safe_strtoull(tok).map(|v| v as u32)
+}
+
+/// memcached's `safe_strtol` into an `int32_t`: `strtol` (64-bit `long`, ERANGE outside it), then
+/// truncated to 32 bits.
+fn safe_strtol(tok: &[u8]) -> Option<i32> {
+    let (negative, magnitude) = c_strto(tok)?;
+    let v = if negative {
+        if magnitude > i64::MAX as u64 + 1 {
+            return None;
+        }
+        (magnitude as i64).wrapping_neg()
+    } else {
+        i64::try_from(magnitude).ok()?
+    };
+    Some(v as i32)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use proptest::prelude::*;
+
+    const LIMITS: McLimits = McLimits { max_item_size: 1024 * 1024 };
+
+    fn ok(buf: &[u8]) -> (McRequest<'_>, usize) {
+        parse(buf, &LIMITS).unwrap().unwrap()
+    }
+
+    fn refused(buf: &[u8]) -> Refused {
+        parse(buf, &LIMITS).unwrap_err()
+    }
+
+    fn keys<'a>(list: &[&'a [u8]]) -> SmallVec<[&'a [u8]; 8]> {
+        list.iter().copied().collect()
+    }
+
+    // The expected replies below are memcached 1.6.18's, probed on Debian's build.
+
+    #[test]
+    fn retrievals() {
+        assert_eq!(ok(b"get a b\r\n"), (McRequest::Get { cas: false, touch: None, keys: keys(&[b"a", b"b"]) }, 9));
+        assert_eq!(ok(b"gets  a\n").0, McRequest::Get { cas: true, touch: None, keys: keys(&[b"a"]) });
+        assert_eq!(ok(b"gat -1 a\r\n").0, McRequest::Get { cas: false, touch: Some(-1), keys: keys(&[b"a"]) });
+        assert_eq!(ok(b"gats 10\r\n").0, McRequest::Get { cas: true, touch: Some(10), keys: keys(&[]) });
+        // Past memcached's 24-token window, every token is still a key.
+        let many: Vec<String> = (0..40).map(|i| format!("k{i}")).collect();
+        let line = format!("get {}\r\n", many.join(" "));
+        let McRequest::Get { keys, .. } = ok(line.as_bytes()).0 else { panic!() };
+        assert_eq!(keys.len(), 40);
+        assert_eq!(refused(b"get\r\n"), Refused::error(5));
+        let long = format!("get {}\r\n", "k".repeat(KEY_MAX_LEN + 1));
+        assert_eq!(refused(long.as_bytes()).reply, Some(BAD_FORMAT));
+        assert_eq!(refused(b"gat x a\r\n").reply, Some(BAD_EXPTIME));
+    }
+
+    #[test]
+    fn storage() {
+        let (req, n) = ok(b"set k 5 100 3\r\nabc\r\nget");
+        assert_eq!(n, 20);
+        assert_eq!(
+            req,
+            McRequest::Store {
+                kind: StoreKind::Set,
+                key: b"k",
+                flags: 5,
+                exptime: 100,
+                data: b"abc",
+                cas_unique: 0,
+                noreply: false
+            }
+        );
+        let McRequest::Store { kind, cas_unique, noreply, .. } = ok(b"cas k 0 0 1 77 noreply\r\nx\r\n").0 else {
+            panic!()
+        };
+        assert_eq!((kind, cas_unique, noreply), (StoreKind::Cas, 77, true));
+        // The data block may hold line ends; it is waited for whole.
+        assert_eq!(parse(b"append k 0 0 4\r\na\r\n", &LIMITS), Ok(None));
+        assert!(matches!(ok(b"append k 0 0 4\r\na\r\nb\r\n").0, McRequest::Store { data: b"a\r\nb", .. }));
+        // flags are truncated to 32 bits, as memcached's safe_strtoul into a uint32_t.
+        assert!(matches!(ok(b"set k 4294967301 0 0\r\n\r\n").0, McRequest::Store { flags: 5, .. }));
+    }
+
+    #[test]
+    fn storage_refusals() {
+        assert_eq!(refused(b"set k 0 0\r\n"), Refused::error(11));
+        assert_eq!(refused(b"set k x 0 1\r\nx\r\n"), Refused::new(BAD_FORMAT, false, 13));
+        assert_eq!(refused(b"set k 0 0 -1\r\n").reply, Some(BAD_FORMAT));
+        // A refused line reads no data block: it is then read as a command.
+        assert_eq!(refused(b"set k 0 0 1 noreply x\r\n"), Refused::error(23));
+        assert_eq!(refused(b"set k 0 0 1\r\nxy\r\n"), Refused::new(BAD_DATA_CHUNK, false, 16));
+        assert_eq!(refused(b"set k 0 0 x noreply\r\n"), Refused::new(BAD_FORMAT, true, 21));
+        // Too large: swallowed, whether the block has arrived or not; a set also unlinks its key.
+        let small = McLimits { max_item_size: 100 };
+        let line = b"add k 0 0 100\r\n";
+        assert_eq!(parse(line, &small), Err(Refused { reply: Some(TOO_LARGE), consumed: 15, swallow: 102, close: false }));
+        assert_eq!(
+            parse(b"set k 0 0 100\r\n", &small),
+            Ok(Some((McRequest::SetTooLarge { key: b"k", swallow: 102, noreply: false }, 15)))
+        );
+    }
+
+    #[test]
+    fn other_commands() {
+        assert_eq!(ok(b"delete k\r\n").0, McRequest::Delete { key: b"k", noreply: false });
+        assert_eq!(ok(b"delete k 0 noreply\r\n").0, McRequest::Delete { key: b"k", noreply: true });
+        assert_eq!(refused(b"delete k 5\r\n").reply, Some(DELETE_USAGE));
+        assert_eq!(ok(b"incr k 18446744073709551615\r\n").0, McRequest::Arith { incr: true, key: b"k", delta: u64::MAX, noreply: false });
+        assert_eq!(refused(b"decr k abc\r\n").reply, Some(BAD_DELTA));
+        assert_eq!(refused(b"incr k -1\r\n").reply, Some(BAD_DELTA));
+        assert_eq!(ok(b"touch k 10 noreply\r\n").0, McRequest::Touch { key: b"k", exptime: 10, noreply: true });
+        assert_eq!(ok(b"flush_all\r\n").0, McRequest::FlushAll { delay: 0, noreply: false });
+        assert_eq!(ok(b"flush_all 10 noreply\r\n").0, McRequest::FlushAll { delay: 10, noreply: true });
+        assert_eq!(ok(b"version foo bar\r\n").0, McRequest::Version);
+        assert_eq!(ok(b"verbosity 1 noreply\r\n").0, McRequest::Verbosity { noreply: true });
+        assert_eq!(refused(b"verbosity\r\n"), Refused::error(11));
+        assert_eq!(ok(b"stats\r\n").0, McRequest::Stats { args: SmallVec::new() });
+        assert_eq!(ok(b"quit\r\n").0, McRequest::Quit);
+        assert_eq!(ok(b"mg k v\r\n").0, McRequest::Unsupported { name: b"mg" });
+        // ms carries a data block: consumed with it.
+        assert_eq!(ok(b"ms k 2\r\nab\r\nget k\r\n"), (McRequest::Unsupported { name: b"ms" }, 12));
+    }
+
+    #[test]
+    fn lines() {
+        assert_eq!(parse(b"get k", &LIMITS), Ok(None));
+        assert_eq!(refused(b"\r\n"), Refused::error(2));
+        assert_eq!(refused(b"\n"), Refused::error(1));
+        assert_eq!(refused(b"GET k\r\n"), Refused::error(7));
+        assert_eq!(refused(b"bogus\r\n"), Refused::error(7));
+        assert_eq!(refused(b"GET / HTTP/1.1\r\n"), Refused::close(16));
+        // No line end in 2048 bytes closes, unless the line is a multiget.
+        let junk = vec![b'x'; LINE_WAIT_MAX + 1];
+        assert_eq!(refused(&junk), Refused::close(junk.len()));
+        let mut multiget = b"get ".to_vec();
+        multiget.extend(std::iter::repeat_n(b'k', LINE_WAIT_MAX));
+        assert_eq!(parse(&multiget, &LIMITS), Ok(None));
+    }
+
+    /// A well-formed request: its bytes, and the request they parse to.
+    fn request() -> impl Strategy<Value = (Vec<u8>, String)> {
+        let key = "[a-z0-9:_]{1,20}";
+        let data = proptest::collection::vec(any::<u8>(), 0..64);
+        prop_oneof![
+            (key, 0u32..u32::MAX, -5i64..100_000, data, any::<bool>(), 0usize..5).prop_map(
+                |(key, flags, exptime, data, noreply, kind)| {
+                    let name = ["set", "add", "replace", "append", "prepend"][kind];
+                    let tail = if noreply { " noreply" } else { "" };
+                    let mut bytes = format!("{name} {key} {flags} {exptime} {}{tail}\r\n", data.len()).into_bytes();
+                    bytes.extend_from_slice(&data);
+                    bytes.extend_from_slice(b"\r\n");
+                    (bytes, format!("store {name} {key} {flags} {exptime} {data:?} {noreply}"))
+                }
+            ),
+            proptest::collection::vec(key, 1..30).prop_map(|keys| {
+                (format!("get {}\r\n", keys.join(" ")).into_bytes(), format!("get {keys:?}"))
+            }),
+            (key, any::<u64>(), any::<bool>()).prop_map(|(key, delta, incr)| {
+                let name = if incr { "incr" } else { "decr" };
+                (format!("{name} {key} {delta}\r\n").into_bytes(), format!("arith {incr} {key} {delta}"))
+            }),
+        ]
+    }
+
+    fn describe(req: &McRequest<'_>) -> String {
+        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        match req {
+            McRequest::Store { kind, key, flags, exptime, data, noreply, .. } => {
+                let name = format!("{kind:?}").to_lowercase();
+                format!("store {name} {} {flags} {exptime} {data:?} {noreply}", text(key))
+            }
+            McRequest::Get { keys, .. } => format!("get {:?}", keys.iter().map(|k| text(k)).collect::<Vec<_>>()),
+            McRequest::Arith { incr, key, delta, .. } => format!("arith {incr} {} {delta}", text(key)),
+            other => format!("{other:?}"),
+        }
+    }
+
+    proptest! {
+        /// A request parses whole from its bytes, and every strict prefix waits for more.
+        #[test]
+        fn requests_parse_whole_and_prefixes_wait((bytes, expected) in request()) {
+            let (req, consumed) = parse(&bytes, &LIMITS).unwrap().unwrap();
+            prop_assert_eq!(consumed, bytes.len());
+            prop_assert_eq!(describe(&req), expected);
+            for cut in 0..bytes.len() {
+                prop_assert_eq!(parse(&bytes[..cut], &LIMITS), Ok(None), "prefix {}", cut);
+            }
+        }
+    }
+}
