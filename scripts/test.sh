@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Runs every test of the workspace on a fresh Debian machine: installs what
 # the tests talk to (Debian's redis-server for the differential and AOF
-# interop tests, redis-tools for redis-cli and redis-check-aof, memcached and
-# chromium for keel-bench's memcache_text and --report tests), then the
-# whole cargo test suite.
+# interop tests, redis-tools for redis-cli and redis-check-aof, memcached
+# for keel-bench's memcache_text tests and the memcached differential
+# tests, libmemcached-tools for memccapable, chromium for keel-bench's
+# --report test), then the whole cargo test suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -11,6 +12,7 @@ need=()
 command -v redis-server >/dev/null || need+=(redis-server)
 command -v redis-cli >/dev/null || need+=(redis-tools)
 command -v memcached >/dev/null || need+=(memcached)
+command -v memccapable >/dev/null || need+=(libmemcached-tools)
 command -v chromium >/dev/null || need+=(chromium)
 if [ ${#need[@]} -gt 0 ]; then
     sudo=""

@@ -52,6 +52,21 @@ pub struct DbData {
     /// database the contents were at the snapshot's instant) and FLUSHDB
     /// can hand both over together ([`Db::take_all`]).
     pub(crate) snap: Option<Box<DbSnapshot>>,
+    /// What memcached keeps per item besides its value, for the keys that
+    /// have some: non-zero flags, or a CAS value handed out. Most keys
+    /// have neither, so a side table costs them nothing; any change to a
+    /// key through anything but the memcached commands drops its entry
+    /// ([`Db::signal_modified`]), which resets its flags and gives it a
+    /// fresh CAS value when next asked.
+    pub(crate) items: HashMap<Key, ItemMeta>,
+}
+
+/// A memcached item's flags and CAS value; 0 for either means none (a CAS
+/// value is handed out when a client first asks for one).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ItemMeta {
+    pub flags: u32,
+    pub cas: u64,
 }
 
 #[derive(Default)]
@@ -254,12 +269,31 @@ impl Db {
         }
     }
 
+    /// The memcached flags and CAS value of `key` (zeros when it has none).
+    pub fn item_meta(&self, key: &[u8]) -> ItemMeta {
+        self.data.items.get(key).copied().unwrap_or_default()
+    }
+
+    /// Sets the memcached flags and CAS value of `key`, which exists; the
+    /// memcached commands call this after the write that replaced the
+    /// value (which dropped the old ones).
+    pub fn set_item_meta(&mut self, key: &[u8], meta: ItemMeta) {
+        if meta == ItemMeta::default() {
+            self.data.items.remove(key);
+        } else if self.data.keys.contains_key(key) {
+            self.data.items.insert(key.into(), meta);
+        }
+    }
+
     /// Marks a key as modified for the clients WATCHing it (Redis's
     /// `touchWatchedKey`). A watcher that saw the key already expired is
     /// not disturbed by the key's deletion (its lazy or active expiry, or a
     /// DEL): the key was logically absent before and still is. It forgets
     /// the staleness then, so that any later change counts.
     pub fn signal_modified(&mut self, key: &[u8]) {
+        if !self.data.items.is_empty() {
+            self.data.items.remove(key);
+        }
         if self.watched.is_empty() {
             return;
         }
@@ -402,7 +436,7 @@ impl Db {
     #[inline]
     pub fn preserve(&mut self, key: &[u8]) {
         if let Some(snap) = self.data.snap.as_deref_mut() {
-            snap.preserve(&self.data.keys, key);
+            snap.preserve(&self.data.keys, &self.data.items, key);
         }
     }
 
@@ -504,7 +538,8 @@ impl Db {
     }
 
     pub fn memory_usage(&self) -> usize {
-        self.data.keys.memory_usage() + self.data.expires.memory_usage()
+        let items = self.data.items.capacity() * (std::mem::size_of::<(Key, ItemMeta)>() + 1);
+        self.data.keys.memory_usage() + self.data.expires.memory_usage() + items
     }
 }
 
@@ -515,6 +550,31 @@ mod tests {
 
     fn s(v: &[u8]) -> Value {
         Value::Str(Str::from_bytes(v))
+    }
+
+    #[test]
+    fn item_meta_goes_with_any_write_and_never_outlives_its_key() {
+        let mut db = Db::default();
+        let meta = ItemMeta { flags: 7, cas: 9 };
+        db.set_item_meta(b"absent", meta);
+        assert_eq!(db.item_meta(b"absent"), ItemMeta::default(), "no meta without a key");
+        db.set(b"k", s(b"v"), false, 0);
+        db.set_item_meta(b"k", meta);
+        assert_eq!(db.item_meta(b"k"), meta);
+        db.set_expire(b"k", u64::MAX, 0);
+        assert_eq!(db.item_meta(b"k"), ItemMeta::default(), "a TTL change is a write");
+        db.set_item_meta(b"k", meta);
+        db.signal_modified(b"k");
+        assert_eq!(db.item_meta(b"k"), ItemMeta::default(), "an in-place change is a write");
+        db.set_item_meta(b"k", meta);
+        db.remove(b"k");
+        db.set(b"k", s(b"again"), false, 0);
+        assert_eq!(db.item_meta(b"k"), ItemMeta::default(), "a new key starts bare");
+        db.set_item_meta(b"k", meta);
+        let taken = db.take_all();
+        drop(taken);
+        db.set(b"k", s(b"v"), false, 0);
+        assert_eq!(db.item_meta(b"k"), ItemMeta::default(), "FLUSHDB takes the table along");
     }
 
     #[test]

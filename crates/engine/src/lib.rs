@@ -29,6 +29,6 @@ pub mod snapshot;
 pub mod value;
 pub mod zset;
 
-pub use db::{Db, Key, WatchFlag};
+pub use db::{Db, ItemMeta, Key, WatchFlag};
 pub use keyspace::{Keyspace, Locked, Shard};
 pub use value::{EncodingLimits, Entry, Hash, List, Set, Str, Value, ZSet};

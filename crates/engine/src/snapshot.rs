@@ -87,8 +87,15 @@
 //! `Db::get_mut` without preserving it, and the journal stamps
 //! `Entry::lsn` after writes: a snapshot may show these two bookkeeping
 //! fields as they were when it read the entry. Neither is data.
+//!
+//! A key's memcached flags (`DbData::items`) go with its entry: kept in
+//! `saved_flags` beside it when it is preserved (only flags change with a
+//! write, which preserves first), read from `items` when it is emitted
+//! from the table, where nothing has written it since S.
 
-use crate::db::{Db, DbData, Key};
+use std::collections::HashMap;
+
+use crate::db::{Db, DbData, ItemMeta, Key};
 use crate::dict::Dict;
 use crate::keyspace::Shard;
 use crate::value::Entry;
@@ -126,9 +133,28 @@ pub(crate) struct DbSnapshot {
     /// A `Dict` rather than a `HashMap` so that it can be drained a few
     /// entries per step ([`Dict::pop`]) instead of freed all at once.
     saved: Dict<Key, Option<Entry>>,
+    /// The memcached flags at S of the keys in `saved` that had some.
+    saved_flags: HashMap<Key, u32>,
     /// Heap owned by `saved`'s keys and values (the table is measured by
     /// `Dict::memory_usage`).
     saved_heap: usize,
+}
+
+/// The memcached flags `items` holds for `key`, 0 for none (most keys, and
+/// every key of a dataset memcached never wrote: no lookup then).
+fn flags_of(items: &HashMap<Key, ItemMeta>, key: &[u8]) -> u32 {
+    if items.is_empty() {
+        return 0;
+    }
+    items.get(key).map_or(0, |m| m.flags)
+}
+
+/// `flags_of`, for frozen contents: the entry is dropped.
+fn take_flags(items: &mut HashMap<Key, ItemMeta>, key: &[u8]) -> u32 {
+    if items.is_empty() {
+        return 0;
+    }
+    items.remove(key).map_or(0, |m| m.flags)
 }
 
 fn entry_heap(key: &[u8], entry: Option<&Entry>) -> usize {
@@ -138,7 +164,7 @@ fn entry_heap(key: &[u8], entry: Option<&Entry>) -> usize {
 impl DbSnapshot {
     /// Keeps `key`'s current state in `saved` unless the scan has passed it
     /// or it is kept already (`keys` is the table the state belongs to).
-    pub(crate) fn preserve(&mut self, keys: &Dict<Key, Entry>, key: &[u8]) {
+    pub(crate) fn preserve(&mut self, keys: &Dict<Key, Entry>, items: &HashMap<Key, ItemMeta>, key: &[u8]) {
         match self.progress {
             Progress::Scanned => return,
             Progress::Scanning(cursor) => {
@@ -153,6 +179,10 @@ impl DbSnapshot {
         let old = keys.get(key).cloned();
         self.saved_heap += entry_heap(key, old.as_ref());
         self.saved.insert(key.into(), old);
+        let flags = flags_of(items, key);
+        if flags != 0 {
+            self.saved_flags.insert(key.into(), flags);
+        }
     }
 
     /// Heap of `saved` (not the fixed size of the state itself, so that an
@@ -182,6 +212,7 @@ impl DbData {
             origin,
             progress: Progress::Scanning(0),
             saved: Dict::new(),
+            saved_flags: HashMap::new(),
             saved_heap: 0,
         }));
     }
@@ -192,7 +223,7 @@ impl DbData {
     /// Live contents are scanned. Detached ones (flushed during the
     /// snapshot, so frozen) are drained with `pop` instead, emitting what the
     /// scan had not reached, so that their memory comes back as they go.
-    fn snapshot_step(&mut self, detached: bool, work: &mut usize, emit: &mut impl FnMut(usize, &[u8], &Entry)) -> bool {
+    fn snapshot_step(&mut self, detached: bool, work: &mut usize, emit: &mut impl FnMut(usize, &[u8], &Entry, u32)) -> bool {
         let Some(snap) = self.snap.as_deref_mut() else { return true };
         let origin = snap.origin;
         if detached {
@@ -201,11 +232,14 @@ impl DbData {
             self.keys.pause_shrink(true);
             while *work > 0 {
                 let Some((key, entry)) = self.keys.pop() else { break };
+                let in_saved = snap.saved.contains_key(&key[..]);
+                // Freed with their keys, but for those `saved` emits below.
+                let flags = if in_saved { 0 } else { take_flags(&mut self.items, &key) };
                 // Still the bucket array of S, so the cursor still tells
                 // what the scan had emitted. Once scanned, keys are only freed.
                 if let Progress::Scanning(cursor) = snap.progress {
-                    if !snap.saved.contains_key(&key[..]) && !self.keys.scan_passed(&key[..], cursor) {
-                        emit(origin, &key, &entry);
+                    if !in_saved && !self.keys.scan_passed(&key[..], cursor) {
+                        emit(origin, &key, &entry, flags);
                     }
                 }
                 *work -= 1;
@@ -216,14 +250,14 @@ impl DbData {
             snap.progress = Progress::Scanned;
         }
         if let (Progress::Scanning(cursor), true) = (snap.progress, *work > 0) {
-            let saved = &snap.saved;
+            let (saved, items) = (&snap.saved, &self.items);
             // As many buckets as entries are wanted (a bucket holds at most
             // one entry on average, the table's load factor), each bucket
             // counting as one so that a sparse table cannot make a step
             // unbounded: the call spends the step's work.
             let next = self.keys.scan_many(cursor, *work, Entry::prefetch_value, |key, entry| {
                 if saved.is_empty() || !saved.contains_key(&key[..]) {
-                    emit(origin, key, entry);
+                    emit(origin, key, entry, flags_of(items, key));
                 }
             });
             *work = 0;
@@ -243,8 +277,12 @@ impl DbData {
         while *work > 0 {
             let Some((key, old)) = snap.saved.pop() else { break };
             snap.saved_heap -= entry_heap(&key, old.as_ref());
+            let flags = snap.saved_flags.remove(&key[..]).unwrap_or(0);
+            if detached {
+                take_flags(&mut self.items, &key);
+            }
             if let Some(entry) = &old {
-                emit(origin, &key, entry);
+                emit(origin, &key, entry, flags);
             }
             *work -= 1;
         }
@@ -390,14 +428,16 @@ impl Shard {
     }
 
     /// Emits about `max_entries` more entries of the snapshot (more by at
-    /// most one bucket's chain), calling `emit(db, key, entry)` with the
-    /// database number at S. True once the whole shard is emitted: the
-    /// snapshot has then ended here (every table may shrink again, all kept
-    /// memory is freed); it is also true when no snapshot runs.
+    /// most one bucket's chain), calling `emit(db, key, entry, flags)` with
+    /// the database number at S and the key's memcached flags at S (0 for
+    /// none). True once the whole
+    /// shard is emitted: the snapshot has then ended here (every table may
+    /// shrink again, all kept memory is freed); it is also true when no
+    /// snapshot runs.
     ///
     /// Within a shard entries come grouped by database, in increasing
     /// number; each key present at S exactly once, with its entry at S.
-    pub fn snapshot_step(&mut self, max_entries: usize, mut emit: impl FnMut(usize, &[u8], &Entry)) -> bool {
+    pub fn snapshot_step(&mut self, max_entries: usize, mut emit: impl FnMut(usize, &[u8], &Entry, u32)) -> bool {
         if self.snapshot != SnapshotPhase::Active {
             return true;
         }
@@ -531,7 +571,7 @@ mod tests {
 
     impl Sink {
         fn step(&mut self, shard: &mut Shard, budget: usize) -> bool {
-            shard.snapshot_step(budget, |db, k, e| {
+            shard.snapshot_step(budget, |db, k, e, _| {
                 self.entries += 1;
                 let old = self.got.insert((db, k.to_vec()), describe(e));
                 assert!(old.is_none(), "db {db} key {:?} emitted twice", String::from_utf8_lossy(k));
@@ -862,7 +902,7 @@ mod tests {
             for i in 0..16 {
                 loop {
                     let mut locked = ks.lock_one(i);
-                    let done = locked.shard(i).snapshot_step(16, |db, k, e| {
+                    let done = locked.shard(i).snapshot_step(16, |db, k, e, _| {
                         emitted += 1;
                         got.insert((db, k.to_vec()), describe(e));
                     });
@@ -1036,7 +1076,7 @@ mod tests {
         let left = shard.abort_snapshot();
         assert!(left.len() > 1000, "{}", left.len());
         assert!(!shard.snapshot_active());
-        assert!(shard.snapshot_step(10, |_, _, _| panic!("aborted")));
+        assert!(shard.snapshot_step(10, |_, _, _, _| panic!("aborted")));
         for db in shard.dbs.iter() {
             assert!(!db.data.keys.is_shrink_paused() && db.data.snap.is_none() && db.detached.is_empty());
         }
@@ -1045,6 +1085,45 @@ mod tests {
             shard.db(0).set(&key(k), s(b"v"), false, 0);
         }
         assert!(shard.db(0).data.keys.buckets() >= shard.db(0).len() / 2);
+    }
+
+    #[test]
+    fn flags_are_emitted_as_they_were_at_s() {
+        use crate::db::ItemMeta;
+        let meta = |flags| ItemMeta { flags, cas: 0 };
+        let mut shard = Shard::new(0, 2);
+        for db in 0..2 {
+            for k in 0..2000 {
+                shard.db(db).set(&key(k), s(b"old"), false, 0);
+                if k % 10 == 0 {
+                    shard.db(db).set_item_meta(&key(k), meta(k + 1));
+                }
+            }
+        }
+        shard.begin_snapshot();
+        // Before the scan reaches them: kept at S with their flags then.
+        shard.db(0).set(&key(0), s(b"new"), false, 0);
+        shard.db(0).set_item_meta(&key(0), meta(999));
+        shard.db(0).remove(&key(10));
+        shard.db(0).set(&key(5), s(b"new"), false, 0);
+        shard.db(0).set_item_meta(&key(5), meta(55));
+        // Flushed: emitted from the detached contents, kept ones included.
+        shard.db(1).set(&key(3), s(b"new"), false, 0);
+        shard.db(1).set_item_meta(&key(3), meta(77));
+        shard.db(1).set(&key(20), s(b"new"), false, 0);
+        drop(shard.db(1).take_all());
+        let mut got = BTreeMap::new();
+        while !shard.snapshot_step(50, |db, k, e, flags| {
+            assert_eq!(describe(e).0, b"old");
+            assert!(got.insert((db, k.to_vec()), flags).is_none());
+        }) {}
+        assert_eq!(got.len(), 4000);
+        for ((db, k), flags) in got {
+            let n: u32 = std::str::from_utf8(&k[1..]).unwrap().parse().unwrap();
+            let want = if n.is_multiple_of(10) { n + 1 } else { 0 };
+            assert_eq!(flags, want, "db {db} key {n}");
+        }
+        assert!(shard.db(1).detached.is_empty());
     }
 
     #[test]
@@ -1063,7 +1142,7 @@ mod tests {
         shard.swap_dbs(1, 2, NOW);
         let mut order = Vec::new();
         let mut got = State::new();
-        while !shard.snapshot_step(37, |db, k, e| {
+        while !shard.snapshot_step(37, |db, k, e, _| {
             order.push(db);
             got.insert((db, k.to_vec()), describe(e));
         }) {}

@@ -438,6 +438,17 @@ impl Journal {
     /// the end of this record: the reply may leave once
     /// `durable_lsn() >= lsn`. O(bytes), one short mutex hold, no syscalls.
     pub fn append<A: AsRef<[u8]>>(&self, db: usize, argv: &[A]) -> Lsn {
+        self.append_record(db, argv, None)
+    }
+
+    /// `append`, then the memcached flags of the key `argv` wrote (an
+    /// annotation, which Redis skips), in one piece so that nothing comes
+    /// between the two.
+    pub fn append_with_item_flags<A: AsRef<[u8]>>(&self, db: usize, argv: &[A], flags: u32) -> Lsn {
+        self.append_record(db, argv, Some(flags))
+    }
+
+    fn append_record<A: AsRef<[u8]>>(&self, db: usize, argv: &[A], item_flags: Option<u32>) -> Lsn {
         let mut g = self.inner.gather.lock();
         self.stamp(&mut g);
         if g.selected_db != Some(db) {
@@ -445,6 +456,9 @@ impl Journal {
             g.selected_db = Some(db);
         }
         resp::encode_command(&mut g.buf, argv);
+        if let Some(flags) = item_flags {
+            resp::encode_item_flags(&mut g.buf, flags);
+        }
         g.records += 1;
         self.publish_append(g)
     }

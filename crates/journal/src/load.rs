@@ -160,6 +160,8 @@ pub(crate) fn scan_aof(path: &Path) -> io::Result<Scan> {
                 continue;
             }
             Ok(Some(Item::Annotation(None))) => continue,
+            // Content, unlike other annotations: the file is valid past it.
+            Ok(Some(Item::KeyFlags(_))) => {}
             Ok(Some(Item::Command(argv))) => {
                 scan.commands += 1;
                 if eq_name(&argv[0], b"MULTI") {
@@ -479,6 +481,9 @@ pub enum Replayed {
     /// passed included: nothing expires while loading, and Redis keeps
     /// them too when it loads an AOF base).
     Key(RdbEntry),
+    /// The memcached flags of the key the command before it wrote
+    /// (its first argument, in its database).
+    ItemFlags { flags: u32 },
     /// An RDB base's RESIZEDB hint: database `db` is about to receive
     /// `keys` keys, `with_expiry` of them with a TTL (to size its tables).
     Resize { db: usize, keys: u64, with_expiry: u64 },
@@ -502,7 +507,8 @@ pub type ReplayItem = Result<Replayed, JournalError>;
 ///   consumed as above). Every yielded `MULTI` is followed by its `EXEC`
 ///   unless the iterator yields an error first: an incomplete transaction at
 ///   the end of the last file was cut off at open.
-/// * Annotations (`#TS:...`) are skipped.
+/// * Annotations (`#TS:...`) are skipped, but for the memcached flags of
+///   the key a command wrote ([`Replayed::ItemFlags`]).
 /// * After an error the iterator ends. The caller must treat any error as
 ///   fatal to loading: the data after it is not replayed.
 pub struct Replay {
@@ -731,6 +737,7 @@ impl Iterator for Replay {
             let record_start = reader.position();
             let err = match reader.next_item(Mode::Full) {
                 Ok(Some(Item::Annotation(_))) => continue,
+                Ok(Some(Item::KeyFlags(flags))) => return Some(Ok(Replayed::ItemFlags { flags })),
                 Ok(Some(Item::Command(argv))) => {
                     let name = &argv[0];
                     if eq_name(name, b"SELECT") {

@@ -73,6 +73,22 @@ pub(crate) fn encode_timestamp(out: &mut Vec<u8>, unix_s: u64) {
     out.extend_from_slice(b"\r\n");
 }
 
+/// Encodes the memcached flags of the key the record before it wrote, as
+/// an annotation: Redis loads the file without them (it has nowhere to
+/// keep them), Keel gives the key its flags back.
+pub(crate) fn encode_item_flags(out: &mut Vec<u8>, flags: u32) {
+    out.extend_from_slice(ITEM_FLAGS);
+    push_decimal(out, u64::from(flags));
+    out.extend_from_slice(b"\r\n");
+}
+
+const ITEM_FLAGS: &[u8] = b"#item-flags:";
+
+/// The flags of an `#item-flags:<flags>\r\n` annotation line.
+fn item_flags_of(line: &[u8]) -> Option<u32> {
+    u32::try_from(parse_u64(line.strip_prefix(ITEM_FLAGS)?.strip_suffix(b"\r\n")?)?).ok()
+}
+
 /// The time of a `#TS:<seconds>\r\n` annotation line.
 fn timestamp_of(line: &[u8]) -> Option<u64> {
     parse_u64(line.strip_prefix(b"#TS:")?.strip_suffix(b"\r\n")?)
@@ -99,6 +115,9 @@ pub(crate) enum Item {
     /// An annotation line (`#...\n`), skipped; the Unix time it carries
     /// if it is a timestamp annotation (`#TS:<seconds>\r\n`).
     Annotation(Option<u64>),
+    /// The memcached flags of the key the command before wrote
+    /// (`#item-flags:<flags>\r\n`).
+    KeyFlags(u32),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -157,7 +176,10 @@ impl<R: BufRead> RecordReader<R> {
         match first {
             b'#' => {
                 let line = self.read_line(ANNOTATION_LINE_MAX, record_start)?;
-                Ok(Some(Item::Annotation(timestamp_of(&line))))
+                match item_flags_of(&line) {
+                    Some(flags) => Ok(Some(Item::KeyFlags(flags))),
+                    None => Ok(Some(Item::Annotation(timestamp_of(&line)))),
+                }
             }
             b'*' => {
                 let argc = self.read_header(b'*', record_start)?;
@@ -336,7 +358,7 @@ mod tests {
         loop {
             match r.next_item(mode) {
                 Ok(Some(Item::Command(argv))) => out.push(argv),
-                Ok(Some(Item::Annotation(_))) => {}
+                Ok(Some(Item::Annotation(_) | Item::KeyFlags(_))) => {}
                 Ok(None) => return (out, None),
                 Err(e) => return (out, Some(e)),
             }
@@ -352,6 +374,25 @@ mod tests {
             out,
             b"*2\r\n$6\r\nSELECT\r\n$1\r\n0\r\n*3\r\n$3\r\nset\r\n$1\r\na\r\n$1\r\n1\r\n"
         );
+    }
+
+    #[test]
+    fn item_flags_read_back_and_other_annotations_do_not_pass_for_them() {
+        let mut out = Vec::new();
+        encode_command(&mut out, &[&b"SET"[..], b"k", b"v"]);
+        encode_item_flags(&mut out, u32::MAX);
+        encode_timestamp(&mut out, 7);
+        out.extend_from_slice(b"#item-flags:4294967296\r\n#item-flags:x\r\n");
+        let mut r = RecordReader::new(&out[..], out.len() as u64);
+        let mut items = Vec::new();
+        while let Some(item) = r.next_item(Mode::Full).unwrap() {
+            items.push(match item {
+                Item::Command(argv) => format!("cmd {}", argv.len()),
+                Item::KeyFlags(flags) => format!("flags {flags}"),
+                Item::Annotation(ts) => format!("annotation {ts:?}"),
+            });
+        }
+        assert_eq!(items, ["cmd 3", "flags 4294967295", "annotation Some(7)", "annotation None", "annotation None"]);
     }
 
     #[test]

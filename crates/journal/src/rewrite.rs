@@ -274,6 +274,14 @@ impl BaseBuffer {
         self.commands += 1;
     }
 
+    /// Adds the memcached flags of the key the last command pushed wrote,
+    /// as the incr files log them after a memcached write (an annotation,
+    /// which Redis skips): after the key's last command, since a later
+    /// write to it (a PEXPIREAT) would reset them on replay.
+    pub fn push_item_flags(&mut self, flags: u32) {
+        resp::encode_item_flags(&mut self.bytes, flags);
+    }
+
     /// The encoded commands not yet written.
     pub fn as_bytes(&self) -> &[u8] {
         &self.bytes
@@ -738,5 +746,23 @@ impl Drop for Rewrite {
         if !self.finished {
             self.abort_files();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn item_flags_follow_the_command_as_the_incr_files_have_them() {
+        let mut buf = BaseBuffer::new();
+        buf.push(1, &[&b"SET"[..], b"k", b"v"]);
+        buf.push_item_flags(42);
+        let mut want = Vec::new();
+        resp::encode_select(&mut want, 1);
+        resp::encode_command(&mut want, &[&b"SET"[..], b"k", b"v"]);
+        want.extend_from_slice(b"#item-flags:42\r\n");
+        assert_eq!(buf.as_bytes(), want);
+        assert_eq!(buf.commands(), 1);
     }
 }

@@ -52,6 +52,7 @@ fn check_and_load(cfg: &JournalConfig) -> Vec<String> {
                 other => panic!("{other:?}"),
             },
             Replayed::Command { db, argv } => format!("{db}:{}", strs(&argv).join(" ")),
+            Replayed::ItemFlags { flags } => format!("FLAGS {flags}"),
         })
         .collect()
 }

@@ -85,6 +85,32 @@ fn round_trip_every_policy() {
     }
 }
 
+/// A record's memcached flags come back right after it on replay, and the
+/// file stays one Redis loads (the flags are an annotation line).
+#[test]
+fn item_flags_replay_after_their_record() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = config(tmp.path(), FsyncPolicy::Always);
+    let (j, _) = open(&cfg);
+    j.append(0, &[&b"SET"[..], b"a", b"1"]);
+    let lsn = j.append_with_item_flags(3, &[&b"SET"[..], b"b", b"2"], 42);
+    assert!(wait_durable(&j, lsn, T));
+    drop(j);
+    let incr = std::fs::read(cfg.dir.join("appendonly.aof.1.incr.aof")).unwrap();
+    assert!(incr.windows(16).any(|w| w == b"#item-flags:42\r\n"), "{}", String::from_utf8_lossy(&incr));
+    let (_j, replay) = open(&cfg);
+    let items: Vec<String> = replay
+        .map(|r| match r.unwrap() {
+            keel_journal::Replayed::ItemFlags { flags } => format!("flags {flags}"),
+            other => {
+                let (db, argv) = command(other);
+                format!("{db}:{}", strs(&argv).join(" "))
+            }
+        })
+        .collect();
+    assert_eq!(items, ["0:SET a 1", "3:SET b 2", "flags 42"]);
+}
+
 #[test]
 fn durable_lsn_is_monotonic_and_reported() {
     let tmp = tempfile::tempdir().unwrap();

@@ -22,6 +22,11 @@
 //! 0xFF EOF
 //! ```
 //!
+//! Keel writes one aux field of its own between keys: `keel-item-flags`
+//! (decimal) before a key's EXPIRETIME_MS, IDLE or FREQ and the key, for
+//! the key's memcached flags. Redis's loader skips it, and keeps the
+//! attributes read before it for the next key as it does across any aux.
+//!
 //! Any other byte is a value type; the key (a string) and the value
 //! follow. "length" and "string" are the encodings documented in
 //! `input.rs`; a CRC of 0 means the file was written with
@@ -89,6 +94,10 @@ pub(crate) const OP_EXPIRETIME_MS: u8 = 0xFC;
 pub(crate) const OP_EXPIRETIME: u8 = 0xFD;
 pub(crate) const OP_SELECTDB: u8 = 0xFE;
 pub(crate) const OP_EOF: u8 = 0xFF;
+
+/// The aux field that gives the next key's memcached flags (Keel's
+/// extension: see the crate's documentation).
+pub const ITEM_FLAGS_AUX: &str = "keel-item-flags";
 
 /// Quicklist node containers in `LIST_QUICKLIST_2`.
 pub(crate) const CONTAINER_PLAIN: u64 = 1;

@@ -15,6 +15,14 @@
 //!   serialization.
 //! * [`crc64()`] and [`lzf`] are the checksum and compression underneath.
 //!
+//! One extension of Keel's own: a key's memcached flags travel as an aux
+//! field named [`ITEM_FLAGS_AUX`] (`keel-item-flags`, the flags in
+//! decimal) just before the key and its other attributes, written only
+//! for non-zero flags ([`RdbWriter::item_flags`]) and read into
+//! [`RdbEntry::item_flags`]. Redis skips aux fields it does not know, and
+//! one between a key's attributes leaves them to that key: such files still
+//! load in Redis 7.0, without the flags.
+//!
 //! The byte layouts are documented where they are encoded: the file and
 //! its opcodes in `format.rs`, lengths and strings in `input.rs`, the
 //! compact encodings in `encoded/`, LZF in [`lzf`].
@@ -40,7 +48,7 @@ pub use crate::crc64::crc64;
 pub use dump::{dump_payload, restore_payload};
 pub use encode::{EncodeOptions, Thresholds};
 pub use error::{RdbError, BAD_DATA_FORMAT, DUMP_PAYLOAD_ERROR};
-pub use format::RDB_VERSION;
+pub use format::{ITEM_FLAGS_AUX, RDB_VERSION};
 pub use reader::{no_matching_module, ChecksumStatus, RdbItem, RdbReader};
 pub use writer::{RdbWriter, WriteOptions, REDIS_VER};
 
@@ -88,4 +96,7 @@ pub struct RdbEntry {
     pub idle_s: Option<u64>,
     /// LFU counter, present in files saved under an LFU `maxmemory-policy`.
     pub freq: Option<u8>,
+    /// Memcached flags, present in files Keel saved for a key that had
+    /// non-zero ones (the [`ITEM_FLAGS_AUX`] aux field before it).
+    pub item_flags: Option<u32>,
 }

@@ -12,7 +12,9 @@ use crate::RdbEntry;
 #[derive(Debug, Clone, PartialEq)]
 pub enum RdbItem {
     /// An aux field: metadata such as `redis-ver`, `ctime`, `used-mem`,
-    /// `aof-base`, `repl-id`. Unknown names are to be ignored.
+    /// `aof-base`, `repl-id`. Unknown names are to be ignored. Never
+    /// `keel-item-flags`: those are the next entry's
+    /// ([`RdbEntry::item_flags`]).
     Aux { name: Vec<u8>, value: Vec<u8> },
     /// The keys that follow belong to this database. Redis refuses a file
     /// naming a database beyond its `databases` setting.
@@ -71,6 +73,7 @@ pub struct RdbReader<R> {
     expire_at_ms: Option<u64>,
     idle_s: Option<u64>,
     freq: Option<u8>,
+    item_flags: Option<u32>,
     empty_keys_skipped: u64,
     checksum: Option<ChecksumStatus>,
     failed: bool,
@@ -102,6 +105,7 @@ impl<R: BufRead> RdbReader<R> {
             expire_at_ms: None,
             idle_s: None,
             freq: None,
+            item_flags: None,
             empty_keys_skipped: 0,
             checksum: None,
             failed: false,
@@ -192,6 +196,13 @@ impl<R: BufRead> RdbReader<R> {
                 OP_AUX => {
                     let name = self.input.string()?;
                     let value = self.input.string()?;
+                    if name == ITEM_FLAGS_AUX.as_bytes() {
+                        // Kept for the next key, like the opcodes above; a
+                        // file that ends first loses it, as Redis would.
+                        let not_flags = || RdbError::corrupt(at, "memcached flags that are not a 32-bit number");
+                        self.item_flags = Some(parse_flags(&value).ok_or_else(not_flags)?);
+                        continue;
+                    }
                     return Ok(Some(RdbItem::Aux { name, value }));
                 }
                 OP_MODULE_AUX => return self.module_aux(at).map(Some),
@@ -203,9 +214,11 @@ impl<R: BufRead> RdbReader<R> {
                     let expire_at_ms = self.expire_at_ms.take();
                     let idle_s = self.idle_s.take();
                     let freq = self.freq.take();
+                    let item_flags = self.item_flags.take();
                     match value {
                         Some(value) => {
-                            return Ok(Some(RdbItem::Entry(RdbEntry { db: self.db, key, value, expire_at_ms, idle_s, freq })));
+                            let entry = RdbEntry { db: self.db, key, value, expire_at_ms, idle_s, freq, item_flags };
+                            return Ok(Some(RdbItem::Entry(entry)));
                         }
                         None => self.empty_keys_skipped += 1,
                     }
@@ -292,6 +305,18 @@ impl<R: BufRead> Iterator for RdbReader<R> {
     }
 }
 
+/// The value of a `keel-item-flags` aux field: decimal digits only, as the
+/// writer writes them, up to `u32::MAX`.
+fn parse_flags(value: &[u8]) -> Option<u32> {
+    if value.is_empty() || value.len() > 10 {
+        return None;
+    }
+    value.iter().try_fold(0u32, |n, &d| {
+        let digit = d.is_ascii_digit().then(|| u32::from(d - b'0'))?;
+        n.checked_mul(10)?.checked_add(digit)
+    })
+}
+
 /// A module type id is nine characters of a 64-symbol alphabet, six bits
 /// each, above a 10-bit encoding version.
 /// Redis's words for an RDB file holding [`RdbItem::ModuleAux`] data of a
@@ -308,6 +333,16 @@ fn module_type_name(id: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn flags_are_decimal_u32() {
+        assert_eq!(parse_flags(b"0"), Some(0));
+        assert_eq!(parse_flags(b"42"), Some(42));
+        assert_eq!(parse_flags(b"4294967295"), Some(u32::MAX));
+        for bad in [&b""[..], b"4294967296", b"99999999999", b"-1", b"+1", b"1 ", b"x", b"0x10"] {
+            assert_eq!(parse_flags(bad), None, "{:?}", String::from_utf8_lossy(bad));
+        }
+    }
 
     #[test]
     fn module_names() {

@@ -34,7 +34,9 @@ impl Default for WriteOptions {
 
 /// Writes an RDB version 10 file, in the order Redis does: [`new`] writes
 /// the header and aux fields, then per database [`select_db`] followed by
-/// its keys ([`write_key`]), then [`finish`] the trailer.
+/// its keys ([`write_key`]), then [`finish`] the trailer. A key's
+/// attributes other than its expiry come before it: [`item_flags`] first,
+/// then [`lru_idle`] or [`lfu_freq`].
 ///
 /// Every call writes through to `W` in small pieces: wrap a file in a
 /// `BufWriter`.
@@ -46,6 +48,9 @@ impl Default for WriteOptions {
 /// [`new`]: RdbWriter::new
 /// [`select_db`]: RdbWriter::select_db
 /// [`write_key`]: RdbWriter::write_key
+/// [`item_flags`]: RdbWriter::item_flags
+/// [`lru_idle`]: RdbWriter::lru_idle
+/// [`lfu_freq`]: RdbWriter::lfu_freq
 /// [`finish`]: RdbWriter::finish
 pub struct RdbWriter<W: Write> {
     out: Output<W>,
@@ -84,6 +89,17 @@ impl<W: Write> RdbWriter<W> {
         self.out.u8(OP_RESIZEDB)?;
         self.out.len(keys)?;
         self.out.len(expires)
+    }
+
+    /// Records the memcached flags of the key written next, as the
+    /// `keel-item-flags` aux field (Keel's extension, which Redis skips);
+    /// nothing for 0, no flags. Called first among the key's attributes
+    /// (before `lru_idle` or `lfu_freq`), as the format documents it.
+    pub fn item_flags(&mut self, flags: u32) -> io::Result<()> {
+        if flags == 0 {
+            return Ok(());
+        }
+        self.aux(ITEM_FLAGS_AUX.as_bytes(), flags.to_string().as_bytes())
     }
 
     /// Records the LRU idle time, in seconds, of the key written next

@@ -101,6 +101,7 @@ fn empty_keys_are_skipped_as_redis_does() {
     let empty_ziplist = [11, 0, 0, 0, 10, 0, 0, 0, 0, 0, 0xFF];
     let f = file(10, |f| {
         f.u8(0xFC).bytes(&5i64.to_le_bytes());
+        f.u8(0xFA).string(b"keel-item-flags").string(b"7");
         f.u8(1).string(b"list").len(0);
         f.u8(2).string(b"set").len(0);
         f.u8(4).string(b"hash").len(0);
@@ -114,10 +115,10 @@ fn empty_keys_are_skipped_as_redis_does() {
     });
     let mut reader = RdbReader::new(&f[..]).unwrap();
     let got: Vec<RdbItem> = reader.by_ref().collect::<Result<_, _>>().unwrap();
-    // The expiry belonged to the first (skipped) key, not to "kept".
+    // The expiry and the flags belonged to the first (skipped) key, not to "kept".
     assert_eq!(
         got,
-        [RdbItem::Entry(RdbEntry { db: 0, key: b"kept".to_vec(), value: RdbValue::String(b"v".to_vec()), expire_at_ms: None, idle_s: None, freq: None })]
+        [RdbItem::Entry(RdbEntry { db: 0, key: b"kept".to_vec(), value: RdbValue::String(b"v".to_vec()), expire_at_ms: None, idle_s: None, freq: None, item_flags: None })]
     );
     assert_eq!(reader.empty_keys_skipped(), 9);
 }

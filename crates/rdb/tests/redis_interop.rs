@@ -261,6 +261,77 @@ fn redis_loads_what_we_write() {
     }
 }
 
+/// Keel's `keel-item-flags` aux field (memcached flags): Redis skips it,
+/// and it does not take the key's other attributes from it, wherever it
+/// comes among them. The writer puts it first; a file by hand puts it
+/// after `EXPIRETIME_MS` and between `IDLE` and the key.
+#[test]
+fn redis_loads_keys_with_memcached_flags() {
+    if skip() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let at = now_ms() + 3_600_000;
+    let string = |v: &[u8]| RdbValue::String(v.to_vec());
+    let hash = RdbValue::Hash(vec![(b"f".to_vec(), b"v".to_vec())]);
+
+    let ours = tmp.path().join("flags.rdb");
+    let mut w = RdbWriter::new(std::io::BufWriter::new(std::fs::File::create(&ours).unwrap()), WriteOptions::default()).unwrap();
+    w.select_db(0, 4, 2).unwrap();
+    w.item_flags(42).unwrap();
+    w.write_key(b"a", &string(b"abc"), Some(at)).unwrap();
+    w.write_key(b"b", &string(b"no flags"), None).unwrap();
+    w.item_flags(u32::MAX).unwrap();
+    w.lru_idle(100).unwrap();
+    w.write_string_key(b"c", b"idle", Some(at + 1)).unwrap();
+    w.select_db(3, 1, 0).unwrap();
+    w.item_flags(7).unwrap();
+    w.write_key(b"d", &hash, None).unwrap();
+    w.finish().unwrap();
+
+    let by_hand = tmp.path().join("between.rdb");
+    let mut f = RawRdb::new(10);
+    f.u8(0xFE).len(0).u8(0xFB).len(2).len(2);
+    f.u8(0xFC).bytes(&(at as i64).to_le_bytes()).u8(0xFA).string(ITEM_FLAGS_AUX.as_bytes()).string(b"5");
+    f.u8(0).string(b"e").string(b"after expire");
+    f.u8(0xFC).bytes(&((at + 2) as i64).to_le_bytes()).u8(0xF8).len(5).u8(0xFA).string(ITEM_FLAGS_AUX.as_bytes()).string(b"6");
+    f.u8(0).string(b"f").string(b"after idle");
+    std::fs::write(&by_hand, f.finish()).unwrap();
+
+    let key = |db, k: &[u8], v: &RdbValue, exp| Key { db, key: k.to_vec(), value: norm(v), expire_at_ms: exp };
+    let cases = [
+        (
+            &ours,
+            vec![
+                key(0, b"a", &string(b"abc"), Some(at)),
+                key(0, b"b", &string(b"no flags"), None),
+                key(0, b"c", &string(b"idle"), Some(at + 1)),
+                key(3, b"d", &hash, None),
+            ],
+            vec![Some(42), None, Some(u32::MAX), Some(7)],
+        ),
+        (
+            &by_hand,
+            vec![key(0, b"e", &string(b"after expire"), Some(at)), key(0, b"f", &string(b"after idle"), Some(at + 2))],
+            vec![Some(5), Some(6)],
+        ),
+    ];
+    for (path, want, flags) in cases {
+        let got = entries(path);
+        assert_eq!(got.iter().map(|e| e.item_flags).collect::<Vec<_>>(), flags);
+        assert_eq!(read_file(path).0, want);
+        check_rdb(path);
+        let name = path.file_name().unwrap().to_str().unwrap();
+        let mut r = Redis::start(tmp.path(), &["--dbfilename", name]);
+        assert_redis_holds(&mut r, &want);
+        // Redis keeps no flags: what it saves has none.
+        r.ok(&[b"SAVE"]);
+        assert_eq!(read_file(path).0, want, "{name} saved again by Redis");
+        assert!(entries(path).iter().all(|e| e.item_flags.is_none()));
+        r.shutdown();
+    }
+}
+
 #[test]
 fn redis_loads_legacy_encodings() {
     if skip() {

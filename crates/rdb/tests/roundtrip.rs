@@ -232,7 +232,7 @@ fn header_aux_fields_and_db_hints() {
             aux("%note", "hello"),
             RdbItem::SelectDb(2),
             RdbItem::ResizeDb { db_size: 1, expires_size: 1 },
-            RdbItem::Entry(RdbEntry { db: 2, key: b"k".to_vec(), value: RdbValue::String(b"v".to_vec()), expire_at_ms: Some(5), idle_s: None, freq: None }),
+            RdbItem::Entry(RdbEntry { db: 2, key: b"k".to_vec(), value: RdbValue::String(b"v".to_vec()), expire_at_ms: Some(5), idle_s: None, freq: None, item_flags: None }),
         ]
     );
     assert_eq!(reader.checksum(), Some(ChecksumStatus::Verified));
@@ -259,6 +259,62 @@ fn lru_and_lfu_attributes() {
     assert_eq!((entries[0].idle_s, entries[0].freq), (Some(1234), None));
     assert_eq!((entries[1].idle_s, entries[1].freq, entries[1].expire_at_ms), (None, Some(200), Some(99)));
     assert_eq!((entries[2].idle_s, entries[2].freq, entries[2].expire_at_ms), (None, None, None));
+}
+
+#[test]
+fn memcached_flags_go_with_their_key() {
+    let mut w = RdbWriter::new(Vec::new(), WriteOptions::default()).unwrap();
+    w.select_db(0, 4, 2).unwrap();
+    w.item_flags(42).unwrap();
+    w.write_key(b"a", &RdbValue::String(b"1".to_vec()), Some(1_900_000_000_000)).unwrap();
+    // No flags, no field.
+    let before = w.bytes_written();
+    w.item_flags(0).unwrap();
+    assert_eq!(w.bytes_written(), before);
+    w.write_key(b"b", &RdbValue::String(b"2".to_vec()), None).unwrap();
+    // Before the other attributes, as the server writes them.
+    w.item_flags(u32::MAX).unwrap();
+    w.lru_idle(7).unwrap();
+    w.write_string_key(b"c", b"3", Some(99)).unwrap();
+    w.item_flags(1).unwrap();
+    w.lfu_freq(5).unwrap();
+    w.write_key(b"d", &RdbValue::List(vec![b"x".to_vec()]), None).unwrap();
+    // A field with no key after it: dropped.
+    w.item_flags(9).unwrap();
+    let file = w.finish().unwrap();
+
+    let items: Vec<RdbItem> = RdbReader::new(&file[..]).unwrap().collect::<Result<_, _>>().unwrap();
+    assert!(!items.iter().any(|i| matches!(i, RdbItem::Aux { name, .. } if name == ITEM_FLAGS_AUX.as_bytes())), "{items:?}");
+    let entries: Vec<RdbEntry> = items
+        .into_iter()
+        .filter_map(|i| match i {
+            RdbItem::Entry(e) => Some(e),
+            _ => None,
+        })
+        .collect();
+    let got: Vec<_> = entries.iter().map(|e| (e.key.as_slice(), e.item_flags, e.expire_at_ms, e.idle_s, e.freq)).collect();
+    assert_eq!(
+        got,
+        [
+            (&b"a"[..], Some(42), Some(1_900_000_000_000), None, None),
+            (b"b", None, None, None, None),
+            (b"c", Some(u32::MAX), Some(99), Some(7), None),
+            (b"d", Some(1), None, None, Some(5)),
+        ]
+    );
+}
+
+#[test]
+fn memcached_flags_that_are_no_number_are_refused() {
+    for bad in [&b"x"[..], b"", b"-1", b"4294967296", b"12 "] {
+        let mut w = RdbWriter::new(Vec::new(), WriteOptions::default()).unwrap();
+        w.select_db(0, 1, 0).unwrap();
+        w.aux(ITEM_FLAGS_AUX.as_bytes(), bad).unwrap();
+        w.write_key(b"k", &RdbValue::String(b"v".to_vec()), None).unwrap();
+        let file = w.finish().unwrap();
+        let err = RdbReader::new(&file[..]).unwrap().find_map(Result::err);
+        assert!(matches!(err, Some(RdbError::Corrupt { .. })), "{:?}: {err:?}", String::from_utf8_lossy(bad));
+    }
 }
 
 /// A file small enough to damage at every byte.

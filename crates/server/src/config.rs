@@ -91,6 +91,12 @@ fn parse_save_rules(args: &[&str]) -> Result<Vec<SaveRule>, ConfigError> {
 pub struct Config {
     pub bind: Vec<String>,
     pub port: u16,
+    /// `memcached-port`: where the memcached text protocol is served, on
+    /// the `bind` addresses; 0 (the default) serves none.
+    pub memcached_port: u16,
+    /// `memcached-max-item-size`: the largest value a memcached client
+    /// may store (memcached's `-I`, 1 MiB by default).
+    pub memcached_max_item_size: usize,
     pub unixsocket: Option<PathBuf>,
     pub unixsocketperm: u32,
     /// Worker threads; 0 means one per core.
@@ -266,6 +272,8 @@ impl Default for Config {
             tcp_keepalive_s: 300,
             tcp_backlog: 511,
             proto_max_bulk_len: 512 << 20,
+            memcached_port: 0,
+            memcached_max_item_size: 1 << 20,
             client_query_buffer_limit: 1 << 30,
             hz: 10,
             dynamic_hz: true,
@@ -533,6 +541,8 @@ pub static DIRECTIVES: &[Directive] = &[
         },
     },
     directive!("port", false, num(0, 65535), port),
+    directive!("memcached-port", false, num(0, 65535), memcached_port),
+    directive!("memcached-max-item-size", true, memory, memcached_max_item_size),
     Directive {
         name: "unixsocket",
         mutable: false,

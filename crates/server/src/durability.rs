@@ -151,11 +151,20 @@ fn replay_in<'scope, 'env>(server: &'env Server, mut replay: Replay, scope: &'sc
     let mut rdb_took = None;
     let mut reply = Vec::new();
     let mut count = 0u64;
+    // The command replayed last: `#item-flags` annotations are about its key.
+    let mut last: Option<(usize, Vec<Vec<u8>>)> = None;
     while let Some(item) = replay.next() {
         let item = item.map_err(|e| e.to_string())?;
         let databases = server.keyspace.databases();
         let (db, argv) = match item {
             Replayed::Command { db, argv } => (db, argv),
+            Replayed::ItemFlags { flags } => {
+                if let Some((db, argv)) = &last {
+                    let shard = server.keyspace.shard_of_key(argv.get(1).map_or(&[][..], Vec::as_slice));
+                    restore_item_flags(&mut server.keyspace.lock_one(shard), server, *db, argv, flags);
+                }
+                continue;
+            }
             Replayed::Resize { db, keys, with_expiry } if db < databases => {
                 let per_shard = |n| crate::snapshot::keys_per_shard(server, n, replay.total_bytes());
                 base_inserters(&mut inserters, scope, server)?.reserve(db, per_shard(keys), per_shard(with_expiry));
@@ -194,6 +203,7 @@ fn replay_in<'scope, 'env>(server: &'env Server, mut replay: Replay, scope: &'sc
         if reply.first() == Some(&b'-') {
             replay_failed(&argv[0], String::from_utf8_lossy(&reply).trim_end());
         }
+        last = Some((db, argv));
     }
     if let Some(base) = inserters.take() {
         base.finish()?;
@@ -270,17 +280,28 @@ fn replay_held(ctx: &mut Ctx<'_>, mut replay: Replay) -> Result<(), String> {
     ctx.now_ms = 0;
     let mut pacer = Pacer::new(server, replay.total_bytes());
     let mut result = Ok(());
+    let mut last: Option<(usize, Vec<Vec<u8>>)> = None;
     while let Some(item) = replay.next() {
         let step = match item.map_err(|e| e.to_string()) {
+            Ok(Replayed::ItemFlags { flags }) => {
+                if let Some((db, argv)) = &last {
+                    restore_item_flags(&mut ctx.dbs.locked, server, *db, argv, flags);
+                }
+                Ok(())
+            }
             Ok(Replayed::Key(entry)) => pacer
                 .key(|| replay.loaded_bytes())
                 .map_err(|e| e.to_string())
                 .and_then(|()| crate::snapshot::insert_held(server, &mut ctx.dbs.locked, entry, &limits, lru_s, false)),
             Ok(Replayed::Resize { .. }) => Ok(()),
-            Ok(Replayed::Command { db, argv }) => pacer
-                .command(|| replay.loaded_bytes())
-                .map_err(|e| e.to_string())
-                .and_then(|()| run_replayed(ctx, &replay, db, &argv)),
+            Ok(Replayed::Command { db, argv }) => {
+                let ran = pacer
+                    .command(|| replay.loaded_bytes())
+                    .map_err(|e| e.to_string())
+                    .and_then(|()| run_replayed(ctx, &replay, db, &argv));
+                last = Some((db, argv));
+                ran
+            }
             Err(e) => Err(e),
         };
         ctx.out.buf.truncate(reply_len);
@@ -291,6 +312,14 @@ fn replay_held(ctx: &mut Ctx<'_>, mut replay: Replay) -> Result<(), String> {
     }
     (ctx.dbs.selected, ctx.client.db, ctx.now_ms) = (selected, client_db, now_ms);
     result
+}
+
+/// Gives the key the replayed command `argv` wrote (its first argument)
+/// its memcached flags back.
+fn restore_item_flags(locked: &mut keel_engine::Locked<'_>, server: &Server, db: usize, argv: &[Vec<u8>], flags: u32) {
+    let Some(key) = argv.get(1) else { return };
+    let shard = locked.shard_for(&server.keyspace, key);
+    shard.db(db).set_item_meta(key, keel_engine::ItemMeta { flags, cas: 0 });
 }
 
 fn run_replayed(ctx: &mut Ctx<'_>, replay: &Replay, db: usize, argv: &[Vec<u8>]) -> Result<(), String> {
@@ -367,7 +396,10 @@ pub fn record(ctx: &mut Ctx<'_>, spec: &CommandSpec, argv: &[&[u8]]) {
     let replaced = ctx.durability.replaced.take();
     if replaced.is_none() && !ctx.durability.in_transaction && logged_as_is(spec, argv) {
         let Some(journal) = ctx.server.journal() else { return };
-        let lsn = journal.append(db, argv);
+        let lsn = match ctx.durability.item_flags.take() {
+            Some(flags) => journal.append_with_item_flags(db, argv, flags),
+            None => journal.append(db, argv),
+        };
         ctx.durability.write_lsn = lsn;
         if whole_shards {
             ctx.dbs.shards().for_each(|s| s.floor_lsn = lsn);
@@ -462,7 +494,10 @@ pub fn commit(ctx: &mut Ctx<'_>) -> Lsn {
     }
     let lsn = if state.log.len() == 1 {
         let (db, argv) = &state.log[0];
-        journal.append(*db, argv)
+        match state.item_flags.take() {
+            Some(flags) => journal.append_with_item_flags(*db, argv, flags),
+            None => journal.append(*db, argv),
+        }
     } else {
         journal.append_transaction(&state.log)
     };
@@ -532,6 +567,9 @@ pub struct Pending {
     /// Keys the command found expired, announced (`Ctx::take_expired`)
     /// and not yet journaled.
     pub expired: Vec<(usize, keel_engine::Key)>,
+    /// The memcached flags of the key the command wrote, logged after its
+    /// record (`Journal::append_with_item_flags`); None for none.
+    pub item_flags: Option<u32>,
 }
 
 /// Redis's `aof_state`, and whether writes are logged.

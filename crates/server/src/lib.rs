@@ -15,7 +15,9 @@
 //! SLOWLOG's entries; [`loading`] paces a load and decides what clients
 //! see meanwhile; [`pubsub`] keeps who listens to which channel and
 //! carries PUBLISH's messages to them, whatever worker serves them;
-//! [`notify`] turns changes to keys into such messages.
+//! [`notify`] turns changes to keys into such messages; [`memcache`] runs
+//! the requests of memcached clients (on `memcached-port`) as the Redis
+//! commands they stand for.
 //!
 //! A request flows: socket -> [`worker`] reads into the connection's buffer
 //! -> `keel_protocol::parse_request` -> [`command::execute`] looks the
@@ -39,6 +41,7 @@ pub mod durability;
 pub mod glob;
 pub mod lazyfree;
 pub mod loading;
+pub mod memcache;
 pub mod notify;
 pub mod process;
 pub mod pubsub;
@@ -72,38 +75,16 @@ pub fn run(config: Config) -> io::Result<()> {
         0 => std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
         n => n,
     };
-    let mut per_worker: Vec<Listeners> = (0..threads).map(|_| Listeners { tcp: Vec::new(), unix: None }).collect();
+    let mut per_worker: Vec<Listeners> =
+        (0..threads).map(|_| Listeners { tcp: Vec::new(), memcache: Vec::new(), unix: None }).collect();
     if config.port != 0 {
-        for addr in &config.bind {
-            let (optional, addr) = match addr.strip_prefix('-') {
-                Some(rest) => (true, rest),
-                None => (false, addr.as_str()),
-            };
-            let ip: IpAddr = match addr {
-                "*" => "0.0.0.0".parse().map_err(io::Error::other)?,
-                "::*" => "::".parse().map_err(io::Error::other)?,
-                a => a.parse().map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("bind {a}: {e}")))?,
-            };
-            let sockaddr = SocketAddr::new(ip, config.port);
-            // SO_REUSEPORT would let a second server join this port's group
-            // silently; a plain bind first fails as Redis does if it is taken.
-            if let Err(e) = probe_bind(sockaddr) {
-                if optional {
-                    tracing::warn!("could not bind optional address {sockaddr}: {e}");
-                    continue;
-                }
-                return Err(listen_failed(sockaddr, e));
-            }
-            for listeners in per_worker.iter_mut() {
-                match reuseport_listener(sockaddr, config.tcp_backlog) {
-                    Ok(l) => listeners.tcp.push(l),
-                    Err(e) if optional => {
-                        tracing::warn!("could not bind optional address {sockaddr}: {e}");
-                        break;
-                    }
-                    Err(e) => return Err(listen_failed(sockaddr, e)),
-                }
-            }
+        for (listeners, bound) in per_worker.iter_mut().zip(bind_everywhere(&config, config.port, threads)?) {
+            listeners.tcp = bound;
+        }
+    }
+    if config.memcached_port != 0 {
+        for (listeners, bound) in per_worker.iter_mut().zip(bind_everywhere(&config, config.memcached_port, threads)?) {
+            listeners.memcache = bound;
         }
     }
     if let Some(path) = &config.unixsocket {
@@ -239,6 +220,44 @@ fn show_banner(config: &Config) {
 
 /// Redis's words: scripts (Redis's test harness among them) retry on
 /// another port when they read "Failed listening on port".
+/// One SO_REUSEPORT listener per worker on each `bind` address for `port`:
+/// the listeners of each worker, in `bind`'s order.
+fn bind_everywhere(config: &Config, port: u16, threads: usize) -> io::Result<Vec<Vec<mio::net::TcpListener>>> {
+    let mut per_worker: Vec<Vec<mio::net::TcpListener>> = (0..threads).map(|_| Vec::new()).collect();
+    for addr in &config.bind {
+        let (optional, addr) = match addr.strip_prefix('-') {
+            Some(rest) => (true, rest),
+            None => (false, addr.as_str()),
+        };
+        let ip: IpAddr = match addr {
+            "*" => "0.0.0.0".parse().map_err(io::Error::other)?,
+            "::*" => "::".parse().map_err(io::Error::other)?,
+            a => a.parse().map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("bind {a}: {e}")))?,
+        };
+        let sockaddr = SocketAddr::new(ip, port);
+        // SO_REUSEPORT would let a second server join this port's group
+        // silently; a plain bind first fails as Redis does if it is taken.
+        if let Err(e) = probe_bind(sockaddr) {
+            if optional {
+                tracing::warn!("could not bind optional address {sockaddr}: {e}");
+                continue;
+            }
+            return Err(listen_failed(sockaddr, e));
+        }
+        for listeners in per_worker.iter_mut() {
+            match reuseport_listener(sockaddr, config.tcp_backlog) {
+                Ok(l) => listeners.push(l),
+                Err(e) if optional => {
+                    tracing::warn!("could not bind optional address {sockaddr}: {e}");
+                    break;
+                }
+                Err(e) => return Err(listen_failed(sockaddr, e)),
+            }
+        }
+    }
+    Ok(per_worker)
+}
+
 fn listen_failed(addr: SocketAddr, e: io::Error) -> io::Error {
     tracing::warn!("Warning: Could not create server TCP listening socket {addr}: {e}");
     io::Error::new(e.kind(), format!("Failed listening on port {} (TCP), aborting.", addr.port()))

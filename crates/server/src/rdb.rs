@@ -40,6 +40,8 @@ struct GatheredEntry {
     /// A value that is not a string.
     other: Option<RdbValue>,
     expire_at_ms: Option<u64>,
+    /// Memcached flags, 0 for none.
+    flags: u32,
 }
 
 /// A gathered value, as [`Gathered::drain`] hands it out.
@@ -49,7 +51,7 @@ pub enum GatheredValue<'a> {
 }
 
 impl Gathered {
-    pub fn push(&mut self, db: usize, key: &[u8], entry: &Entry) {
+    pub fn push(&mut self, db: usize, key: &[u8], entry: &Entry, flags: u32) {
         self.bytes.extend_from_slice(key);
         let key_end = self.bytes.len();
         let other = match &entry.value {
@@ -60,12 +62,13 @@ impl Gathered {
             value => Some(to_rdb(value)),
         };
         let expire_at_ms = entry.has_expiry().then_some(entry.expire_at_ms);
-        self.entries.push(GatheredEntry { db, key_end, end: self.bytes.len(), other, expire_at_ms });
+        self.entries.push(GatheredEntry { db, key_end, end: self.bytes.len(), other, expire_at_ms, flags });
     }
 
-    /// Hands each entry to `f` in order, (database, key, value, expiry),
-    /// until `f` fails; then empties, keeping the buffers for the next step.
-    pub fn drain<E>(&mut self, mut f: impl FnMut(usize, &[u8], GatheredValue<'_>, Option<u64>) -> Result<(), E>) -> Result<(), E> {
+    /// Hands each entry to `f` in order, (database, key, value, expiry,
+    /// memcached flags), until `f` fails; then empties, keeping the buffers
+    /// for the next step.
+    pub fn drain<E>(&mut self, mut f: impl FnMut(usize, &[u8], GatheredValue<'_>, Option<u64>, u32) -> Result<(), E>) -> Result<(), E> {
         let mut start = 0;
         let result = self.entries.iter().try_for_each(|e| {
             let value = match &e.other {
@@ -74,7 +77,7 @@ impl Gathered {
             };
             let key = &self.bytes[start..e.key_end];
             start = e.end;
-            f(e.db, key, value, e.expire_at_ms)
+            f(e.db, key, value, e.expire_at_ms, e.flags)
         });
         self.entries.clear();
         self.bytes.clear();
@@ -83,8 +86,10 @@ impl Gathered {
 }
 
 impl GatheredValue<'_> {
-    /// Writes the key with this value into the current database of `w`.
-    pub fn write<W: io::Write>(&self, w: &mut RdbWriter<W>, key: &[u8], expire_at_ms: Option<u64>) -> io::Result<()> {
+    /// Writes the key with this value into the current database of `w`,
+    /// after its memcached flags (none for 0).
+    pub fn write<W: io::Write>(&self, w: &mut RdbWriter<W>, key: &[u8], expire_at_ms: Option<u64>, flags: u32) -> io::Result<()> {
+        w.item_flags(flags)?;
         match self {
             GatheredValue::Str(bytes) => w.write_string_key(key, bytes, expire_at_ms),
             GatheredValue::Other(value) => w.write_key(key, value, expire_at_ms),

@@ -40,7 +40,11 @@
 //! contents to the snapshot.
 //!
 //! A key that had expired at S is left out: from S on every command sees
-//! it absent. A key with a TTL gets `PEXPIREAT` with its absolute time.
+//! it absent. A key with a TTL gets `PEXPIREAT` with its absolute time. A
+//! key with memcached flags gets them as the incr files log them (an
+//! `#item-flags` annotation after its last command) or, in an RDB base, as
+//! `keel-rdb`'s `keel-item-flags` aux field; the snapshot gives their value at S
+//! (see `keel_engine::snapshot`).
 //!
 //! # When rewrites start by themselves
 //!
@@ -631,7 +635,7 @@ fn snapshot_into_base(server: &Server, journal: &Journal) -> Result<RewriteSumma
 fn scan_snapshot<S: Send>(
     server: &Server,
     state: &mut S,
-    mut emit: impl FnMut(&mut S, usize, &[u8], &Entry) + Send,
+    mut emit: impl FnMut(&mut S, usize, &[u8], &Entry, u32) + Send,
     mut after_step: impl FnMut(&mut S, bool) -> Result<(), String> + Send,
 ) -> Result<(), String> {
     crate::behind::scan(server, "keel-rewrite-bg", &server.rewrite.urgent, |behind| {
@@ -644,7 +648,7 @@ fn scan_snapshot<S: Send>(
 fn scan_steps<S>(
     server: &Server,
     state: &mut S,
-    emit: &mut impl FnMut(&mut S, usize, &[u8], &Entry),
+    emit: &mut impl FnMut(&mut S, usize, &[u8], &Entry, u32),
     after_step: &mut impl FnMut(&mut S, bool) -> Result<(), String>,
     behind: bool,
 ) -> Result<bool, String> {
@@ -661,8 +665,8 @@ fn scan_steps<S>(
             let mut emitted = 0;
             let done = {
                 let mut locked = keyspace.lock_one(index);
-                locked.shard(index).snapshot_step(STEP_ENTRIES, |db, key, entry| {
-                    emit(state, db, key, entry);
+                locked.shard(index).snapshot_step(STEP_ENTRIES, |db, key, entry, flags| {
+                    emit(state, db, key, entry, flags);
                     emitted += 1;
                 })
             };
@@ -705,7 +709,7 @@ fn write_aof_base(server: &Server, rewrite: &mut Rewrite, s_ms: u64) -> Result<(
     scan_snapshot(
         server,
         &mut buf,
-        |buf, db, key, entry| emit(buf, db, key, entry, s_ms),
+        |buf, db, key, entry, flags| emit(buf, db, key, entry, flags, s_ms),
         |buf, last| {
             if last || buf.len() >= WRITE_BYTES {
                 rewrite.write(buf).map_err(|e| e.to_string())?;
@@ -739,20 +743,20 @@ fn write_rdb_base(
     scan_snapshot(
         server,
         &mut state,
-        |g, db, key, entry| {
+        |g, db, key, entry, flags| {
             if !entry.is_expired(s_ms) {
-                g.entries.push(db, key, entry);
+                g.entries.push(db, key, entry, flags);
             }
         },
         |g, _| {
             let State { writer, db: current, entries } = g;
-            entries.drain(|db, key, value, expire| {
+            entries.drain(|db, key, value, expire, flags| {
                 if *current != Some(db) {
                     let (keys, expires) = counts.get(db).copied().unwrap_or((0, 0));
                     writer.select_db(db as u64, keys, expires).map_err(io_err)?;
                     *current = Some(db);
                 }
-                value.write(writer, key, expire).map_err(io_err)
+                value.write(writer, key, expire, flags).map_err(io_err)
             })
         },
     )?;
@@ -764,7 +768,9 @@ fn write_rdb_base(
 /// Appends the commands that recreate `key` as `entry` has it, in database
 /// `db`, unless it had expired at S (`s_ms`). Collections go
 /// [`ITEMS_PER_CMD`] elements (or pairs) per command, as Redis writes them.
-pub fn emit(buf: &mut BaseBuffer, db: usize, key: &[u8], entry: &Entry, s_ms: u64) {
+/// Non-zero memcached `flags` follow as the incr files log them, after the
+/// key's last command: a PEXPIREAT after them would reset them on replay.
+pub fn emit(buf: &mut BaseBuffer, db: usize, key: &[u8], entry: &Entry, flags: u32, s_ms: u64) {
     if entry.is_expired(s_ms) {
         return;
     }
@@ -804,6 +810,9 @@ pub fn emit(buf: &mut BaseBuffer, db: usize, key: &[u8], entry: &Entry, s_ms: u6
     if entry.has_expiry() {
         let mut scratch = itoa::Buffer::new();
         buf.push(db, &[&b"PEXPIREAT"[..], key, scratch.format(entry.expire_at_ms).as_bytes()]);
+    }
+    if flags != 0 {
+        buf.push_item_flags(flags);
     }
 }
 
@@ -894,12 +903,20 @@ mod tests {
         assert_eq!(p.due(&compacting, rates(1)), Some(Trigger::Disk { projected_bytes: 902_000 }));
     }
 
-    /// The commands in `buf`, as text, SELECTs included.
+    /// The commands in `buf`, as text, SELECTs included, and its
+    /// annotations as they are.
     fn commands(buf: &BaseBuffer) -> Vec<String> {
         use keel_protocol::frame::{parse_frame, Frame};
         let mut bytes = buf.as_bytes();
         let mut out = Vec::new();
-        while let Ok(Some((Frame::Array(items), used))) = parse_frame(bytes) {
+        loop {
+            if bytes.first() == Some(&b'#') {
+                let end = bytes.windows(2).position(|w| w == b"\r\n").expect("annotation line") + 2;
+                out.push(String::from_utf8_lossy(&bytes[..end - 2]).into_owned());
+                bytes = &bytes[end..];
+                continue;
+            }
+            let Ok(Some((Frame::Array(items), used))) = parse_frame(bytes) else { break };
             let words: Vec<String> = items
                 .iter()
                 .map(|f| match f {
@@ -920,30 +937,34 @@ mod tests {
         let entry = |value| Entry::new(value, 0);
         let mut buf = BaseBuffer::new();
         let now = 1_000_000;
-        emit(&mut buf, 0, b"int", &entry(Value::Str(Str::from_bytes(b"-42"))), now);
+        emit(&mut buf, 0, b"int", &entry(Value::Str(Str::from_bytes(b"-42"))), 0, now);
         let mut ttl = entry(Value::Str(Str::from_bytes(b"a b")));
         ttl.expire_at_ms = now + 5;
-        emit(&mut buf, 0, b"ttl", &ttl, now);
+        emit(&mut buf, 0, b"ttl", &ttl, 0, now);
         let mut gone = entry(Value::Str(Str::from_bytes(b"x")));
         gone.expire_at_ms = now;
-        emit(&mut buf, 0, b"gone", &gone, now);
+        emit(&mut buf, 0, b"gone", &gone, 0, now);
         let mut list = List::new(-2);
         for i in 0..70 {
             list.push_back(i.to_string().as_bytes());
         }
-        emit(&mut buf, 1, b"list", &entry(Value::List(list)), now);
+        emit(&mut buf, 1, b"list", &entry(Value::List(list)), 0, now);
         let limits = keel_engine::EncodingLimits::default();
         let pairs = [(&b"f1"[..], &b"v1"[..]), (b"f2", b"v2")];
-        emit(&mut buf, 1, b"hlp", &entry(Value::Hash(Hash::from_pairs(pairs, &limits))), now);
+        emit(&mut buf, 1, b"hlp", &entry(Value::Hash(Hash::from_pairs(pairs, &limits))), 0, now);
         let table_limits = keel_engine::EncodingLimits { hash_max_listpack_entries: 0, ..limits };
         let table = Hash::from_pairs([(&b"f"[..], &b"v"[..])], &table_limits);
         assert_eq!(table.encoding(), "hashtable");
-        emit(&mut buf, 1, b"hht", &entry(Value::Hash(table)), now);
+        emit(&mut buf, 1, b"hht", &entry(Value::Hash(table)), 0, now);
         let ints = Set::from_members([Member::Int(-1), Member::Int(7)], 512);
-        emit(&mut buf, 2, b"si", &entry(Value::Set(ints)), now);
-        emit(&mut buf, 2, b"st", &entry(Value::Set(Set::from_members([Member::Bytes(b"m")], 512))), now);
+        emit(&mut buf, 2, b"si", &entry(Value::Set(ints)), 0, now);
+        emit(&mut buf, 2, b"st", &entry(Value::Set(Set::from_members([Member::Bytes(b"m")], 512))), 0, now);
         let scores = [(&b"c"[..], f64::NEG_INFINITY), (b"b", 0.1), (b"a", 1.5)];
-        emit(&mut buf, 2, b"z", &entry(Value::ZSet(ZSet::from_sorted(&scores, &limits))), now);
+        emit(&mut buf, 2, b"z", &entry(Value::ZSet(ZSet::from_sorted(&scores, &limits))), 0, now);
+        // Memcached flags, after the key's last command; none for an expired key.
+        emit(&mut buf, 2, b"mc", &entry(Value::Str(Str::from_bytes(b"abc"))), 42, now);
+        emit(&mut buf, 2, b"mcttl", &ttl, u32::MAX, now);
+        emit(&mut buf, 2, b"mcgone", &gone, 7, now);
         let got = commands(&buf);
         let list_first: Vec<String> = (0..64).map(|i| i.to_string()).collect();
         let list_rest: Vec<String> = (64..70).map(|i| i.to_string()).collect();
@@ -961,6 +982,11 @@ mod tests {
             "SADD si -1 7".into(),
             "SADD st m".into(),
             "ZADD z -inf c 0.10000000000000001 b 1.5 a".into(),
+            "SET mc abc".into(),
+            "#item-flags:42".into(),
+            "SET mcttl a b".into(),
+            format!("PEXPIREAT mcttl {}", now + 5),
+            "#item-flags:4294967295".into(),
         ];
         assert_eq!(got, expected);
     }

@@ -160,6 +160,8 @@ pub struct Server {
     pub blocking: crate::blocking::Registry,
     /// Who listens to which channel (SUBSCRIBE and its kin).
     pub pubsub: crate::pubsub::Registry,
+    /// The memcached protocol's counters and CAS values (`crate::memcache`).
+    pub memcache: crate::memcache::State,
     pub workers: Vec<Arc<WorkerStats>>,
     /// Which workers have work, and where: BGSAVE steps aside for them.
     pub worker_cores: crate::give_way::WorkerCores,
@@ -332,6 +334,7 @@ impl Server {
             clients: Clients::default(),
             blocking: Default::default(),
             pubsub: Default::default(),
+            memcache: crate::memcache::State::new(),
             workers: (0..thread_count).map(|_| Arc::new(WorkerStats::new(command_count))).collect(),
             worker_cores: crate::give_way::WorkerCores::new(thread_count),
             mailboxes: RwLock::new(Vec::new()),

@@ -50,6 +50,10 @@
 //! back after another: the file then has a `SELECTDB` each time the
 //! database changes (valid RDB: Redis and `RdbReader` simply switch
 //! database). Its `RESIZEDB` hint is the database's key count at S.
+//!
+//! A key's memcached flags go with it, as `keel-rdb`'s `keel-item-flags`
+//! aux field (which Redis skips); every load gives them back. RESTORE
+//! takes none: its payload has no place for them.
 
 use std::fs::{self, File};
 use std::io::{self, BufReader, BufWriter, Write};
@@ -613,13 +617,13 @@ impl DumpWriter {
         Ok(DumpWriter { w, current_db: None, counts: Vec::new(), key_delay_us: settings.key_delay_us })
     }
 
-    fn key(&mut self, db: usize, key: &[u8], value: GatheredValue<'_>, expire: Option<u64>) -> Result<(), String> {
+    fn key(&mut self, db: usize, key: &[u8], value: GatheredValue<'_>, expire: Option<u64>, flags: u32) -> Result<(), String> {
         if self.current_db != Some(db) {
             let (keys, expires) = self.counts.get(db).copied().unwrap_or((0, 0));
             self.w.select_db(db as u64, keys, expires).map_err(|e| e.to_string())?;
             self.current_db = Some(db);
         }
-        value.write(&mut self.w, key, expire).map_err(|e| e.to_string())?;
+        value.write(&mut self.w, key, expire, flags).map_err(|e| e.to_string())?;
         if self.key_delay_us > 0 {
             std::thread::sleep(Duration::from_micros(self.key_delay_us as u64));
         }
@@ -727,13 +731,13 @@ fn stream(server: &Server, out: &mut DumpWriter, stop: &dyn Fn() -> bool, behind
             }
             let done = {
                 let mut locked = keyspace.lock_one(index);
-                locked.shard(index).snapshot_step(STEP_ENTRIES, |db, key, entry: &Entry| buf.push(db, key, entry))
+                locked.shard(index).snapshot_step(STEP_ENTRIES, |db, key, entry: &Entry, flags| buf.push(db, key, entry, flags))
             };
-            buf.drain(|db, key, value, expire| {
+            buf.drain(|db, key, value, expire, flags| {
                 if next_piece() {
                     return Err(stopped());
                 }
-                out.key(db, key, value, expire)?;
+                out.key(db, key, value, expire, flags)?;
                 server.snapshot_progress.keys_processed.fetch_add(1, Ordering::Relaxed);
                 Ok(())
             })?;
@@ -761,7 +765,8 @@ fn save_held(server: &Server, locked: &mut Locked<'_>) -> Result<u64, SaveError>
             for (db, d) in shard.dbs().iter().enumerate() {
                 for (key, entry) in d.iter() {
                     let expire = entry.has_expiry().then_some(entry.expire_at_ms);
-                    out.key(db, key, GatheredValue::Other(&crate::rdb::to_rdb(&entry.value)), expire)?;
+                    let flags = d.item_meta(key).flags;
+                    out.key(db, key, GatheredValue::Other(&crate::rdb::to_rdb(&entry.value)), expire, flags)?;
                 }
             }
         }
@@ -861,12 +866,12 @@ pub fn keys_per_shard(server: &Server, keys: u64, file_bytes: u64) -> usize {
 }
 
 /// A read entry as the keyspace holds it, in the encodings the current
-/// limits give it (built off any lock).
-fn build_entry(e: RdbEntry, limits: &EncodingLimits, lru_s: u32) -> (usize, Vec<u8>, Entry) {
+/// limits give it (built off any lock), and its memcached flags.
+fn build_entry(e: RdbEntry, limits: &EncodingLimits, lru_s: u32) -> (usize, Vec<u8>, Entry, u32) {
     let access_s = lru_s.saturating_sub(e.idle_s.unwrap_or(0).min(u64::from(u32::MAX)) as u32);
     let mut entry = Entry::new(crate::rdb::from_rdb(e.value, limits), access_s);
     entry.expire_at_ms = e.expire_at_ms.unwrap_or(0);
-    (e.db as usize, e.key, entry)
+    (e.db as usize, e.key, entry, e.item_flags.unwrap_or(0))
 }
 
 /// Inserts a read entry into the shards the caller holds (DEBUG RELOAD,
@@ -879,17 +884,22 @@ pub fn insert_held(
     lru_s: u32,
     replace: bool,
 ) -> Result<(), LoadError> {
-    let (db, key, entry) = build_entry(e, limits, lru_s);
-    insert_into(locked.shard_for(&server.keyspace, &key).db(db), &key, entry, replace)
+    let (db, key, entry, flags) = build_entry(e, limits, lru_s);
+    insert_into(locked.shard_for(&server.keyspace, &key).db(db), &key, entry, flags, replace)
 }
 
-/// Inserts into `db`, refusing a key the dataset already has (Redis stops
-/// on a duplicated key too) unless `replace`.
-fn insert_into(db: &mut keel_engine::Db, key: &[u8], entry: Entry, replace: bool) -> Result<(), LoadError> {
+/// Inserts into `db` with its memcached flags (0: none), refusing a key
+/// the dataset already has (Redis stops on a duplicated key too) unless
+/// `replace`.
+fn insert_into(db: &mut keel_engine::Db, key: &[u8], entry: Entry, flags: u32, replace: bool) -> Result<(), LoadError> {
     if !replace && db.peek(key).is_some() {
         return Err(format!("duplicated key '{}'", String::from_utf8_lossy(key)));
     }
     db.insert_entry(key, entry);
+    // After the insert, which drops a replaced key's flags.
+    if flags != 0 {
+        db.set_item_meta(key, keel_engine::ItemMeta { flags, cas: 0 });
+    }
     Ok(())
 }
 
@@ -926,9 +936,9 @@ impl<'scope> Inserters<'scope> {
                 let mut loaded = 0u64;
                 for batch in rx {
                     for e in batch {
-                        let (db, key, entry) = build_entry(e, &limits, lru_s);
+                        let (db, key, entry, flags) = build_entry(e, &limits, lru_s);
                         let index = keyspace.shard_of_key(&key);
-                        insert_into(keyspace.lock_one(index).shard(index).db(db), &key, entry, replace)?;
+                        insert_into(keyspace.lock_one(index).shard(index).db(db), &key, entry, flags, replace)?;
                         loaded += 1;
                     }
                 }

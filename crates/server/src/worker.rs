@@ -22,6 +22,10 @@ use crate::server::{unix_ms, Mailbox, Server, WorkerStats};
 const WAKER: Token = Token(usize::MAX - 1);
 const TCP_LISTENER: Token = Token(usize::MAX - 2);
 const UNIX_LISTENER: Token = Token(usize::MAX - 3);
+/// The first memcached listener's token; the next ones count down from it.
+const MEMCACHE_LISTENER: Token = Token(usize::MAX - 200);
+/// At most this many listeners per protocol (`bind` addresses).
+const LISTENERS_MAX: usize = 64;
 
 /// Read granularity; the buffer grows past it only for a request that
 /// does not fit.
@@ -105,6 +109,23 @@ struct Conn {
     /// Since when (Unix seconds) the pending output has been at or over the
     /// soft `client-output-buffer-limit`.
     over_soft_since: Option<u64>,
+    /// A memcached client's state; None for a Redis client.
+    memcache: Option<Box<McConn>>,
+}
+
+/// What a connection on `memcached-port` keeps besides a Redis client's.
+#[derive(Default)]
+struct McConn {
+    /// Bytes still to drop: the rest of a refused storage command's data.
+    swallow: usize,
+    /// Takes the replies of the Redis commands requests run as.
+    scratch: Vec<u8>,
+}
+
+/// What the parsers of both protocols are bounded by.
+struct ParseLimits {
+    resp: keel_protocol::Limits,
+    memcache: keel_protocol::memcache::McLimits,
 }
 
 /// A connection one worker admitted, on its way to the worker that will
@@ -113,6 +134,8 @@ pub struct Accepted {
     stream: Stream,
     addr: String,
     laddr: String,
+    /// From `memcached-port`: speaks the memcached text protocol.
+    memcache: bool,
 }
 
 impl std::fmt::Debug for Accepted {
@@ -123,6 +146,8 @@ impl std::fmt::Debug for Accepted {
 
 pub struct Listeners {
     pub tcp: Vec<TcpListener>,
+    /// On `memcached-port`.
+    pub memcache: Vec<TcpListener>,
     pub unix: Option<UnixListener>,
 }
 
@@ -164,6 +189,9 @@ impl Worker {
         let poll = Poll::new()?;
         for (i, l) in listeners.tcp.iter_mut().enumerate() {
             poll.registry().register(l, Token(TCP_LISTENER.0 - 2 * i), Interest::READABLE)?;
+        }
+        for (i, l) in listeners.memcache.iter_mut().enumerate() {
+            poll.registry().register(l, Token(MEMCACHE_LISTENER.0 - i), Interest::READABLE)?;
         }
         if let Some(l) = listeners.unix.as_mut() {
             poll.registry().register(l, UNIX_LISTENER, Interest::READABLE)?;
@@ -228,8 +256,14 @@ impl Worker {
                 match event.token() {
                     WAKER => self.drain_mailbox(),
                     UNIX_LISTENER => self.accept_unix(),
-                    t if t.0 <= TCP_LISTENER.0 && t.0 > TCP_LISTENER.0 - 2 * 64 && (TCP_LISTENER.0 - t.0).is_multiple_of(2) => {
-                        self.accept_tcp((TCP_LISTENER.0 - t.0) / 2)
+                    t if t.0 <= TCP_LISTENER.0
+                        && t.0 > TCP_LISTENER.0 - 2 * LISTENERS_MAX
+                        && (TCP_LISTENER.0 - t.0).is_multiple_of(2) =>
+                    {
+                        self.accept_tcp((TCP_LISTENER.0 - t.0) / 2, false)
+                    }
+                    t if t.0 <= MEMCACHE_LISTENER.0 && t.0 > MEMCACHE_LISTENER.0 - LISTENERS_MAX => {
+                        self.accept_tcp(MEMCACHE_LISTENER.0 - t.0, true)
                     }
                     Token(key) => self.serve(key, event.is_read_closed()),
                 }
@@ -275,9 +309,10 @@ impl Worker {
         }
     }
 
-    fn accept_tcp(&mut self, which: usize) {
+    fn accept_tcp(&mut self, which: usize, memcache: bool) {
         loop {
-            let accepted = self.listeners.tcp[which].accept();
+            let listeners = if memcache { &self.listeners.memcache } else { &self.listeners.tcp };
+            let accepted = listeners[which].accept();
             match accepted {
                 Ok((stream, peer)) => {
                     let _ = stream.set_nodelay(true);
@@ -291,7 +326,7 @@ impl Worker {
                     let laddr = stream.local_addr().map(|a| fmt_addr(&a)).unwrap_or_default();
                     // Redis's `islocalClient`: these two addresses exactly.
                     let local = peer.ip() == Ipv4Addr::LOCALHOST || peer.ip() == Ipv6Addr::LOCALHOST;
-                    self.admit(Stream::Tcp(stream), fmt_addr(&peer), laddr, local);
+                    self.admit(Stream::Tcp(stream), fmt_addr(&peer), laddr, local, memcache);
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) => {
@@ -309,7 +344,7 @@ impl Worker {
                 Ok((stream, _)) => {
                     let path = self.server.config.read().unixsocket.clone().unwrap_or_default();
                     let path = path.display().to_string();
-                    self.admit(Stream::Unix(stream), format!("{path}:0"), path, true);
+                    self.admit(Stream::Unix(stream), format!("{path}:0"), path, true, false);
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) => {
@@ -326,24 +361,29 @@ impl Worker {
     /// connections, this one on a tie. The kernel's SO_REUSEPORT hash
     /// alone split 70 connections 40/30 over two workers, and the unix
     /// socket is worker 0's alone.
-    fn admit(&mut self, mut stream: Stream, addr: String, laddr: String, local: bool) {
+    fn admit(&mut self, mut stream: Stream, addr: String, laddr: String, local: bool, memcache: bool) {
         self.stats.connections_received.fetch_add(1, Ordering::Relaxed);
         let (maxclients, needs_auth, protected) = {
             let config = self.server.config.read();
             (config.maxclients, config.requirepass.is_some(), config.protected_mode)
         };
-        if self.server.clients.connected.load(Ordering::Relaxed) >= maxclients {
+        let refusal: Option<&[u8]> = if self.server.clients.connected.load(Ordering::Relaxed) >= maxclients {
+            Some(if memcache { b"SERVER_ERROR max number of clients reached\r\n" } else { b"-ERR max number of clients reached\r\n" })
+        } else if memcache && needs_auth {
+            // The text protocol has no way to give a password.
+            Some(b"SERVER_ERROR requirepass is set: Keel serves memcached clients only without a password\r\n")
+        } else if protected && !needs_auth && !local {
+            Some(if memcache { MEMCACHE_PROTECTED_MODE_DENIED } else { PROTECTED_MODE_DENIED })
+        } else {
+            None
+        };
+        if let Some(refusal) = refusal {
             // Counted first: a client that has read the refusal must find it in INFO.
             self.stats.rejected_connections.fetch_add(1, Ordering::Relaxed);
-            let _ = stream.write_all(b"-ERR max number of clients reached\r\n");
+            let _ = stream.write_all(refusal);
             return;
         }
-        if protected && !needs_auth && !local {
-            self.stats.rejected_connections.fetch_add(1, Ordering::Relaxed);
-            let _ = stream.write_all(PROTECTED_MODE_DENIED);
-            return;
-        }
-        let accepted = Accepted { stream, addr, laddr };
+        let accepted = Accepted { stream, addr, laddr, memcache };
         match self.least_loaded() {
             target if target == self.index => self.adopt(accepted),
             target => self.server.send(target, Message::Adopt(accepted)),
@@ -368,7 +408,7 @@ impl Worker {
 
     /// Starts serving a connection admitted here or by another worker.
     fn adopt(&mut self, accepted: Accepted) {
-        let Accepted { mut stream, addr, laddr } = accepted;
+        let Accepted { mut stream, addr, laddr, memcache } = accepted;
         let needs_auth = self.server.config.read().requirepass.is_some();
         let unix = matches!(stream, Stream::Unix(_));
         let fd = match &stream {
@@ -376,7 +416,7 @@ impl Worker {
             Stream::Unix(s) => std::os::fd::AsRawFd::as_raw_fd(s),
         };
         let info = Arc::new(ClientInfo::new(self.server.clients.next_id(), addr, laddr, fd, unix));
-        let mut client = Client::new(info.clone(), !needs_auth);
+        let mut client = Client::new(info.clone(), !needs_auth || memcache);
         client.worker = self.index;
         let entry = self.conns.vacant_entry();
         let token = Token(entry.key());
@@ -402,7 +442,13 @@ impl Worker {
             gated: false,
             unsent: false,
             over_soft_since: None,
+            memcache: memcache.then(Box::default),
         });
+        if memcache {
+            let state = &self.server.memcache;
+            state.curr_connections.fetch_add(1, Ordering::Relaxed);
+            state.total_connections.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     fn drain_mailbox(&mut self) {
@@ -460,16 +506,8 @@ impl Worker {
     /// fewer per request). A peer that half-closed raised its only event
     /// already (`read_closed`), so then reading goes on to the end.
     fn serve(&mut self, key: usize, read_closed: bool) {
-        let (limits, query_limit) = {
-            let config = self.server.config.read();
-            (
-                keel_protocol::Limits {
-                    max_bulk_len: config.proto_max_bulk_len,
-                    ..keel_protocol::Limits::default()
-                },
-                config.client_query_buffer_limit,
-            )
-        };
+        let limits = self.limits();
+        let query_limit = self.server.config.read().client_query_buffer_limit;
         let Some(conn) = self.conns.get_mut(key) else { return };
         let mut eof = false;
         loop {
@@ -626,9 +664,12 @@ impl Worker {
         self.flush(key);
     }
 
-    fn limits(&self) -> keel_protocol::Limits {
+    fn limits(&self) -> ParseLimits {
         let config = self.server.config.read();
-        keel_protocol::Limits { max_bulk_len: config.proto_max_bulk_len, ..keel_protocol::Limits::default() }
+        ParseLimits {
+            resp: keel_protocol::Limits { max_bulk_len: config.proto_max_bulk_len, ..keel_protocol::Limits::default() },
+            memcache: keel_protocol::memcache::McLimits { max_item_size: config.memcached_max_item_size },
+        }
     }
 
     /// Writes what may leave of a connection's output, or, under
@@ -719,6 +760,9 @@ impl Worker {
             }
             command::transactions::unwatch_all(&self.server, &mut conn.client);
             self.server.pubsub.forget(&mut conn.client);
+            if conn.memcache.is_some() {
+                self.server.memcache.curr_connections.fetch_sub(1, Ordering::Relaxed);
+            }
             // Before the client leaves the registry: whoever sees it gone
             // sees this worker serving one fewer.
             self.stats.connections.fetch_sub(1, Ordering::Relaxed);
@@ -831,7 +875,7 @@ impl Worker {
 }
 
 /// Parses and executes every complete request in the read buffer.
-fn process(server: &Server, stats: &WorkerStats, conn: &mut Conn, limits: &keel_protocol::Limits) {
+fn process(server: &Server, stats: &WorkerStats, conn: &mut Conn, limits: &ParseLimits) {
     if conn.client.close_after_reply {
         conn.rstart = conn.rend;
         return;
@@ -839,8 +883,11 @@ fn process(server: &Server, stats: &WorkerStats, conn: &mut Conn, limits: &keel_
     if conn.paused || conn.client.blocked.is_some() {
         return;
     }
+    if conn.memcache.is_some() {
+        return process_memcache(server, stats, conn, &limits.memcache);
+    }
     let unauthenticated = !conn.client.authenticated;
-    let limits = keel_protocol::Limits { unauthenticated, ..*limits };
+    let limits = keel_protocol::Limits { unauthenticated, ..limits.resp };
     let now_ms = unix_ms();
     conn.client.info.last_interaction_ms.store(now_ms, Ordering::Relaxed);
     while conn.rstart < conn.rend {
@@ -905,6 +952,73 @@ fn process(server: &Server, stats: &WorkerStats, conn: &mut Conn, limits: &keel_
             return;
         }
     }
+}
+
+/// `process` for a memcached client.
+fn process_memcache(server: &Server, stats: &WorkerStats, conn: &mut Conn, limits: &keel_protocol::memcache::McLimits) {
+    let now_ms = unix_ms();
+    conn.client.info.last_interaction_ms.store(now_ms, Ordering::Relaxed);
+    let Conn { rbuf, rstart, rend, wbuf, gate, client, paused, memcache, .. } = conn;
+    let mc = memcache.as_mut().expect("a memcached connection");
+    while *rstart < *rend {
+        if mc.swallow > 0 {
+            let n = mc.swallow.min(*rend - *rstart);
+            *rstart += n;
+            mc.swallow -= n;
+            continue;
+        }
+        match keel_protocol::memcache::parse(&rbuf[*rstart..*rend], limits) {
+            Ok(None) => return,
+            Ok(Some((request, consumed))) => {
+                if server.held_by_load() || held_by_pause_memcache(server, &request) {
+                    *paused = true;
+                    client.info.blocked.store(true, Ordering::Relaxed);
+                    return;
+                }
+                client.info.qbuf.store((*rend - *rstart) as u64, Ordering::Relaxed);
+                let start = wbuf.len();
+                let lsn = crate::memcache::execute(server, stats, client, wbuf, &mut mc.scratch, &request, now_ms);
+                if server.gate_replies() && lsn > 0 && wbuf.len() > start {
+                    gate.push_back((start, lsn));
+                }
+                if let keel_protocol::memcache::McRequest::SetTooLarge { swallow, .. } = request {
+                    mc.swallow = swallow;
+                }
+                *rstart += consumed;
+            }
+            Err(refused) => {
+                if let Some(reply) = refused.reply {
+                    wbuf.extend_from_slice(reply.as_bytes());
+                    wbuf.extend_from_slice(b"\r\n");
+                }
+                *rstart += refused.consumed;
+                mc.swallow = refused.swallow;
+                client.close_after_reply |= refused.close;
+            }
+        }
+        if client.close_after_reply {
+            *rstart = *rend;
+            return;
+        }
+    }
+}
+
+/// Whether CLIENT PAUSE holds a memcached request back: under `WRITE`,
+/// those that may write.
+fn held_by_pause_memcache(server: &Server, request: &keel_protocol::memcache::McRequest<'_>) -> bool {
+    use keel_protocol::memcache::McRequest;
+    let Some(writes_only) = server.paused(unix_ms) else { return false };
+    !writes_only
+        || matches!(
+            request,
+            McRequest::Store { .. }
+                | McRequest::SetTooLarge { .. }
+                | McRequest::Delete { .. }
+                | McRequest::Arith { .. }
+                | McRequest::Touch { .. }
+                | McRequest::FlushAll { .. }
+                | McRequest::Get { touch: Some(_), .. }
+        )
 }
 
 /// How many pipelined requests are parsed before the first of them runs.
@@ -1035,6 +1149,9 @@ fn over_output_limit(conn: &mut Conn, limit: &[AtomicU64; 3]) -> bool {
 }
 
 /// Redis 7.0's answer to a client `protected-mode` turns away, word for word.
+/// A memcached client's refusal by protected mode, on one line.
+const MEMCACHE_PROTECTED_MODE_DENIED: &[u8] = b"SERVER_ERROR Keel is running in protected mode: no password is set and the client is not local\r\n";
+
 const PROTECTED_MODE_DENIED: &[u8] = b"-DENIED Redis is running in protected mode because protected \
 mode is enabled and no password is set for the default user. In this mode connections are only accepted \
 from the loopback interface. If you want to connect from external computers to Redis you may adopt one of \

@@ -56,6 +56,7 @@ pub fn command(item: Replayed) -> (usize, Vec<Vec<u8>>) {
         Replayed::Command { db, argv } => (db, argv),
         Replayed::Key(key) => panic!("an RDB key where a command was expected: {key:?}"),
         Replayed::Resize { db, .. } => panic!("an RDB sizing hint (db {db}) where a command was expected"),
+        Replayed::ItemFlags { flags } => panic!("item flags {flags} where a command was expected"),
     }
 }
 

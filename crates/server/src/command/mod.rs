@@ -504,6 +504,12 @@ impl<'a> Ctx<'a> {
         self.durability.replaced = Some(commands);
     }
 
+    /// Logs the memcached flags of the key the running command wrote after
+    /// its record, so that a replay gives them back (none for 0).
+    pub fn log_item_flags(&mut self, flags: u32) {
+        self.durability.item_flags = (flags != 0).then_some(flags);
+    }
+
     /// A keyspace event on `key` of the selected database, where Redis
     /// calls notifyKeyspaceEvent (`crate::notify`); one relaxed load when
     /// notifications are off.
@@ -832,10 +838,30 @@ fn dispatch(
         stats.commands[index].rejected_calls.fetch_add(1, Ordering::Relaxed);
         return Err(CmdError::other("ERR Replica can't interact with the keyspace"));
     }
+    run_locked(server, stats, client, wbuf, (index, spec), argv, now_ms, lsn, spec.handler)
+}
+
+/// Runs `handler` as the command `spec` with `argv`: under the locks of
+/// `argv`'s keys, then logs what it changed, delivers the messages it
+/// published, feeds MONITOR and serves the clients its writes unblocked.
+/// `lsn` is the journal position the reply depends on. The memcached
+/// commands run through here as the Redis commands they stand for.
+#[allow(clippy::too_many_arguments)]
+pub fn run_locked(
+    server: &Server,
+    stats: &WorkerStats,
+    client: &mut Client,
+    wbuf: &mut Vec<u8>,
+    (index, spec): (usize, &'static CommandSpec),
+    argv: &[&[u8]],
+    now_ms: u64,
+    lsn: &mut u64,
+    handler: impl FnOnce(&mut Ctx<'_>, &[&[u8]]) -> CmdResult,
+) -> CmdResult {
     let locked = lock_for(&server.keyspace, spec, argv);
     let mut ctx = Ctx::new(server, stats, client, wbuf, locked, now_ms);
     crate::durability::check_writable(server, spec)?;
-    let result = run(&mut ctx, index, spec, argv);
+    let result = run_with(&mut ctx, index, spec, argv, handler);
     *lsn = crate::durability::commit(&mut ctx);
     if !ctx.published.is_empty() {
         crate::pubsub::deliver(server, std::mem::take(&mut ctx.published));
@@ -866,6 +892,24 @@ fn reject(server: &Server, stats: &WorkerStats, client: &mut Client, index: usiz
 /// Runs a resolved command under the locks `ctx` already holds, counting
 /// it in the per-command statistics.
 pub fn run(ctx: &mut Ctx<'_>, index: usize, spec: &CommandSpec, argv: &[&[u8]]) -> CmdResult {
+    run_with(ctx, index, spec, argv, spec.handler)
+}
+
+/// Calls the handler of the command `argv` names, within another's run
+/// (a memcached request running as that command).
+pub fn run_handler(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
+    let (_, spec) = table().lookup(argv[0]).ok_or_else(|| unknown_command(argv))?;
+    (spec.handler)(ctx, argv)
+}
+
+/// `run` with `handler` in place of the command's own.
+fn run_with(
+    ctx: &mut Ctx<'_>,
+    index: usize,
+    spec: &CommandSpec,
+    argv: &[&[u8]],
+    handler: impl FnOnce(&mut Ctx<'_>, &[&[u8]]) -> CmdResult,
+) -> CmdResult {
     let started = std::time::Instant::now();
     // A running snapshot must see the keys a write names as they were at
     // its start (`rewrite.rs`); one relaxed load when none runs.
@@ -879,7 +923,7 @@ pub fn run(ctx: &mut Ctx<'_>, index: usize, spec: &CommandSpec, argv: &[&[u8]]) 
             }
         }
     }
-    let result = (spec.handler)(ctx, argv);
+    let result = handler(ctx, argv);
     if ctx.server.notify_flags.load(Ordering::Relaxed) & crate::notify::NEW != 0 {
         ctx.notify_created();
     }

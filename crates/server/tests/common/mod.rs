@@ -12,6 +12,7 @@ pub use keel_protocol::frame::Frame;
 pub use keel_testkit::free_port;
 
 pub mod diff;
+pub mod memcache;
 pub mod state;
 
 /// `INFO section` on a fresh connection, authenticated with `password`

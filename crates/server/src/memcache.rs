@@ -1,0 +1,607 @@
+//! The memcached text protocol (memcached 1.6's ASCII commands), served on
+//! `memcached-port` over the keyspace Redis clients see: an item is a
+//! string key of database 0, so a value stored through either protocol
+//! reads back through the other.
+//!
+//! Each request runs as the Redis command it stands for
+//! ([`command::run_locked`]): `set` as SET, `add` as SET NX, `delete` as
+//! DEL, `touch` as PEXPIREAT, a key of `get` as GET. It is therefore
+//! journaled, held until durable under `appendfsync always`, announced to
+//! keyspace subscribers, shown to MONITOR and counted in INFO
+//! commandstats as that command. What memcached keeps beside a value, its
+//! flags and CAS value, lives in the database's item table
+//! ([`keel_engine::ItemMeta`]); a write through a Redis command drops both.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use keel_engine::{ItemMeta, Str, Value};
+use keel_protocol::memcache::{McRequest, StoreKind};
+
+use crate::client::Client;
+use crate::command::{self, CmdError, CmdResult, Ctx};
+use crate::notify;
+use crate::server::{Server, WorkerStats};
+
+/// The memcached version Keel answers `version` with: the one whose text
+/// protocol it speaks. Clients read it to know what to expect (libmemcached's
+/// memcapable expects 1.6's errors only from 1.6 on), as Redis clients
+/// read `redis_version`.
+pub const MEMCACHED_VERSION: &str = "1.6.18";
+
+/// memcached's REALTIME_MAXDELTA: expiry times up to 30 days are relative
+/// seconds, larger ones absolute Unix times.
+const RELATIVE_EXPIRY_MAX_S: i64 = 60 * 60 * 24 * 30;
+
+/// What `stats` reports beyond the keyspace, and where CAS values come from.
+pub struct State {
+    /// The next CAS value. It starts at the start time in microseconds, so
+    /// that values handed out before a restart are never handed out again
+    /// (a client holding one must not succeed against a later version);
+    /// that holds unless a server averages more than one CAS value per
+    /// microsecond over its life.
+    next_cas: AtomicU64,
+    pub curr_connections: AtomicU64,
+    pub total_connections: AtomicU64,
+    counters: [AtomicU64; Counter::COUNT],
+}
+
+/// The counters of memcached's `stats` that Keel keeps, in its order.
+#[derive(Clone, Copy)]
+enum Counter {
+    CmdGet,
+    CmdSet,
+    CmdFlush,
+    CmdTouch,
+    GetHits,
+    GetMisses,
+    DeleteMisses,
+    DeleteHits,
+    IncrMisses,
+    IncrHits,
+    DecrMisses,
+    DecrHits,
+    CasMisses,
+    CasHits,
+    CasBadval,
+    TouchHits,
+    TouchMisses,
+}
+
+impl Counter {
+    const COUNT: usize = 17;
+    const NAMES: [&'static str; Counter::COUNT] = [
+        "cmd_get",
+        "cmd_set",
+        "cmd_flush",
+        "cmd_touch",
+        "get_hits",
+        "get_misses",
+        "delete_misses",
+        "delete_hits",
+        "incr_misses",
+        "incr_hits",
+        "decr_misses",
+        "decr_hits",
+        "cas_misses",
+        "cas_hits",
+        "cas_badval",
+        "touch_hits",
+        "touch_misses",
+    ];
+}
+
+impl State {
+    pub fn new() -> State {
+        State {
+            next_cas: AtomicU64::new(crate::server::unix_us().max(1)),
+            curr_connections: AtomicU64::new(0),
+            total_connections: AtomicU64::new(0),
+            counters: std::array::from_fn(|_| AtomicU64::new(0)),
+        }
+    }
+
+    fn count(&self, counter: Counter) {
+        self.counters[counter as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn next_cas(&self) -> u64 {
+        self.next_cas.fetch_add(1, Ordering::Relaxed)
+    }
+}
+
+impl Default for State {
+    fn default() -> State {
+        State::new()
+    }
+}
+
+/// Runs one request, appending its reply to `wbuf` (nothing for
+/// `noreply`), and returns the journal position the reply waits for.
+/// `scratch` takes the replies of the Redis commands requests run as.
+pub fn execute(
+    server: &Server,
+    stats: &WorkerStats,
+    client: &mut Client,
+    wbuf: &mut Vec<u8>,
+    scratch: &mut Vec<u8>,
+    request: &McRequest<'_>,
+    now_ms: u64,
+) -> u64 {
+    let mut run = Run { server, stats, client, scratch, now_ms, lsn: 0 };
+    let (reply, noreply) = match request {
+        McRequest::Get { cas, touch, keys } => {
+            run.get(wbuf, keys, *cas, *touch);
+            return run.lsn;
+        }
+        McRequest::Store { kind, key, flags, exptime, data, cas_unique, noreply } => {
+            (run.store(*kind, key, *flags, *exptime, data, *cas_unique), *noreply)
+        }
+        McRequest::Delete { key, noreply } => (run.delete(key), *noreply),
+        McRequest::Arith { incr, key, delta, noreply } => (run.arith(*incr, key, *delta), *noreply),
+        McRequest::Touch { key, exptime, noreply } => (run.touch(key, *exptime), *noreply),
+        McRequest::FlushAll { delay, noreply } => (run.flush_all(*delay), *noreply),
+        McRequest::Version => (Ok(format!("VERSION {MEMCACHED_VERSION}").into()), false),
+        McRequest::Verbosity { noreply } => (Ok("OK".into()), *noreply),
+        McRequest::Stats { args } => {
+            stats_reply(server, args, wbuf);
+            return 0;
+        }
+        McRequest::Quit => {
+            client.close_after_reply = true;
+            return 0;
+        }
+        McRequest::SetTooLarge { key, noreply, .. } => (run.refuse_set(key), *noreply),
+        McRequest::Unsupported { name } => (
+            Err(Failure::Client(format!("Keel does not support the {} command", String::from_utf8_lossy(name)))),
+            false,
+        ),
+    };
+    let lsn = run.lsn;
+    match reply {
+        Ok(_) if noreply => {}
+        Ok(line) => line_to(wbuf, &line),
+        // memcached answers a client error only when a reply is wanted,
+        // but always says when the server failed.
+        Err(Failure::Client(_)) if noreply => {}
+        Err(Failure::Client(text)) => line_to(wbuf, &format!("CLIENT_ERROR {text}")),
+        Err(Failure::Server(e)) => {
+            let text = e.to_string();
+            server.count_error(&text);
+            line_to(wbuf, &format!("SERVER_ERROR {text}"));
+        }
+    }
+    lsn
+}
+
+/// Why a request failed: memcached's CLIENT_ERROR, or a Redis error of the
+/// command it ran as (MISCONF, WRONGTYPE, ...), sent as SERVER_ERROR.
+enum Failure {
+    Client(String),
+    Server(CmdError),
+}
+
+impl From<CmdError> for Failure {
+    fn from(e: CmdError) -> Failure {
+        Failure::Server(e)
+    }
+}
+
+type Reply = Result<std::borrow::Cow<'static, str>, Failure>;
+
+fn line_to(wbuf: &mut Vec<u8>, line: &str) {
+    wbuf.extend_from_slice(line.as_bytes());
+    wbuf.extend_from_slice(b"\r\n");
+}
+
+/// One request's context: what running a Redis command needs.
+struct Run<'r> {
+    server: &'r Server,
+    stats: &'r WorkerStats,
+    client: &'r mut Client,
+    scratch: &'r mut Vec<u8>,
+    now_ms: u64,
+    /// The highest journal position a reply waits for.
+    lsn: u64,
+}
+
+impl Run<'_> {
+    /// Runs `op` as the Redis command `argv` (resolved by name: its spec
+    /// names the keys to lock and what to log), in database 0.
+    fn run_as<T>(&mut self, argv: &[&[u8]], op: impl FnOnce(&mut Ctx<'_>, &[&[u8]]) -> Result<T, CmdError>) -> Result<T, CmdError> {
+        let resolved = command::table().lookup(argv[0]).expect("memcached commands run as known Redis commands");
+        self.scratch.clear();
+        self.client.db = 0;
+        let mut result = None;
+        let mut lsn = 0;
+        command::run_locked(
+            self.server,
+            self.stats,
+            self.client,
+            self.scratch,
+            resolved,
+            argv,
+            self.now_ms,
+            &mut lsn,
+            |ctx, argv| {
+                result = Some(op(ctx, argv)?);
+                Ok(())
+            },
+        )?;
+        self.lsn = self.lsn.max(lsn);
+        Ok(result.expect("the operation ran"))
+    }
+
+    fn get(&mut self, wbuf: &mut Vec<u8>, keys: &[&[u8]], with_cas: bool, touch: Option<i64>) {
+        let state = &self.server.memcache;
+        let pxat = touch.and_then(|t| expire_at_ms(t, self.now_ms)).map(|at| at.to_string());
+        for &key in keys {
+            state.count(Counter::CmdGet);
+            if touch.is_some() {
+                state.count(Counter::CmdTouch);
+            }
+            let argv: smallvec::SmallVec<[&[u8]; 4]> = match (touch, &pxat) {
+                (None, _) => smallvec::smallvec![&b"GET"[..], key],
+                (Some(_), Some(at)) => smallvec::smallvec![&b"GETEX"[..], key, &b"PXAT"[..], at.as_bytes()],
+                (Some(_), None) => smallvec::smallvec![&b"GETEX"[..], key, &b"PERSIST"[..]],
+            };
+            let found = self.run_as(&argv, |ctx, argv| {
+                let now = ctx.now_ms;
+                let db = ctx.dbs.of(key);
+                let Some(Value::Str(s)) = db.get(key, now).map(|e| &e.value) else { return Ok(None) };
+                let value = s.as_bytes(&mut itoa::Buffer::new()).to_vec();
+                let mut meta = db.item_meta(key);
+                if with_cas && meta.cas == 0 {
+                    meta.cas = ctx.server.memcache.next_cas();
+                    db.set_item_meta(key, meta);
+                }
+                if touch.is_some() {
+                    // GETEX changes the expiry; the item keeps its flags and CAS value.
+                    command::run_handler(ctx, argv)?;
+                    keep_meta(ctx, key, meta);
+                }
+                Ok(Some((value, meta)))
+            });
+            match found {
+                Ok(Some((value, meta))) => {
+                    state.count(Counter::GetHits);
+                    if touch.is_some() {
+                        state.count(Counter::TouchHits);
+                    }
+                    wbuf.extend_from_slice(b"VALUE ");
+                    wbuf.extend_from_slice(key);
+                    let mut header = format!(" {} {}", meta.flags, value.len());
+                    if with_cas {
+                        header.push_str(&format!(" {}", meta.cas));
+                    }
+                    line_to(wbuf, &header);
+                    wbuf.extend_from_slice(&value);
+                    wbuf.extend_from_slice(b"\r\n");
+                }
+                Ok(None) => {
+                    state.count(Counter::GetMisses);
+                    if touch.is_some() {
+                        state.count(Counter::TouchMisses);
+                    }
+                }
+                Err(e) => {
+                    // memcached ends a multi-key get at a failure, with no END.
+                    let text = e.to_string();
+                    self.server.count_error(&text);
+                    line_to(wbuf, &format!("SERVER_ERROR {text}"));
+                    return;
+                }
+            }
+        }
+        line_to(wbuf, "END");
+    }
+
+    fn store(&mut self, kind: StoreKind, key: &[u8], flags: u32, exptime: i64, data: &[u8], cas: u64) -> Reply {
+        let state = &self.server.memcache;
+        state.count(Counter::CmdSet);
+        let pxat = expire_at_ms(exptime, self.now_ms).map(|at| at.to_string());
+        let mut argv: smallvec::SmallVec<[&[u8]; 6]> = match kind {
+            StoreKind::Append => smallvec::smallvec![&b"APPEND"[..], key, data],
+            _ => smallvec::smallvec![&b"SET"[..], key, data],
+        };
+        match kind {
+            StoreKind::Add => argv.push(&b"NX"[..]),
+            StoreKind::Replace => argv.push(&b"XX"[..]),
+            _ => {}
+        }
+        let sets_expiry = !matches!(kind, StoreKind::Append | StoreKind::Prepend);
+        if let (true, Some(at)) = (sets_expiry, &pxat) {
+            argv.extend([&b"PXAT"[..], at.as_bytes()]);
+        }
+        let outcome = self.run_as(&argv, |ctx, argv| {
+            let now = ctx.now_ms;
+            let db = ctx.dbs.of(key);
+            let meta = db.item_meta(key);
+            let entry = db.get(key, now);
+            let exists = entry.is_some();
+            let is_string = matches!(entry.map(|e| &e.value), Some(Value::Str(_)));
+            let refused = match kind {
+                StoreKind::Add => exists.then_some("NOT_STORED"),
+                StoreKind::Replace | StoreKind::Append | StoreKind::Prepend => (!exists).then_some("NOT_STORED"),
+                StoreKind::Cas if !exists => Some("NOT_FOUND"),
+                StoreKind::Cas => (meta.cas == 0 || meta.cas != cas).then_some("EXISTS"),
+                StoreKind::Set => None,
+            };
+            if let Some(refused) = refused {
+                return Ok(refused);
+            }
+            if !is_string && matches!(kind, StoreKind::Append | StoreKind::Prepend) {
+                return Err(CmdError::WrongType);
+            }
+            let flags = match kind {
+                // Appending keeps the item's flags, as memcached does.
+                StoreKind::Append | StoreKind::Prepend => meta.flags,
+                _ => flags,
+            };
+            if kind == StoreKind::Prepend {
+                prepend(ctx, key, data)?;
+            } else {
+                command::run_handler(ctx, argv)?;
+            }
+            keep_meta(ctx, key, ItemMeta { flags, cas: 0 });
+            Ok("STORED")
+        })?;
+        match (kind, outcome) {
+            (StoreKind::Cas, "STORED") => state.count(Counter::CasHits),
+            (StoreKind::Cas, "EXISTS") => state.count(Counter::CasBadval),
+            (StoreKind::Cas, _) => state.count(Counter::CasMisses),
+            _ => {}
+        }
+        Ok(outcome.into())
+    }
+
+    /// A `set` refused for its size deletes the key it named, as
+    /// memcached unlinks it.
+    fn refuse_set(&mut self, key: &[u8]) -> Reply {
+        self.server.memcache.count(Counter::CmdSet);
+        self.run_as(&[b"DEL", key], command::run_handler)?;
+        Ok(keel_protocol::memcache::TOO_LARGE.into())
+    }
+
+    fn delete(&mut self, key: &[u8]) -> Reply {
+        let deleted = self.run_as(&[b"DEL", key], |ctx, argv| {
+            let now = ctx.now_ms;
+            if !ctx.dbs.of(key).contains(key, now) {
+                return Ok(false);
+            }
+            command::run_handler(ctx, argv)?;
+            Ok(true)
+        })?;
+        let state = &self.server.memcache;
+        state.count(if deleted { Counter::DeleteHits } else { Counter::DeleteMisses });
+        Ok(if deleted { "DELETED" } else { "NOT_FOUND" }.into())
+    }
+
+    /// incr and decr, as memcached computes them: unsigned 64-bit, incr
+    /// wrapping, decr stopping at 0, and a shorter result padded with
+    /// spaces to the old length (memcached rewrites the item in place
+    /// then). Logged as the SET of the value they leave.
+    fn arith(&mut self, incr: bool, key: &[u8], delta: u64) -> Reply {
+        let delta_text = delta.to_string();
+        let name: &[u8] = if incr { b"INCRBY" } else { b"DECRBY" };
+        let result = self.run_as(&[name, key, delta_text.as_bytes()], |ctx, _| {
+            let now = ctx.now_ms;
+            let lru = ctx.lru_s;
+            let db = ctx.dbs.of(key);
+            let meta = db.item_meta(key);
+            let Some(entry) = db.get(key, now) else { return Ok(None) };
+            let Value::Str(s) = &entry.value else { return Ok(Some(None)) };
+            let old = s.as_bytes(&mut itoa::Buffer::new()).to_vec();
+            let Some(value) = memcached_u64(&old) else { return Ok(Some(None)) };
+            let value = if incr { value.wrapping_add(delta) } else { value.saturating_sub(delta) };
+            let digits = value.to_string();
+            let mut stored = digits.clone().into_bytes();
+            if stored.len() < old.len() {
+                stored.resize(old.len(), b' ');
+            }
+            db.set(key, Value::Str(Str::from_bytes(&stored)), true, lru);
+            ctx.wrote(1);
+            keep_meta(ctx, key, ItemMeta { flags: meta.flags, cas: 0 });
+            ctx.notify(notify::STRING, if incr { "incrby" } else { "decrby" }, key);
+            ctx.propagate_as(vec![vec![b"SET".to_vec(), key.to_vec(), stored, b"KEEPTTL".to_vec()]]);
+            Ok(Some(Some(digits)))
+        })?;
+        let state = &self.server.memcache;
+        let (hit, miss) = if incr { (Counter::IncrHits, Counter::IncrMisses) } else { (Counter::DecrHits, Counter::DecrMisses) };
+        match result {
+            None => {
+                state.count(miss);
+                Ok("NOT_FOUND".into())
+            }
+            Some(None) => Err(Failure::Client("cannot increment or decrement non-numeric value".into())),
+            Some(Some(digits)) => {
+                state.count(hit);
+                Ok(digits.into())
+            }
+        }
+    }
+
+    fn touch(&mut self, key: &[u8], exptime: i64) -> Reply {
+        let state = &self.server.memcache;
+        state.count(Counter::CmdTouch);
+        let at = expire_at_ms(exptime, self.now_ms).map(|at| at.to_string());
+        let argv: smallvec::SmallVec<[&[u8]; 3]> = match &at {
+            Some(at) => smallvec::smallvec![&b"PEXPIREAT"[..], key, at.as_bytes()],
+            None => smallvec::smallvec![&b"PERSIST"[..], key],
+        };
+        let touched = self.run_as(&argv, |ctx, argv| {
+            let now = ctx.now_ms;
+            let db = ctx.dbs.of(key);
+            if !db.contains(key, now) {
+                return Ok(false);
+            }
+            let meta = db.item_meta(key);
+            command::run_handler(ctx, argv)?;
+            keep_meta(ctx, key, meta);
+            Ok(true)
+        })?;
+        state.count(if touched { Counter::TouchHits } else { Counter::TouchMisses });
+        Ok(if touched { "TOUCHED" } else { "NOT_FOUND" }.into())
+    }
+
+    fn flush_all(&mut self, delay: i64) -> Reply {
+        if delay > 0 {
+            return Err(Failure::Client("Keel does not support flush_all with a delay".into()));
+        }
+        self.server.memcache.count(Counter::CmdFlush);
+        self.run_as(&[b"FLUSHDB"], command::run_handler)?;
+        Ok("OK".into())
+    }
+}
+
+/// Gives `key` its memcached flags and CAS value after the Redis command
+/// that wrote it dropped them, and logs the flags after that command's
+/// record, for a replay of it to give them back too. A key the write
+/// removed (an expiry time already past) keeps nothing.
+fn keep_meta(ctx: &mut Ctx<'_>, key: &[u8], meta: ItemMeta) {
+    let now = ctx.now_ms;
+    let db = ctx.dbs.of(key);
+    if db.get(key, now).is_some() {
+        db.set_item_meta(key, meta);
+        ctx.log_item_flags(meta.flags);
+    }
+}
+
+/// PREPEND, which Redis lacks: the new value keeps the key's TTL and is
+/// logged as the SET of it.
+fn prepend(ctx: &mut Ctx<'_>, key: &[u8], data: &[u8]) -> CmdResult {
+    let now = ctx.now_ms;
+    let lru = ctx.lru_s;
+    let db = ctx.dbs.of(key);
+    let Some(Value::Str(s)) = db.get(key, now).map(|e| &e.value) else { return Err(CmdError::WrongType) };
+    let mut value = data.to_vec();
+    value.extend_from_slice(s.as_bytes(&mut itoa::Buffer::new()));
+    db.set(key, Value::Str(Str::raw(value.clone())), true, lru);
+    ctx.wrote(1);
+    ctx.notify(notify::STRING, "set", key);
+    ctx.propagate_as(vec![vec![b"SET".to_vec(), key.to_vec(), value, b"KEEPTTL".to_vec()]]);
+    Ok(())
+}
+
+/// A memcached expiry time as an absolute Unix ms for PXAT, or None for
+/// none (0). Negative times are already past: 1 ms after the epoch.
+fn expire_at_ms(exptime: i64, now_ms: u64) -> Option<u64> {
+    match exptime {
+        0 => None,
+        t if t < 0 => Some(1),
+        t if t <= RELATIVE_EXPIRY_MAX_S => Some(now_ms + t as u64 * 1000),
+        t => Some((t as u64).saturating_mul(1000).max(1)),
+    }
+}
+
+/// The number memcached's incr and decr read from a value: its
+/// `safe_strtoull` over the item's bytes, which are followed by "\r\n".
+/// Leading blanks and a `+` are taken; the digits must be followed by a
+/// blank or the end; a `-` is refused when the result would read as
+/// negative; an empty value is not a number.
+fn memcached_u64(value: &[u8]) -> Option<u64> {
+    if value.is_empty() {
+        return None;
+    }
+    let mut i = value.iter().take_while(|b| b.is_ascii_whitespace()).count();
+    let negative = value.get(i) == Some(&b'-');
+    if matches!(value.get(i), Some(b'+' | b'-')) {
+        i += 1;
+    }
+    let digits = value[i..].iter().take_while(|b| b.is_ascii_digit()).count();
+    let end = i + digits;
+    // strtoull stops at the first non-digit: it must be a blank (memcached's
+    // own "\r" when the value ends there). With no digits, endptr is the
+    // start of the value.
+    if digits == 0 {
+        return value[0].is_ascii_whitespace().then_some(0);
+    }
+    if value.get(end).is_some_and(|b| !b.is_ascii_whitespace()) {
+        return None;
+    }
+    let mut n: u64 = 0;
+    for &d in &value[i..end] {
+        n = n.checked_mul(10)?.checked_add(u64::from(d - b'0'))?;
+    }
+    if negative {
+        let wrapped = n.wrapping_neg();
+        if (wrapped as i64) < 0 {
+            return None;
+        }
+        return Some(wrapped);
+    }
+    Some(n)
+}
+
+/// `stats`: memcached's general statistics that Keel has.
+fn stats_reply(server: &Server, args: &[&[u8]], wbuf: &mut Vec<u8>) {
+    let state = &server.memcache;
+    match args {
+        [] => {}
+        [group] if *group == b"reset" => {
+            state.counters.iter().for_each(|c| c.store(0, Ordering::Relaxed));
+            state.total_connections.store(0, Ordering::Relaxed);
+            line_to(wbuf, "RESET");
+            return;
+        }
+        _ => {
+            // memcached's answer to a statistics group it does not know;
+            // Keel keeps only the general ones.
+            line_to(wbuf, "ERROR");
+            return;
+        }
+    }
+    let now = crate::server::unix_ms() / 1000;
+    let items: usize =
+        (0..server.keyspace.shard_count()).map(|i| server.keyspace.lock_one(i).shard(i).db(0).len()).sum();
+    let mut stat = |name: &str, value: String| line_to(wbuf, &format!("STAT {name} {value}"));
+    stat("pid", std::process::id().to_string());
+    stat("uptime", server.started.elapsed().as_secs().to_string());
+    stat("time", now.to_string());
+    stat("version", MEMCACHED_VERSION.to_string());
+    stat("pointer_size", (8 * std::mem::size_of::<usize>()).to_string());
+    stat("curr_connections", state.curr_connections.load(Ordering::Relaxed).to_string());
+    stat("total_connections", state.total_connections.load(Ordering::Relaxed).to_string());
+    for (name, counter) in Counter::NAMES.iter().zip(&state.counters) {
+        stat(name, counter.load(Ordering::Relaxed).to_string());
+    }
+    stat("threads", server.thread_count.to_string());
+    stat("bytes", crate::alloc::stats().allocated.to_string());
+    stat("curr_items", items.to_string());
+    stat("limit_maxbytes", server.maxmemory.load(Ordering::Relaxed).to_string());
+    line_to(wbuf, "END");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_read_as_memcached_reads_them() {
+        for (value, expected) in [
+            (&b"0"[..], Some(0)),
+            (b"42", Some(42)),
+            (b"42  ", Some(42)),
+            (b"  7", Some(7)),
+            (b"+5", Some(5)),
+            (b"18446744073709551615", Some(u64::MAX)),
+            (b"18446744073709551616", None),
+            (b"-1", None),
+            (b"abc", None),
+            (b"12abc", None),
+            (b"", None),
+            (b" ", Some(0)),
+        ] {
+            assert_eq!(memcached_u64(value), expected, "{}", String::from_utf8_lossy(value));
+        }
+    }
+
+    #[test]
+    fn expiry_times_follow_memcached() {
+        let now = 1_700_000_000_000;
+        assert_eq!(expire_at_ms(0, now), None);
+        assert_eq!(expire_at_ms(-1, now), Some(1));
+        assert_eq!(expire_at_ms(10, now), Some(now + 10_000));
+        assert_eq!(expire_at_ms(RELATIVE_EXPIRY_MAX_S, now), Some(now + RELATIVE_EXPIRY_MAX_S as u64 * 1000));
+        assert_eq!(expire_at_ms(1_800_000_000, now), Some(1_800_000_000_000));
+    }
+}
