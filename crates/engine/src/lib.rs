@@ -9,8 +9,9 @@
 //! - [`lfu`]: Redis's logarithmic access counter (OBJECT FREQ).
 //! - [`hash`], [`list`], [`set`], [`zset`]: the collection types, each in
 //!   its compact and its big encoding.
-//! - [`db`]: one numbered database inside a shard: keys, TTLs, WATCH, and
-//!   the keys it expired, created or has clients blocked on.
+//! - [`db`]: one numbered database inside a shard: keys, TTLs, WATCH,
+//!   memcached's flags and CAS values of the keys that have some, and the
+//!   keys it expired, created or has clients blocked on.
 //! - [`keyspace`]: the shards and how commands lock them.
 //! - [`snapshot`]: forkless point-in-time snapshots of every shard (for
 //!   BGSAVE and AOF rewrite) while writes go on.

@@ -26,6 +26,12 @@
 //! or never (BGREWRITEAOF with the AOF off), is `temp-<filename>.incr`
 //! meanwhile, as Redis names it; opening deletes such leftovers.
 //!
+//! One Keel extension: the memcached flags of the key a record wrote follow
+//! it as an annotation line, `#item-flags:<flags>`
+//! ([`Journal::append_with_item_flags`], [`Replayed::ItemFlags`]). Redis
+//! skips it as it skips `#TS:` annotations, and so loads the file with
+//! every value, without the flags it has nowhere to keep.
+//!
 //! The incr file being written has space written ahead of its last record
 //! (`prealloc.rs`: annotation lines, which Redis skips), so that each
 //! fdatasync flushes data only; it is cut off at start and by
