@@ -118,6 +118,10 @@ pub struct Config {
     /// `slowlog-log-slower-than` (µs; negative: off) and `slowlog-max-len`.
     pub slowlog_log_slower_than: i64,
     pub slowlog_max_len: usize,
+    /// `latency-tracking`: per-command latency histograms (INFO latencystats).
+    pub latency_tracking: bool,
+    /// `latency-tracking-info-percentiles`: the percentiles INFO reports.
+    pub latency_tracking_info_percentiles: Vec<f64>,
     /// `busy-reply-threshold` (alias `lua-time-limit`, ms): accepted, for
     /// configuration files and Redis's tests, and bounds nothing yet, as
     /// Keel runs no scripts or functions (EVAL and FCALL are unknown).
@@ -279,6 +283,8 @@ impl Default for Config {
             dynamic_hz: true,
             slowlog_log_slower_than: 10_000,
             slowlog_max_len: 128,
+            latency_tracking: true,
+            latency_tracking_info_percentiles: vec![50.0, 99.0, 99.9],
             busy_reply_threshold: 5000,
             activerehashing: true,
             dir: PathBuf::from("."),
@@ -507,6 +513,13 @@ macro_rules! directive {
 /// loads: that value asks for nothing Keel lacks (no notifications, the
 /// monitor off, tunables that only a replica or its master read). Any
 /// other value is refused, saying why.
+/// A percentile as Redis writes it (`%f`, then trailing zeros and a
+/// trailing point trimmed): 99.9 as `99.9`, 50 as `50`.
+pub fn format_percentile(p: f64) -> String {
+    let text = format!("{p:.6}");
+    text.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
 macro_rules! inert {
     ($name:literal, $default:literal) => {
         Directive {
@@ -637,6 +650,22 @@ pub static DIRECTIVES: &[Directive] = &[
     directive!("dynamic-hz", true, bool, dynamic_hz),
     directive!("slowlog-log-slower-than", true, num(i64::MIN, i64::MAX), slowlog_log_slower_than),
     directive!("slowlog-max-len", true, num(0, i64::MAX as usize), slowlog_max_len),
+    directive!("latency-tracking", true, bool, latency_tracking),
+    Directive {
+        name: "latency-tracking-info-percentiles",
+        mutable: true,
+        get: |c| c.latency_tracking_info_percentiles.iter().map(|p| format_percentile(*p)).collect::<Vec<_>>().join(" "),
+        set: |c, a| {
+            let words: Vec<&str> = a.iter().flat_map(|w| w.split_whitespace()).collect();
+            let percentiles = words
+                .iter()
+                .map(|w| w.parse::<f64>().ok().filter(|p| (0.0..=100.0).contains(p)))
+                .collect::<Option<Vec<f64>>>()
+                .ok_or_else(|| ConfigError::Invalid("latency-tracking-info-percentiles: percentiles are numbers between 0 and 100".into()))?;
+            c.latency_tracking_info_percentiles = percentiles;
+            Ok(())
+        },
+    },
     directive!("busy-reply-threshold", true, num(0, i64::MAX), busy_reply_threshold),
     directive!("lua-time-limit", true, num(0, i64::MAX), busy_reply_threshold),
     directive!("activerehashing", true, bool, activerehashing),

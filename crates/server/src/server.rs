@@ -87,7 +87,16 @@ pub struct WorkerStats {
     /// Connections this worker serves or has been handed and not yet
     /// taken: where the next accepted connection goes is read from these.
     pub connections: AtomicUsize,
+    /// Each command's latency histogram (INFO latencystats), made at its
+    /// first call. Behind a mutex only INFO and CONFIG RESETSTAT contend
+    /// for: the worker's own thread records.
+    pub latency: Mutex<Vec<Option<Box<LatencyHistogram>>>>,
 }
+
+/// Nanoseconds, 1 ns to 1 s at two significant figures, as Redis's
+/// (`LATENCY_HISTOGRAM_*`): longer calls count as one second.
+pub type LatencyHistogram = hdrhistogram::Histogram<u64>;
+const LATENCY_MAX_NS: u64 = 1_000_000_000;
 
 impl WorkerStats {
     fn new(commands: usize) -> WorkerStats {
@@ -103,6 +112,7 @@ impl WorkerStats {
             reads_processed: AtomicU64::new(0),
             writes_processed: AtomicU64::new(0),
             connections: AtomicUsize::new(0),
+            latency: Mutex::new((0..commands).map(|_| None).collect()),
         }
     }
 
@@ -127,6 +137,16 @@ impl WorkerStats {
         ] {
             counter.store(0, Ordering::Relaxed);
         }
+        self.latency.lock().iter_mut().for_each(|h| *h = None);
+    }
+
+    /// Records a call of command `index` that took `ns`.
+    pub fn record_latency(&self, index: usize, ns: u64) {
+        let mut latency = self.latency.lock();
+        let histogram = latency[index].get_or_insert_with(|| {
+            Box::new(LatencyHistogram::new_with_bounds(1, LATENCY_MAX_NS, 2).expect("valid histogram bounds"))
+        });
+        histogram.saturating_record(ns.clamp(1, LATENCY_MAX_NS));
     }
 
     pub fn hit(&self, hit: bool) {
@@ -210,6 +230,8 @@ pub struct Server {
     pub maxmemory: AtomicU64,
     /// `notify-keyspace-events` (`notify::*` bits), mirrored likewise.
     pub notify_flags: AtomicU32,
+    /// `latency-tracking`, mirrored likewise.
+    pub latency_tracking: AtomicBool,
     pub slowlog: crate::slowlog::SlowLog,
     /// `client-output-buffer-limit` (hard, soft, soft seconds) by class
     /// (`config::OUTPUT_LIMIT_CLASSES`), mirrored for the workers, which
@@ -360,6 +382,7 @@ impl Server {
             peak_memory: AtomicU64::new(0),
             maxmemory: AtomicU64::new(0),
             notify_flags: AtomicU32::new(0),
+            latency_tracking: AtomicBool::new(true),
             output_limit: Default::default(),
             // Configured by `mirror_config` below, as at each CONFIG SET.
             slowlog: crate::slowlog::SlowLog::new(-1, 0),
@@ -400,6 +423,7 @@ impl Server {
     pub fn mirror_config(&self, config: &Config) {
         self.maxmemory.store(config.maxmemory, Ordering::Relaxed);
         self.notify_flags.store(config.notify_keyspace_events, Ordering::Relaxed);
+        self.latency_tracking.store(config.latency_tracking, Ordering::Relaxed);
         keel_engine::db::record_created_keys(config.notify_keyspace_events & crate::notify::NEW != 0);
         self.slowlog.configure(config.slowlog_log_slower_than, config.slowlog_max_len);
         for (cells, limit) in self.output_limit.iter().zip(config.output_limits) {

@@ -107,6 +107,48 @@ fn info_reports_live_counters() {
     assert!(!text(c.send(&["INFO", "errorstats"])).contains("errorstat_"));
 }
 
+/// INFO latencystats: a line of percentiles per command called, subcommands
+/// by their full name, in the percentiles configured; none once
+/// `latency-tracking` is off or after CONFIG RESETSTAT. DEBUG SLEEP's
+/// sleep is in its latency, so the figures are of the command's own time.
+#[test]
+fn latency_stats_follow_latency_tracking() {
+    let server = Server::start(&["--enable-debug-command", "yes"]);
+    let mut c = server.client();
+    let line = |c: &mut Client, name: &str| {
+        let stats = text(c.send(&["INFO", "latencystats"]));
+        stats.lines().find_map(|l| l.strip_prefix(&format!("latency_percentiles_usec_{name}:")).map(str::to_string))
+    };
+    assert_eq!(c.cmd("SET a b"), ok());
+    assert_eq!(c.cmd("DEBUG SLEEP 0.05"), ok());
+    c.cmd("CLIENT ID");
+    let set = line(&mut c, "set").expect("set has latencies");
+    assert!(set.starts_with("p50=") && set.contains(",p99=") && set.contains(",p99.9="), "{set}");
+    assert!(line(&mut c, "client|id").is_some());
+    let p50 = |l: &str| -> f64 { l.strip_prefix("p50=").and_then(|r| r.split(',').next()).expect("p50").parse().expect("number") };
+    let debug = line(&mut c, "debug").expect("debug has latencies");
+    assert!(p50(&debug) >= 50_000.0 && p50(&debug) >= p50(&set), "{debug} vs {set}");
+
+    assert_eq!(c.send(&["CONFIG", "SET", "latency-tracking-info-percentiles", "0.0 50.0 100.0"]), ok());
+    assert_eq!(strings(c.cmd("CONFIG GET latency-tracking-info-percentiles"))[1], "0 50 100");
+    let set = line(&mut c, "set").expect("set");
+    assert!(set.starts_with("p0=") && set.contains(",p50=") && set.contains(",p100="), "{set}");
+    for bad in ["10.0 50.0 a", "10.0 50.0 101.0"] {
+        assert!(matches!(c.send(&["CONFIG", "SET", "latency-tracking-info-percentiles", bad]), Frame::Error(_)));
+    }
+    assert_eq!(strings(c.cmd("CONFIG GET latency-tracking-info-percentiles"))[1], "0 50 100");
+
+    assert_eq!(c.cmd("CONFIG RESETSTAT"), ok());
+    assert_eq!(c.cmd("CONFIG SET latency-tracking no"), ok());
+    assert_eq!(c.cmd("SET a b"), ok());
+    assert_eq!(line(&mut c, "set"), None);
+    assert_eq!(c.cmd("CONFIG SET latency-tracking yes"), ok());
+    assert_eq!(c.cmd("SET a b"), ok());
+    assert!(line(&mut c, "set").is_some());
+    assert_eq!(c.cmd("CONFIG RESETSTAT"), ok());
+    assert_eq!(line(&mut c, "set"), None);
+}
+
 #[test]
 fn info_is_verbatim_in_resp3() {
     let server = Server::start(&[]);

@@ -939,8 +939,12 @@ fn run_with(
     ctx.durability.replaced = None;
     let stat = &ctx.stats.commands[index];
     stat.calls.fetch_add(1, Ordering::Relaxed);
-    let us = started.elapsed().as_micros() as u64;
+    let took = started.elapsed();
+    let us = took.as_micros() as u64;
     stat.usec.fetch_add(us, Ordering::Relaxed);
+    if ctx.server.latency_tracking.load(Ordering::Relaxed) {
+        ctx.stats.record_latency(index, took.as_nanos() as u64);
+    }
     if ctx.server.slowlog.wants(us) && !spec.has(flags::SKIP_SLOWLOG) {
         let name = ctx.client.info.name.lock().clone().unwrap_or_default();
         let redacted = crate::slowlog::redacted_args(argv);

@@ -667,9 +667,28 @@ fn write_section(ctx: &mut Ctx<'_>, section: &str, out: &mut String) {
                 let _ = write!(out, "errorstat_{}:count={count}\r\n", safe_info_string(prefix));
             }
         }
-        // Keel keeps no latency histograms, so it reports none, as Redis
-        // does with latency-tracking off.
-        "latencystats" => out.push_str("# Latencystats\r\n"),
+        "latencystats" => {
+            out.push_str("# Latencystats\r\n");
+            let percentiles = server.config.read().latency_tracking_info_percentiles.clone();
+            let locked: Vec<_> = server.workers.iter().map(|w| w.latency.lock()).collect();
+            for (index, spec) in table().all.iter().enumerate() {
+                let mut merged: Option<crate::server::LatencyHistogram> = None;
+                for histogram in locked.iter().filter_map(|l| l[index].as_deref()) {
+                    match merged.as_mut() {
+                        Some(m) => m.add(histogram).expect("histograms of the same bounds"),
+                        None => merged = Some(histogram.clone()),
+                    }
+                }
+                let Some(merged) = merged else { continue };
+                let _ = write!(out, "latency_percentiles_usec_{}:", safe_info_string(spec.name));
+                for (i, p) in percentiles.iter().enumerate() {
+                    let sep = if i + 1 < percentiles.len() { "," } else { "" };
+                    let us = merged.value_at_quantile(p / 100.0) as f64 / 1000.0;
+                    let _ = write!(out, "p{}={us:.3}{sep}", crate::config::format_percentile(*p));
+                }
+                out.push_str("\r\n");
+            }
+        }
         "cluster" => {
             out.push_str("# Cluster\r\n");
             field!(out, "cluster_enabled", 0);
