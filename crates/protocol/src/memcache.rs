@@ -713,4 +713,607 @@ mod tests {
             }
         }
     }
+
+    // The tests below pin what memcached 1.6.18 (Debian's build) answered when probed with these exact
+    // bytes, each followed by `mn\r\n` to see where it went on reading.
+
+    fn store_req(buf: &[u8]) -> McRequest<'_> {
+        let (req, n) = ok(buf);
+        assert_eq!(n, buf.len(), "{:?}", String::from_utf8_lossy(buf));
+        req
+    }
+
+    #[test]
+    fn probed_retrievals() {
+        assert_eq!(ok(b"bget b\r\n").0, McRequest::Get { cas: false, touch: None, keys: keys(&[b"b"]) });
+        // gat takes the exptime first: `gat a 100` is an invalid exptime.
+        let gat = McRequest::Get { cas: false, touch: Some(100), keys: keys(&[b"a", b"b"]) };
+        assert_eq!(ok(b"gat 100 a b\r\n").0, gat);
+        assert_eq!(refused(b"gat a 100\r\n"), Refused::new(BAD_EXPTIME, false, 11));
+        assert_eq!(ok(b"gat 10\r\n").0, McRequest::Get { cas: false, touch: Some(10), keys: keys(&[]) });
+        for bad in [&b"get\r\n"[..], b"gets\r\n", b"gat\r\n", b"gxx a\r\n", b"get\tb\r\n", b"bget\r\n"] {
+            assert_eq!(refused(bad), Refused::error(bad.len()), "{:?}", String::from_utf8_lossy(bad));
+        }
+        // An HTTP request line that starts with `get` is a get.
+        let get = McRequest::Get { cas: false, touch: None, keys: keys(&[b"/", b"HTTP/1.1"]) };
+        assert_eq!(ok(b"get / HTTP/1.1\r\n").0, get);
+        // A key of 251 bytes anywhere refuses the whole get; 250 is fine.
+        let k250 = "k".repeat(KEY_MAX_LEN);
+        let k251 = "k".repeat(KEY_MAX_LEN + 1);
+        assert!(matches!(ok(format!("get {k250}\r\n").as_bytes()).0, McRequest::Get { .. }));
+        for line in [format!("get a {k251} b\r\n"), format!("gets {k251}\r\n"), format!("gat 10 {k251}\r\n")] {
+            assert_eq!(refused(line.as_bytes()), Refused::new(BAD_FORMAT, false, line.len()));
+        }
+        // Keys are borrowed from the buffer.
+        let buf = b"get abc\r\n";
+        let McRequest::Get { keys, .. } = ok(buf).0 else { panic!() };
+        assert!(std::ptr::eq(keys[0].as_ptr(), buf[4..].as_ptr()));
+    }
+
+    #[test]
+    fn probed_line_ends_spaces_and_nul() {
+        assert_eq!(ok(b"set b 0 0 1\nx\r\n"), (store_req(b"set b 0 0 1\nx\r\n"), 15));
+        assert_eq!(ok(b"   get    b   \r\n").0, McRequest::Get { cas: false, touch: None, keys: keys(&[b"b"]) });
+        for bad in [&b"\r\n"[..], b"\n", b" \r\n", b"\r\r\n", b"x\r\n", b"foo\r\n", b"GET b\r\n"] {
+            assert_eq!(refused(bad), Refused::error(bad.len()), "{:?}", String::from_utf8_lossy(bad));
+        }
+        // Only one `\r` is dropped, and only `' '` separates: `\r` and `\t` belong to keys.
+        let get = |buf| match ok(buf).0 {
+            McRequest::Get { keys, .. } => keys.to_vec(),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(get(b"get b\r\r\n"), [&b"b\r"[..]]);
+        assert_eq!(get(b"get b\rc\r\n"), [&b"b\rc"[..]]);
+        assert_eq!(get(b"get b\tc\r\n"), [&b"b\tc"[..]]);
+        assert_eq!(get(b"get \x01\x7f\xff\r\n"), [&b"\x01\x7f\xff"[..]]);
+        // The line ends at a NUL; the bytes after it up to `\n` are consumed.
+        assert_eq!(ok(b"get b\x00junk\r\n"), (McRequest::Get { cas: false, touch: None, keys: keys(&[b"b"]) }, 12));
+        assert_eq!(refused(b"g\x00et b\r\n"), Refused::error(8));
+        assert!(matches!(store_req(b"set e 0 0 1\x00junk\r\nx\r\n"), McRequest::Store { key: b"e", data: b"x", .. }));
+    }
+
+    #[test]
+    fn probed_token_counts_and_noreply() {
+        // A wrong count is ERROR, noreply or not, and the data block is then read as a command.
+        for bad in [
+            &b"set f 0 0\r\n"[..],
+            b"set f 0 0 1 noreply extra\r\n",
+            b"set f 0 0 \r\n",
+            b"cas f 0 0 1\r\n",
+            b"cas f 0 0 1 5 noreply x\r\n",
+            b"delete\r\n",
+            b"delete a b c d\r\n",
+            b"incr n\r\n",
+            b"incr n 1 2 3\r\n",
+            b"touch n\r\n",
+            b"verbosity\r\n",
+            b"verbosity 1 2 3\r\n",
+            b"flush_all 1 2 3\r\n",
+        ] {
+            assert_eq!(refused(bad), Refused::error(bad.len()), "{:?}", String::from_utf8_lossy(bad));
+        }
+        // The optional last token is `noreply` only when it says so.
+        assert!(matches!(store_req(b"set f 0 0 1 foo\r\nx\r\n"), McRequest::Store { noreply: false, .. }));
+        assert!(matches!(store_req(b"set f 0 0 1 noreply\r\nx\r\n"), McRequest::Store { noreply: true, .. }));
+        let cas = store_req(b"cas f 0 0 1 5 junk\r\nx\r\n");
+        assert!(matches!(cas, McRequest::Store { cas_unique: 5, noreply: false, .. }));
+        // `noreply` in the place of a number silences the error it causes; no data block is read.
+        assert_eq!(refused(b"set f 0 0 noreply\r\nx\r\n"), Refused::new(BAD_FORMAT, true, 19));
+        assert_eq!(refused(b"cas f 0 0 1 noreply\r\nx\r\n"), Refused::new(BAD_FORMAT, true, 21));
+        assert_eq!(refused(b"set f abc 0 1 noreply\r\n"), Refused::new(BAD_FORMAT, true, 23));
+        assert_eq!(refused(b"set f 0 0 -1 noreply\r\n"), Refused::new(BAD_FORMAT, true, 22));
+        assert_eq!(refused(b"incr n abc noreply\r\n"), Refused::new(BAD_DELTA, true, 20));
+        assert_eq!(refused(b"touch n abc noreply\r\n"), Refused::new(BAD_EXPTIME, true, 21));
+        assert_eq!(refused(b"verbosity noreply\r\n"), Refused::new(BAD_FORMAT, true, 19));
+        assert_eq!(ok(b"incr n 1 foo\r\n").0, McRequest::Arith { incr: true, key: b"n", delta: 1, noreply: false });
+        assert_eq!(ok(b"decr n 1 noreply\r\n").0, McRequest::Arith { incr: false, key: b"n", delta: 1, noreply: true });
+        assert_eq!(ok(b"touch n 10 foo\r\n").0, McRequest::Touch { key: b"n", exptime: 10, noreply: false });
+    }
+
+    #[test]
+    fn probed_numbers() {
+        let flags = |tok: &str| match parse(format!("set f {tok} 0 1\r\nx\r\n").as_bytes(), &LIMITS) {
+            Ok(Some((McRequest::Store { flags, .. }, _))) => Some(flags),
+            Err(r) if r.reply == Some(BAD_FORMAT) => None,
+            other => panic!("{other:?}"),
+        };
+        for (tok, want) in [
+            ("-1", None),
+            ("-0", Some(0)),
+            ("+7", Some(7)),
+            ("4294967295", Some(u32::MAX)),
+            ("4294967296", Some(0)),
+            ("4294967301", Some(5)),
+            ("18446744073709551615", Some(u32::MAX)),
+            ("18446744073709551616", None),
+            ("-18446744073709551615", Some(1)),
+            ("5\t-junk", Some(5)),
+            ("5\tjunk", Some(5)),
+            ("\t9", Some(9)),
+            ("5x", None),
+            ("0x5", None),
+            ("abc", None),
+        ] {
+            assert_eq!(flags(tok), want, "flags {tok:?}");
+        }
+        let exptime = |tok: &str| match parse(format!("set f 0 {tok} 1\r\nx\r\n").as_bytes(), &LIMITS) {
+            Ok(Some((McRequest::Store { exptime, .. }, _))) => Some(exptime),
+            Err(r) if r.reply == Some(BAD_FORMAT) => None,
+            other => panic!("{other:?}"),
+        };
+        for (tok, want) in [("-1", Some(-1)), ("4294967296", Some(0)), ("9223372036854775808", None), ("abc", None)] {
+            assert_eq!(exptime(tok), want, "exptime {tok:?}");
+        }
+        // `<bytes>`: the data block read is the one the truncated number announces.
+        assert!(matches!(store_req(b"set f 0 0 4294967297\r\nx\r\n"), McRequest::Store { data: b"x", .. }));
+        assert!(matches!(store_req(b"set f 0 0 1\r\r\nx\r\n"), McRequest::Store { data: b"x", .. }));
+        assert!(matches!(store_req(b"set f 0 0 +1\r\nx\r\n"), McRequest::Store { data: b"x", .. }));
+        assert!(matches!(store_req(b"set f 0 0 01\r\nx\r\n"), McRequest::Store { data: b"x", .. }));
+        for bad in [&b"set f 0 0 abc\r\n"[..], b"set f 0 0 -1\r\n", b"set f 0 0 2147483647\r\n"] {
+            assert_eq!(refused(bad), Refused::new(BAD_FORMAT, false, bad.len()));
+        }
+        let cas = |tok: &str| match parse(format!("cas f 0 0 1 {tok}\r\nx\r\n").as_bytes(), &LIMITS) {
+            Ok(Some((McRequest::Store { cas_unique, .. }, _))) => Some(cas_unique),
+            Err(r) if r.reply == Some(BAD_FORMAT) => None,
+            other => panic!("{other:?}"),
+        };
+        for (tok, want) in
+            [("abc", None), ("-1", None), ("18446744073709551616", None), ("18446744073709551615", Some(u64::MAX))]
+        {
+            assert_eq!(cas(tok), want, "cas {tok:?}");
+        }
+        let delta = |tok: &str| match parse(format!("incr n {tok}\r\n").as_bytes(), &LIMITS) {
+            Ok(Some((McRequest::Arith { delta, .. }, _))) => Some(delta),
+            Err(r) if r.reply == Some(BAD_DELTA) => None,
+            other => panic!("{other:?}"),
+        };
+        for (tok, want) in [
+            ("abc", None),
+            ("-1", None),
+            ("-0", Some(0)),
+            ("18446744073709551616", None),
+            ("18446744073709551615", Some(u64::MAX)),
+            ("-18446744073709551615", Some(1)),
+        ] {
+            assert_eq!(delta(tok), want, "delta {tok:?}");
+        }
+    }
+
+    #[test]
+    fn probed_key_length() {
+        let k250 = "k".repeat(KEY_MAX_LEN);
+        let k251 = "k".repeat(KEY_MAX_LEN + 1);
+        assert!(matches!(store_req(format!("set {k250} 0 0 1\r\nx\r\n").as_bytes()), McRequest::Store { .. }));
+        // A set refused for its key reads no data block: memcached runs it as the next command.
+        let buf = format!("set {k251} 0 0 9\r\nget a b c\r\n");
+        let line = 4 + k251.len() + 8;
+        assert_eq!(refused(buf.as_bytes()), Refused::new(BAD_FORMAT, false, line));
+        assert!(matches!(ok(&buf.as_bytes()[line..]).0, McRequest::Get { .. }));
+        for (line, noreply) in [
+            (format!("set {k251} 0 0 1 noreply\r\n"), true),
+            (format!("set {k251} abc 0 1\r\n"), false),
+            (format!("delete {k251}\r\n"), false),
+            (format!("delete {k251} noreply\r\n"), true),
+            (format!("incr {k251} 1\r\n"), false),
+            // The key is judged before the number.
+            (format!("incr {k251} abc\r\n"), false),
+            (format!("touch {k251} abc\r\n"), false),
+            (format!("touch {k251} 1 noreply\r\n"), true),
+        ] {
+            assert_eq!(refused(line.as_bytes()), Refused::new(BAD_FORMAT, noreply, line.len()), "{line}");
+        }
+    }
+
+    #[test]
+    fn probed_data_blocks() {
+        // The block is `<bytes>` + 2 bytes whatever they hold; what follows is the next command.
+        let buf = b"set d 0 0 3\r\nabcde\r\nmn\r\n";
+        assert_eq!(refused(buf), Refused::new(BAD_DATA_CHUNK, false, 18));
+        assert_eq!(refused(&buf[18..]), Refused::error(2));
+        let buf = b"set d 0 0 3\r\nab\r\n\r\nmn\r\n";
+        assert_eq!(refused(buf), Refused::new(BAD_DATA_CHUNK, false, 18));
+        assert_eq!(refused(&buf[18..]), Refused::error(1));
+        let buf = b"set d 0 0 3\r\nabc\nmn\r\n";
+        assert_eq!(refused(buf), Refused::new(BAD_DATA_CHUNK, false, 18));
+        assert_eq!(refused(&buf[18..]), Refused::error(3));
+        assert_eq!(refused(b"set d 0 0 3\r\nabc\r\r\n"), Refused::new(BAD_DATA_CHUNK, false, 18));
+        assert_eq!(refused(b"set d 0 0 3 noreply\r\nabcde\r\n"), Refused::new(BAD_DATA_CHUNK, true, 26));
+        assert!(matches!(store_req(b"set d 0 0 0\r\n\r\n"), McRequest::Store { data: b"", .. }));
+        assert!(matches!(store_req(b"set d 0 0 3\r\na\r\n\r\n"), McRequest::Store { data: b"a\r\n", .. }));
+    }
+
+    #[test]
+    fn probed_item_size() {
+        // Largest value that fits the default 1 MiB: 1048576 - 59 - key, less 4 more with flags.
+        let fits = |line: String| match parse(line.as_bytes(), &LIMITS) {
+            Ok(None) => true,
+            Ok(Some((McRequest::SetTooLarge { .. }, _))) => false,
+            Err(r) if r.reply == Some(TOO_LARGE) => false,
+            other => panic!("{other:?}"),
+        };
+        for (key, flags, largest) in [
+            ("a".to_string(), "0", 1048516),
+            ("a".to_string(), "1", 1048512),
+            ("abcdefghij".to_string(), "0", 1048507),
+            ("k".repeat(250), "0", 1048267),
+            // Flags that truncate to 0 cost nothing.
+            ("k".repeat(250), "4294967296", 1048267),
+            ("k".repeat(250), "-0", 1048267),
+        ] {
+            for cmd in ["set", "append"] {
+                assert!(fits(format!("{cmd} {key} {flags} 0 {largest}\r\n")), "{cmd} {} {flags}", key.len());
+                assert!(!fits(format!("{cmd} {key} {flags} 0 {}\r\n", largest + 1)), "{cmd} {} {flags}", key.len());
+            }
+        }
+        // Decided on the line alone, the whole block swallowed, noreply or not.
+        let line = b"set a 0 0 2147483645\r\n";
+        assert_eq!(ok(line), (McRequest::SetTooLarge { key: b"a", swallow: 2147483647, noreply: false }, line.len()));
+        let mut buf = b"set a 0 0 2000000 noreply\r\n".to_vec();
+        let want = (McRequest::SetTooLarge { key: b"a", swallow: 2000002, noreply: true }, buf.len());
+        buf.extend_from_slice(b"xxxx");
+        assert_eq!(parse(&buf, &LIMITS), Ok(Some(want)));
+        let line = b"cas a 0 0 2000000 1\r\n";
+        let too_large = Refused { reply: Some(TOO_LARGE), consumed: line.len(), swallow: 2000002, close: false };
+        assert_eq!(refused(line), too_large);
+        let line = b"append a 0 0 2000000 noreply\r\n";
+        assert_eq!(refused(line), Refused { reply: None, consumed: line.len(), swallow: 2000002, close: false });
+    }
+
+    fn request_of(buf: &[u8]) -> Result<Option<McRequest<'_>>, Refused> {
+        parse(buf, &LIMITS).map(|r| r.map(|(req, _)| req))
+    }
+
+    #[test]
+    fn probed_delete_flush_verbosity_stats() {
+        let del = request_of;
+        assert_eq!(del(b"delete a 0\r\n"), Ok(Some(McRequest::Delete { key: b"a", noreply: false })));
+        assert_eq!(del(b"delete a noreply\r\n"), Ok(Some(McRequest::Delete { key: b"a", noreply: true })));
+        assert_eq!(del(b"delete a 5\r\n"), Err(Refused::new(DELETE_USAGE, false, 12)));
+        assert_eq!(del(b"delete a 5 noreply\r\n"), Err(Refused::new(DELETE_USAGE, true, 20)));
+        assert_eq!(del(b"delete a noreply 0\r\n"), Err(Refused::new(DELETE_USAGE, false, 20)));
+        assert_eq!(del(b"delete a 0 0\r\n"), Err(Refused::new(DELETE_USAGE, false, 14)));
+        let flush = request_of;
+        let f = |delay, noreply| Ok(Some(McRequest::FlushAll { delay, noreply }));
+        assert_eq!(flush(b"flush_all 10\r\n"), f(10, false));
+        assert_eq!(flush(b"flush_all noreply\r\n"), f(0, true));
+        assert_eq!(flush(b"flush_all -1\r\n"), f(-1, false));
+        assert_eq!(flush(b"flush_all 0\r\n"), f(0, false));
+        assert_eq!(flush(b"flush_all 10 20\r\n"), f(10, false));
+        assert_eq!(flush(b"flush_all abc\r\n"), Err(Refused::new(BAD_EXPTIME, false, 15)));
+        assert_eq!(flush(b"flush_all noreply 10\r\n"), Err(Refused::new(BAD_EXPTIME, false, 22)));
+        assert_eq!(flush(b"flush_all abc noreply\r\n"), Err(Refused::new(BAD_EXPTIME, true, 23)));
+        assert_eq!(ok(b"verbosity 1\r\n").0, McRequest::Verbosity { noreply: false });
+        assert_eq!(ok(b"verbosity 1 foo\r\n").0, McRequest::Verbosity { noreply: false });
+        assert_eq!(refused(b"verbosity abc\r\n"), Refused::new(BAD_FORMAT, false, 15));
+        let args = |list: &[&'static [u8]]| McRequest::Stats { args: list.iter().copied().collect() };
+        assert_eq!(ok(b"stats foo\r\n").0, args(&[b"foo"]));
+        assert_eq!(ok(b"stats  detail  on\r\n").0, args(&[b"detail", b"on"]));
+        assert_eq!(ok(b"quit foo\r\n").0, McRequest::Quit);
+        assert_eq!(ok(b"version\r\n").0, McRequest::Version);
+    }
+
+    #[test]
+    fn probed_unknown_commands_and_http() {
+        // Debug and extstore builds' names are unknown to Debian's; each first letter's branch has its ERROR.
+        let unknown = [&b"mx\r\n"[..], b"m\r\n", b"extstore foo\r\n", b"misbehave\r\n", b"debugtime 1\r\n"];
+        for bad in unknown.into_iter().chain([&b"sfoo a HTTP/1.1\r\n"[..]]) {
+            assert_eq!(refused(bad), Refused::error(bad.len()), "{:?}", String::from_utf8_lossy(bad));
+        }
+        let meta = ["mn", "mg", "md", "ma", "me"];
+        let admin = ["shutdown", "lru", "lru_crawler", "slabs", "cache_memlimit", "watch", "refresh_certs"];
+        for name in meta.into_iter().chain(admin) {
+            let line = format!("{name}\r\n");
+            assert_eq!(ok(line.as_bytes()), (McRequest::Unsupported { name: name.as_bytes() }, line.len()));
+        }
+        // The last token of memcached's first 23 decides: HTTP/ closes without a reply.
+        assert_eq!(refused(b"HTTP/1.1\r\n"), Refused::close(10));
+        assert_eq!(refused(b"foo HTTP/\r\n"), Refused::close(11));
+        assert_eq!(refused(b"foo HTTP/x bar\r\n"), Refused::error(16));
+        let ts = |n: usize| vec!["t"; n].join(" ");
+        let line = format!("foo {} HTTP/1.1\r\n", ts(21));
+        assert_eq!(refused(line.as_bytes()), Refused::close(line.len()));
+        let line = format!("foo {} HTTP/1.1\r\n", ts(22));
+        assert_eq!(refused(line.as_bytes()), Refused::error(line.len()));
+        let line = format!("foo {} HTTP/1.1 x y\r\n", ts(21));
+        assert_eq!(refused(line.as_bytes()), Refused::close(line.len()));
+        assert_eq!(ok(format!("version {}\r\n", ts(40)).as_bytes()).0, McRequest::Version);
+        let line = format!("delete a{}\r\n", " noreply".repeat(30));
+        assert_eq!(refused(line.as_bytes()), Refused::error(line.len()));
+    }
+
+    #[test]
+    fn probed_long_lines() {
+        let k = |n| "k".repeat(n);
+        // Without a line end: more than 2048 bytes close, unless the line is a get or gets after at
+        // most 100 spaces (gat is no exception).
+        let buf = format!("set {}", k(2045));
+        assert_eq!(refused(buf.as_bytes()), Refused::close(2049));
+        assert_eq!(parse(format!("set {}", k(2044)).as_bytes(), &LIMITS), Ok(None));
+        assert_eq!(refused(format!("foo{}", k(2046)).as_bytes()), Refused::close(2049));
+        let keys = "k ".repeat(1500);
+        for (line, waits) in [
+            (format!("get {keys}"), true),
+            (format!("gets {keys}"), true),
+            (format!("gat 1 {keys}"), false),
+            (format!("{}get {keys}", " ".repeat(100)), true),
+            (format!("{}get {keys}", " ".repeat(101)), false),
+            (format!("\tget {keys}"), false),
+            (format!("get{}", " ".repeat(3000)), true),
+        ] {
+            let want = if waits { Ok(None) } else { Err(Refused::close(line.len())) };
+            assert_eq!(parse(line.as_bytes(), &LIMITS), want, "{:?}", &line[..8]);
+        }
+        // With its line end, a long line is judged by its content, up to memcached's 16 KiB buffer.
+        let line = format!("set {} 0 0 1\r\n", k(3000));
+        assert_eq!(refused(line.as_bytes()), Refused::new(BAD_FORMAT, false, line.len()));
+        let line = format!("foo {}\r\n", k(5000));
+        assert_eq!(refused(line.as_bytes()), Refused::error(line.len()));
+        let line = format!("foo {}\r\n", k(20000));
+        assert_eq!(refused(line.as_bytes()), Refused::close(line.len()));
+        let line = format!("get {}\r\n", "k ".repeat(20000));
+        assert!(matches!(ok(line.as_bytes()), (McRequest::Get { .. }, n) if n == line.len()));
+    }
+
+    #[test]
+    fn probed_meta_set() {
+        let ms = |buf: &'static [u8], consumed| assert_eq!(ok(buf), (McRequest::Unsupported { name: b"ms" }, consumed));
+        // memcached reads the block once the line has a key, a valid length and at most 19 tokens.
+        ms(b"ms key 3\r\nabc\r\nmn\r\n", 15);
+        ms(b"ms key 3 q\r\nabc\r\nmn\r\n", 17);
+        ms(b"ms key 3\r\nabcde\r\nmn\r\n", 15);
+        ms(b"ms key 4294967299\r\nabc\r\nmn\r\n", 24);
+        ms(b"ms key abc\r\nabc\r\n", 12);
+        ms(b"ms key -1\r\nabc\r\n", 11);
+        ms(b"ms key\r\nabc\r\n", 8);
+        ms(b"ms\r\nabc\r\n", 4);
+        let line = format!("ms key 3{}\r\n", " T1".repeat(17));
+        assert_eq!(ok(format!("{line}abc\r\n").as_bytes()).1, line.len());
+        let line = format!("ms key 3{}\r\n", " T1".repeat(16));
+        assert_eq!(ok(format!("{line}abc\r\n").as_bytes()).1, line.len() + 5);
+        let line = format!("ms {} 3\r\n", "k".repeat(KEY_MAX_LEN + 1));
+        assert_eq!(ok(format!("{line}abc\r\n").as_bytes()).1, line.len());
+        assert_eq!(parse(b"ms key 3\r\nab", &LIMITS), Ok(None));
+        let line = b"ms key 2000000\r\n";
+        let too_large = Refused { reply: Some(TOO_LARGE), consumed: line.len(), swallow: 2000002, close: false };
+        assert_eq!(refused(line), too_large);
+    }
+
+    #[test]
+    fn refusals_reparse_from_their_bytes() {
+        for buf in [
+            &b"set k 0 0 1\r\nxy\r\n"[..],
+            b"set k x 0 1\r\nx\r\n",
+            b"bogus\r\nget a\r\n",
+            b"add k 0 0 2000000\r\nxxx",
+            b"GET / HTTP/1.1\r\n",
+            b"delete a 5 noreply\r\n",
+        ] {
+            let r = refused(buf);
+            assert_eq!(refused(&buf[..r.consumed]), r, "{:?}", String::from_utf8_lossy(buf));
+        }
+    }
+
+    /// Any well-formed request, as fields, encoded with `spaces` between tokens and `lead` before them.
+    #[derive(Debug, Clone)]
+    enum Spec {
+        Get { name: usize, exptime: i32, keys: Vec<Vec<u8>> },
+        Store { kind: usize, key: Vec<u8>, flags: u32, exptime: i32, data: Vec<u8>, cas: u64, noreply: bool },
+        Delete { key: Vec<u8>, zero: bool, noreply: bool },
+        Arith { incr: bool, key: Vec<u8>, delta: u64, noreply: bool },
+        Touch { key: Vec<u8>, exptime: i32, noreply: bool },
+        FlushAll { delay: Option<i32>, noreply: bool },
+        Verbosity { level: u32, noreply: bool },
+        Stats { args: Vec<Vec<u8>> },
+        Version,
+        Quit,
+        MetaSet { key: Vec<u8>, data: Vec<u8> },
+    }
+
+    const GETS: [&str; 5] = ["get", "gets", "gat", "gats", "bget"];
+    const STORES: [(&str, StoreKind); 6] = [
+        ("set", StoreKind::Set),
+        ("add", StoreKind::Add),
+        ("replace", StoreKind::Replace),
+        ("append", StoreKind::Append),
+        ("prepend", StoreKind::Prepend),
+        ("cas", StoreKind::Cas),
+    ];
+
+    /// A key: any bytes but space, `\n` and NUL (memcached checks nothing else), short or near the limit.
+    fn key() -> impl Strategy<Value = Vec<u8>> {
+        let byte = any::<u8>().prop_filter("separator", |b| ![b' ', b'\n', 0].contains(b));
+        prop_oneof![
+            9 => proptest::collection::vec(byte.clone(), 1..=20),
+            1 => proptest::collection::vec(byte, KEY_MAX_LEN - 10..=KEY_MAX_LEN),
+        ]
+    }
+
+    fn spec() -> impl Strategy<Value = Spec> {
+        let data = proptest::collection::vec(any::<u8>(), 0..80);
+        let word = proptest::collection::vec(b'a'..=b'z', 1..8);
+        prop_oneof![
+            (0..GETS.len(), any::<i32>(), proptest::collection::vec(key(), 1..30))
+                .prop_map(|(name, exptime, keys)| Spec::Get { name, exptime, keys }),
+            (0..STORES.len(), key(), any::<u32>(), any::<i32>(), data.clone(), any::<u64>(), any::<bool>()).prop_map(
+                |(kind, key, flags, exptime, data, cas, noreply)| {
+                    Spec::Store { kind, key, flags, exptime, data, cas, noreply }
+                }
+            ),
+            (key(), any::<bool>(), any::<bool>()).prop_map(|(key, zero, noreply)| Spec::Delete { key, zero, noreply }),
+            (any::<bool>(), key(), any::<u64>(), any::<bool>())
+                .prop_map(|(incr, key, delta, noreply)| Spec::Arith { incr, key, delta, noreply }),
+            (key(), any::<i32>(), any::<bool>())
+                .prop_map(|(key, exptime, noreply)| Spec::Touch { key, exptime, noreply }),
+            (proptest::option::of(any::<i32>()), any::<bool>())
+                .prop_map(|(delay, noreply)| Spec::FlushAll { delay, noreply }),
+            (any::<u32>(), any::<bool>()).prop_map(|(level, noreply)| Spec::Verbosity { level, noreply }),
+            proptest::collection::vec(word, 0..4).prop_map(|args| Spec::Stats { args }),
+            Just(Spec::Version),
+            Just(Spec::Quit),
+            (key(), data).prop_map(|(key, data)| Spec::MetaSet { key, data }),
+        ]
+    }
+
+    fn encode(spec: &Spec, spaces: usize, lead: usize) -> Vec<u8> {
+        let num = |n: &dyn std::fmt::Display| n.to_string().into_bytes();
+        let opt = |on: bool, word: &[u8]| if on { vec![word.to_vec()] } else { vec![] };
+        let (tokens, block): (Vec<Vec<u8>>, Option<&Vec<u8>>) = match spec {
+            Spec::Get { name, exptime, keys } => {
+                let mut t = vec![GETS[*name].as_bytes().to_vec()];
+                t.extend(opt(*name == 2 || *name == 3, &num(exptime)));
+                t.extend(keys.iter().cloned());
+                (t, None)
+            }
+            Spec::Store { kind, key, flags, exptime, data, cas, noreply } => {
+                let name = STORES[*kind].0.as_bytes().to_vec();
+                let mut t = vec![name, key.clone(), num(flags), num(exptime), num(&data.len())];
+                t.extend(opt(STORES[*kind].1 == StoreKind::Cas, &num(cas)));
+                t.extend(opt(*noreply, b"noreply"));
+                (t, Some(data))
+            }
+            Spec::Delete { key, zero, noreply } => {
+                let mut t = vec![b"delete".to_vec(), key.clone()];
+                t.extend(opt(*zero, b"0"));
+                t.extend(opt(*noreply, b"noreply"));
+                (t, None)
+            }
+            Spec::Arith { incr, key, delta, noreply } => {
+                let name: &[u8] = if *incr { b"incr" } else { b"decr" };
+                let mut t = vec![name.to_vec(), key.clone(), num(delta)];
+                t.extend(opt(*noreply, b"noreply"));
+                (t, None)
+            }
+            Spec::Touch { key, exptime, noreply } => {
+                let mut t = vec![b"touch".to_vec(), key.clone(), num(exptime)];
+                t.extend(opt(*noreply, b"noreply"));
+                (t, None)
+            }
+            Spec::FlushAll { delay, noreply } => {
+                let mut t = vec![b"flush_all".to_vec()];
+                t.extend(delay.iter().map(|d| num(d)));
+                t.extend(opt(*noreply, b"noreply"));
+                (t, None)
+            }
+            Spec::Verbosity { level, noreply } => {
+                let mut t = vec![b"verbosity".to_vec(), num(level)];
+                t.extend(opt(*noreply, b"noreply"));
+                (t, None)
+            }
+            Spec::Stats { args } => (std::iter::once(b"stats".to_vec()).chain(args.iter().cloned()).collect(), None),
+            Spec::Version => (vec![b"version".to_vec()], None),
+            Spec::Quit => (vec![b"quit".to_vec()], None),
+            Spec::MetaSet { key, data } => (vec![b"ms".to_vec(), key.clone(), num(&data.len())], Some(data)),
+        };
+        let mut out = vec![b' '; lead];
+        out.extend(tokens.join(&vec![b' '; spaces][..]));
+        // `\n` alone ends a line as well, unless the line's last byte is an `\r` (it would be dropped).
+        let lf_only = spaces == 2 && out.last() != Some(&b'\r');
+        out.extend_from_slice(if lf_only { b"\n" } else { b"\r\n" });
+        if let Some(data) = block {
+            out.extend_from_slice(data);
+            out.extend_from_slice(b"\r\n");
+        }
+        out
+    }
+
+    fn expected(spec: &Spec) -> McRequest<'_> {
+        match spec {
+            Spec::Get { name, exptime, keys } => McRequest::Get {
+                cas: *name == 1 || *name == 3,
+                touch: (*name == 2 || *name == 3).then_some(i64::from(*exptime)),
+                keys: keys.iter().map(|k| &k[..]).collect(),
+            },
+            Spec::Store { kind, key, flags, exptime, data, cas, noreply } => {
+                let kind = STORES[*kind].1;
+                let cas_unique = if kind == StoreKind::Cas { *cas } else { 0 };
+                let (flags, exptime, noreply) = (*flags, i64::from(*exptime), *noreply);
+                McRequest::Store { kind, key, flags, exptime, data, cas_unique, noreply }
+            }
+            Spec::Delete { key, noreply, .. } => McRequest::Delete { key, noreply: *noreply },
+            Spec::Arith { incr, key, delta, noreply } => {
+                McRequest::Arith { incr: *incr, key, delta: *delta, noreply: *noreply }
+            }
+            Spec::Touch { key, exptime, noreply } => {
+                McRequest::Touch { key, exptime: i64::from(*exptime), noreply: *noreply }
+            }
+            Spec::FlushAll { delay, noreply } => {
+                McRequest::FlushAll { delay: i64::from(delay.unwrap_or(0)), noreply: *noreply }
+            }
+            Spec::Verbosity { noreply, .. } => McRequest::Verbosity { noreply: *noreply },
+            Spec::Stats { args } => McRequest::Stats { args: args.iter().map(|a| &a[..]).collect() },
+            Spec::Version => McRequest::Version,
+            Spec::Quit => McRequest::Quit,
+            Spec::MetaSet { .. } => McRequest::Unsupported { name: b"ms" },
+        }
+    }
+
+    /// Whether a strict prefix of a request may be refused: only a line past 2048 bytes without its
+    /// line end, closed unless it is a get or gets.
+    fn prefix_ok(prefix: &[u8], got: &Result<Option<(McRequest<'_>, usize)>, Refused>) -> bool {
+        match got {
+            Ok(None) => true,
+            Err(r) => prefix.len() > LINE_WAIT_MAX && !prefix.contains(&b'\n') && *r == Refused::close(prefix.len()),
+            Ok(Some(_)) => false,
+        }
+    }
+
+    proptest! {
+        /// Every request, with any spacing, parses whole from its bytes to its fields, and every
+        /// strict prefix waits for more (or, for a long non-get line, is closed as memcached does).
+        #[test]
+        fn all_requests_parse_whole_and_prefixes_wait(spec in spec(), spaces in 1usize..4, lead in 0usize..3) {
+            let bytes = encode(&spec, spaces, lead);
+            prop_assert_eq!(parse(&bytes, &LIMITS), Ok(Some((expected(&spec), bytes.len()))));
+            for cut in 0..bytes.len() {
+                let got = parse(&bytes[..cut], &LIMITS);
+                prop_assert!(prefix_ok(&bytes[..cut], &got), "prefix {}: {:?}", cut, got);
+            }
+        }
+
+        /// A pipeline parses back request by request, whatever follows the last one.
+        #[test]
+        fn pipelines_parse_in_order(specs in proptest::collection::vec(spec(), 1..8), tail in "[a-z ]{0,10}") {
+            let mut bytes: Vec<u8> = specs.iter().flat_map(|s| encode(s, 1, 0)).collect();
+            let len = bytes.len();
+            bytes.extend_from_slice(tail.as_bytes());
+            let mut pos = 0;
+            for spec in &specs {
+                let (req, n) = parse(&bytes[pos..], &LIMITS).unwrap().unwrap();
+                prop_assert_eq!(req, expected(spec));
+                pos += n;
+            }
+            prop_assert_eq!(pos, len);
+        }
+
+        /// Damaged requests: no panic, consumption within the buffer, and whatever is decided (a request
+        /// or a refusal) is decided again from exactly the bytes it consumed.
+        #[test]
+        fn damaged_requests_are_judged_consistently(
+            spec in spec(),
+            flips in proptest::collection::vec((any::<usize>(), any::<u8>()), 1..4),
+            small in any::<bool>(),
+        ) {
+            let mut bytes = encode(&spec, 1, 0);
+            for (at, b) in flips {
+                let i = at % bytes.len();
+                bytes[i] = b;
+            }
+            let limits = if small { McLimits { max_item_size: 96 } } else { LIMITS };
+            let got = parse(&bytes, &limits);
+            match got {
+                Ok(Some((req, n))) => {
+                    prop_assert!(n > 0 && n <= bytes.len());
+                    prop_assert_eq!(parse(&bytes[..n], &limits), Ok(Some((req, n))));
+                    for cut in 0..n {
+                        prop_assert!(!matches!(parse(&bytes[..cut], &limits), Ok(Some(_))), "prefix {}", cut);
+                    }
+                }
+                Ok(None) => {}
+                Err(r) => {
+                    prop_assert!(r.consumed > 0 && r.consumed <= bytes.len());
+                    prop_assert_eq!(parse(&bytes[..r.consumed], &limits), Err(r));
+                }
+            };
+        }
+    }
 }
