@@ -97,6 +97,9 @@ pub struct Config {
     /// `memcached-max-item-size`: the largest value a memcached client
     /// may store (memcached's `-I`, 1 MiB by default).
     pub memcached_max_item_size: usize,
+    /// `metrics-port`: where Prometheus scrapes `/metrics`, on the `bind`
+    /// addresses; 0 (the default) serves none.
+    pub metrics_port: u16,
     pub unixsocket: Option<PathBuf>,
     pub unixsocketperm: u32,
     /// Worker threads; 0 means one per core.
@@ -278,6 +281,7 @@ impl Default for Config {
             proto_max_bulk_len: 512 << 20,
             memcached_port: 0,
             memcached_max_item_size: 1 << 20,
+            metrics_port: 0,
             client_query_buffer_limit: 1 << 30,
             hz: 10,
             dynamic_hz: true,
@@ -556,6 +560,7 @@ pub static DIRECTIVES: &[Directive] = &[
     directive!("port", false, num(0, 65535), port),
     directive!("memcached-port", false, num(0, 65535), memcached_port),
     directive!("memcached-max-item-size", true, memory, memcached_max_item_size),
+    directive!("metrics-port", false, num(0, 65535), metrics_port),
     Directive {
         name: "unixsocket",
         mutable: false,

@@ -17,7 +17,8 @@
 //! carries PUBLISH's messages to them, whatever worker serves them;
 //! [`notify`] turns changes to keys into such messages; [`memcache`] runs
 //! the requests of memcached clients (on `memcached-port`) as the Redis
-//! commands they stand for.
+//! commands they stand for; [`metrics`] answers Prometheus's scrapes (on
+//! `metrics-port`) with INFO's figures.
 //!
 //! A request flows: socket -> [`worker`] reads into the connection's buffer
 //! -> `keel_protocol::parse_request` -> [`command::execute`] looks the
@@ -42,6 +43,7 @@ pub mod glob;
 pub mod lazyfree;
 pub mod loading;
 pub mod memcache;
+pub mod metrics;
 pub mod notify;
 pub mod process;
 pub mod pubsub;
@@ -125,6 +127,10 @@ pub fn run(config: Config) -> io::Result<()> {
         .enumerate()
         .map(|(i, w)| std::thread::Builder::new().name(format!("keel-worker-{i}")).spawn(move || w.run()))
         .collect::<io::Result<_>>()?;
+    let metrics_port = server.config.read().metrics_port;
+    if metrics_port != 0 {
+        metrics::spawn(server.clone(), bind_plain(&server.config.read(), metrics_port)?)?;
+    }
     let rewriter = rewrite::spawn(server.clone())?;
     let bgsaver = snapshot::spawn(server.clone())?;
     signals::spawn(server.clone())?;
@@ -220,6 +226,34 @@ fn show_banner(config: &Config) {
 
 /// Redis's words: scripts (Redis's test harness among them) retry on
 /// another port when they read "Failed listening on port".
+/// One blocking listener on each `bind` address for `port` (a port served
+/// by a thread of its own, not by the workers).
+fn bind_plain(config: &Config, port: u16) -> io::Result<Vec<std::net::TcpListener>> {
+    let mut listeners = Vec::new();
+    for addr in &config.bind {
+        let (optional, addr) = match addr.strip_prefix('-') {
+            Some(rest) => (true, rest),
+            None => (false, addr.as_str()),
+        };
+        let ip = bind_ip(addr)?;
+        match std::net::TcpListener::bind(SocketAddr::new(ip, port)) {
+            Ok(l) => listeners.push(l),
+            Err(e) if optional => tracing::warn!("could not bind optional address {ip}:{port}: {e}"),
+            Err(e) => return Err(listen_failed(SocketAddr::new(ip, port), e)),
+        }
+    }
+    Ok(listeners)
+}
+
+/// A `bind` address (its `-` for optional already taken off).
+fn bind_ip(addr: &str) -> io::Result<IpAddr> {
+    match addr {
+        "*" => "0.0.0.0".parse().map_err(io::Error::other),
+        "::*" => "::".parse().map_err(io::Error::other),
+        a => a.parse().map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("bind {a}: {e}"))),
+    }
+}
+
 /// One SO_REUSEPORT listener per worker on each `bind` address for `port`:
 /// the listeners of each worker, in `bind`'s order.
 fn bind_everywhere(config: &Config, port: u16, threads: usize) -> io::Result<Vec<Vec<mio::net::TcpListener>>> {
@@ -229,12 +263,7 @@ fn bind_everywhere(config: &Config, port: u16, threads: usize) -> io::Result<Vec
             Some(rest) => (true, rest),
             None => (false, addr.as_str()),
         };
-        let ip: IpAddr = match addr {
-            "*" => "0.0.0.0".parse().map_err(io::Error::other)?,
-            "::*" => "::".parse().map_err(io::Error::other)?,
-            a => a.parse().map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("bind {a}: {e}")))?,
-        };
-        let sockaddr = SocketAddr::new(ip, port);
+        let sockaddr = SocketAddr::new(bind_ip(addr)?, port);
         // SO_REUSEPORT would let a second server join this port's group
         // silently; a plain bind first fails as Redis does if it is taken.
         if let Err(e) = probe_bind(sockaddr) {

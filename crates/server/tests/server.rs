@@ -149,6 +149,41 @@ fn latency_stats_follow_latency_tracking() {
     assert_eq!(line(&mut c, "set"), None);
 }
 
+/// `metrics-port` answers `GET /metrics` with INFO's figures in
+/// Prometheus's text format: numeric fields as gauges, per-command calls
+/// and latency percentiles and keys per database as labelled series; any
+/// other path is 404.
+#[test]
+fn metrics_port_serves_info_to_prometheus() {
+    use std::io::{Read, Write};
+    let metrics_port = common::free_port();
+    let server = Server::start(&["--metrics-port", &metrics_port.to_string()]);
+    let mut c = server.client();
+    assert_eq!(c.cmd("SET a b"), ok());
+    let get = |path: &str| {
+        let mut stream = std::net::TcpStream::connect(("127.0.0.1", metrics_port)).expect("metrics port");
+        write!(stream, "GET {path} HTTP/1.1\r\nHost: keel\r\n\r\n").expect("request");
+        let mut response = String::new();
+        stream.read_to_string(&mut response).expect("response");
+        response
+    };
+    let response = get("/metrics");
+    assert!(response.starts_with("HTTP/1.1 200 OK\r\n"), "{response}");
+    let (head, body) = response.split_once("\r\n\r\n").expect("head and body");
+    assert!(head.contains(&format!("Content-Length: {}", body.len())), "{head}");
+    for line in [
+        "keel_connected_clients 1",
+        "keel_commands_total{cmd=\"set\"} 1",
+        "keel_db_keys{db=\"db0\"} 1",
+        "keel_aof_enabled 1",
+    ] {
+        assert!(body.lines().any(|l| l == line), "no {line} in\n{body}");
+    }
+    assert!(body.lines().any(|l| l.starts_with("keel_command_latency_seconds{cmd=\"set\",quantile=\"0.99\"} ")), "{body}");
+    assert!(body.lines().all(|l| l.starts_with("keel_") && l.split(' ').count() == 2), "{body}");
+    assert!(get("/").starts_with("HTTP/1.1 404 "));
+}
+
 #[test]
 fn info_is_verbatim_in_resp3() {
     let server = Server::start(&[]);
