@@ -371,8 +371,9 @@ fn data_block_len(vlen: i32) -> Option<usize> {
     Some(vlen as usize + 2)
 }
 
-/// `ms`: not implemented, but its data block is consumed with it when memcached would read one, that
-/// is once the line has a key of legal length, a valid length and at most 19 tokens.
+/// `ms`, which Keel refuses with an error (`McRequest::Unsupported`): its data block is consumed with
+/// it when memcached would read one, that is once the line has a key of legal length, a valid length
+/// and at most 19 tokens, so that the block is not then run as commands.
 fn meta_set<'a>(
     buf: &'a [u8],
     t: &[&'a [u8]],
@@ -520,6 +521,21 @@ fn safe_strtoull(tok: &[u8]) -> Option<u64> {
     Some(v)
 }
 
+/// The number memcached's incr and decr read from an item's value: `safe_strtoull` over its bytes,
+/// which memcached keeps followed by `\r\n`. An empty value is not a number; one where `strtoull`
+/// converts nothing reads as 0 when its first byte is blank (`strtoull` then leaves its end at the
+/// start, which passes memcached's check).
+pub fn item_number(value: &[u8]) -> Option<u64> {
+    let first = *value.first()?;
+    if let Some(n) = safe_strtoull(value) {
+        return Some(n);
+    }
+    let rest = &value[value.iter().take_while(|&&b| is_c_space(b)).count()..];
+    let rest = rest.strip_prefix(b"+").or_else(|| rest.strip_prefix(b"-")).unwrap_or(rest);
+    let converts = rest.first().is_some_and(u8::is_ascii_digit);
+    (!converts && is_c_space(first)).then_some(0)
+}
+
 /// memcached's `safe_strtoul` into a `uint32_t`: as [`safe_strtoull`] (`unsigned long` is 64-bit),
 /// then truncated to 32 bits.
 fn safe_strtoul(tok: &[u8]) -> Option<u32> {
@@ -645,6 +661,30 @@ mod tests {
         assert_eq!(ok(b"mg k v\r\n").0, McRequest::Unsupported { name: b"mg" });
         // ms carries a data block: consumed with it.
         assert_eq!(ok(b"ms k 2\r\nab\r\nget k\r\n"), (McRequest::Unsupported { name: b"ms" }, 12));
+    }
+
+    #[test]
+    fn item_values_read_as_incr_reads_them() {
+        for (value, expected) in [
+            (&b"0"[..], Some(0)),
+            (b"42", Some(42)),
+            (b"42  ", Some(42)),
+            (b"  7", Some(7)),
+            (b"\x0b7", Some(7)),
+            (b"+5", Some(5)),
+            (b"18446744073709551615", Some(u64::MAX)),
+            (b"18446744073709551616", None),
+            (b"-1", None),
+            (b"abc", None),
+            (b"12abc", None),
+            (b" 5x", None),
+            (b"", None),
+            (b" ", Some(0)),
+            (b" x5", Some(0)),
+            (b"+", None),
+        ] {
+            assert_eq!(item_number(value), expected, "{}", String::from_utf8_lossy(value));
+        }
     }
 
     #[test]

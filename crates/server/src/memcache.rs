@@ -188,6 +188,26 @@ impl From<CmdError> for Failure {
 
 type Reply = Result<std::borrow::Cow<'static, str>, Failure>;
 
+/// `VALUE <key> <flags> <bytes>[ <cas>]\r\n<data>\r\n`.
+fn write_item(wbuf: &mut Vec<u8>, key: &[u8], meta: ItemMeta, cas: Option<u64>, value: &Str) {
+    let mut digits = itoa::Buffer::new();
+    let bytes = value.as_bytes(&mut digits);
+    let mut number = itoa::Buffer::new();
+    wbuf.extend_from_slice(b"VALUE ");
+    wbuf.extend_from_slice(key);
+    wbuf.push(b' ');
+    wbuf.extend_from_slice(number.format(meta.flags).as_bytes());
+    wbuf.push(b' ');
+    wbuf.extend_from_slice(number.format(bytes.len()).as_bytes());
+    if let Some(cas) = cas {
+        wbuf.push(b' ');
+        wbuf.extend_from_slice(number.format(cas).as_bytes());
+    }
+    wbuf.extend_from_slice(b"\r\n");
+    wbuf.extend_from_slice(bytes);
+    wbuf.extend_from_slice(b"\r\n");
+}
+
 fn line_to(wbuf: &mut Vec<u8>, line: &str) {
     wbuf.extend_from_slice(line.as_bytes());
     wbuf.extend_from_slice(b"\r\n");
@@ -244,40 +264,38 @@ impl Run<'_> {
                 (Some(_), Some(at)) => smallvec::smallvec![&b"GETEX"[..], key, &b"PXAT"[..], at.as_bytes()],
                 (Some(_), None) => smallvec::smallvec![&b"GETEX"[..], key, &b"PERSIST"[..]],
             };
+            let item_start = wbuf.len();
+            // The item goes straight from the table into the output, under
+            // the lock: no copy of the value.
             let found = self.run_as(&argv, |ctx, argv| {
                 let now = ctx.now_ms;
                 let db = ctx.dbs.of(key);
-                let Some(Value::Str(s)) = db.get(key, now).map(|e| &e.value) else { return Ok(None) };
-                let value = s.as_bytes(&mut itoa::Buffer::new()).to_vec();
+                if !matches!(db.get(key, now).map(|e| &e.value), Some(Value::Str(_))) {
+                    return Ok(false);
+                }
                 let mut meta = db.item_meta(key);
                 if with_cas && meta.cas == 0 {
                     meta.cas = ctx.server.memcache.next_cas();
                     db.set_item_meta(key, meta);
+                }
+                if let Some(Value::Str(s)) = db.peek(key).map(|e| &e.value) {
+                    write_item(wbuf, key, meta, with_cas.then_some(meta.cas), s);
                 }
                 if touch.is_some() {
                     // GETEX changes the expiry; the item keeps its flags and CAS value.
                     command::run_handler(ctx, argv)?;
                     keep_meta(ctx, key, meta);
                 }
-                Ok(Some((value, meta)))
+                Ok(true)
             });
             match found {
-                Ok(Some((value, meta))) => {
+                Ok(true) => {
                     state.count(Counter::GetHits);
                     if touch.is_some() {
                         state.count(Counter::TouchHits);
                     }
-                    wbuf.extend_from_slice(b"VALUE ");
-                    wbuf.extend_from_slice(key);
-                    let mut header = format!(" {} {}", meta.flags, value.len());
-                    if with_cas {
-                        header.push_str(&format!(" {}", meta.cas));
-                    }
-                    line_to(wbuf, &header);
-                    wbuf.extend_from_slice(&value);
-                    wbuf.extend_from_slice(b"\r\n");
                 }
-                Ok(None) => {
+                Ok(false) => {
                     state.count(Counter::GetMisses);
                     if touch.is_some() {
                         state.count(Counter::TouchMisses);
@@ -285,6 +303,7 @@ impl Run<'_> {
                 }
                 Err(e) => {
                     // memcached ends a multi-key get at a failure, with no END.
+                    wbuf.truncate(item_start);
                     let text = e.to_string();
                     self.server.count_error(&text);
                     line_to(wbuf, &format!("SERVER_ERROR {text}"));
@@ -391,7 +410,7 @@ impl Run<'_> {
             let Some(entry) = db.get(key, now) else { return Ok(None) };
             let Value::Str(s) = &entry.value else { return Ok(Some(None)) };
             let old = s.as_bytes(&mut itoa::Buffer::new()).to_vec();
-            let Some(value) = memcached_u64(&old) else { return Ok(Some(None)) };
+            let Some(value) = keel_protocol::memcache::item_number(&old) else { return Ok(Some(None)) };
             let value = if incr { value.wrapping_add(delta) } else { value.saturating_sub(delta) };
             let digits = value.to_string();
             let mut stored = digits.clone().into_bytes();
@@ -493,45 +512,6 @@ fn expire_at_ms(exptime: i64, now_ms: u64) -> Option<u64> {
     }
 }
 
-/// The number memcached's incr and decr read from a value: its
-/// `safe_strtoull` over the item's bytes, which are followed by "\r\n".
-/// Leading blanks and a `+` are taken; the digits must be followed by a
-/// blank or the end; a `-` is refused when the result would read as
-/// negative; an empty value is not a number.
-fn memcached_u64(value: &[u8]) -> Option<u64> {
-    if value.is_empty() {
-        return None;
-    }
-    let mut i = value.iter().take_while(|b| b.is_ascii_whitespace()).count();
-    let negative = value.get(i) == Some(&b'-');
-    if matches!(value.get(i), Some(b'+' | b'-')) {
-        i += 1;
-    }
-    let digits = value[i..].iter().take_while(|b| b.is_ascii_digit()).count();
-    let end = i + digits;
-    // strtoull stops at the first non-digit: it must be a blank (memcached's
-    // own "\r" when the value ends there). With no digits, endptr is the
-    // start of the value.
-    if digits == 0 {
-        return value[0].is_ascii_whitespace().then_some(0);
-    }
-    if value.get(end).is_some_and(|b| !b.is_ascii_whitespace()) {
-        return None;
-    }
-    let mut n: u64 = 0;
-    for &d in &value[i..end] {
-        n = n.checked_mul(10)?.checked_add(u64::from(d - b'0'))?;
-    }
-    if negative {
-        let wrapped = n.wrapping_neg();
-        if (wrapped as i64) < 0 {
-            return None;
-        }
-        return Some(wrapped);
-    }
-    Some(n)
-}
-
 /// `stats`: memcached's general statistics that Keel has.
 fn stats_reply(server: &Server, args: &[&[u8]], wbuf: &mut Vec<u8>) {
     let state = &server.memcache;
@@ -574,26 +554,6 @@ fn stats_reply(server: &Server, args: &[&[u8]], wbuf: &mut Vec<u8>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn numbers_read_as_memcached_reads_them() {
-        for (value, expected) in [
-            (&b"0"[..], Some(0)),
-            (b"42", Some(42)),
-            (b"42  ", Some(42)),
-            (b"  7", Some(7)),
-            (b"+5", Some(5)),
-            (b"18446744073709551615", Some(u64::MAX)),
-            (b"18446744073709551616", None),
-            (b"-1", None),
-            (b"abc", None),
-            (b"12abc", None),
-            (b"", None),
-            (b" ", Some(0)),
-        ] {
-            assert_eq!(memcached_u64(value), expected, "{}", String::from_utf8_lossy(value));
-        }
-    }
 
     #[test]
     fn expiry_times_follow_memcached() {
