@@ -89,6 +89,8 @@ mod writer;
 
 pub use file::{write_out, IncrementalSync};
 pub use load::{Replay, ReplayItem, Replayed};
+/// The stream's record format, for whoever else carries the stream (replicas).
+pub use resp::{encode_command, encode_select};
 pub use rewrite::{BaseBuffer, BaseWriter, IncrListing, PreparedRewrite, Rewrite, RewriteOptions, RewriteSummary, Sizes, BASE_SYNC_EVERY_BYTES};
 pub use stats::JournalStats;
 

@@ -49,7 +49,7 @@ fn push_decimal(out: &mut Vec<u8>, mut n: u64) {
 }
 
 /// Encodes one command (see the module docs for the layout) onto `out`.
-pub(crate) fn encode_command<A: AsRef<[u8]>>(out: &mut Vec<u8>, argv: &[A]) {
+pub fn encode_command<A: AsRef<[u8]>>(out: &mut Vec<u8>, argv: &[A]) {
     assert!(!argv.is_empty(), "a journal record needs at least one argument");
     out.push(b'*');
     push_decimal(out, argv.len() as u64);
@@ -100,7 +100,7 @@ pub(crate) fn unix_s() -> u64 {
 }
 
 /// Encodes `SELECT <db>`, exactly as Redis's `feedAppendOnlyFile` does.
-pub(crate) fn encode_select(out: &mut Vec<u8>, db: usize) {
+pub fn encode_select(out: &mut Vec<u8>, db: usize) {
     let mut num = Vec::with_capacity(20);
     push_decimal(&mut num, db as u64);
     encode_command(out, &[&b"SELECT"[..], &num[..]]);

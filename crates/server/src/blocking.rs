@@ -62,6 +62,9 @@ pub struct Waiter {
     pub keys: Vec<Key>,
     /// Unix ms at which the wait times out; 0 waits forever.
     pub deadline_ms: u64,
+    /// WAIT's: the replication offset to be acknowledged, and by how many
+    /// replicas (a WAIT has no keys; replication answers it).
+    pub acks: Option<(u64, u64)>,
     /// Set by whoever ends the wait (see the module doc).
     done: AtomicBool,
 }
@@ -70,6 +73,11 @@ impl Waiter {
     /// Claims the ending of the wait; false if someone else has.
     pub fn claim(&self) -> bool {
         !self.done.swap(true, Ordering::AcqRel)
+    }
+
+    /// Whether the wait has ended (or its ending is under way).
+    pub fn is_done(&self) -> bool {
+        self.done.load(Ordering::Acquire)
     }
 
     /// The type a key must hold to serve this wait.
@@ -123,6 +131,16 @@ pub fn parse_timeout(arg: &[u8], now_ms: u64) -> Result<u64, CmdError> {
 /// Blocks the running client on `keys` until `deadline_ms` (0: for ever).
 /// The caller has found every key empty and replies nothing.
 pub fn block(ctx: &mut Ctx<'_>, argv: &[&[u8]], keys: &[&[u8]], deadline_ms: u64) {
+    block_waiting(ctx, argv, keys, deadline_ms, None);
+}
+
+/// Blocks the client in WAIT until `wanted` replicas acknowledge
+/// `offset`; returns the wait for replication to answer.
+pub fn block_for_acks(ctx: &mut Ctx<'_>, argv: &[&[u8]], offset: u64, wanted: u64, deadline_ms: u64) -> Arc<Waiter> {
+    block_waiting(ctx, argv, &[], deadline_ms, Some((offset, wanted)))
+}
+
+fn block_waiting(ctx: &mut Ctx<'_>, argv: &[&[u8]], keys: &[&[u8]], deadline_ms: u64, acks: Option<(u64, u64)>) -> Arc<Waiter> {
     let mut unique: Vec<Key> = Vec::with_capacity(keys.len());
     for key in keys {
         if !unique.iter().any(|k| &k[..] == *key) {
@@ -141,13 +159,15 @@ pub fn block(ctx: &mut Ctx<'_>, argv: &[&[u8]], keys: &[&[u8]], deadline_ms: u64
         argv: argv.iter().map(|a| a.to_vec()).collect(),
         keys: unique,
         deadline_ms,
+        acks,
         done: AtomicBool::new(false),
     });
     let registry = &ctx.server.blocking;
     registry.waiters.lock().insert(ctx.client.id, waiter.clone());
     registry.count.fetch_add(1, Ordering::Relaxed);
     ctx.client.info.blocked.store(true, Ordering::Relaxed);
-    ctx.client.blocked = Some(waiter);
+    ctx.client.blocked = Some(Arc::clone(&waiter));
+    waiter
 }
 
 /// Removes a finished wait from the queues of its keys and from the
@@ -168,11 +188,16 @@ pub fn forget(server: &Server, waiter: &Waiter) {
     }
 }
 
-/// The reply of a wait that timed out (Redis answers a null array to
-/// every blocking pop, BLMOVE included).
-pub fn timeout_reply(resp3: bool) -> Vec<u8> {
+/// The reply of a wait that timed out: Redis answers a null array to
+/// every blocking pop, BLMOVE included, and to WAIT the replicas that
+/// acknowledged its offset so far.
+pub fn timeout_reply(server: &Server, waiter: &Waiter) -> Vec<u8> {
     let mut out = Vec::new();
-    ReplyWriter::new(&mut out, resp3).null_array();
+    let mut w = ReplyWriter::new(&mut out, waiter.resp3);
+    match waiter.acks {
+        Some((offset, _)) => w.int(server.repl.acked(offset) as i64),
+        None => w.null_array(),
+    }
     out
 }
 

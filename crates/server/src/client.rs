@@ -125,6 +125,14 @@ pub struct Client {
     /// requests until the wait ends.
     pub blocked: Option<Arc<crate::blocking::Waiter>>,
     pub subscriptions: crate::pubsub::Subscriptions,
+    /// The replication stream's end after this client's last write: what
+    /// its WAIT waits for replicas to acknowledge (Redis's `woff`).
+    pub woff: u64,
+    /// What the connection said of itself with REPLCONF, if anything.
+    pub replconf: Option<Box<crate::replication::master::ReplConf>>,
+    /// Set by PSYNC or SYNC: the worker hands the connection to
+    /// replication once the command returns.
+    pub handoff: Option<Box<crate::replication::Handoff>>,
     /// Where in the output the running command's pub/sub frames end:
     /// those leave even under CLIENT REPLY OFF (Redis's CLIENT_PUSHING).
     pub pushed_to: usize,
@@ -147,6 +155,9 @@ impl Client {
             is_loader: false,
             blocked: None,
             subscriptions: Default::default(),
+            woff: 0,
+            replconf: None,
+            handoff: None,
             pushed_to: 0,
         }
     }

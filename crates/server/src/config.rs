@@ -235,10 +235,17 @@ pub struct Config {
     /// `lfu-decay-time`: idle minutes per step down of the LFU counter.
     pub lfu_decay_time: u32,
     /// `min-replicas-to-write` / `-max-lag`: with both non-zero, writes
-    /// need that many replicas in time. Keel has no replicas yet, so then
-    /// every write is refused (-NOREPLICAS), as Redis without replicas.
+    /// need that many online replicas whose last acknowledgement is at
+    /// most that many seconds old (else -NOREPLICAS).
     pub min_replicas_to_write: u32,
     pub min_replicas_max_lag: u32,
+    /// `repl-backlog-size`: the stream kept for partial resyncs.
+    pub repl_backlog_size: u64,
+    /// `repl-ping-replica-period`: seconds between PINGs in the stream.
+    pub repl_ping_replica_period: u64,
+    /// `repl-timeout`: seconds a replication link may stay silent or
+    /// blocked before it is dropped.
+    pub repl_timeout_s: u64,
     /// `rdbcompression`: LZF-compress strings in DUMP payloads (and RDB files).
     pub rdbcompression: bool,
     /// `rdbchecksum`: write (and check) the CRC64 trailer of RDB files.
@@ -345,6 +352,9 @@ impl Default for Config {
             lfu_decay_time: 1,
             min_replicas_to_write: 0,
             min_replicas_max_lag: 10,
+            repl_backlog_size: 1 << 20,
+            repl_ping_replica_period: 10,
+            repl_timeout_s: 60,
             rdbcompression: true,
             rdbchecksum: true,
             rdb_save_incremental_fsync: true,
@@ -510,13 +520,6 @@ macro_rules! directive {
     };
 }
 
-/// A directive of a feature Keel does not have yet (replication, the
-/// latency monitor, streams, HyperLogLog, ACL LOG, the
-/// process title, which stays the command line Keel was started with),
-/// accepted with Redis's default value only, so that a stock redis.conf
-/// loads: that value asks for nothing Keel lacks (no notifications, the
-/// monitor off, tunables that only a replica or its master read). Any
-/// other value is refused, saying why.
 /// A percentile as Redis writes it (`%f`, then trailing zeros and a
 /// trailing point trimmed): 99.9 as `99.9`, 50 as `50`.
 pub fn format_percentile(p: f64) -> String {
@@ -524,6 +527,13 @@ pub fn format_percentile(p: f64) -> String {
     text.trim_end_matches('0').trim_end_matches('.').to_string()
 }
 
+/// A directive of a feature Keel does not have yet (the latency
+/// monitor, streams, HyperLogLog, ACL LOG, the
+/// process title, which stays the command line Keel was started with),
+/// accepted with Redis's default value only, so that a stock redis.conf
+/// loads: that value asks for nothing Keel lacks (no notifications, the
+/// monitor off, tunables that only a replica or its master read). Any
+/// other value is refused, saying why.
 macro_rules! inert {
     ($name:literal, $default:literal) => {
         Directive {
@@ -680,6 +690,10 @@ pub static DIRECTIVES: &[Directive] = &[
     directive!("min-slaves-to-write", true, num(0, i32::MAX as u32), min_replicas_to_write),
     directive!("min-replicas-max-lag", true, num(0, i32::MAX as u32), min_replicas_max_lag),
     directive!("min-slaves-max-lag", true, num(0, i32::MAX as u32), min_replicas_max_lag),
+    directive!("repl-backlog-size", true, memory, repl_backlog_size),
+    directive!("repl-ping-replica-period", true, num(1, i32::MAX as u64), repl_ping_replica_period),
+    directive!("repl-ping-slave-period", true, num(1, i32::MAX as u64), repl_ping_replica_period),
+    directive!("repl-timeout", true, num(1, i32::MAX as u64), repl_timeout_s),
     Directive {
         name: "dir",
         mutable: true,

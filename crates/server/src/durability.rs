@@ -365,12 +365,12 @@ fn base_inserters<'a, 'scope, 'env>(
 
 /// Journals as DEL the keys the running command found expired (and so
 /// deleted), ahead of the command's own record: a later write to such a
-/// key must replay onto an absent key. Without a journal, forgets them.
+/// key must replay onto an absent key. Without a journal or replicas,
+/// forgets them.
 pub fn log_expired(ctx: &mut Ctx<'_>) {
     ctx.take_expired();
     let expired = std::mem::take(&mut ctx.durability.expired);
-    let Some(journal) = ctx.server.journal() else { return };
-    if ctx.server.loading.load(Ordering::Relaxed) {
+    if !changes_logged(ctx.server) || ctx.server.loading.load(Ordering::Relaxed) {
         return;
     }
     for (db, key) in expired {
@@ -378,8 +378,41 @@ pub fn log_expired(ctx: &mut Ctx<'_>) {
         if ctx.durability.in_transaction {
             ctx.durability.log.push((db, del));
         } else {
-            journal.append(db, &del);
+            append(ctx.server, db, &del, None);
         }
+    }
+}
+
+/// Whether changes go anywhere: to the journal, or to replicas.
+pub fn changes_logged(server: &Server) -> bool {
+    server.journal().is_some() || server.repl.feeding()
+}
+
+/// Appends one record (with the memcached flags of the key it wrote, if
+/// any) to the journal while it logs, and to the replication stream while
+/// replicas read it. Returns the journal position (0: not journaled) and
+/// the stream's end after it (0: not fed).
+pub fn append<A: AsRef<[u8]>>(server: &Server, db: usize, argv: &[A], item_flags: Option<u32>) -> (Lsn, u64) {
+    let lsn = match (server.journal(), item_flags) {
+        (Some(journal), Some(flags)) => journal.append_with_item_flags(db, argv, flags),
+        (Some(journal), None) => journal.append(db, argv),
+        (None, _) => 0,
+    };
+    let fed = match server.repl.feeding() {
+        true => server.repl.feed(db, argv, replicas_wait_for(server, lsn)),
+        false => 0,
+    };
+    (lsn, fed)
+}
+
+/// The journal position replicas must wait for before they are sent a
+/// record at `lsn`: the record itself under `appendfsync always`, where
+/// a reply waits for it too; nothing otherwise.
+fn replicas_wait_for(server: &Server, lsn: Lsn) -> Lsn {
+    if server.gate_replies() {
+        lsn
+    } else {
+        0
     }
 }
 
@@ -395,11 +428,14 @@ pub fn record(ctx: &mut Ctx<'_>, spec: &CommandSpec, argv: &[&[u8]]) {
     let whole_shards = spec.has(command::flags::ALL_SHARDS) || matches!(spec.name, "move" | "copy" | "swapdb");
     let replaced = ctx.durability.replaced.take();
     if replaced.is_none() && !ctx.durability.in_transaction && logged_as_is(spec, argv) {
-        let Some(journal) = ctx.server.journal() else { return };
-        let lsn = match ctx.durability.item_flags.take() {
-            Some(flags) => journal.append_with_item_flags(db, argv, flags),
-            None => journal.append(db, argv),
-        };
+        if !changes_logged(ctx.server) {
+            return;
+        }
+        let flags = ctx.durability.item_flags.take();
+        let (lsn, fed) = append(ctx.server, db, argv, flags);
+        if fed > 0 {
+            ctx.client.woff = fed;
+        }
         ctx.durability.write_lsn = lsn;
         if whole_shards {
             ctx.dbs.shards().for_each(|s| s.floor_lsn = lsn);
@@ -487,20 +523,29 @@ fn state_of(ctx: &mut Ctx<'_>, key: &[u8], with_value: bool) -> Vec<Vec<u8>> {
 /// MULTI/EXEC unit for a transaction), stamps what it wrote, and returns
 /// the journal position its reply depends on (0: none).
 pub fn commit(ctx: &mut Ctx<'_>) -> Lsn {
-    let Some(journal) = ctx.server.journal() else { return 0 };
+    let server = ctx.server;
+    if !changes_logged(server) {
+        return 0;
+    }
     let state = &mut ctx.durability;
     if state.log.is_empty() {
         return state.read_lsn.max(state.write_lsn);
     }
-    let lsn = if state.log.len() == 1 {
+    let (lsn, fed) = if state.log.len() == 1 {
         let (db, argv) = &state.log[0];
-        match state.item_flags.take() {
-            Some(flags) => journal.append_with_item_flags(*db, argv, flags),
-            None => journal.append(*db, argv),
-        }
+        append(server, *db, argv, state.item_flags.take())
     } else {
-        journal.append_transaction(&state.log)
+        let lsn = server.journal().map_or(0, |journal| journal.append_transaction(&state.log));
+        let fed = match server.repl.feeding() {
+            true => server.repl.feed_transaction(&state.log, replicas_wait_for(server, lsn)),
+            false => 0,
+        };
+        (lsn, fed)
     };
+    if fed > 0 {
+        ctx.client.woff = fed;
+    }
+    let state = &mut ctx.durability;
     state.log.clear();
     for stamp in std::mem::take(&mut state.stamps) {
         match stamp {

@@ -18,7 +18,9 @@
 //! [`notify`] turns changes to keys into such messages; [`memcache`] runs
 //! the requests of memcached clients (on `memcached-port`) as the Redis
 //! commands they stand for; [`metrics`] answers Prometheus's scrapes (on
-//! `metrics-port`) with INFO's figures.
+//! `metrics-port`) with INFO's figures; [`replication`] serves replicas
+//! (Redis's or Keel's) from the same stream of changes the journal
+//! gets.
 //!
 //! A request flows: socket -> [`worker`] reads into the connection's buffer
 //! -> `keel_protocol::parse_request` -> [`command::execute`] looks the
@@ -48,6 +50,7 @@ pub mod notify;
 pub mod process;
 pub mod pubsub;
 pub mod rdb;
+pub mod replication;
 pub mod rewrite;
 pub mod server;
 pub mod signals;

@@ -189,9 +189,8 @@ pub struct Server {
     pub errorstats: Mutex<BTreeMap<String, u64>>,
     pub started: Instant,
     pub run_id: String,
-    /// The replication ID (INFO master_replid); distinct from `run_id` as
-    /// in Redis.
-    pub replid: String,
+    /// Replication, master side: its ids, the backlog, the replicas.
+    pub repl: crate::replication::Replication,
     /// Writes since the last save (INFO rdb_changes_since_last_save).
     pub dirty: AtomicU64,
     pub lastsave_s: AtomicU64,
@@ -340,13 +339,7 @@ impl Server {
         // same instant, few enough that ALL_SHARDS commands stay cheap.
         let shards = (thread_count * 16).next_power_of_two().clamp(16, 1024);
         let keyspace = Keyspace::new(shards, config.databases);
-        let random_hex = || -> String {
-            use rand::Rng;
-            let mut rng = rand::thread_rng();
-            (0..40).map(|_| char::from_digit(rng.gen_range(0..16), 16).unwrap_or('0')).collect()
-        };
-        let run_id = random_hex();
-        let replid = random_hex();
+        let run_id = crate::replication::random_id();
         let port = config.port;
         let config_fsync = config.appendfsync;
         let mirrored = config.clone();
@@ -363,7 +356,7 @@ impl Server {
             errorstats: Mutex::new(BTreeMap::new()),
             started: Instant::now(),
             run_id,
-            replid,
+            repl: crate::replication::Replication::new(),
             dirty: AtomicU64::new(0),
             lastsave_s: AtomicU64::new(unix_ms() / 1000),
             shutdown: AtomicBool::new(false),
@@ -431,8 +424,10 @@ impl Server {
                 cell.store(v, Ordering::Relaxed);
             }
         }
-        let unmet = config.min_replicas_to_write > 0 && config.min_replicas_max_lag > 0;
+        let good = self.repl.good_replicas.load(Ordering::Relaxed);
+        let unmet = config.min_replicas_to_write > 0 && config.min_replicas_max_lag > 0 && good < u64::from(config.min_replicas_to_write);
         self.min_replicas_unmet.store(unmet, Ordering::Relaxed);
+        self.repl.set_backlog_size(config.repl_backlog_size);
         // Both settings are at most i32::MAX: bit 63 says LFU.
         let lfu = config.maxmemory_policy.contains("lfu").then(|| {
             1 << 63 | u64::from(config.lfu_log_factor & LFU_FIELD) << 32 | u64::from(config.lfu_decay_time & LFU_FIELD)

@@ -513,18 +513,10 @@ pub const SUPERSEDED: &str = "superseded by FLUSHALL's dump";
 /// One save: contents, temp file, fsync, rename. On success takes what the
 /// file covers off `dirty`, sets `lastsave_s`, and returns the file's size.
 fn save_to_file(server: &Server, saving: Saving, write: Box<WriteDump<'_>>) -> Result<u64, String> {
-    let (dir, name, settings) = {
+    let settings = dump_settings(server);
+    let (dir, name) = {
         let c = server.config.read();
-        let settings = DumpSettings {
-            options: WriteOptions {
-                encode: crate::rdb::encode_options(&c.encoding, c.rdbcompression),
-                checksum: c.rdbchecksum,
-                ..WriteOptions::default()
-            },
-            key_delay_us: c.rdb_key_save_delay_us,
-            incremental_fsync: c.rdb_save_incremental_fsync,
-        };
-        (c.dir.clone(), c.dbfilename.clone(), settings)
+        (c.dir.clone(), c.dbfilename.clone())
     };
     let temp = match saving {
         Saving::Snapshot => temp_in(&dir),
@@ -555,6 +547,20 @@ fn save_to_file(server: &Server, saving: Saving, write: Box<WriteDump<'_>>) -> R
             let _ = fs::remove_file(&temp);
             Err(e)
         }
+    }
+}
+
+/// The configuration's [`DumpSettings`], read as a save starts.
+fn dump_settings(server: &Server) -> DumpSettings {
+    let c = server.config.read();
+    DumpSettings {
+        options: WriteOptions {
+            encode: crate::rdb::encode_options(&c.encoding, c.rdbcompression),
+            checksum: c.rdbchecksum,
+            ..WriteOptions::default()
+        },
+        key_delay_us: c.rdb_key_save_delay_us,
+        incremental_fsync: c.rdb_save_incremental_fsync,
     }
 }
 
@@ -599,21 +605,37 @@ impl Write for SyncedFile {
     }
 }
 
-/// An RDB file being written, with a `SELECTDB` (and its `RESIZEDB` hint,
-/// the database's key count) each time the database changes.
-struct DumpWriter {
-    w: RdbWriter<BufWriter<SyncedFile>>,
+/// An RDB being written (a file, or a replica's socket), with a
+/// `SELECTDB` (and its `RESIZEDB` hint, the database's key count) each
+/// time the database changes.
+struct DumpWriter<W: Write> {
+    w: RdbWriter<W>,
     current_db: Option<usize>,
     /// (keys, keys with a TTL) per database.
     counts: Vec<(u64, u64)>,
     key_delay_us: i64,
 }
 
-impl DumpWriter {
-    fn create(temp: &Path, settings: DumpSettings) -> Result<DumpWriter, String> {
+impl DumpWriter<BufWriter<SyncedFile>> {
+    fn create(temp: &Path, settings: DumpSettings) -> Result<Self, String> {
         let file = File::create(temp).map_err(|e| format!("create {}: {e}", temp.display()))?;
         let file = SyncedFile { file, sync: settings.incremental_fsync.then(|| IncrementalSync::new(SAVE_SYNC_EVERY_BYTES)) };
-        let w = RdbWriter::new(BufWriter::with_capacity(256 << 10, file), settings.options).map_err(|e| e.to_string())?;
+        DumpWriter::new(BufWriter::with_capacity(256 << 10, file), settings)
+    }
+
+    /// Writes the trailer and fsyncs; returns the file's size.
+    fn finish(self) -> Result<u64, String> {
+        let bytes = self.w.bytes_written() + 9;
+        let out = self.finish_into()?;
+        let file = out.into_inner().map_err(|e| e.error().to_string())?.file;
+        file.sync_all().map_err(|e| e.to_string())?;
+        Ok(bytes)
+    }
+}
+
+impl<W: Write> DumpWriter<W> {
+    fn new(sink: W, settings: DumpSettings) -> Result<Self, String> {
+        let w = RdbWriter::new(sink, settings.options).map_err(|e| e.to_string())?;
         Ok(DumpWriter { w, current_db: None, counts: Vec::new(), key_delay_us: settings.key_delay_us })
     }
 
@@ -630,13 +652,9 @@ impl DumpWriter {
         Ok(())
     }
 
-    /// Writes the trailer and fsyncs; returns the file's size.
-    fn finish(self) -> Result<u64, String> {
-        let bytes = self.w.bytes_written() + 9;
-        let out = self.w.finish().map_err(|e| e.to_string())?;
-        let file = out.into_inner().map_err(|e| e.error().to_string())?.file;
-        file.sync_all().map_err(|e| e.to_string())?;
-        Ok(bytes)
+    /// Writes the trailer; returns the sink.
+    fn finish_into(self) -> Result<W, String> {
+        self.w.finish().map_err(|e| e.to_string())
     }
 }
 
@@ -663,9 +681,15 @@ struct Begun {
 
 /// Takes S (with the snapshot token held): every shard locked an instant.
 fn begin(server: &Server) -> Begun {
+    begin_with(server, || {})
+}
+
+/// `begin`, running `at_s` at S, under every shard lock.
+fn begin_with(server: &Server, at_s: impl FnOnce()) -> Begun {
     let keyspace = &server.keyspace;
     keyspace.prepare_snapshot(PREPARE_BUDGET);
     keyspace.begin_snapshot(|all| {
+        at_s();
         server.rdb.superseded.store(false, Ordering::Relaxed);
         let counts = db_counts(all.iter_mut(), keyspace.databases());
         server.snapshot_progress.begin(counts.iter().map(|c| c.0).sum());
@@ -692,9 +716,9 @@ fn write_snapshot(
     let result = DumpWriter::create(temp, settings).and_then(|mut out| {
         out.counts = begun.counts;
         if background {
-            crate::behind::scan(server, "keel-bgsave-bg", &server.rdb.urgent, |behind| stream(server, &mut out, stop, behind))?;
+            crate::behind::scan(server, "keel-bgsave-bg", &server.rdb.urgent, |behind| stream(server, &mut out, stop, behind.then_some(&server.rdb.urgent)))?;
         } else {
-            stream(server, &mut out, stop, false)?;
+            stream(server, &mut out, stop, None)?;
         }
         out.finish()
     });
@@ -707,10 +731,12 @@ fn write_snapshot(
     Ok((result?, begun.dirty_at_s))
 }
 
-/// The scan: true once every shard is written; false when, `behind` the
-/// workers (stepping aside for busy ones before each piece), it stops
-/// before a step to hand the rest to the BGSAVE thread.
-fn stream(server: &Server, out: &mut DumpWriter, stop: &dyn Fn() -> bool, behind: bool) -> Result<bool, String> {
+/// The scan: true once every shard is written; false when, behind the
+/// workers (with their `urgent` flag: stepping aside for busy ones before
+/// each piece), it stops before a step, the flag set, to hand the rest to
+/// the thread that started it.
+fn stream<W: Write>(server: &Server, out: &mut DumpWriter<W>, stop: &dyn Fn() -> bool, urgent: Option<&AtomicBool>) -> Result<bool, String> {
+    let behind = urgent.is_some();
     let stopped = || "stopped for a shutdown or a FLUSHALL".to_string();
     let next_piece = || {
         if behind {
@@ -723,7 +749,7 @@ fn stream(server: &Server, out: &mut DumpWriter, stop: &dyn Fn() -> bool, behind
     // A shard already written answers its next step at once, as done.
     for index in 0..keyspace.shard_count() {
         loop {
-            if behind && server.rdb.urgent.load(Ordering::Relaxed) {
+            if urgent.is_some_and(|u| u.load(Ordering::Relaxed)) {
                 return Ok(false);
             }
             if next_piece() {
@@ -747,6 +773,48 @@ fn stream(server: &Server, out: &mut DumpWriter, stop: &dyn Fn() -> bool, behind
         }
     }
     Ok(true)
+}
+
+/// A snapshot taken for a replica's full sync, not yet written.
+pub struct SyncSnapshot(Begun);
+
+/// Takes the snapshot token (waiting while a BGSAVE or an AOF rewrite
+/// holds it) and a full sync's instant S, running `at_s` under every
+/// shard lock. `None` if `stop` said so before the token came.
+pub fn take_for_sync(server: &Server, at_s: impl FnOnce(), stop: &dyn Fn() -> bool) -> Option<SyncSnapshot> {
+    while server.snapshot_active.compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire).is_err() {
+        if stop() {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    Some(SyncSnapshot(begin_with(server, at_s)))
+}
+
+/// Writes a snapshot taken by [`take_for_sync`] into `sink` as an RDB,
+/// its scan behind the workers as BGSAVE's, and gives the token back.
+/// On failure (or `stop`) every shard's snapshot is aborted.
+pub fn write_for_sync<W: Write + Send>(
+    server: &Server,
+    taken: SyncSnapshot,
+    sink: W,
+    stop: &(dyn Fn() -> bool + Sync),
+) -> Result<W, String> {
+    let urgent = AtomicBool::new(false);
+    let result = DumpWriter::new(sink, dump_settings(server)).and_then(|mut out| {
+        out.counts = taken.0.counts;
+        crate::behind::scan(server, "keel-repl-sync-bg", &urgent, |behind| stream(server, &mut out, stop, behind.then_some(&urgent)))?;
+        out.finish_into()
+    });
+    if result.is_err() {
+        for index in 0..server.keyspace.shard_count() {
+            let leftovers = server.keyspace.lock_one(index).shard(index).abort_snapshot();
+            drop(leftovers);
+        }
+    }
+    server.snapshot_progress.end();
+    server.snapshot_active.store(false, Ordering::Release);
+    result
 }
 
 /// A save from shards the caller holds, every one of them (DEBUG RELOAD

@@ -60,6 +60,22 @@ impl Stream {
     }
 }
 
+impl Stream {
+    /// The socket in blocking mode, for a thread of its own.
+    fn into_blocking(self) -> io::Result<crate::replication::master::Link> {
+        use std::os::fd::{FromRawFd, IntoRawFd};
+        use crate::replication::master::Link;
+        // SAFETY: each descriptor comes out of a stream that gives up its
+        // ownership, into exactly one new owner.
+        let link = match self {
+            Stream::Tcp(s) => Link::Tcp(unsafe { std::net::TcpStream::from_raw_fd(s.into_raw_fd()) }),
+            Stream::Unix(s) => Link::Unix(unsafe { std::os::unix::net::UnixStream::from_raw_fd(s.into_raw_fd()) }),
+        };
+        link.set_nonblocking(false)?;
+        Ok(link)
+    }
+}
+
 impl Read for Stream {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         match self {
@@ -636,7 +652,7 @@ impl Worker {
         for key in due {
             let waiter = self.conns[key].client.blocked.clone().expect("filtered on blocked");
             if waiter.claim() {
-                self.unblock(key, &crate::blocking::timeout_reply(waiter.resp3), 0);
+                self.unblock(key, &crate::blocking::timeout_reply(&self.server, &waiter), 0);
             }
         }
     }
@@ -687,6 +703,10 @@ impl Worker {
 
     fn flush_now(&mut self, key: usize) {
         let Some(conn) = self.conns.get_mut(key) else { return };
+        if conn.client.handoff.is_some() {
+            self.hand_off(key);
+            return;
+        }
         let failed = write_out(conn, &self.stats, durable_lsn(&self.server)).is_err();
         let done = conn.wpos == conn.wbuf.len();
         if failed || (done && (conn.client.close_after_reply || conn.client.info.kill.load(Ordering::Relaxed))) {
@@ -748,6 +768,34 @@ impl Worker {
     }
 
     fn close(&mut self, key: usize) {
+        drop(self.remove(key));
+    }
+
+    /// Gives a connection that sent PSYNC or SYNC to replication, with
+    /// the output it has not sent yet and the input it sent after.
+    fn hand_off(&mut self, key: usize) {
+        let Some(mut conn) = self.remove(key) else { return };
+        let Some(handoff) = conn.client.handoff.take() else { return };
+        let pending = conn.wbuf[conn.wpos..].to_vec();
+        let unread = conn.rbuf[conn.rstart..conn.rend].to_vec();
+        let peer_ip = match conn.client.info.addr.rsplit_once(':') {
+            Some((ip, _)) => ip.to_string(),
+            None => conn.client.info.addr.clone(),
+        };
+        let link = match conn.stream.into_blocking() {
+            Ok(link) => link,
+            Err(e) => {
+                tracing::warn!("replica {peer_ip}: {e}");
+                return;
+            }
+        };
+        crate::replication::master::serve(Arc::clone(&self.server), link, *handoff, peer_ip, pending, unread);
+    }
+
+    /// Takes a connection out of the worker, its client out of every
+    /// registry; dropping what is returned closes it.
+    fn remove(&mut self, key: usize) -> Option<Conn> {
+        let mut removed = None;
         if let Some(mut conn) = self.conns.try_remove(key) {
             self.by_id.remove(&conn.client.id);
             let _ = self.poll.registry().deregister(conn.stream.source());
@@ -767,7 +815,9 @@ impl Worker {
             // sees this worker serving one fewer.
             self.stats.connections.fetch_sub(1, Ordering::Relaxed);
             self.server.clients.unregister(conn.client.id);
+            removed = Some(conn);
         }
+        removed
     }
 
     /// Periodic chores: expire keys in the shards this worker looks after,
@@ -822,8 +872,8 @@ impl Worker {
                     // Expiries are journaled as DELs under the shard's lock,
                     // so they take their place among the shard's writes.
                     for key in db.expired.drain(..) {
-                        if let Some(journal) = self.server.journal() {
-                            journal.append(index, &[&b"DEL"[..], &key]);
+                        if crate::durability::changes_logged(&self.server) {
+                            crate::durability::append(&self.server, index, &[&b"DEL"[..], &key], None);
                         }
                         crate::notify::expired(&self.server, index, &key);
                     }
@@ -880,7 +930,7 @@ fn process(server: &Server, stats: &WorkerStats, conn: &mut Conn, limits: &Parse
         conn.rstart = conn.rend;
         return;
     }
-    if conn.paused || conn.client.blocked.is_some() {
+    if conn.paused || conn.client.blocked.is_some() || conn.client.handoff.is_some() {
         return;
     }
     if conn.memcache.is_some() {
@@ -935,7 +985,9 @@ fn process(server: &Server, stats: &WorkerStats, conn: &mut Conn, limits: &Parse
                 conn.rstart = conn.rend;
                 return;
             }
-            if conn.client.blocked.is_some() {
+            // Blocked, or a replica now: what follows waits, or is the
+            // replication link's.
+            if conn.client.blocked.is_some() || conn.client.handoff.is_some() {
                 return;
             }
         }

@@ -600,7 +600,7 @@ fn client_unblock(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
                 keel_protocol::ReplyWriter::new(&mut out, w.resp3).error("UNBLOCKED client unblocked via CLIENT UNBLOCK");
                 out
             } else {
-                crate::blocking::timeout_reply(w.resp3)
+                crate::blocking::timeout_reply(ctx.server, &w)
             };
             ctx.server.send(w.worker, Message::Unblock { client: w.client, reply, lsn: 0 });
             ctx.out.int(1);

@@ -17,6 +17,7 @@ pub mod keys;
 pub mod keyspec;
 pub mod lists;
 pub mod pubsub;
+pub mod replication;
 pub mod server;
 pub mod sets;
 pub mod sort;
@@ -375,6 +376,7 @@ pub fn table() -> &'static Table {
             zsets::COMMANDS,
             geo::COMMANDS,
             pubsub::COMMANDS,
+            replication::COMMANDS,
             sort::COMMANDS,
             transactions::COMMANDS,
         ]

@@ -566,9 +566,9 @@ fn write_section(ctx: &mut Ctx<'_>, section: &str, out: &mut String) {
             field!(out, "instantaneous_input_repl_kbps", "0.00");
             field!(out, "instantaneous_output_repl_kbps", "0.00");
             field!(out, "rejected_connections", server.total(|w| &w.rejected_connections));
-            field!(out, "sync_full", 0);
-            field!(out, "sync_partial_ok", 0);
-            field!(out, "sync_partial_err", 0);
+            field!(out, "sync_full", server.repl.sync_full.load(Ordering::Relaxed));
+            field!(out, "sync_partial_ok", server.repl.sync_partial_ok.load(Ordering::Relaxed));
+            field!(out, "sync_partial_err", server.repl.sync_partial_err.load(Ordering::Relaxed));
             field!(out, "expired_keys", expired);
             field!(out, "expired_stale_perc", "0.00");
             field!(out, "expired_time_cap_reached_count", 0);
@@ -611,21 +611,40 @@ fn write_section(ctx: &mut Ctx<'_>, section: &str, out: &mut String) {
         }
         "replication" => {
             out.push_str("# Replication\r\n");
+            let repl = &server.repl;
+            let replicas = repl.replicas();
             field!(out, "role", "master");
-            field!(out, "connected_slaves", 0);
-            // Shown while min-replicas-to-write is in force, as Redis does.
-            if server.min_replicas_unmet.load(Ordering::Relaxed) {
-                field!(out, "min_slaves_good_slaves", 0);
+            field!(out, "connected_slaves", replicas.len());
+            let (min_to_write, min_max_lag, backlog_size) = {
+                let c = server.config.read();
+                (c.min_replicas_to_write, c.min_replicas_max_lag, c.repl_backlog_size)
+            };
+            if min_to_write > 0 && min_max_lag > 0 {
+                field!(out, "min_slaves_good_slaves", repl.good_replicas.load(Ordering::Relaxed));
             }
+            let now_s = now_ms / 1000;
+            for (i, r) in replicas.iter().enumerate() {
+                let line = format!(
+                    "ip={},port={},state={},offset={},lag={}",
+                    r.ip,
+                    r.port,
+                    r.state().name(),
+                    r.ack(),
+                    now_s.saturating_sub(r.ack_ms() / 1000)
+                );
+                field!(out, format!("slave{i}"), line);
+            }
+            let (replid, replid2, second_offset) = repl.ids();
+            let (active, size, first_byte, held) = repl.backlog_info(backlog_size);
             field!(out, "master_failover_state", "no-failover");
-            field!(out, "master_replid", server.replid);
-            field!(out, "master_replid2", "0000000000000000000000000000000000000000");
-            field!(out, "master_repl_offset", 0);
-            field!(out, "second_repl_offset", -1);
-            field!(out, "repl_backlog_active", 0);
-            field!(out, "repl_backlog_size", 1_048_576);
-            field!(out, "repl_backlog_first_byte_offset", 0);
-            field!(out, "repl_backlog_histlen", 0);
+            field!(out, "master_replid", replid);
+            field!(out, "master_replid2", replid2);
+            field!(out, "master_repl_offset", repl.end());
+            field!(out, "second_repl_offset", second_offset);
+            field!(out, "repl_backlog_active", u8::from(active));
+            field!(out, "repl_backlog_size", size);
+            field!(out, "repl_backlog_first_byte_offset", first_byte);
+            field!(out, "repl_backlog_histlen", held);
         }
         "cpu" => {
             out.push_str("# CPU\r\n");
@@ -1046,6 +1065,7 @@ fn config_resetstat(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
         journal.reset_stats();
     }
     server.peak_memory.store(0, Ordering::Relaxed);
+    server.repl.reset_stats();
     for shard in ctx.dbs.shards() {
         for db in shard.dbs_mut().iter_mut() {
             db.expired_keys = 0;

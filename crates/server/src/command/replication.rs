@@ -1,0 +1,128 @@
+//! Replication commands, master side: REPLCONF, PSYNC and SYNC (which a
+//! replica sends), WAIT and ROLE, as Redis 7.0 answers them. Serving a
+//! replica is `crate::replication`.
+
+use super::parse::{eq, i64_arg};
+use super::{acl, cmd, flags::*, CmdError, CmdResult, CommandSpec, Ctx, Keys};
+use crate::replication::master::ReplConf;
+use crate::replication::Handoff;
+
+const HANDSHAKE: u32 = ADMIN | NOSCRIPT | NO_ASYNC_LOADING | NO_MULTI;
+
+pub static COMMANDS: &[CommandSpec] = &[
+    cmd("replconf", -1, ADMIN | NOSCRIPT | LOADING | STALE | ALLOW_BUSY, Keys::None, "server", replconf)
+        .doc("An internal command for configuring the replication stream", "3.0.0"),
+    cmd("psync", -3, HANDSHAKE, Keys::None, "server", psync)
+        .doc("Internal command used for replication", "2.8.0"),
+    cmd("sync", 1, HANDSHAKE, Keys::None, "server", sync).doc("Internal command used for replication", "1.0.0"),
+    cmd("wait", 3, NOSCRIPT, Keys::None, "generic", wait)
+        .doc("Wait for the synchronous replication of all the write commands sent in the context of the current connection", "3.0.0")
+        .acl(acl::CONNECTION)
+        .tips(&["request_policy:all_shards", "response_policy:agg_min"]),
+    cmd("role", 1, NOSCRIPT | LOADING | STALE | FAST, Keys::None, "server", role)
+        .doc("Return the role of the instance in the context of replication", "2.8.12")
+        .acl(acl::ADMIN | acl::DANGEROUS),
+];
+
+/// REPLCONF <option> <value> ...: what a replica says of itself before its
+/// PSYNC. `ack` and `getack` belong to a replication link and are answered
+/// there; from an ordinary connection they get no reply, as in Redis.
+fn replconf(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
+    if argv.len().is_multiple_of(2) {
+        return Err(CmdError::Syntax);
+    }
+    let mut conf = ctx.client.replconf.as_deref().cloned().unwrap_or_default();
+    for pair in argv[1..].chunks(2) {
+        let (option, value) = (pair[0], pair[1]);
+        if eq(option, "listening-port") {
+            conf.listening_port = u16::try_from(i64_arg(value)?).map_err(|_| CmdError::NotInteger)?;
+        } else if eq(option, "ip-address") {
+            if value.len() >= 46 {
+                return Err(CmdError::other(format!(
+                    "ERR REPLCONF ip-address provided by replica instance is too long: {} bytes",
+                    value.len()
+                )));
+            }
+            conf.ip = Some(String::from_utf8_lossy(value).into_owned());
+        } else if eq(option, "capa") {
+            conf.capa_eof |= eq(value, "eof");
+            conf.capa_psync2 |= eq(value, "psync2");
+        } else if eq(option, "rdb-only") {
+            conf.rdb_only = match i64_arg(value)? {
+                0 => false,
+                1 => true,
+                _ => return Err(CmdError::Syntax),
+            };
+        } else if eq(option, "ack") || eq(option, "getack") {
+            return Ok(());
+        } else {
+            return Err(CmdError::other(format!("ERR Unrecognized REPLCONF option: {}", String::from_utf8_lossy(option))));
+        }
+    }
+    ctx.client.replconf = Some(Box::new(conf));
+    ctx.out.ok();
+    Ok(())
+}
+
+/// PSYNC <replid> <offset>: the worker hands the connection to
+/// replication once this returns; the replies come from there.
+fn psync(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
+    let offset = i64_arg(argv[2])?;
+    let replid = String::from_utf8_lossy(argv[1]).into_owned();
+    hand_off(ctx, replid, offset, false);
+    Ok(())
+}
+
+/// SYNC: the pre-PSYNC protocol, a full sync with no `+FULLRESYNC` line.
+fn sync(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
+    hand_off(ctx, "?".into(), -1, true);
+    Ok(())
+}
+
+fn hand_off(ctx: &mut Ctx<'_>, replid: String, offset: i64, pre_psync: bool) {
+    let conf: ReplConf = ctx.client.replconf.take().map(|c| *c).unwrap_or_default();
+    ctx.client.handoff = Some(Box::new(Handoff { replid, offset, pre_psync, conf }));
+}
+
+/// WAIT numreplicas timeout: the number of replicas that acknowledged
+/// this client's writes, once `numreplicas` have or the timeout (ms; 0
+/// for ever) passes. Inside a transaction it answers at once, as Redis.
+fn wait(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
+    let wanted = i64_arg(argv[1])?;
+    let timeout_ms = i64_arg(argv[2]).map_err(|_| CmdError::other("ERR timeout is not an integer or out of range"))?;
+    if timeout_ms < 0 {
+        return Err(CmdError::other("ERR timeout is negative"));
+    }
+    let repl = &ctx.server.repl;
+    let offset = ctx.client.woff;
+    let acked = repl.acked(offset);
+    if acked as i64 >= wanted || !ctx.can_block() {
+        ctx.out.int(acked as i64);
+        return Ok(());
+    }
+    let deadline = match timeout_ms {
+        0 => 0,
+        ms => ctx.now_ms.saturating_add(ms as u64),
+    };
+    let waiter = crate::blocking::block_for_acks(ctx, argv, offset, wanted as u64, deadline);
+    repl.add_wait(waiter);
+    Ok(())
+}
+
+/// ROLE: `master`, the stream's offset, and each replica's address and
+/// acknowledged offset.
+fn role(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
+    let repl = &ctx.server.repl;
+    let replicas = repl.replicas();
+    ctx.out.array(3);
+    ctx.out.bulk(b"master");
+    ctx.out.int(repl.end() as i64);
+    ctx.out.array(replicas.len());
+    for r in replicas {
+        ctx.out.array(3);
+        ctx.out.bulk(r.ip.as_bytes());
+        ctx.out.bulk_int(i64::from(r.port));
+        ctx.out.bulk_int(r.ack() as i64);
+    }
+    Ok(())
+}

@@ -1,0 +1,444 @@
+//! Serving one replica, from its PSYNC on: the partial or full sync, the
+//! stream, and the acknowledgements it sends back.
+//!
+//! A replica is served by two threads of its own rather than by a worker's
+//! event loop: a full sync writes a whole RDB to it, for seconds or
+//! minutes, and a worker must never wait for that; replicas are few. The
+//! sender writes with blocking calls (and a `repl-timeout` write timeout,
+//! so a replica that stopped reading is dropped); the reader takes
+//! `REPLCONF ACK`s.
+
+use std::fs::File;
+use std::io::{self, BufWriter, Read, Write};
+use std::net::TcpStream;
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use thiserror::Error;
+
+use super::backlog::Backlog;
+use super::{random_id, Replication};
+use crate::server::{unix_ms, Server};
+
+/// Most bytes of the stream copied out of the backlog per write.
+const CHUNK: u64 = 1 << 20;
+
+/// What a replica said of itself with REPLCONF before its PSYNC.
+#[derive(Debug, Default, Clone)]
+pub struct ReplConf {
+    /// `listening-port`: where the replica serves (INFO's `port=`).
+    pub listening_port: u16,
+    /// `ip-address`: what it asked to be listed as.
+    pub ip: Option<String>,
+    /// `capa eof`: takes a diskless RDB (`$EOF:<mark>` framing).
+    pub capa_eof: bool,
+    /// `capa psync2`: understands `+CONTINUE <replid>`.
+    pub capa_psync2: bool,
+    /// `rdb-only 1`: wants the RDB of a full sync and nothing after it
+    /// (`redis-cli --rdb`).
+    pub rdb_only: bool,
+}
+
+/// A connection that asked to replicate: the worker hands it here.
+#[derive(Debug)]
+pub struct Handoff {
+    /// PSYNC's replid and offset (`?` and -1: no history), or SYNC's.
+    pub replid: String,
+    pub offset: i64,
+    /// SYNC: the RDB comes with no `+FULLRESYNC` line first.
+    pub pre_psync: bool,
+    pub conf: ReplConf,
+}
+
+/// INFO's `state=` of a replica.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum ReplicaState {
+    /// Its full sync's RDB is being produced and sent.
+    WaitBgsave = 0,
+    /// Its RDB is being sent from a file.
+    SendBulk = 1,
+    Online = 2,
+}
+
+impl ReplicaState {
+    pub fn name(self) -> &'static str {
+        match self {
+            ReplicaState::WaitBgsave => "wait_bgsave",
+            ReplicaState::SendBulk => "send_bulk",
+            ReplicaState::Online => "online",
+        }
+    }
+}
+
+/// A replica's socket, whichever kind it came on.
+pub enum Link {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+impl Link {
+    fn try_clone(&self) -> io::Result<Link> {
+        Ok(match self {
+            Link::Tcp(s) => Link::Tcp(s.try_clone()?),
+            Link::Unix(s) => Link::Unix(s.try_clone()?),
+        })
+    }
+
+    /// Ends both directions: the replica's threads see their next call fail.
+    fn shutdown(&self) {
+        let _ = match self {
+            Link::Tcp(s) => s.shutdown(std::net::Shutdown::Both),
+            Link::Unix(s) => s.shutdown(std::net::Shutdown::Both),
+        };
+    }
+
+    pub fn set_nonblocking(&self, on: bool) -> io::Result<()> {
+        match self {
+            Link::Tcp(s) => s.set_nonblocking(on),
+            Link::Unix(s) => s.set_nonblocking(on),
+        }
+    }
+
+    fn set_write_timeout(&self, timeout: Duration) -> io::Result<()> {
+        match self {
+            Link::Tcp(s) => s.set_write_timeout(Some(timeout)),
+            Link::Unix(s) => s.set_write_timeout(Some(timeout)),
+        }
+    }
+}
+
+impl Read for &Link {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Link::Tcp(s) => (&*s).read(buf),
+            Link::Unix(s) => (&*s).read(buf),
+        }
+    }
+}
+
+impl Write for &Link {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Link::Tcp(s) => (&*s).write(buf),
+            Link::Unix(s) => (&*s).write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// An attached replica, as INFO, ROLE, WAIT and the cron see it.
+pub struct Replica {
+    pub id: u64,
+    pub ip: String,
+    pub port: u16,
+    state: AtomicU8,
+    /// The offset it last acknowledged, and when (Unix ms).
+    ack: AtomicU64,
+    ack_ms: AtomicU64,
+    gone: AtomicBool,
+    /// It has sent an ACK: it has loaded its full sync's RDB.
+    acked_once: AtomicBool,
+    /// A handle on its socket, to end the link from any thread.
+    link: Link,
+}
+
+impl Replica {
+    pub fn state(&self) -> ReplicaState {
+        match self.state.load(Ordering::Acquire) {
+            0 => ReplicaState::WaitBgsave,
+            1 => ReplicaState::SendBulk,
+            _ => ReplicaState::Online,
+        }
+    }
+
+    fn set_state(&self, state: ReplicaState) {
+        self.state.store(state as u8, Ordering::Release);
+    }
+
+    pub fn ack(&self) -> u64 {
+        self.ack.load(Ordering::Acquire)
+    }
+
+    pub fn ack_ms(&self) -> u64 {
+        self.ack_ms.load(Ordering::Relaxed)
+    }
+
+    /// `ip:port` as Redis names a replica in its log.
+    pub fn addr(&self) -> String {
+        format!("{}:{}", self.ip, self.port)
+    }
+
+    /// Ends the link; the replica's threads then clean up.
+    pub fn disconnect(&self) {
+        self.gone.store(true, Ordering::Release);
+        self.link.shutdown();
+    }
+
+    fn is_gone(&self) -> bool {
+        self.gone.load(Ordering::Acquire)
+    }
+}
+
+/// Why a replica's link ended.
+#[derive(Debug, Error)]
+enum LinkError {
+    #[error("{0}")]
+    Io(#[from] io::Error),
+    #[error("the snapshot for its full sync failed: {0}")]
+    Snapshot(String),
+    #[error("the backlog no longer holds what it needs")]
+    Overrun,
+}
+
+/// Serves a replica on threads of its own. `pending` is output its
+/// connection had not sent yet (replies to REPLCONF), `unread` input it had
+/// sent after its PSYNC.
+pub fn serve(server: Arc<Server>, link: Link, handoff: Handoff, peer_ip: String, pending: Vec<u8>, unread: Vec<u8>) {
+    let spawned = std::thread::Builder::new().name("keel-repl-out".into()).spawn(move || {
+        let repl = &server.repl;
+        let (Ok(handle), Ok(reader)) = (link.try_clone(), link.try_clone()) else {
+            tracing::warn!("replica {peer_ip}: could not duplicate its socket");
+            return;
+        };
+        let replica = Arc::new(Replica {
+            id: repl.next_replica_id.fetch_add(1, Ordering::Relaxed),
+            ip: handoff.conf.ip.clone().unwrap_or(peer_ip),
+            port: handoff.conf.listening_port,
+            state: AtomicU8::new(ReplicaState::WaitBgsave as u8),
+            ack: AtomicU64::new(0),
+            ack_ms: AtomicU64::new(unix_ms()),
+            gone: AtomicBool::new(false),
+            acked_once: AtomicBool::new(false),
+            link: handle,
+        });
+        tracing::info!("Replica {} asks for synchronization", replica.addr());
+        repl.replicas.lock().push(Arc::clone(&replica));
+        repl.start_cron(&server);
+        let acks = {
+            let (server, replica) = (Arc::clone(&server), Arc::clone(&replica));
+            std::thread::Builder::new().name("keel-repl-in".into()).spawn(move || read_acks(&server, &replica, reader, unread))
+        };
+        if let Err(e) = run(&server, &replica, &link, &handoff, &pending) {
+            if !replica.is_gone() && !server.shutdown.load(Ordering::Relaxed) {
+                tracing::warn!("Connection with replica {} lost: {e}", replica.addr());
+            }
+        }
+        replica.disconnect();
+        if let Ok(acks) = acks {
+            let _ = acks.join();
+        }
+        repl.detach(replica.id);
+    });
+    if let Err(e) = spawned {
+        tracing::warn!("could not start a replica's thread: {e}");
+    }
+}
+
+fn run(server: &Server, replica: &Replica, link: &Link, handoff: &Handoff, pending: &[u8]) -> Result<(), LinkError> {
+    let timeout_s = server.config.read().repl_timeout_s.max(1);
+    link.set_write_timeout(Duration::from_secs(timeout_s))?;
+    let mut out = link;
+    out.write_all(pending)?;
+    let repl = &server.repl;
+    let pos = match repl.try_partial(replica.id, handoff) {
+        Some(pos) => {
+            let reply = match handoff.conf.capa_psync2 {
+                true => format!("+CONTINUE {}\r\n", repl.replid()),
+                false => "+CONTINUE\r\n".to_string(),
+            };
+            out.write_all(reply.as_bytes())?;
+            replica.set_state(ReplicaState::Online);
+            tracing::info!(
+                "Partial resynchronization request from {} accepted, from offset {}.",
+                replica.addr(),
+                pos + 1
+            );
+            pos
+        }
+        None => full_sync(server, replica, link, handoff)?,
+    };
+    if handoff.conf.rdb_only {
+        return Ok(());
+    }
+    stream(server, replica, link, pos)
+}
+
+/// A full sync: the snapshot at S (where the replica's position is
+/// pinned at the stream's end), `+FULLRESYNC`, the RDB. Returns the
+/// position the stream goes on from.
+fn full_sync(server: &Server, replica: &Replica, link: &Link, handoff: &Handoff) -> Result<u64, LinkError> {
+    let repl = &server.repl;
+    repl.sync_full.fetch_add(1, Ordering::Relaxed);
+    let stop = || server.shutdown.load(Ordering::Relaxed) || replica.is_gone();
+    let size = server.config.read().repl_backlog_size;
+    let mut pos = 0;
+    let taken = crate::snapshot::take_for_sync(server, || pos = repl.attach_at_s(replica.id, size), &stop)
+        .ok_or_else(|| LinkError::Snapshot("stopped before it began".into()))?;
+    let mut out = link;
+    let replid = repl.replid();
+    tracing::info!("Full resync requested by replica {}; starting a snapshot for it at offset {pos}", replica.addr());
+    if !handoff.pre_psync {
+        out.write_all(format!("+FULLRESYNC {replid} {pos}\r\n").as_bytes())?;
+    }
+    if handoff.conf.capa_eof {
+        let mark = random_id();
+        out.write_all(format!("$EOF:{mark}\r\n").as_bytes())?;
+        let sink = BufWriter::with_capacity(256 << 10, link);
+        let mut sink = crate::snapshot::write_for_sync(server, taken, sink, &stop).map_err(LinkError::Snapshot)?;
+        sink.write_all(mark.as_bytes())?;
+        sink.flush()?;
+        // A replica finds the mark in the last bytes it read: nothing may
+        // follow it until the replica says it has loaded, with its first
+        // ACK (Redis puts such a replica online on that ACK too).
+        while !replica.acked_once.load(Ordering::Acquire) {
+            if stop() {
+                return Err(LinkError::Snapshot("the replica left before it loaded".into()));
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    } else {
+        // A replica without `capa eof` needs the length first: the RDB
+        // goes through a file, unlinked as soon as it is open again.
+        let path = server.config.read().dir.join(format!("temp-repl-{}-{}.rdb", std::process::id(), replica.id));
+        let written = File::create(&path).map_err(LinkError::Io).and_then(|file| {
+            let sink = crate::snapshot::write_for_sync(server, taken, BufWriter::new(file), &stop).map_err(LinkError::Snapshot)?;
+            sink.into_inner().map_err(|e| LinkError::Io(e.into_error()))
+        });
+        let opened = written.and_then(|_| File::open(&path).map_err(LinkError::Io));
+        let _ = std::fs::remove_file(&path);
+        let mut file = opened?;
+        replica.set_state(ReplicaState::SendBulk);
+        out.write_all(format!("${}\r\n", file.metadata()?.len()).as_bytes())?;
+        io::copy(&mut file, &mut out)?;
+    }
+    replica.set_state(ReplicaState::Online);
+    tracing::info!("Synchronization with replica {} succeeded", replica.addr());
+    Ok(pos)
+}
+
+/// Sends the stream from `pos` on, as far as the journal's durability
+/// allows, until the link ends or the server stops.
+fn stream(server: &Server, replica: &Replica, link: &Link, mut pos: u64) -> Result<(), LinkError> {
+    let shared = &server.repl.shared;
+    let stop = || server.shutdown.load(Ordering::Relaxed) || replica.is_gone();
+    let mut chunk = Vec::new();
+    let mut out = link;
+    loop {
+        {
+            let mut g = shared.backlog.lock();
+            loop {
+                if stop() {
+                    return Ok(());
+                }
+                let backlog = g.as_mut().ok_or(LinkError::Overrun)?;
+                let mut upto = backlog.sendable_end(pos, durable_lsn(server)).min(pos + CHUNK);
+                if upto == pos && backlog.end() > pos {
+                    // Waiting for the disk: say so, then look again, so
+                    // that an advance in between is not missed.
+                    shared.waiting_durable.store(true, Ordering::Release);
+                    upto = backlog.sendable_end(pos, durable_lsn(server)).min(pos + CHUNK);
+                }
+                if upto > pos {
+                    chunk.clear();
+                    chunk.extend_from_slice(backlog.read(pos, upto).ok_or(LinkError::Overrun)?);
+                    pos = upto;
+                    // Sent, as far as the backlog is concerned: the bytes are copied.
+                    backlog.pin(replica.id, pos);
+                    break;
+                }
+                shared.more.wait_for(&mut g, Duration::from_millis(100));
+            }
+        }
+        out.write_all(&chunk)?;
+    }
+}
+
+/// What a replica may be sent up to: the journal's durable position when
+/// replies wait for it, everything otherwise.
+fn durable_lsn(server: &Server) -> u64 {
+    match server.journal() {
+        Some(journal) if server.gate_replies() => journal.durable_lsn(),
+        _ => u64::MAX,
+    }
+}
+
+/// Reads the replica's `REPLCONF ACK <offset>`s until the link ends.
+fn read_acks(server: &Server, replica: &Replica, link: Link, unread: Vec<u8>) {
+    let mut buf = unread;
+    let mut start = 0;
+    let mut input = &link;
+    let limits = keel_protocol::Limits::default();
+    loop {
+        while let Ok(Some((request, consumed))) = keel_protocol::parse_request(&buf[start..], &limits) {
+            let argv: Vec<&[u8]> = request.argv.iter().map(|a| &**a).collect();
+            if argv.len() >= 3 && argv[0].eq_ignore_ascii_case(b"replconf") && argv[1].eq_ignore_ascii_case(b"ack") {
+                if let Some(offset) = std::str::from_utf8(argv[2]).ok().and_then(|s| s.parse::<u64>().ok()) {
+                    replica.ack.fetch_max(offset, Ordering::AcqRel);
+                    replica.ack_ms.store(unix_ms(), Ordering::Relaxed);
+                    replica.acked_once.store(true, Ordering::Release);
+                    server.repl.acks_advanced(server);
+                }
+            }
+            start += consumed;
+        }
+        buf.drain(..start);
+        start = 0;
+        let mut piece = [0u8; 4096];
+        match input.read(&mut piece) {
+            Ok(0) | Err(_) => {
+                replica.disconnect();
+                return;
+            }
+            Ok(n) => buf.extend_from_slice(&piece[..n]),
+        }
+    }
+}
+
+impl Replication {
+    /// At a full sync's S, under every shard lock: the backlog (created by
+    /// the first replica) will start the next record with a SELECT, and
+    /// keeps everything from its end on for replica `id`. Returns that end.
+    fn attach_at_s(&self, id: u64, size: u64) -> u64 {
+        let mut g = self.shared.backlog.lock();
+        let backlog = g.get_or_insert_with(|| Backlog::new(0, size));
+        backlog.selected_db = None;
+        let end = backlog.end();
+        backlog.pin(id, end);
+        self.active.store(true, Ordering::Relaxed);
+        end
+    }
+
+    /// Redis's `masterTryPartialResynchronization`: the position to go on
+    /// from if the replica's history is ours and the backlog still holds
+    /// what follows its offset (pinned for it then), or `None`.
+    fn try_partial(&self, id: u64, handoff: &Handoff) -> Option<u64> {
+        if handoff.replid == "?" {
+            return None;
+        }
+        let ours = self.replid() == handoff.replid;
+        let mut g = self.shared.backlog.lock();
+        let backlog = g.as_mut().filter(|_| ours);
+        let Some(backlog) = backlog.filter(|b| handoff.offset >= b.first_byte_offset() as i64 && handoff.offset <= b.end() as i64 + 1) else {
+            self.sync_partial_err.fetch_add(1, Ordering::Relaxed);
+            return None;
+        };
+        let pos = handoff.offset as u64 - 1;
+        backlog.pin(id, pos);
+        self.sync_partial_ok.fetch_add(1, Ordering::Relaxed);
+        Some(pos)
+    }
+
+    /// A replica's link ended.
+    fn detach(&self, id: u64) {
+        if let Some(backlog) = self.shared.backlog.lock().as_mut() {
+            backlog.unpin(id);
+        }
+        self.replicas.lock().retain(|r| r.id != id);
+    }
+}

@@ -1,0 +1,313 @@
+//! Replication, master side: Redis 7.0's protocol, so that Redis replicas
+//! (and Keel's) follow a Keel master.
+//!
+//! # One stream of changes
+//!
+//! Every change is journaled under the locks of the keys it touched
+//! (`durability.rs`); while any replica has ever attached, the same
+//! records are also fed, in the same places and so under the same locks,
+//! to the replication backlog ([`backlog`]): the journal's record format
+//! (`keel_journal::encode_command`), SELECT when the database changes,
+//! MULTI ... EXEC around a transaction. Two changes to one key reach both
+//! in the same order; changes to different keys commute. Until the first
+//! replica, feeding costs one relaxed load per write.
+//!
+//! # A replica's life ([`master`])
+//!
+//! REPLCONF notes what the replica says of itself; PSYNC (or SYNC) hands
+//! the connection from its worker to a thread of its own. A partial
+//! resync (`+CONTINUE`) goes on from the backlog when the replica's
+//! history is ours and its offset still held. Otherwise a full one
+//! (`+FULLRESYNC <replid> <offset>`): a forkless snapshot taken at an
+//! instant S, with every shard locked, when the replica's position is
+//! pinned at the stream's end, streamed as an RDB (diskless, `$EOF:`
+//! framing, to replicas that announce `capa eof`; else through a file,
+//! with its length first); then the stream from S on. The snapshot scan
+//! runs behind the workers, as BGSAVE's. A second thread reads the
+//! replica's `REPLCONF ACK`s, which WAIT and `min-replicas-to-write`
+//! count.
+//!
+//! Under `appendfsync always` a replica is sent a record only once the
+//! journal has it on disk: no read on a replica shows a write that a
+//! crash of the master could still take away (see [`backlog`]).
+
+pub mod backlog;
+pub mod master;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Once};
+use std::time::Duration;
+
+use parking_lot::{Condvar, Mutex};
+
+use crate::blocking::Waiter;
+use crate::client::Message;
+use crate::server::{unix_ms, Server};
+use backlog::Backlog;
+pub use master::{Handoff, Replica, ReplicaState};
+
+/// Redis's history ids: the current one, and the one it replaced with the
+/// offset where that history ended (a promoted replica accepts PSYNCs of
+/// its former master's history up to there).
+struct Ids {
+    replid: String,
+    replid2: String,
+    second_offset: i64,
+}
+
+/// What the writers, the replicas' threads and the durable hook share.
+pub struct Shared {
+    /// `None` until the first replica attaches (Redis creates its backlog
+    /// then too).
+    backlog: Mutex<Option<Backlog>>,
+    /// Rung when the backlog grows, and when the journal becomes durable
+    /// further while a sender waits for it.
+    more: Condvar,
+    /// A sender waits for the journal's disk.
+    waiting_durable: AtomicBool,
+}
+
+impl Shared {
+    /// The journal became durable further (its writer thread calls this).
+    pub fn durable_advanced(&self) {
+        if self.waiting_durable.swap(false, Ordering::AcqRel) {
+            let _g = self.backlog.lock();
+            self.more.notify_all();
+        }
+    }
+}
+
+pub struct Replication {
+    ids: Mutex<Ids>,
+    /// The backlog exists: writes feed it.
+    active: AtomicBool,
+    pub shared: Arc<Shared>,
+    replicas: Mutex<Vec<Arc<Replica>>>,
+    /// Clients blocked in WAIT.
+    waits: Mutex<Vec<Arc<Waiter>>>,
+    next_replica_id: AtomicU64,
+    /// The replication cron (pings, good replicas) starts with the first
+    /// replica.
+    cron: Once,
+    /// INFO stats' sync_full, sync_partial_ok, sync_partial_err.
+    pub sync_full: AtomicU64,
+    pub sync_partial_ok: AtomicU64,
+    pub sync_partial_err: AtomicU64,
+    /// `client-output-buffer-limit`'s hard limit for replicas, mirrored by
+    /// the cron (the soft one is not enforced on replicas).
+    output_hard_limit: AtomicU64,
+    /// Replicas whose lag is within `min-replicas-max-lag` (INFO
+    /// min_slaves_good_slaves).
+    pub good_replicas: AtomicU64,
+}
+
+/// A 40-hex-digit random id (run ids, replication ids).
+pub fn random_id() -> String {
+    use rand::Rng;
+    let mut rng = rand::thread_rng();
+    (0..40).map(|_| char::from_digit(rng.gen_range(0..16), 16).unwrap_or('0')).collect()
+}
+
+impl Replication {
+    pub fn new() -> Replication {
+        Replication {
+            ids: Mutex::new(Ids { replid: random_id(), replid2: "0".repeat(40), second_offset: -1 }),
+            active: AtomicBool::new(false),
+            shared: Arc::new(Shared { backlog: Mutex::new(None), more: Condvar::new(), waiting_durable: AtomicBool::new(false) }),
+            replicas: Mutex::new(Vec::new()),
+            waits: Mutex::new(Vec::new()),
+            next_replica_id: AtomicU64::new(1),
+            cron: Once::new(),
+            sync_full: AtomicU64::new(0),
+            sync_partial_ok: AtomicU64::new(0),
+            sync_partial_err: AtomicU64::new(0),
+            good_replicas: AtomicU64::new(0),
+            output_hard_limit: AtomicU64::new(256 << 20),
+        }
+    }
+
+    /// Whether writes feed the backlog: one relaxed load. Set under every
+    /// shard lock (a full sync's instant S), so a writer holding any shard
+    /// lock sees it settled.
+    pub fn feeding(&self) -> bool {
+        self.active.load(Ordering::Relaxed)
+    }
+
+    /// Feeds one record (run in `db`) that needs the journal durable at
+    /// `lsn` (0: nothing) before it is sent. Returns the stream's end
+    /// after it: the offset a WAIT by its client waits for.
+    pub fn feed<A: AsRef<[u8]>>(&self, db: usize, argv: &[A], lsn: u64) -> u64 {
+        self.feed_with(Some(db), lsn, |out, _| keel_journal::encode_command(out, argv))
+    }
+
+    /// Feeds a transaction as Redis propagates one: MULTI, the commands
+    /// (each after a SELECT where its database changes), EXEC.
+    pub fn feed_transaction<A: AsRef<[u8]>>(&self, commands: &[(usize, Vec<A>)], lsn: u64) -> u64 {
+        let Some(&(first_db, _)) = commands.first() else { return self.end() };
+        self.feed_with(Some(first_db), lsn, |out, selected| {
+            keel_journal::encode_command(out, &[b"MULTI"]);
+            for (db, argv) in commands {
+                if *selected != Some(*db) {
+                    keel_journal::encode_select(out, *db);
+                    *selected = Some(*db);
+                }
+                keel_journal::encode_command(out, argv);
+            }
+            keel_journal::encode_command(out, &[b"EXEC"]);
+        })
+    }
+
+    fn feed_with(&self, db: Option<usize>, lsn: u64, encode: impl FnOnce(&mut Vec<u8>, &mut Option<usize>)) -> u64 {
+        let mut g = self.shared.backlog.lock();
+        let Some(backlog) = g.as_mut() else { return 0 };
+        let end = backlog.feed(db, lsn, encode);
+        let hard = self.output_hard_limit.load(Ordering::Relaxed);
+        let over = backlog.furthest_behind().filter(|&(_, behind)| hard > 0 && behind > hard);
+        drop(g);
+        self.shared.more.notify_all();
+        if let Some((id, behind)) = over {
+            self.enforce_output_limit(id, behind);
+        }
+        end
+    }
+
+    /// CONFIG RESETSTAT: the sync counters start again.
+    pub fn reset_stats(&self) {
+        for counter in [&self.sync_full, &self.sync_partial_ok, &self.sync_partial_err] {
+            counter.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// The stream's end (INFO master_repl_offset).
+    pub fn end(&self) -> u64 {
+        self.shared.backlog.lock().as_ref().map_or(0, Backlog::end)
+    }
+
+    pub fn replid(&self) -> String {
+        self.ids.lock().replid.clone()
+    }
+
+    /// (replid, replid2, second_repl_offset) for INFO.
+    pub fn ids(&self) -> (String, String, i64) {
+        let ids = self.ids.lock();
+        (ids.replid.clone(), ids.replid2.clone(), ids.second_offset)
+    }
+
+    /// Starts a new history (a replica promoted, or one that will follow
+    /// another master's): the old id becomes replid2, valid for PSYNCs up
+    /// to `offset`, as Redis's `shiftReplicationId`.
+    pub fn shift_replid(&self, old: String, offset: u64) {
+        let mut ids = self.ids.lock();
+        ids.replid2 = old;
+        ids.second_offset = offset as i64 + 1;
+        ids.replid = random_id();
+    }
+
+    /// INFO's repl_backlog_* figures: (active, size, first byte offset, held).
+    pub fn backlog_info(&self, configured_size: u64) -> (bool, u64, u64, u64) {
+        match self.shared.backlog.lock().as_ref() {
+            Some(b) => (true, b.size(), b.first_byte_offset(), b.held()),
+            None => (false, configured_size, 0, 0),
+        }
+    }
+
+    /// `repl-backlog-size` at run time.
+    pub fn set_backlog_size(&self, size: u64) {
+        if let Some(b) = self.shared.backlog.lock().as_mut() {
+            b.set_size(size);
+        }
+    }
+
+    /// The replicas attached now, in attach order.
+    pub fn replicas(&self) -> Vec<Arc<Replica>> {
+        self.replicas.lock().clone()
+    }
+
+    /// How many online replicas have acknowledged `offset`.
+    pub fn acked(&self, offset: u64) -> u64 {
+        self.replicas.lock().iter().filter(|r| r.state() == ReplicaState::Online && r.ack() >= offset).count() as u64
+    }
+
+    /// Registers a client blocked in WAIT and asks every replica for its
+    /// offset (`REPLCONF GETACK *` in the stream, as Redis does).
+    pub fn add_wait(&self, waiter: Arc<Waiter>) {
+        self.waits.lock().push(waiter);
+        self.feed_with(None, 0, |out, _| keel_journal::encode_command(out, &[&b"REPLCONF"[..], b"GETACK", b"*"]));
+    }
+
+    /// A replica acknowledged more: answers the WAITs now satisfied.
+    fn acks_advanced(&self, server: &Server) {
+        let mut waits = self.waits.lock();
+        waits.retain(|w| !w.is_done());
+        if waits.is_empty() {
+            return;
+        }
+        waits.retain(|w| {
+            let Some((offset, wanted)) = w.acks else { return false };
+            let acked = self.acked(offset);
+            if acked < wanted || !w.claim() {
+                return true;
+            }
+            server.send(w.worker, Message::Unblock { client: w.client, reply: format!(":{acked}\r\n").into_bytes(), lsn: 0 });
+            false
+        });
+    }
+
+    /// Drops a replica past `client-output-buffer-limit`'s hard limit
+    /// for its class (Redis's `replica` class: 256 MB by default).
+    fn enforce_output_limit(&self, id: u64, behind: u64) {
+        if let Some(replica) = self.replicas.lock().iter().find(|r| r.id == id) {
+            tracing::warn!("Client {} scheduled to be closed ASAP for overcoming of output buffer limits ({behind} bytes behind).", replica.addr());
+            replica.disconnect();
+        }
+        if let Some(b) = self.shared.backlog.lock().as_mut() {
+            b.unpin(id);
+        }
+    }
+
+    /// Starts the replication cron once: `repl-ping-replica-period` PINGs
+    /// in the stream (which keep replicas' links from timing out), and the
+    /// count of good replicas for `min-replicas-to-write`.
+    fn start_cron(&self, server: &Arc<Server>) {
+        self.cron.call_once(|| {
+            let server = Arc::clone(server);
+            let spawned = std::thread::Builder::new().name("keel-repl-cron".into()).spawn(move || cron(&server));
+            if let Err(e) = spawned {
+                tracing::warn!("could not start the replication cron: {e}");
+            }
+        });
+    }
+}
+
+impl Default for Replication {
+    fn default() -> Self {
+        Replication::new()
+    }
+}
+
+/// Every 100 ms: the good replicas for `min-replicas-to-write`; every
+/// `repl-ping-replica-period` seconds, a PING in the stream.
+fn cron(server: &Server) {
+    let repl = &server.repl;
+    let mut last_ping_ms = unix_ms();
+    while !server.shutdown.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(100));
+        let (period_s, to_write, max_lag) = {
+            let c = server.config.read();
+            (c.repl_ping_replica_period, c.min_replicas_to_write, c.min_replicas_max_lag)
+        };
+        repl.output_hard_limit.store(server.output_limit[1][0].load(Ordering::Relaxed), Ordering::Relaxed);
+        let now = unix_ms();
+        let replicas = repl.replicas();
+        let good = replicas
+            .iter()
+            .filter(|r| r.state() == ReplicaState::Online && now.saturating_sub(r.ack_ms()) / 1000 <= u64::from(max_lag))
+            .count() as u64;
+        repl.good_replicas.store(good, Ordering::Relaxed);
+        server.min_replicas_unmet.store(to_write > 0 && max_lag > 0 && good < u64::from(to_write), Ordering::Relaxed);
+        if !replicas.is_empty() && now.saturating_sub(last_ping_ms) >= period_s * 1000 {
+            last_ping_ms = now;
+            repl.feed_with(None, 0, |out, _| keel_journal::encode_command(out, &[b"PING"]));
+        }
+    }
+}

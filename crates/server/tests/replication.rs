@@ -1,0 +1,316 @@
+//! Replication, Keel as the master: Debian's redis-server 7.0.15 (and raw
+//! replication connections) follow a Keel server. Every wait is on a
+//! condition (WAIT's count, INFO's fields), never a fixed sleep.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use common::state::{assert_same, fill_every_type, read_state};
+use common::*;
+
+/// Polls `check` every 10 ms until it holds, for at most 20 s.
+fn wait_until(what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !check() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// A redis-server replicating from `master`, once its link is up.
+fn redis_replica_of(master: &Server, extra: &[&str]) -> Option<Server> {
+    let port = master.port.to_string();
+    let mut args = vec!["--replicaof", "127.0.0.1", &port];
+    args.extend_from_slice(extra);
+    let replica = Server::start_redis(&args)?;
+    let mut c = replica.client();
+    wait_until("the replica's link", || c.info_field("replication", "master_link_status") == "up");
+    Some(replica)
+}
+
+/// WAIT on `c`'s writes for one replica; panics unless it acknowledged.
+fn wait_one(c: &mut Client) {
+    assert_eq!(c.cmd("WAIT 1 20000"), int(1), "the replica did not acknowledge");
+}
+
+#[test]
+fn a_redis_replica_gets_the_dataset_and_every_write_after_it() {
+    let master = Server::start(&[]);
+    let mut m = master.client();
+    fill_every_type(&mut m);
+    let Some(replica) = redis_replica_of(&master, &[]) else { return };
+    let mut r = replica.client();
+
+    // Writes after the sync, in several databases, a transaction among them.
+    m.cmd("SET after 1");
+    m.cmd("INCR after");
+    m.cmd("DEL smalllist");
+    m.cmd("EXPIRE str 100000");
+    m.cmd("SELECT 3");
+    m.cmd("HSET smallhash f3 v3");
+    m.cmd("MULTI");
+    m.cmd("LPUSH txlist a b");
+    m.cmd("SELECT 15");
+    m.cmd("SADD txset x");
+    assert_eq!(m.cmd("EXEC"), Frame::Array(vec![int(2), ok(), int(1)]));
+    m.cmd("SELECT 0");
+    wait_one(&mut m);
+    assert_same(&read_state(&mut r), &read_state(&mut m), "replica against master");
+
+    // As Redis shows its replicas.
+    let line = m.info_field("replication", "slave0");
+    assert!(line.starts_with(&format!("ip=127.0.0.1,port={},state=online,offset=", replica.port)), "{line}");
+    let Frame::Array(role) = m.cmd("ROLE") else { panic!("ROLE") };
+    assert_eq!(role[0], bulk("master"));
+    assert_eq!(role[2], Frame::Array(vec![Frame::Array(vec![bulk("127.0.0.1"), bulk(&replica.port.to_string()), role_offset(&mut m)])]));
+    assert_eq!(m.info_field("stats", "sync_full"), "1");
+}
+
+/// The offset the one replica acknowledged, as ROLE lists it.
+fn role_offset(m: &mut Client) -> Frame {
+    let Frame::Array(role) = m.cmd("ROLE") else { panic!("ROLE") };
+    let Frame::Array(replicas) = &role[2] else { panic!("ROLE replicas") };
+    let Frame::Array(first) = &replicas[0] else { panic!("ROLE replica") };
+    first[2].clone()
+}
+
+#[test]
+fn a_dropped_link_resumes_from_the_backlog() {
+    let master = Server::start(&[]);
+    let mut m = master.client();
+    m.cmd("SET before 1");
+    let Some(replica) = redis_replica_of(&master, &[]) else { return };
+    let mut r = replica.client();
+    // The replica drops its link to the master; it asks to go on from its
+    // offset, which the backlog still holds.
+    assert_eq!(r.cmd("CLIENT KILL TYPE master"), int(1));
+    m.cmd("SET during 2");
+    wait_until("a partial resync", || m.info_field("stats", "sync_partial_ok") == "1");
+    m.cmd("SET after 3");
+    wait_one(&mut m);
+    assert_eq!(r.cmd("MGET before during after"), Frame::Array(vec![bulk("1"), bulk("2"), bulk("3")]));
+    assert_eq!(m.info_field("stats", "sync_full"), "1");
+}
+
+#[test]
+fn a_full_sync_under_writes_misses_none_of_them() {
+    // Each key slowed on its way into the snapshot, so that the sync
+    // lasts while writes go on.
+    let master = Server::start(&["--rdb-key-save-delay", "20"]);
+    let mut m = master.client();
+    for chunk in 0..4 {
+        let mut cmd = vec!["MSET".to_string()];
+        for i in 0..500 {
+            cmd.push(format!("k{}", chunk * 500 + i));
+            cmd.push(format!("v{i}"));
+        }
+        m.send(&cmd);
+    }
+    // A writer that goes on until told, then WAITs for its writes.
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (port, done, stop) = (master.port, done.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut w = Client::connect(port);
+            let mut i = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                w.send(&["SET", &format!("k{}", i * 7 % 2000), &format!("w{i}")]);
+                w.send(&["INCR", "counter"]);
+                w.send(&["RPUSH", "log", &i.to_string()]);
+                if i.is_multiple_of(100) {
+                    w.send(&["DEL", &format!("k{}", i / 2 % 2000)]);
+                }
+                i += 1;
+                done.store(i, std::sync::atomic::Ordering::Relaxed);
+            }
+            assert_eq!(w.cmd("WAIT 1 30000"), int(1));
+            i
+        })
+    };
+    let count = || done.load(std::sync::atomic::Ordering::Relaxed);
+    wait_until("the writer's first writes", || count() > 0);
+    let before_sync = count();
+    let replica = redis_replica_of(&master, &[]);
+    let after_sync = count();
+    wait_until("writes after the sync", || count() > after_sync + 200);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let written = writer.join().expect("writer");
+    let Some(replica) = replica else { return };
+    assert!(after_sync > before_sync, "no write came during the sync");
+    let mut r = replica.client();
+    assert_eq!(r.cmd("GET counter"), bulk(&written.to_string()));
+    assert_same(&read_state(&mut r), &read_state(&mut m), "replica against master");
+}
+
+#[test]
+fn wait_counts_the_replicas_that_acknowledged() {
+    let master = Server::start(&[]);
+    let mut m = master.client();
+    // No replica: nobody acknowledges, and WAIT says so when it times out.
+    m.cmd("SET a 1");
+    assert_eq!(m.cmd("WAIT 1 50"), int(0));
+    assert_eq!(m.cmd("WAIT 0 0"), int(0));
+    assert_eq!(m.cmd("WAIT x 0"), err("ERR value is not an integer or out of range"));
+    assert_eq!(m.cmd("WAIT 1 -1"), err("ERR timeout is negative"));
+    let Some(_replica) = redis_replica_of(&master, &[]) else { return };
+    m.cmd("SET a 2");
+    wait_one(&mut m);
+    // Two asked for, one there: the count when the timeout passes.
+    assert_eq!(m.cmd("WAIT 2 100"), int(1));
+    // Inside a transaction WAIT answers at once.
+    m.cmd("MULTI");
+    m.cmd("WAIT 5 0");
+    assert_eq!(m.cmd("EXEC"), Frame::Array(vec![int(1)]));
+}
+
+#[test]
+fn min_replicas_to_write_counts_acknowledging_replicas() {
+    let master = Server::start(&["--min-replicas-to-write", "1", "--min-replicas-max-lag", "10"]);
+    let mut m = master.client();
+    assert_eq!(m.cmd("SET a 1"), err("NOREPLICAS Not enough good replicas to write."));
+    let Some(_replica) = redis_replica_of(&master, &[]) else { return };
+    wait_until("a good replica", || m.info_field("replication", "min_slaves_good_slaves") == "1");
+    assert_eq!(m.cmd("SET a 1"), ok());
+}
+
+/// A raw replication connection: REPLCONF, then PSYNC or SYNC.
+struct RawReplica {
+    stream: TcpStream,
+    buf: Vec<u8>,
+}
+
+impl RawReplica {
+    fn connect(port: u16, capa_eof: bool) -> RawReplica {
+        let stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+        stream.set_read_timeout(Some(Duration::from_secs(20))).expect("timeout");
+        let mut raw = RawReplica { stream, buf: Vec::new() };
+        raw.send(&["REPLCONF", "listening-port", "1234"]);
+        assert_eq!(raw.line(), "+OK");
+        let capa: &[&str] = if capa_eof { &["REPLCONF", "capa", "eof", "capa", "psync2"] } else { &["REPLCONF", "capa", "psync2"] };
+        raw.send(capa);
+        assert_eq!(raw.line(), "+OK");
+        raw
+    }
+
+    fn send(&mut self, argv: &[&str]) {
+        self.stream.write_all(&encode(argv)).expect("write");
+    }
+
+    fn fill(&mut self) {
+        let mut piece = [0u8; 65536];
+        let n = self.stream.read(&mut piece).expect("read");
+        assert!(n > 0, "the master closed the link");
+        self.buf.extend_from_slice(&piece[..n]);
+    }
+
+    /// The next line, without its CRLF.
+    fn line(&mut self) -> String {
+        loop {
+            if let Some(end) = self.buf.windows(2).position(|w| w == b"\r\n") {
+                let line = String::from_utf8_lossy(&self.buf[..end]).into_owned();
+                self.buf.drain(..end + 2);
+                return line;
+            }
+            self.fill();
+        }
+    }
+
+    fn take(&mut self, n: usize) -> Vec<u8> {
+        while self.buf.len() < n {
+            self.fill();
+        }
+        self.buf.drain(..n).collect()
+    }
+
+    /// Reads until `want` has come; returns everything read up to its end.
+    fn until(&mut self, want: &[u8]) -> Vec<u8> {
+        loop {
+            if let Some(at) = self.buf.windows(want.len()).position(|w| w == want) {
+                return self.buf.drain(..at + want.len()).collect();
+            }
+            self.fill();
+        }
+    }
+}
+
+#[test]
+fn a_replica_without_capa_eof_gets_the_rdb_with_its_length_then_the_stream() {
+    let master = Server::start(&[]);
+    let mut m = master.client();
+    m.cmd("SET k v");
+    let mut raw = RawReplica::connect(master.port, false);
+    raw.send(&["PSYNC", "?", "-1"]);
+    let fullresync = raw.line();
+    let parts: Vec<&str> = fullresync.split(' ').collect();
+    assert_eq!((parts[0], parts[1].len(), parts[2]), ("+FULLRESYNC", 40, "0"), "{fullresync}");
+    let len: usize = raw.line().strip_prefix('$').expect("bulk length").parse().expect("length");
+    let rdb = raw.take(len);
+    assert!(rdb.starts_with(b"REDIS0010"), "an RDB");
+    // The stream from the sync's instant on: SELECT first, then the write.
+    m.cmd("SET after 1");
+    let stream = raw.until(b"after\r\n$1\r\n1\r\n");
+    assert_eq!(stream, encode(&["SELECT", "0"]).into_iter().chain(encode(&["SET", "after", "1"])).collect::<Vec<u8>>());
+    // Its acknowledgement counts for WAIT.
+    raw.send(&["REPLCONF", "ACK", &(stream.len()).to_string()]);
+    assert_eq!(m.cmd("WAIT 1 5000"), int(1));
+    // The master's replication id came with +FULLRESYNC.
+    assert_eq!(m.info_field("replication", "master_replid"), parts[1]);
+}
+
+#[test]
+fn sync_gets_the_rdb_without_fullresync_and_psync_continues_from_an_offset() {
+    let master = Server::start(&[]);
+    let mut m = master.client();
+    let mut raw = RawReplica::connect(master.port, true);
+    raw.send(&["PSYNC", "?", "-1"]);
+    let fullresync = raw.line();
+    let replid = fullresync.split(' ').nth(1).expect("replid").to_string();
+    // Diskless: `$EOF:<mark>`, the RDB, the mark.
+    let mark = raw.line().strip_prefix("$EOF:").expect("EOF framing").to_string();
+    assert_eq!(mark.len(), 40);
+    let rdb = raw.until(mark.as_bytes());
+    assert!(rdb.starts_with(b"REDIS0010"));
+    // Loaded: the stream follows only once the replica says so.
+    raw.send(&["REPLCONF", "ACK", "0"]);
+    m.cmd("SET a 1");
+    let first = raw.until(b"a\r\n$1\r\n1\r\n");
+    drop(raw);
+    m.cmd("SET b 2");
+    // A new link asks to go on right after what the first one applied.
+    let mut again = RawReplica::connect(master.port, true);
+    again.send(&["PSYNC", &replid, &(first.len() + 1).to_string()]);
+    assert_eq!(again.line(), format!("+CONTINUE {replid}"));
+    assert_eq!(again.until(b"b\r\n$1\r\n2\r\n"), encode(&["SET", "b", "2"]));
+    // An offset the backlog does not hold, or another history: full sync.
+    let mut other = RawReplica::connect(master.port, true);
+    other.send(&["PSYNC", &replid, "999999"]);
+    assert!(other.line().starts_with("+FULLRESYNC "));
+    assert_eq!(m.info_field("stats", "sync_partial_ok"), "1");
+    assert_eq!(m.info_field("stats", "sync_partial_err"), "1");
+    // The old protocol: SYNC answers with the RDB alone.
+    let mut old = RawReplica::connect(master.port, false);
+    old.send(&["SYNC"]);
+    let len = old.line();
+    assert!(len.starts_with('$') && len[1..].parse::<usize>().is_ok(), "{len}");
+}
+
+#[test]
+fn replconf_refuses_what_redis_refuses() {
+    let master = Server::start(&[]);
+    let mut m = master.client();
+    assert_eq!(m.cmd("REPLCONF listening-port"), err("ERR syntax error"));
+    assert_eq!(m.cmd("REPLCONF nope 1"), err("ERR Unrecognized REPLCONF option: nope"));
+    assert_eq!(m.cmd("REPLCONF listening-port x"), err("ERR value is not an integer or out of range"));
+    assert_eq!(m.cmd("REPLCONF capa eof capa psync2"), ok());
+    assert_eq!(m.cmd("PSYNC ? x"), err("ERR value is not an integer or out of range"));
+    m.cmd("MULTI");
+    assert_eq!(m.cmd("PSYNC ? -1"), err("ERR Command not allowed inside a transaction"));
+    assert_eq!(m.cmd("DISCARD"), ok());
+    // ACK from a connection that is no replica: no reply at all.
+    m.write_command(&["REPLCONF", "ACK", "10"]);
+    assert_eq!(m.cmd("PING"), simple("PONG"));
+}
