@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Full replication time (seed 003): how long a replica takes from
+# REPLICAOF to a synced link, with Keel as the master and with Debian's
+# redis-server 7.0.15 as the master, alternated run by run. The replica is
+# Debian's redis-server each time (pinned to core 0, loading from disk as
+# Redis does by default), the master is pinned to core 1 (Keel with one
+# worker thread). Both masters hold the same dataset, made by DEBUG
+# POPULATE, and keep nothing on disk (`--appendonly no --save ''`);
+# Redis's master sends its RDB at once (`repl-diskless-sync-delay 0`, its
+# default being to wait 5 s for more replicas). Prints, per master, the
+# median sync time in seconds, the RDB's size as the replica got it, and
+# the master's CPU seconds for the sync.
+#
+#   scripts/bench_replication.sh <keys> <value bytes> [runs]
+#
+# Keel is $KEEL (default target/release/keel-server).
+set -euo pipefail
+keys=$1 size=$2 runs=${3:-3}
+cd "$(dirname "$0")/.."
+source scripts/lib.sh
+keel=${KEEL:-target/release/keel-server}
+work=$(mktemp -d)
+trap 'kill $(jobs -p) 2>/dev/null || true; wait || true; rm -rf "$work"' EXIT
+
+mkdir -p "$work/keel" "$work/redis"
+taskset -c 1 "$keel" --port 7711 --threads 1 --dir "$work/keel" --save '' --appendonly no \
+    --enable-debug-command yes >"$work/keel/log" 2>&1 &
+echo $! >"$work/keel.pid"
+taskset -c 1 redis-server --port 7713 --dir "$work/redis" --save '' --appendonly no \
+    --enable-debug-command yes --repl-diskless-sync-delay 0 >"$work/redis/log" 2>&1 &
+echo $! >"$work/redis.pid"
+ready 7711
+ready 7713
+for port in 7711 7713; do
+    redis-cli -p $port DEBUG POPULATE "$keys" key "$size" >/dev/null
+done
+
+sync_once() { # master port, master pid -> "seconds rdb-bytes master-cpu-seconds"
+    local dir before after start end
+    dir=$(mktemp -d -p "$work")
+    taskset -c 0 redis-server --port 7715 --dir "$dir" --save '' --appendonly no >"$dir/log" 2>&1 &
+    local pid=$!
+    ready 7715
+    before=$(cpu_ticks "$2")
+    start=$(date +%s.%N)
+    redis-cli -p 7715 REPLICAOF 127.0.0.1 "$1" >/dev/null
+    until redis-cli -p 7715 INFO replication | grep -q '^master_link_status:up'; do sleep 0.01; done
+    end=$(date +%s.%N)
+    after=$(cpu_ticks "$2")
+    local bytes
+    # The replica keeps what it received as its dump.rdb.
+    bytes=$(stat -c %s "$dir/dump.rdb" 2>/dev/null || echo 0)
+    kill "$pid"; wait "$pid" 2>/dev/null || true
+    rm -rf "$dir"
+    awk -v s="$start" -v e="$end" -v b="$bytes" -v t=$((after - before)) -v hz="$(getconf CLK_TCK)" \
+        'BEGIN {printf "%.2f %d %.2f\n", e - s, b, t / hz}'
+}
+
+for round in $(seq "$runs"); do
+    for i in $(round_order "$round" 2); do
+        case $i in
+            0) sync_once 7711 "$(cat "$work/keel.pid")" >>"$work/keel.runs" ;;
+            1) sync_once 7713 "$(cat "$work/redis.pid")" >>"$work/redis.runs" ;;
+        esac
+    done
+done
+echo "| master | keys | value bytes | sync s | RDB bytes | master CPU s |"
+echo "|---|---:|---:|---:|---:|---:|"
+for s in keel redis; do
+    cols=$(for c in 1 2 3; do awk -v c="$c" '{print $c}' "$work/$s.runs" | median; done | paste -sd' ')
+    read -r secs bytes cpu <<<"$cols"
+    echo "| $s | $keys | $size | $secs | $bytes | $cpu |"
+done
