@@ -51,6 +51,10 @@ pub static COMMANDS: &[CommandSpec] = &[
         .doc("Asynchronously save the dataset to disk", "1.0.0"),
     cmd("bgrewriteaof", 1, NO_ASYNC_LOADING | ADMIN | NOSCRIPT, Keys::None, "server", bgrewriteaof)
         .doc("Asynchronously rewrite the append-only file", "1.0.0"),
+    cmd("replicaof", 3, NO_ASYNC_LOADING | ADMIN | NOSCRIPT | STALE, Keys::None, "server", crate::replica::replicaof)
+        .doc("Make the server a replica of another instance, or promote it as master.", "5.0.0"),
+    cmd("slaveof", 3, NO_ASYNC_LOADING | ADMIN | NOSCRIPT | STALE, Keys::None, "server", crate::replica::replicaof)
+        .doc("Make the server a replica of another instance, or promote it as master.", "1.0.0"),
     // Every shard is locked while DEBUG runs: DEBUG SLEEP freezes the
     // keyspace as Redis's single thread does, and DEBUG OBJECT can look
     // anywhere.
@@ -611,7 +615,13 @@ fn write_section(ctx: &mut Ctx<'_>, section: &str, out: &mut String) {
         }
         "replication" => {
             out.push_str("# Replication\r\n");
-            field!(out, "role", "master");
+            // Until ROLE and the master side are wired: a replica's lines.
+            if crate::replica::status(server).is_some() {
+                field!(out, "role", "slave");
+                crate::replica::info(server, out);
+            } else {
+                field!(out, "role", "master");
+            }
             field!(out, "connected_slaves", 0);
             // Shown while min-replicas-to-write is in force, as Redis does.
             if server.min_replicas_unmet.load(Ordering::Relaxed) {
