@@ -320,3 +320,148 @@ fn replicaof_at_run_time_then_a_second_master() {
     wait_acked(&mut b);
     assert_eq!(k.cmd("GET more"), bulk("1"));
 }
+
+/// A master played by the test, to pin the protocol's bytes and offsets.
+struct FakeMaster {
+    stream: std::net::TcpStream,
+    buf: Vec<u8>,
+}
+
+impl FakeMaster {
+    fn accept(listener: &std::net::TcpListener) -> FakeMaster {
+        listener.set_nonblocking(true).expect("nonblocking");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            match listener.accept() {
+                Ok((stream, _)) => {
+                    stream.set_nonblocking(false).expect("blocking");
+                    stream.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
+                    return FakeMaster { stream, buf: Vec::new() };
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    assert!(Instant::now() < deadline, "the replica never connected");
+                    thread::sleep(Duration::from_millis(10));
+                }
+                Err(e) => panic!("accept: {e}"),
+            }
+        }
+    }
+
+    /// The next command the replica sent.
+    fn read_command(&mut self) -> Vec<String> {
+        use std::io::Read;
+        loop {
+            if let Some((frame, used)) = keel_protocol::frame::parse_frame(&self.buf).expect("valid RESP") {
+                self.buf.drain(..used);
+                let Frame::Array(items) = frame else { panic!("not a command: {frame:?}") };
+                return items.into_iter().map(text).collect();
+            }
+            let mut chunk = [0u8; 4096];
+            let n = self.stream.read(&mut chunk).expect("read from the replica");
+            assert!(n > 0, "the replica closed the link");
+            self.buf.extend_from_slice(&chunk[..n]);
+        }
+    }
+
+    fn expect(&mut self, want: &[&str]) {
+        assert_eq!(self.read_command(), want);
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        use std::io::Write;
+        self.stream.write_all(bytes).expect("write to the replica");
+    }
+
+    /// The handshake up to PSYNC, whose arguments it returns.
+    fn handshake(&mut self, replica_port: u16) -> Vec<String> {
+        self.expect(&["PING"]);
+        self.write(b"+PONG\r\n");
+        self.expect(&["AUTH", "repl", "secret"]);
+        self.expect(&["REPLCONF", "listening-port", &replica_port.to_string()]);
+        self.expect(&["REPLCONF", "capa", "eof", "capa", "psync2"]);
+        self.write(b"+OK\r\n+OK\r\n+OK\r\n");
+        let psync = self.read_command();
+        assert_eq!(psync[0], "PSYNC");
+        psync
+    }
+
+    /// Reads ACKs until one acknowledges `offset`; none may pass it.
+    fn wait_ack(&mut self, offset: i64) {
+        loop {
+            let ack = self.read_command();
+            assert_eq!(ack[..2], ["REPLCONF", "ACK"]);
+            let acked: i64 = ack[2].parse().expect("an offset");
+            assert!(acked <= offset, "acknowledged {acked} past {offset}");
+            if acked == offset {
+                return;
+            }
+        }
+    }
+}
+
+#[test]
+fn offsets_acks_timeouts_and_psync_follow_redis() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port().to_string();
+    let replica = Server::start(&[
+        "--appendonly", "no", "--replicaof", "127.0.0.1", &port, "--repl-timeout", "2", "--masteruser", "repl", "--masterauth", "secret",
+    ]);
+    let mut r = replica.client();
+    assert_eq!(r.cmd("CONFIG GET masterauth"), Frame::Array(vec![bulk("masterauth"), bulk("secret")]));
+
+    let mut master = FakeMaster::accept(&listener);
+    assert_eq!(master.handshake(replica.port), ["PSYNC", "?", "-1"]);
+    let replid = "0123456789abcdef0123456789abcdef01234567";
+    // An RDB with one string key (checksum 0: not checked), sent with its
+    // length and followed at once by the stream.
+    let rdb = b"REDIS0009\xfe\x00\x00\x03key\x05value\xff\x00\x00\x00\x00\x00\x00\x00\x00";
+    master.write(format!("+FULLRESYNC {replid} 100\r\n\n\n${}\r\n", rdb.len()).as_bytes());
+    master.write(rdb);
+    let select = common::encode(&["SELECT", "0"]);
+    let set = common::encode(&["SET", "a", "1"]);
+    let getack = common::encode(&["REPLCONF", "GETACK", "*"]);
+    let mut offset = 100;
+    master.write(&[select.clone(), set.clone(), getack.clone()].concat());
+    // The GETACK's answer leaves the GETACK out; the next ACK counts it.
+    offset += (select.len() + set.len()) as i64;
+    master.wait_ack(offset);
+    offset += getack.len() as i64;
+    master.wait_ack(offset);
+    wait_link_up(&mut r);
+    assert_eq!(r.cmd("GET key"), bulk("value"));
+    assert_eq!(r.cmd("GET a"), bulk("1"));
+    assert_eq!(r.info_field("replication", "slave_repl_offset"), offset.to_string());
+
+    // Silence past repl-timeout: the replica drops the link and comes back
+    // asking to continue after what it processed.
+    let mut master = FakeMaster::accept(&listener);
+    assert_eq!(master.handshake(replica.port), ["PSYNC", replid, &(offset + 1).to_string()]);
+    master.write(b"+CONTINUE\r\n");
+    let set_b = common::encode(&["SET", "b", "2"]);
+    master.write(&set_b);
+    offset += set_b.len() as i64;
+    master.wait_ack(offset);
+    assert_eq!(r.cmd("GET b"), bulk("2"));
+
+    // A link lost inside MULTI resumes at the MULTI: nothing of it applied.
+    let multi = common::encode(&["MULTI"]);
+    let incr = common::encode(&["INCR", "c"]);
+    let exec = common::encode(&["EXEC"]);
+    master.write(&[multi.clone(), incr.clone()].concat());
+    thread::sleep(Duration::from_millis(200));
+    drop(master);
+    let mut master = FakeMaster::accept(&listener);
+    assert_eq!(master.handshake(replica.port), ["PSYNC", replid, &(offset + 1).to_string()]);
+    assert_eq!(r.cmd("GET c"), Frame::Null);
+    // A new replid on CONTINUE is taken up.
+    let new_replid = "fedcba9876543210fedcba9876543210fedcba98";
+    master.write(format!("+CONTINUE {new_replid}\r\n").as_bytes());
+    master.write(&[multi.clone(), incr.clone(), exec.clone()].concat());
+    offset += (multi.len() + incr.len() + exec.len()) as i64;
+    master.wait_ack(offset);
+    assert_eq!(r.cmd("GET c"), bulk("1"));
+    assert_eq!(r.info_field("replication", "slave_repl_offset"), offset.to_string());
+    drop(master);
+    let mut master = FakeMaster::accept(&listener);
+    assert_eq!(master.handshake(replica.port), ["PSYNC", new_replid, &(offset + 1).to_string()]);
+}
