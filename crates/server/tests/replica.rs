@@ -465,3 +465,18 @@ fn offsets_acks_timeouts_and_psync_follow_redis() {
     let mut master = FakeMaster::accept(&listener);
     assert_eq!(master.handshake(replica.port), ["PSYNC", new_replid, &(offset + 1).to_string()]);
 }
+
+#[test]
+fn clients_are_answered_loading_while_a_sync_loads() {
+    let Some(master) = Server::start_redis(&["--repl-diskless-sync-delay", "0", "--enable-debug-command", "yes"]) else { return };
+    let mut m = master.client();
+    assert_eq!(m.cmd("DEBUG POPULATE 3000"), ok());
+    // 1 ms per key: a load of about three seconds.
+    let replica = Server::start(&["--appendonly", "no", "--key-load-delay", "1000", "--loading-process-events-interval-bytes", "1024"]);
+    let mut r = replica.client();
+    assert_eq!(r.send(&["REPLICAOF", "127.0.0.1", &master.port.to_string()]), ok());
+    wait_for("-LOADING while the sync loads", || matches!(r.cmd("GET key:1"), Frame::Error(e) if e.starts_with(b"LOADING")));
+    wait_for("the data once loaded", || r.cmd("GET key:1") == bulk("value:1"));
+    assert_eq!(r.cmd("DBSIZE"), int(3000));
+    wait_link_up(&mut r);
+}
