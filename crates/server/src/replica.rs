@@ -87,6 +87,8 @@ const ACK_EVERY: Duration = Duration::from_secs(1);
 const RUN_ID_SIZE: usize = 40;
 /// Bytes asked of the socket per read.
 const READ_CHUNK: usize = 64 << 10;
+/// The longest one connection attempt waits (see [`connect`]).
+const CONNECT_STEP: Duration = Duration::from_secs(1);
 /// The longest an ACK waits for the journal to make its commands durable.
 const ACK_DURABLE_WAIT: Duration = Duration::from_secs(1);
 
@@ -455,7 +457,7 @@ fn link(server: &Server, host: &str, port: u16, generation: u64) -> Result<(), L
     replica.set_phase(Phase::Connecting);
     tracing::info!("Connecting to MASTER {host}:{port}");
     let addr = (host, port).to_socket_addrs()?.next().ok_or_else(|| LinkError::Resolve(format!("{host}:{port}")))?;
-    let stream = TcpStream::connect_timeout(&addr, timeout)?;
+    let stream = connect(server, generation, &addr, timeout)?;
     stream.set_nodelay(true)?;
     stream.set_read_timeout(Some(POLL))?;
     stream.set_write_timeout(Some(timeout))?;
@@ -540,6 +542,24 @@ fn link(server: &Server, host: &str, port: u16, generation: u64) -> Result<(), L
         Err(LinkError::TryLater(reply))
     } else {
         Err(LinkError::Psync(reply))
+    }
+}
+
+/// Connects within `timeout`, a second at a time, so that a shutdown or a
+/// REPLICAOF is not held up by an unreachable master.
+fn connect(server: &Server, generation: u64, addr: &std::net::SocketAddr, timeout: Duration) -> Result<TcpStream, LinkError> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let attempt = deadline.saturating_duration_since(Instant::now()).min(CONNECT_STEP);
+        match TcpStream::connect_timeout(addr, attempt.max(Duration::from_millis(1))) {
+            Ok(stream) => return Ok(stream),
+            Err(e) if e.kind() == io::ErrorKind::TimedOut && Instant::now() < deadline => {
+                if !wanted(server, generation) {
+                    return Err(LinkError::Stopped);
+                }
+            }
+            Err(e) => return Err(e.into()),
+        }
     }
 }
 
@@ -669,6 +689,9 @@ fn full_sync(conn: &mut Conn<'_>, timeout: Duration, cursor: &Cursor) -> Result<
     let loaded = receive(conn, timeout, &temp, size, mark.as_deref()).and_then(|()| {
         let _applying = replica.applying.lock();
         conn.still_wanted()?;
+        // The old history ends with the old data: a failed load must not
+        // PSYNC from it (Redis's replicationDiscardCachedMaster).
+        replica.state.lock().cursor = None;
         load(server, &temp)?;
         let mut st = replica.state.lock();
         st.read_offset = cursor.offset;
@@ -842,6 +865,11 @@ fn apply_stream(mut conn: Conn<'_>, timeout: Duration, mut cursor: Cursor) -> Re
                     // No other REPLCONF asks anything of a replica.
                 } else if !argv.is_empty() {
                     last_lsn = last_lsn.max(command::execute(server, stats, &mut client, &mut reply, &argv, now_ms));
+                    if reply.first() == Some(&b'-') {
+                        // As Redis's warning: the copy may now differ.
+                        let name = String::from_utf8_lossy(argv[0]);
+                        tracing::warn!("== CRITICAL == This replica failed a command from its master: {name}: {}", String::from_utf8_lossy(&reply).trim_end());
+                    }
                     reply.clear();
                 }
                 conn.start += used;
