@@ -290,8 +290,10 @@ pub fn info(server: &Server, out: &mut String) {
     field!(out, "slave_read_repl_offset", read_offset);
     field!(out, "slave_repl_offset", if s.offset < 0 { 1 } else { s.offset });
     if s.sync_in_progress {
-        let total = s.sync_total_bytes.max(0);
-        let perc = if total > 0 { s.sync_read_bytes as f64 / total as f64 * 100.0 } else { 0.0 };
+        // Redis's figures as they are: -1 before the payload's header, 0
+        // for a payload with an EOF mark.
+        let total = s.sync_total_bytes;
+        let perc = if total != 0 { s.sync_read_bytes as f64 / total as f64 * 100.0 } else { 0.0 };
         field!(out, "master_sync_total_bytes", total);
         field!(out, "master_sync_read_bytes", s.sync_read_bytes);
         field!(out, "master_sync_left_bytes", total - s.sync_read_bytes);
@@ -526,7 +528,7 @@ fn link(server: &Server, host: &str, port: u16, generation: u64) -> Result<(), L
         let cursor = Cursor { replid: replid.to_string(), offset, db: 0 };
         full_sync(&mut conn, timeout, &cursor)?;
         tracing::info!("MASTER <-> REPLICA sync: Finished with success");
-        apply_stream(conn, timeout, cursor)
+        apply_stream(conn, cursor)
     } else if let Some(rest) = reply.strip_prefix("+CONTINUE") {
         let Some(mut cursor) = cursor else {
             return Err(LinkError::Psync(format!("{reply} to a PSYNC ? -1")));
@@ -537,7 +539,7 @@ fn link(server: &Server, host: &str, port: u16, generation: u64) -> Result<(), L
             tracing::warn!("Master replication ID changed to {new_id}");
             cursor.replid = new_id.to_string();
         }
-        apply_stream(conn, timeout, cursor)
+        apply_stream(conn, cursor)
     } else if reply.starts_with("-NOMASTERLINK") || reply.starts_with("-LOADING") {
         Err(LinkError::TryLater(reply))
     } else {
@@ -797,7 +799,7 @@ fn switch_aof(server: &Server, on: bool) -> Result<(), String> {
 }
 
 /// Applies the master's stream until the link fails or is no longer wanted.
-fn apply_stream(mut conn: Conn<'_>, timeout: Duration, mut cursor: Cursor) -> Result<(), LinkError> {
+fn apply_stream(mut conn: Conn<'_>, mut cursor: Cursor) -> Result<(), LinkError> {
     let server = conn.server;
     let replica = &server.replica;
     // The master's offset of the first byte buffered.
@@ -887,8 +889,13 @@ fn apply_stream(mut conn: Conn<'_>, timeout: Duration, mut cursor: Cursor) -> Re
             }
         }
         match conn.fill() {
-            Ok(0) if last_io.elapsed() >= timeout => break Err(LinkError::Timeout(timeout.as_secs())),
-            Ok(0) => {}
+            Ok(0) => {
+                // Read at each check, as CONFIG SET may change it.
+                let timeout_s = u64::from(server.config.read().repl_timeout_s);
+                if last_io.elapsed() >= Duration::from_secs(timeout_s) {
+                    break Err(LinkError::Timeout(timeout_s));
+                }
+            }
             Ok(n) => {
                 last_io = Instant::now();
                 let mut st = replica.state.lock();
