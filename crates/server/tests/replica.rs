@@ -480,3 +480,16 @@ fn clients_are_answered_loading_while_a_sync_loads() {
     assert_eq!(r.cmd("DBSIZE"), int(3000));
     wait_link_up(&mut r);
 }
+
+#[test]
+fn masterauth_opens_a_master_with_a_password() {
+    let Some(master) = Server::start_redis(&["--repl-diskless-sync-delay", "0", "--requirepass", "s3cret"]) else { return };
+    let mut m = master.client();
+    assert_eq!(m.cmd("AUTH s3cret"), ok());
+    assert_eq!(m.cmd("SET guarded 1"), ok());
+    let replica = replica_of(&master, &["--appendonly", "no", "--masterauth", "s3cret"]);
+    let mut r = replica.client();
+    wait_link_up(&mut r);
+    assert_eq!(r.cmd("GET guarded"), bulk("1"));
+    assert_eq!(r.cmd("CONFIG GET masteruser"), Frame::Array(vec![bulk("masteruser"), bulk("")]));
+}
