@@ -121,6 +121,10 @@ pub struct Client {
     /// The journal's replay at start: runs while other clients are told
     /// -LOADING.
     pub is_loader: bool,
+    /// The replication link's client (`replica.rs`): what the master
+    /// sends runs as it, exempt from READONLY and the OOM and MISCONF
+    /// refusals, as Redis's CLIENT_MASTER.
+    pub is_master: bool,
     /// Waiting in a blocking pop: the worker holds the client's further
     /// requests until the wait ends.
     pub blocked: Option<Arc<crate::blocking::Waiter>>,
@@ -153,6 +157,7 @@ impl Client {
             info,
             worker: 0,
             is_loader: false,
+            is_master: false,
             blocked: None,
             subscriptions: Default::default(),
             woff: 0,

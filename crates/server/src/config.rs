@@ -263,6 +263,15 @@ pub struct Config {
     /// The file the configuration was read from, absolute (CONFIG REWRITE
     /// writes it back; INFO config_file shows it).
     pub config_file: Option<PathBuf>,
+    /// `replicaof` (alias `slaveof`) `<host> <port>`: the master Keel
+    /// replicates from (`replica.rs`); REPLICAOF changes it at run time.
+    pub replicaof: Option<(String, u16)>,
+    /// `masterauth` and `masteruser`: the AUTH the link sends to the master.
+    pub masterauth: Option<String>,
+    pub masteruser: Option<String>,
+    /// `replica-read-only` (alias `slave-read-only`): while a replica,
+    /// ordinary clients' writes are refused (-READONLY).
+    pub replica_read_only: bool,
 }
 
 impl Default for Config {
@@ -362,6 +371,10 @@ impl Default for Config {
             aof_disable_auto_gc: false,
             encoding: Default::default(),
             config_file: None,
+            replicaof: None,
+            masterauth: None,
+            masteruser: None,
+            replica_read_only: true,
         }
     }
 }
@@ -898,13 +911,34 @@ pub static DIRECTIVES: &[Directive] = &[
             Ok(())
         },
     },
+    // Replication, replica side (`replica.rs`).
+    Directive { name: "replicaof", mutable: false, get: get_replicaof, set: set_replicaof },
+    Directive { name: "slaveof", mutable: false, get: get_replicaof, set: set_replicaof },
+    Directive {
+        name: "masterauth",
+        mutable: true,
+        get: |c| c.masterauth.clone().unwrap_or_default(),
+        set: |c, a| {
+            c.masterauth = Some(one(a)?.to_string()).filter(|v| !v.is_empty());
+            Ok(())
+        },
+    },
+    Directive {
+        name: "masteruser",
+        mutable: true,
+        get: |c| c.masteruser.clone().unwrap_or_default(),
+        set: |c, a| {
+            c.masteruser = Some(one(a)?.to_string()).filter(|v| !v.is_empty());
+            Ok(())
+        },
+    },
+    directive!("replica-read-only", true, bool, replica_read_only),
+    directive!("slave-read-only", true, bool, replica_read_only),
     // Features Keel does not have yet; their defaults ask for nothing.
     inert!("set-proc-title", "yes"),
     inert!("proc-title-template", "{title} {listen-addr} {server-mode}"),
     inert!("replica-serve-stale-data", "yes"),
     inert!("slave-serve-stale-data", "yes"),
-    inert!("replica-read-only", "yes"),
-    inert!("slave-read-only", "yes"),
     inert!("replica-priority", "100"),
     inert!("slave-priority", "100"),
     inert!("replica-lazy-flush", "no"),
@@ -920,6 +954,31 @@ pub static DIRECTIVES: &[Directive] = &[
     inert!("stream-node-max-bytes", "4096"),
     inert!("stream-node-max-entries", "100"),
 ];
+
+/// `replicaof` as Redis's CONFIG GET shows it: `host port`, or empty.
+fn get_replicaof(c: &Config) -> String {
+    c.replicaof.as_ref().map(|(host, port)| format!("{host} {port}")).unwrap_or_default()
+}
+
+/// `replicaof <host> <port>` or `replicaof no one`, as Redis's
+/// `setConfigReplicaOfOption`; one argument holding both is what CONFIG
+/// REWRITE writes back (quoted, having a space).
+fn set_replicaof(c: &mut Config, args: &[&str]) -> Result<(), ConfigError> {
+    let split: Vec<&str> = match args {
+        [both] => both.split_whitespace().collect(),
+        _ => args.to_vec(),
+    };
+    let [host, port] = split[..] else {
+        return Err(ConfigError::Invalid("wrong number of arguments".into()));
+    };
+    if host.eq_ignore_ascii_case("no") && port.eq_ignore_ascii_case("one") {
+        c.replicaof = None;
+        return Ok(());
+    }
+    let port: u16 = port.parse().map_err(|_| ConfigError::Invalid("Invalid master port".into()))?;
+    c.replicaof = Some((host.to_string(), port));
+    Ok(())
+}
 
 /// Whether a value given for an [`inert!`] directive is its default, as
 /// Redis would compare it: words without case, numbers by value.
@@ -1218,7 +1277,7 @@ mod tests {
         for (name, value) in [("slave-read-only", "YES"), ("repl-diskless-load", "Disabled"), ("hll-sparse-max-bytes", "3000")] {
             c.set_at_runtime(name, value).expect(name);
         }
-        for (name, value) in [("acllog-max-len", "10"), ("latency-monitor-threshold", "1"), ("replica-read-only", "no")] {
+        for (name, value) in [("acllog-max-len", "10"), ("latency-monitor-threshold", "1"), ("replica-priority", "5")] {
             let err = c.set_at_runtime(name, value).expect_err(name);
             assert!(err.to_string().contains("only its default"), "{err}");
         }

@@ -19,8 +19,9 @@
 //! the requests of memcached clients (on `memcached-port`) as the Redis
 //! commands they stand for; [`metrics`] answers Prometheus's scrapes (on
 //! `metrics-port`) with INFO's figures; [`replication`] serves replicas
-//! (Redis's or Keel's) from the same stream of changes the journal
-//! gets.
+//! (Redis's or Keel's) from the same stream of changes the journal gets,
+//! and [`replica`] replicates from a Redis (or Keel) master while
+//! `replicaof` is set.
 //!
 //! A request flows: socket -> [`worker`] reads into the connection's buffer
 //! -> `keel_protocol::parse_request` -> [`command::execute`] looks the
@@ -50,6 +51,7 @@ pub mod notify;
 pub mod process;
 pub mod pubsub;
 pub mod rdb;
+pub mod replica;
 pub mod replication;
 pub mod rewrite;
 pub mod server;
@@ -136,6 +138,7 @@ pub fn run(config: Config) -> io::Result<()> {
     }
     let rewriter = rewrite::spawn(server.clone())?;
     let bgsaver = snapshot::spawn(server.clone())?;
+    let replica_link = replica::spawn(server.clone())?;
     signals::spawn(server.clone())?;
     // Stops everything after a failed load; `main` logs the error.
     let fail = |e: String, handles: Vec<std::thread::JoinHandle<()>>| -> io::Result<()> {
@@ -146,6 +149,7 @@ pub fn run(config: Config) -> io::Result<()> {
         }
         server.rewrite.stop();
         server.rdb.stop();
+        server.replica.stop();
         Err(io::Error::other(e))
     };
     let started = std::time::Instant::now();
@@ -175,6 +179,7 @@ pub fn run(config: Config) -> io::Result<()> {
                     let r = fail(e, handles);
                     let _ = rewriter.join();
                     let _ = bgsaver.join();
+                    let _ = replica_link.join();
                     return r;
                 }
             }
@@ -194,6 +199,9 @@ pub fn run(config: Config) -> io::Result<()> {
     let _ = rewriter.join();
     server.rdb.stop();
     let _ = bgsaver.join();
+    // Before the journal closes: the link may be applying a command.
+    server.replica.stop();
+    let _ = replica_link.join();
     server.aof.close();
     if let Some(path) = &server.config.read().unixsocket {
         let _ = std::fs::remove_file(path);

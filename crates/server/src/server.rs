@@ -256,6 +256,8 @@ pub struct Server {
     pub rewrite: crate::rewrite::Rewriter,
     /// SAVE and BGSAVE (`snapshot.rs`).
     pub rdb: crate::snapshot::Saver,
+    /// The link to the master while Keel is a replica (`replica.rs`).
+    pub replica: crate::replica::Replica,
 }
 
 /// Samples of the running totals taken every ~100 ms; the instantaneous
@@ -385,6 +387,7 @@ impl Server {
             snapshot_progress: SnapshotProgress::default(),
             rewrite: Default::default(),
             rdb: Default::default(),
+            replica: Default::default(),
         };
         server.mirror_config(&mirrored);
         server
@@ -434,6 +437,7 @@ impl Server {
         });
         self.lfu.store(lfu.unwrap_or(0), Ordering::Relaxed);
         self.aof.no_fsync_on_rewrite.store(config.no_appendfsync_on_rewrite, Ordering::Release);
+        self.replica.mirror(config);
         crate::durability::suspend_fsync_while_saving(self, false);
     }
 

@@ -1130,19 +1130,8 @@ pub fn debug_reload(server: &Server, locked: &mut Locked<'_>, save: bool, flush:
             }
         }
     }
-    let limits = server.config.read().encoding;
-    let lru_s = server.lru_s();
     let path = dump_path(server);
-    let mut insert = |read: Read| match read {
-        Read::Entry(e) => insert_held(server, locked, e, &limits, lru_s, merge),
-        Read::Reserve { db, keys, with_expiry } => {
-            for shard in locked.iter_mut() {
-                shard.db(db).reserve_when_empty(keys, with_expiry);
-            }
-            Ok(())
-        }
-    };
-    match read_dump(server, &path, &mut insert) {
+    match load_held(server, locked, &path, merge) {
         Ok(_) => {
             tracing::warn!("DB reloaded by DEBUG RELOAD");
             Ok(())
@@ -1152,4 +1141,51 @@ pub fn debug_reload(server: &Server, locked: &mut Locked<'_>, save: bool, flush:
             Err("ERR Error trying to load the RDB dump".into())
         }
     }
+}
+
+/// Loads `path` into the shards the caller holds (all of them), refusing
+/// a key already present unless `replace`. Returns (keys loaded, expired
+/// keys skipped).
+fn load_held(server: &Server, locked: &mut Locked<'_>, path: &Path, replace: bool) -> Result<(u64, u64), LoadError> {
+    let limits = server.config.read().encoding;
+    let lru_s = server.lru_s();
+    let mut loaded = 0u64;
+    let mut insert = |read: Read| match read {
+        Read::Entry(e) => {
+            loaded += 1;
+            insert_held(server, locked, e, &limits, lru_s, replace)
+        }
+        Read::Reserve { db, keys, with_expiry } => {
+            for shard in locked.iter_mut() {
+                shard.db(db).reserve_when_empty(keys, with_expiry);
+            }
+            Ok(())
+        }
+    };
+    let expired = read_dump(server, path, &mut insert)?;
+    Ok((loaded, expired))
+}
+
+/// A replica's full sync (`replica.rs`), with every shard held by the
+/// caller: the file received from the master, `received`, is renamed
+/// over `dbfilename` (as Redis's replica does: a restart with `appendonly
+/// no` loads it), the dataset emptied and loaded from it. A BGSAVE under
+/// way shows the data from before: it is superseded, as by FLUSHALL, so
+/// that it does not replace the new file. Returns (keys loaded, expired
+/// keys skipped); an error leaves the dataset empty or partly loaded.
+pub fn replace_held(server: &Server, locked: &mut Locked<'_>, received: &Path) -> Result<(u64, u64), String> {
+    server.rdb.superseded.store(true, Ordering::Relaxed);
+    let path = dump_path(server);
+    fs::rename(received, &path).map_err(|e| format!("rename {} to {}: {e}", received.display(), path.display()))?;
+    // The rename must survive a crash, as the file it names does.
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    if let Ok(d) = File::open(dir) {
+        let _ = d.sync_all();
+    }
+    for shard in locked.iter_mut() {
+        for d in shard.dbs_mut().iter_mut() {
+            drop(d.take_all());
+        }
+    }
+    load_held(server, locked, &path, false).map_err(|e| format!("loading {}: {e}", path.display()))
 }

@@ -314,3 +314,36 @@ fn replconf_refuses_what_redis_refuses() {
     m.write_command(&["REPLCONF", "ACK", "10"]);
     assert_eq!(m.cmd("PING"), simple("PONG"));
 }
+
+#[test]
+fn a_keel_replica_follows_a_keel_master() {
+    let master = Server::start(&[]);
+    let mut m = master.client();
+    fill_every_type(&mut m);
+    let port = master.port.to_string();
+    // Both with Keel's durable defaults.
+    let replica = Server::start(&["--replicaof", "127.0.0.1", &port]);
+    let mut r = replica.client();
+    wait_until("the replica's link", || r.info_field("replication", "master_link_status") == "up");
+    m.cmd("SET after 1");
+    m.cmd("MULTI");
+    m.cmd("INCR after");
+    m.cmd("SELECT 7");
+    m.cmd("RPUSH l a b c");
+    m.cmd("EXEC");
+    m.cmd("SELECT 0");
+    m.cmd("EXPIRE int 100000");
+    wait_one(&mut m);
+    assert_same(&read_state(&mut r), &read_state(&mut m), "Keel replica against Keel master");
+    // The replica shows the master's history, applied as far as the master's end.
+    assert_eq!(r.info_field("replication", "master_replid"), m.info_field("replication", "master_replid"));
+    wait_until("the replica's offset", || {
+        r.info_field("replication", "master_repl_offset") == m.info_field("replication", "master_repl_offset")
+    });
+    let Frame::Array(role) = r.cmd("ROLE") else { panic!("ROLE") };
+    assert_eq!(role[..4], [bulk("slave"), bulk("127.0.0.1"), int(master.port as i64), bulk("connected")]);
+    assert_eq!(
+        r.cmd("WAIT 1 0"),
+        err("ERR WAIT cannot be used with replica instances. Please also note that since Redis 4.0 if a replica is configured to be writable (which is not the default) writes to replicas are just local and are not propagated.")
+    );
+}

@@ -704,6 +704,8 @@ fn touches_keys(spec: &CommandSpec) -> bool {
 const OOM: &str = "OOM command not allowed when used memory > 'maxmemory'.";
 /// Redis's `shared.noreplicaserr`.
 const NOREPLICAS: &str = "NOREPLICAS Not enough good replicas to write.";
+/// Redis's `shared.roslaveerr`.
+pub const READONLY_REPLICA: &str = "READONLY You can't write against a read only replica.";
 
 /// Whether `maxmemory` is set and passed. Keel evicts nothing (the
 /// `noeviction` policy, the only one it accepts with a limit), so past the
@@ -715,15 +717,23 @@ fn out_of_memory(server: &Server) -> bool {
 
 /// What Redis's processCommand refuses before running or queueing a
 /// command with `flags` (for EXEC, with its queued commands' too), in its
-/// order: memory, then a failed save, then missing replicas.
-fn refusal(server: &Server, flags: u32, ping: bool) -> Option<&'static str> {
+/// order: memory, then a failed save, then missing replicas, then a
+/// read-only replica. The master's link (`replica.rs`) is refused none.
+fn refusal(server: &Server, from_master: bool, flags: u32, ping: bool) -> Option<&'static str> {
+    if from_master {
+        return None;
+    }
     let write = flags & flags::WRITE != 0;
     if flags & flags::DENYOOM != 0 && out_of_memory(server) {
         Some(OOM)
     } else if (write || ping) && crate::snapshot::refuses_writes(server) {
         Some(crate::snapshot::MISCONF_RDB)
-    } else if write && server.min_replicas_unmet.load(Ordering::Relaxed) {
+    } else if write && server.min_replicas_unmet.load(Ordering::Relaxed) && !server.replica.is_replica() {
+        // A replica takes its writes from its master: Redis counts no
+        // replicas of its own then.
         Some(NOREPLICAS)
+    } else if write && server.replica.refuses_writes() {
+        Some(READONLY_REPLICA)
     } else {
         None
     }
@@ -808,7 +818,7 @@ fn dispatch(
                 if !client.authenticated && !spec.has(flags::NO_AUTH) {
                     return Err(CmdError::other("NOAUTH Authentication required."));
                 }
-                if let Some(error) = refusal(server, spec.flags, spec.name == "ping") {
+                if let Some(error) = refusal(server, client.is_master, spec.flags, spec.name == "ping") {
                     multi.aborted = true;
                     return Err(CmdError::other(error));
                 }
@@ -828,10 +838,12 @@ fn dispatch(
     }
     // EXEC answers for what it would run.
     let queued = client.multi.as_ref().filter(|_| spec.name == "exec").map_or(0, |m| m.flags);
-    if let Some(error) = refusal(server, spec.flags | queued, spec.name == "ping") {
+    if let Some(error) = refusal(server, client.is_master, spec.flags | queued, spec.name == "ping") {
         return Err(reject(server, stats, client, index, spec, error));
     }
-    if server.loading.load(Ordering::Relaxed) && !client.is_loader && !spec.has(flags::LOADING) {
+    // The master's stream waits for the shards a load holds rather than
+    // losing a command to -LOADING.
+    if server.loading.load(Ordering::Relaxed) && !client.is_loader && !client.is_master && !spec.has(flags::LOADING) {
         stats.commands[index].rejected_calls.fetch_add(1, Ordering::Relaxed);
         return Err(CmdError::other(LOADING_ERROR));
     }

@@ -88,6 +88,11 @@ fn hand_off(ctx: &mut Ctx<'_>, replid: String, offset: i64, pre_psync: bool) {
 /// this client's writes, once `numreplicas` have or the timeout (ms; 0
 /// for ever) passes. Inside a transaction it answers at once, as Redis.
 fn wait(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
+    if ctx.server.replica.is_replica() {
+        return Err(CmdError::other(
+            "ERR WAIT cannot be used with replica instances. Please also note that since Redis 4.0 if a replica is configured to be writable (which is not the default) writes to replicas are just local and are not propagated.",
+        ));
+    }
     let wanted = i64_arg(argv[1])?;
     let timeout_ms = i64_arg(argv[2]).map_err(|_| CmdError::other("ERR timeout is not an integer or out of range"))?;
     if timeout_ms < 0 {
@@ -110,8 +115,18 @@ fn wait(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
 }
 
 /// ROLE: `master`, the stream's offset, and each replica's address and
-/// acknowledged offset.
+/// acknowledged offset; or `slave`, its master, the link's state and the
+/// offset applied.
 fn role(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
+    if let Some(status) = crate::replica::status(ctx.server) {
+        ctx.out.array(5);
+        ctx.out.bulk(b"slave");
+        ctx.out.bulk(status.host.as_bytes());
+        ctx.out.int(i64::from(status.port));
+        ctx.out.bulk(status.state.as_bytes());
+        ctx.out.int(status.offset);
+        return Ok(());
+    }
     let repl = &ctx.server.repl;
     let replicas = repl.replicas();
     ctx.out.array(3);

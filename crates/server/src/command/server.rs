@@ -51,6 +51,10 @@ pub static COMMANDS: &[CommandSpec] = &[
         .doc("Asynchronously save the dataset to disk", "1.0.0"),
     cmd("bgrewriteaof", 1, NO_ASYNC_LOADING | ADMIN | NOSCRIPT, Keys::None, "server", bgrewriteaof)
         .doc("Asynchronously rewrite the append-only file", "1.0.0"),
+    cmd("replicaof", 3, NO_ASYNC_LOADING | ADMIN | NOSCRIPT | STALE, Keys::None, "server", crate::replica::replicaof)
+        .doc("Make the server a replica of another instance, or promote it as master.", "5.0.0"),
+    cmd("slaveof", 3, NO_ASYNC_LOADING | ADMIN | NOSCRIPT | STALE, Keys::None, "server", crate::replica::replicaof)
+        .doc("Make the server a replica of another instance, or promote it as master.", "1.0.0"),
     // Every shard is locked while DEBUG runs: DEBUG SLEEP freezes the
     // keyspace as Redis's single thread does, and DEBUG OBJECT can look
     // anywhere.
@@ -613,7 +617,13 @@ fn write_section(ctx: &mut Ctx<'_>, section: &str, out: &mut String) {
             out.push_str("# Replication\r\n");
             let repl = &server.repl;
             let replicas = repl.replicas();
-            field!(out, "role", "master");
+            let following = crate::replica::status(server);
+            if following.is_some() {
+                field!(out, "role", "slave");
+                crate::replica::info(server, out);
+            } else {
+                field!(out, "role", "master");
+            }
             field!(out, "connected_slaves", replicas.len());
             let (min_to_write, min_max_lag, backlog_size) = {
                 let c = server.config.read();
@@ -634,12 +644,17 @@ fn write_section(ctx: &mut Ctx<'_>, section: &str, out: &mut String) {
                 );
                 field!(out, format!("slave{i}"), line);
             }
-            let (replid, replid2, second_offset) = repl.ids();
+            let (mut replid, replid2, second_offset) = repl.ids();
+            let mut offset = repl.end() as i64;
+            // A replica shows its master's history, as far as it applied it.
+            if let Some(status) = following.filter(|s| s.offset >= 0) {
+                (replid, offset) = (status.master_replid, status.offset);
+            }
             let (active, size, first_byte, held) = repl.backlog_info(backlog_size);
             field!(out, "master_failover_state", "no-failover");
             field!(out, "master_replid", replid);
             field!(out, "master_replid2", replid2);
-            field!(out, "master_repl_offset", repl.end());
+            field!(out, "master_repl_offset", offset);
             field!(out, "second_repl_offset", second_offset);
             field!(out, "repl_backlog_active", u8::from(active));
             field!(out, "repl_backlog_size", size);

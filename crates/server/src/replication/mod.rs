@@ -193,9 +193,11 @@ impl Replication {
         (ids.replid.clone(), ids.replid2.clone(), ids.second_offset)
     }
 
-    /// Starts a new history (a replica promoted, or one that will follow
-    /// another master's): the old id becomes replid2, valid for PSYNCs up
-    /// to `offset`, as Redis's `shiftReplicationId`.
+    /// Starts a new history (a replica promoted): the master's id becomes
+    /// replid2, its history ending after `offset`, as Redis's
+    /// `shiftReplicationId` (INFO shows both). Keel's backlog holds its own
+    /// records, not the old master's bytes, so PSYNCs of the old history
+    /// get a full sync.
     pub fn shift_replid(&self, old: String, offset: u64) {
         let mut ids = self.ids.lock();
         ids.replid2 = old;

@@ -193,12 +193,19 @@ impl Server {
             return None;
         }
         let port = free_port();
+        // A directory of its own (unless `extra` names one): a replica
+        // saves what it receives as dump.rdb there, and any redis-server
+        // loads a dump.rdb it finds in its directory at start.
+        let dir = temp_dir("redis");
         let mut args: Vec<String> = ["--port", &port.to_string(), "--save", "", "--appendonly", "no"]
             .iter()
             .map(|s| s.to_string())
             .collect();
+        args.extend(["--dir".to_string(), dir.display().to_string()]);
         args.extend(extra.iter().map(|s| s.to_string()));
-        Some(Server::spawn(path, args, port))
+        let mut server = Server::spawn(path, args, port);
+        server.dir = Some(dir);
+        Some(server)
     }
 
     /// Starts `path` with exactly `args`, expecting it to listen on `port`.

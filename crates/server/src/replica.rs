@@ -1,0 +1,945 @@
+//! The replica side of Redis 7.0's replication: while `replicaof` is set
+//! (in the configuration, or by REPLICAOF / SLAVEOF at run time), Keel
+//! keeps a copy of a Redis (or Keel) master's dataset and refuses writes
+//! from its own clients (`replica-read-only`).
+//!
+//! # One thread, one link
+//!
+//! Redis runs the link as a state machine on its event loop because it
+//! has one thread. Keel gives it a thread of its own, `keel-replica`,
+//! spawned at start, and a blocking `TcpStream`: the handshake then reads
+//! in the order the protocol is written. Reads return every [`POLL`] so
+//! that the thread sees a REPLICAOF change or a shutdown, keeps its ACK
+//! clock, and drops a link silent for `repl-timeout`. A dropped link is
+//! tried again every second, as Redis's cron does; REPLICAOF rings the
+//! thread's [`Doorbell`] to connect at once.
+//!
+//! The master's address lives in `Config::replicaof` (what CONFIG GET
+//! shows). [`Replica::generation`] counts its changes: a link belongs to
+//! one generation and ends as soon as another begins. The thread applies
+//! what the master sends while holding [`Replica::applying`], and checks
+//! the generation under it, so REPLICAOF NO ONE, which takes that lock
+//! after changing the generation, replies only once no master write can
+//! land any more.
+//!
+//! # The protocol, as Redis 7.0's `syncWithMaster`
+//!
+//! 1. PING; then, pipelined, AUTH (`masteruser`, `masterauth`), REPLCONF
+//!    listening-port, REPLCONF capa eof capa psync2; then PSYNC with the
+//!    master's replid and the offset processed plus one, as the last link
+//!    left them (kept while the process lives), or PSYNC ? -1.
+//! 2. `+FULLRESYNC <replid> <offset>`: the RDB comes as `$<len>` or, from a
+//!    diskless master, `$EOF:<mark>` ... `<mark>`, after any `\n`
+//!    keepalives. It goes to a temporary file in `dir`; then, with every
+//!    shard locked and clients answered -LOADING, it is renamed over
+//!    `dbfilename` and replaces the dataset (`snapshot::replace_held`).
+//!    With `appendonly yes` the AOF is switched off before and on after,
+//!    as Redis's `restartAOFAfterSYNC`: switching it on starts the rewrite
+//!    whose base holds the synced data, and logging resumes at that
+//!    rewrite's instant S, so the journal ends up holding the new dataset.
+//! 3. `+CONTINUE [<replid>]`: the stream resumes after the offset processed.
+//! 4. The stream: each command is parsed with `keel_protocol::parse_request`
+//!    and run by `command::execute` as a client flagged `is_master` (exempt
+//!    from READONLY and the write refusals), its reply discarded; the
+//!    journal logs it as any write. The processed offset (Redis's
+//!    `reploff`) moves past each command run outside MULTI, so a link lost
+//!    inside a transaction resumes at its MULTI. REPLCONF GETACK is
+//!    answered with `REPLCONF ACK <offset>`, the GETACK itself excluded, and
+//!    an ACK goes every second. Before an ACK the journal has written (or,
+//!    under `appendfsync always`, synced) what it acknowledges: an
+//!    acknowledged offset survives a kill -9.
+//!
+//! Not done (yet): SYNC for masters without PSYNC, diskless load, the
+//! replication backlog and sub-replicas (the master side), expiry left to
+//! the master (Keel's replica expires keys itself, harmlessly: the master's
+//! DEL of such a key finds nothing), `replica-serve-stale-data no`.
+
+use std::fs::{self, File};
+use std::io::{self, BufWriter, Read, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::os::fd::AsRawFd;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use keel_journal::FsyncPolicy;
+use parking_lot::Mutex;
+use smallvec::SmallVec;
+use thiserror::Error;
+
+use crate::client::{Client, ClientInfo};
+use crate::command::parse::eq;
+use crate::command::{self, CmdError, CmdResult, Ctx};
+use crate::config::Config;
+use crate::doorbell::{Doorbell, Wake};
+use crate::durability::AofState;
+use crate::server::{unix_ms, Server};
+
+/// How long a read waits before the thread looks at REPLICAOF changes,
+/// shutdown, its ACK clock and `repl-timeout`.
+const POLL: Duration = Duration::from_millis(100);
+/// Redis's `repl_syncio_timeout`: the wait for a handshake reply.
+const SYNCIO_TIMEOUT: Duration = Duration::from_secs(5);
+/// Redis's replica acknowledges once a second (replicationCron).
+const ACK_EVERY: Duration = Duration::from_secs(1);
+/// Redis's `CONFIG_RUN_ID_SIZE`: a replid, and the diskless EOF mark.
+const RUN_ID_SIZE: usize = 40;
+/// Bytes asked of the socket per read.
+const READ_CHUNK: usize = 64 << 10;
+/// The longest one connection attempt waits (see [`connect`]).
+const CONNECT_STEP: Duration = Duration::from_secs(1);
+/// The longest an ACK waits for the journal to make its commands durable.
+const ACK_DURABLE_WAIT: Duration = Duration::from_secs(1);
+
+/// Why a link ended.
+#[derive(Debug, Error)]
+pub enum LinkError {
+    #[error("I/O error with the master: {0}")]
+    Io(#[from] io::Error),
+    #[error("can't resolve the master's address {0}")]
+    Resolve(String),
+    #[error("connection lost")]
+    Closed,
+    #[error("timeout: nothing from the master for {0} seconds")]
+    Timeout(u64),
+    #[error("error reply to PING from master: '{0}'")]
+    Ping(String),
+    #[error("unable to AUTH to MASTER: {0}")]
+    Auth(String),
+    #[error("master is currently unable to PSYNC but should be in the future: {0}")]
+    TryLater(String),
+    #[error("unexpected reply to PSYNC from master: {0}")]
+    Psync(String),
+    #[error("MASTER aborted replication with an error: {0}")]
+    Aborted(String),
+    #[error("bad protocol from MASTER: {0}")]
+    Protocol(String),
+    #[error("failed trying to load the MASTER synchronization DB: {0}")]
+    Load(String),
+    #[error("can't turn the AOF back on after the sync: {0}")]
+    Aof(String),
+    /// REPLICAOF changed the master, or the server stops: not a failure.
+    #[error("replication link no longer wanted")]
+    Stopped,
+}
+
+/// Redis's `repl_state`, as ROLE names it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum Phase {
+    /// Waiting to connect (at the next try).
+    #[default]
+    Connect,
+    Connecting,
+    /// PING to the PSYNC reply.
+    Handshake,
+    /// Receiving (or loading) the RDB of a full sync.
+    Transfer,
+    Connected,
+}
+
+impl Phase {
+    fn role_name(self) -> &'static str {
+        match self {
+            Phase::Connect => "connect",
+            Phase::Connecting => "connecting",
+            Phase::Handshake => "handshake",
+            Phase::Transfer => "sync",
+            Phase::Connected => "connected",
+        }
+    }
+}
+
+/// Where the data stands in the master's history: what a PSYNC continues
+/// from (Redis's cached master).
+#[derive(Clone, Debug)]
+struct Cursor {
+    replid: String,
+    /// The master's offset of the last byte processed (Redis's `reploff`).
+    offset: i64,
+    /// The database the stream has selected.
+    db: usize,
+}
+
+#[derive(Default)]
+struct LinkState {
+    phase: Phase,
+    /// None before the first sync, and after REPLICAOF NO ONE.
+    cursor: Option<Cursor>,
+    /// The master's offset of the last byte read (`slave_read_repl_offset`).
+    read_offset: i64,
+    last_io_ms: u64,
+    /// When an established link was lost; 0: never, or up since.
+    down_since_ms: u64,
+    /// The full sync's payload: its size (-1 before its header, 0 with an
+    /// EOF mark), bytes read, and when the last came.
+    transfer_size: i64,
+    transfer_read: i64,
+    transfer_last_io_ms: u64,
+}
+
+/// The replica side's state (`Server::replica`).
+#[derive(Default)]
+pub struct Replica {
+    bell: Doorbell,
+    /// `replicaof` is set, mirrored for the write check.
+    is_replica: AtomicBool,
+    /// `replica-read-only`, mirrored likewise.
+    read_only: AtomicBool,
+    /// Changes of master (REPLICAOF): a link of an older one ends.
+    generation: AtomicU64,
+    /// Held while the link applies what the master sent.
+    applying: Mutex<()>,
+    state: Mutex<LinkState>,
+}
+
+impl Replica {
+    /// Mirrors `replicaof` and `replica-read-only` (at start, CONFIG SET
+    /// and REPLICAOF).
+    pub fn mirror(&self, config: &Config) {
+        self.is_replica.store(config.replicaof.is_some(), Ordering::Relaxed);
+        self.read_only.store(config.replica_read_only, Ordering::Relaxed);
+    }
+
+    pub fn is_replica(&self) -> bool {
+        self.is_replica.load(Ordering::Relaxed)
+    }
+
+    /// Writes from ordinary clients get -READONLY.
+    pub fn refuses_writes(&self) -> bool {
+        self.is_replica() && self.read_only.load(Ordering::Relaxed)
+    }
+
+    /// Ends the thread (a link under way ends at its next poll).
+    pub fn stop(&self) {
+        self.bell.stop();
+    }
+
+    fn set_phase(&self, phase: Phase) {
+        self.state.lock().phase = phase;
+    }
+}
+
+/// The link as INFO and ROLE show it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Status {
+    pub host: String,
+    pub port: u16,
+    /// ROLE's: "connect", "connecting", "handshake", "sync", "connected".
+    pub state: &'static str,
+    pub link_up: bool,
+    /// -1 while the link is not up.
+    pub last_io_seconds_ago: i64,
+    pub sync_in_progress: bool,
+    /// The master's replication ID ("" before the first sync).
+    pub master_replid: String,
+    /// The master's offset processed, -1 before the first sync.
+    pub offset: i64,
+    pub sync_total_bytes: i64,
+    pub sync_read_bytes: i64,
+    /// -1 if the link was never up or is up.
+    pub link_down_since_seconds: i64,
+}
+
+/// The link's status, None when Keel is not a replica.
+pub fn status(server: &Server) -> Option<Status> {
+    details(server).map(|(status, _)| status)
+}
+
+/// What INFO adds to [`Status`]: the offset read, and seconds since the
+/// sync's last I/O.
+fn details(server: &Server) -> Option<(Status, (i64, i64))> {
+    let (host, port) = server.config.read().replicaof.clone()?;
+    let st = server.replica.state.lock();
+    let now = unix_ms();
+    let ago = |ms: u64| (now.saturating_sub(ms) / 1000) as i64;
+    let up = st.phase == Phase::Connected;
+    let status = Status {
+        host,
+        port,
+        state: st.phase.role_name(),
+        link_up: up,
+        last_io_seconds_ago: if up { ago(st.last_io_ms) } else { -1 },
+        sync_in_progress: st.phase == Phase::Transfer,
+        master_replid: st.cursor.as_ref().map(|c| c.replid.clone()).unwrap_or_default(),
+        offset: st.cursor.as_ref().map_or(-1, |c| c.offset),
+        sync_total_bytes: st.transfer_size,
+        sync_read_bytes: st.transfer_read,
+        link_down_since_seconds: if up || st.down_since_ms == 0 { -1 } else { ago(st.down_since_ms) },
+    };
+    let read_offset = if st.cursor.is_some() { st.read_offset } else { 1 };
+    Some((status, (read_offset, ago(st.transfer_last_io_ms))))
+}
+
+macro_rules! field {
+    ($out:expr, $name:expr, $value:expr) => {
+        let _ = std::fmt::Write::write_fmt($out, format_args!("{}:{}\r\n", $name, $value));
+    };
+}
+
+/// INFO replication's replica lines, after `role:slave`, as Redis 7.0's
+/// `genRedisInfoString` writes them.
+pub fn info(server: &Server, out: &mut String) {
+    let Some((s, (read_offset, transfer_io_ago))) = details(server) else { return };
+    field!(out, "master_host", s.host);
+    field!(out, "master_port", s.port);
+    field!(out, "master_link_status", if s.link_up { "up" } else { "down" });
+    field!(out, "master_last_io_seconds_ago", s.last_io_seconds_ago);
+    field!(out, "master_sync_in_progress", u8::from(s.sync_in_progress));
+    // Redis shows 1 while it has no master's offset at all.
+    field!(out, "slave_read_repl_offset", read_offset);
+    field!(out, "slave_repl_offset", if s.offset < 0 { 1 } else { s.offset });
+    if s.sync_in_progress {
+        // Redis's figures as they are: -1 before the payload's header, 0
+        // for a payload with an EOF mark.
+        let total = s.sync_total_bytes;
+        let perc = if total != 0 { s.sync_read_bytes as f64 / total as f64 * 100.0 } else { 0.0 };
+        field!(out, "master_sync_total_bytes", total);
+        field!(out, "master_sync_read_bytes", s.sync_read_bytes);
+        field!(out, "master_sync_left_bytes", total - s.sync_read_bytes);
+        field!(out, "master_sync_perc", format!("{perc:.2}"));
+        field!(out, "master_sync_last_io_seconds_ago", transfer_io_ago);
+    }
+    if !s.link_up {
+        field!(out, "master_link_down_since_seconds", s.link_down_since_seconds);
+    }
+    // `replica-priority` is Redis's default (an inert directive).
+    field!(out, "slave_priority", 100);
+    field!(out, "slave_read_only", u8::from(server.replica.read_only.load(Ordering::Relaxed)));
+    field!(out, "replica_announced", 1);
+}
+
+/// REPLICAOF (and SLAVEOF) `<host> <port>` | `NO ONE`, as Redis 7.0's
+/// `replicaofCommand`.
+pub fn replicaof(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
+    let server = ctx.server;
+    let who = || command::connection::client_line(&ctx.client.info, unix_ms());
+    if eq(argv[1], "no") && eq(argv[2], "one") {
+        let was = {
+            let mut config = server.config.write();
+            let was = config.replicaof.take();
+            server.replica.mirror(&config);
+            was
+        };
+        if was.is_some() {
+            unset_master(server);
+            tracing::info!("MASTER MODE enabled (user request from '{}')", who());
+        }
+        ctx.out.ok();
+        return Ok(());
+    }
+    let port = std::str::from_utf8(argv[2])
+        .ok()
+        .and_then(|p| p.parse::<u16>().ok())
+        .ok_or_else(|| CmdError::other("ERR Invalid master port"))?;
+    let host = String::from_utf8_lossy(argv[1]).into_owned();
+    {
+        let mut config = server.config.write();
+        if config.replicaof.as_ref().is_some_and(|(h, p)| h.eq_ignore_ascii_case(&host) && *p == port) {
+            drop(config);
+            tracing::info!("REPLICAOF would result into synchronization with the master we are already connected with. No operation performed.");
+            ctx.out.simple("OK Already connected to specified master");
+            return Ok(());
+        }
+        config.replicaof = Some((host.clone(), port));
+        server.replica.mirror(&config);
+    }
+    set_master(server);
+    tracing::info!("REPLICAOF {host}:{port} enabled (user request from '{}')", who());
+    ctx.out.ok();
+    Ok(())
+}
+
+/// A new master: the link to the old one (if any) ends before the reply.
+/// What was processed stays the PSYNC's cursor, as Redis keeps its cached
+/// master (a new master that shares the history continues it).
+fn set_master(server: &Server) {
+    let replica = &server.replica;
+    replica.generation.fetch_add(1, Ordering::AcqRel);
+    let _applying = replica.applying.lock();
+    replica.set_phase(Phase::Connect);
+    replica.bell.ring();
+}
+
+/// REPLICAOF NO ONE: the link ends before the reply; the data stays.
+fn unset_master(server: &Server) {
+    let replica = &server.replica;
+    replica.generation.fetch_add(1, Ordering::AcqRel);
+    let cursor = {
+        let _applying = replica.applying.lock();
+        let mut st = replica.state.lock();
+        let cursor = st.cursor.take();
+        *st = LinkState::default();
+        cursor
+    };
+    replica.bell.ring();
+    if let Some(cursor) = cursor {
+        promoted(server, &cursor.replid, cursor.offset);
+    }
+    // As Redis's replicationUnsetMaster: an AOF a failed sync left off
+    // comes back on.
+    if server.config.read().appendonly && server.aof.state() == AofState::Off {
+        if let Err(e) = switch_aof(server, true) {
+            tracing::warn!("Failed enabling the AOF after the promotion: {e}");
+        }
+    }
+}
+
+/// Promotion to master with the data of `old_master_replid` up to
+/// `offset`: as Redis's `shiftReplicationId`, that ID becomes the
+/// secondary one and a new replication ID starts (`Replication::shift_replid`).
+fn promoted(server: &Server, old_master_replid: &str, offset: i64) {
+    if offset < 0 {
+        return;
+    }
+    server.repl.shift_replid(old_master_replid.to_string(), offset as u64);
+    let (replid, _, second) = server.repl.ids();
+    tracing::warn!(
+        "Setting secondary replication ID to {old_master_replid}, valid up to offset: {second}. New replication ID is {replid}"
+    );
+}
+
+/// Starts the link thread.
+pub fn spawn(server: Arc<Server>) -> io::Result<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new().name("keel-replica".into()).spawn(move || run(&server))
+}
+
+fn run(server: &Server) {
+    let replica = &server.replica;
+    // The dataset at start loads first: a sync would race it.
+    while server.loading.load(Ordering::Acquire) {
+        if replica.bell.stopping() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    loop {
+        let generation = replica.generation.load(Ordering::Acquire);
+        let master = server.config.read().replicaof.clone();
+        if let Some((host, port)) = master {
+            match link(server, &host, port, generation) {
+                Ok(()) | Err(LinkError::Stopped) => {}
+                Err(e) => tracing::warn!("Replication link with MASTER {host}:{port} ended: {e}"),
+            }
+            link_down(server, generation);
+        }
+        // Redis's cron tries again every second; REPLICAOF rings at once.
+        if replica.bell.wait_up_to(Duration::from_secs(1)) == Wake::Stop {
+            return;
+        }
+    }
+}
+
+/// Whether the link of `generation` is still wanted.
+fn wanted(server: &Server, generation: u64) -> bool {
+    let replica = &server.replica;
+    replica.generation.load(Ordering::Acquire) == generation
+        && !server.shutdown.load(Ordering::Relaxed)
+        && !replica.bell.stopping()
+}
+
+fn link_down(server: &Server, generation: u64) {
+    let _applying = server.replica.applying.lock();
+    if !wanted(server, generation) {
+        return;
+    }
+    let mut st = server.replica.state.lock();
+    if st.phase == Phase::Connected {
+        tracing::warn!("Connection with master lost.");
+        st.down_since_ms = unix_ms();
+    }
+    st.phase = Phase::Connect;
+    st.transfer_size = 0;
+    st.transfer_read = 0;
+}
+
+/// One link: handshake, sync, stream, until it fails or is no longer wanted.
+fn link(server: &Server, host: &str, port: u16, generation: u64) -> Result<(), LinkError> {
+    let replica = &server.replica;
+    let timeout = Duration::from_secs(server.config.read().repl_timeout_s.into());
+    replica.set_phase(Phase::Connecting);
+    tracing::info!("Connecting to MASTER {host}:{port}");
+    let addr = (host, port).to_socket_addrs()?.next().ok_or_else(|| LinkError::Resolve(format!("{host}:{port}")))?;
+    let stream = connect(server, generation, &addr, timeout)?;
+    stream.set_nodelay(true)?;
+    stream.set_read_timeout(Some(POLL))?;
+    stream.set_write_timeout(Some(timeout))?;
+    tracing::info!("MASTER <-> REPLICA sync started");
+    let mut conn = Conn { stream, buf: Vec::new(), start: 0, server, generation };
+    replica.set_phase(Phase::Handshake);
+    conn.send(&["PING"])?;
+    let pong = conn.line(SYNCIO_TIMEOUT)?;
+    let accepted = ["+", "-NOAUTH", "-NOPERM", "-ERR operation not permitted"];
+    if !accepted.iter().any(|a| pong.starts_with(a)) {
+        return Err(LinkError::Ping(pong));
+    }
+    tracing::info!("Master replied to PING, replication can continue...");
+    let (auth, user) = {
+        let c = server.config.read();
+        (c.masterauth.clone(), c.masteruser.clone())
+    };
+    // Pipelined, as Redis sends them; the replies come in order.
+    if let Some(password) = &auth {
+        let mut argv = vec!["AUTH"];
+        argv.extend(user.as_deref());
+        argv.push(password);
+        conn.send(&argv)?;
+    }
+    conn.send(&["REPLCONF", "listening-port", &server.port.to_string()])?;
+    conn.send(&["REPLCONF", "capa", "eof", "capa", "psync2"])?;
+    if auth.is_some() {
+        let reply = conn.line(SYNCIO_TIMEOUT)?;
+        if reply.starts_with('-') {
+            return Err(LinkError::Auth(reply));
+        }
+    }
+    for what in ["listening-port", "capa"] {
+        let reply = conn.line(SYNCIO_TIMEOUT)?;
+        if reply.starts_with('-') {
+            tracing::info!("(Non critical) Master does not understand REPLCONF {what}: {reply}");
+        }
+    }
+    let cursor = replica.state.lock().cursor.clone();
+    match &cursor {
+        Some(c) => {
+            let next = (c.offset + 1).to_string();
+            tracing::info!("Trying a partial resynchronization (request {}:{next}).", c.replid);
+            conn.send(&["PSYNC", &c.replid, &next])?;
+        }
+        None => {
+            tracing::info!("Partial resynchronization not possible (no cached master)");
+            conn.send(&["PSYNC", "?", "-1"])?;
+        }
+    }
+    // Before it answers, the master may send newlines to keep the link up.
+    let reply = loop {
+        let line = conn.line(timeout)?;
+        if !line.is_empty() {
+            break line;
+        }
+    };
+    if let Some(rest) = reply.strip_prefix("+FULLRESYNC") {
+        let mut words = rest.split_whitespace();
+        let replid = words.next().filter(|r| r.len() == RUN_ID_SIZE);
+        let offset = words.next().and_then(|o| o.parse::<i64>().ok());
+        let (Some(replid), Some(offset)) = (replid, offset) else {
+            return Err(LinkError::Psync(format!("wrong +FULLRESYNC syntax: {reply}")));
+        };
+        tracing::info!("Full resync from master: {replid}:{offset}");
+        let cursor = Cursor { replid: replid.to_string(), offset, db: 0 };
+        full_sync(&mut conn, timeout, &cursor)?;
+        tracing::info!("MASTER <-> REPLICA sync: Finished with success");
+        apply_stream(conn, cursor)
+    } else if let Some(rest) = reply.strip_prefix("+CONTINUE") {
+        let Some(mut cursor) = cursor else {
+            return Err(LinkError::Psync(format!("{reply} to a PSYNC ? -1")));
+        };
+        tracing::info!("Successful partial resynchronization with master.");
+        let new_id = rest.trim();
+        if new_id.len() == RUN_ID_SIZE && new_id != cursor.replid {
+            tracing::warn!("Master replication ID changed to {new_id}");
+            cursor.replid = new_id.to_string();
+        }
+        apply_stream(conn, cursor)
+    } else if reply.starts_with("-NOMASTERLINK") || reply.starts_with("-LOADING") {
+        Err(LinkError::TryLater(reply))
+    } else {
+        Err(LinkError::Psync(reply))
+    }
+}
+
+/// Connects within `timeout`, a second at a time, so that a shutdown or a
+/// REPLICAOF is not held up by an unreachable master.
+fn connect(server: &Server, generation: u64, addr: &std::net::SocketAddr, timeout: Duration) -> Result<TcpStream, LinkError> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let attempt = deadline.saturating_duration_since(Instant::now()).min(CONNECT_STEP);
+        match TcpStream::connect_timeout(addr, attempt.max(Duration::from_millis(1))) {
+            Ok(stream) => return Ok(stream),
+            Err(e) if e.kind() == io::ErrorKind::TimedOut && Instant::now() < deadline => {
+                if !wanted(server, generation) {
+                    return Err(LinkError::Stopped);
+                }
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// The link's socket and what was read from it and not consumed yet.
+struct Conn<'s> {
+    stream: TcpStream,
+    buf: Vec<u8>,
+    start: usize,
+    server: &'s Server,
+    generation: u64,
+}
+
+impl Conn<'_> {
+    fn send(&mut self, argv: &[&str]) -> Result<(), LinkError> {
+        (&self.stream).write_all(&encode(argv))?;
+        Ok(())
+    }
+
+    fn buffered(&self) -> usize {
+        self.buf.len() - self.start
+    }
+
+    /// One read of at most `READ_CHUNK` bytes; 0 when none came within
+    /// [`POLL`]. The end of the connection is an error.
+    fn fill(&mut self) -> Result<usize, LinkError> {
+        if self.start > 0 {
+            self.buf.drain(..self.start);
+            self.start = 0;
+        }
+        let len = self.buf.len();
+        self.buf.resize(len + READ_CHUNK, 0);
+        let read = self.stream.read(&mut self.buf[len..]);
+        let n = match read {
+            Ok(n) => n,
+            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted) => {
+                self.buf.truncate(len);
+                return Ok(0);
+            }
+            Err(e) => {
+                self.buf.truncate(len);
+                return Err(e.into());
+            }
+        };
+        self.buf.truncate(len + n);
+        if n == 0 {
+            return Err(LinkError::Closed);
+        }
+        Ok(n)
+    }
+
+    /// Fails the link if it is no longer wanted.
+    fn still_wanted(&self) -> Result<(), LinkError> {
+        if wanted(self.server, self.generation) {
+            Ok(())
+        } else {
+            Err(LinkError::Stopped)
+        }
+    }
+
+    /// The next line, its `\r\n` taken off, within `timeout`.
+    fn line(&mut self, timeout: Duration) -> Result<String, LinkError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(i) = self.buf[self.start..].iter().position(|&b| b == b'\n') {
+                let line = &self.buf[self.start..self.start + i];
+                let text = String::from_utf8_lossy(line.strip_suffix(b"\r").unwrap_or(line)).into_owned();
+                self.start += i + 1;
+                return Ok(text);
+            }
+            self.still_wanted()?;
+            if self.fill()? == 0 && Instant::now() >= deadline {
+                return Err(LinkError::Timeout(timeout.as_secs()));
+            }
+        }
+    }
+}
+
+/// A command as a RESP multibulk.
+fn encode(argv: &[&str]) -> Vec<u8> {
+    let mut out = format!("*{}\r\n", argv.len()).into_bytes();
+    for a in argv {
+        out.extend_from_slice(format!("${}\r\n{a}\r\n", a.len()).as_bytes());
+    }
+    out
+}
+
+/// A full sync: receives the RDB into a temporary file, then replaces the
+/// dataset with it.
+fn full_sync(conn: &mut Conn<'_>, timeout: Duration, cursor: &Cursor) -> Result<(), LinkError> {
+    let server = conn.server;
+    let replica = &server.replica;
+    {
+        let mut st = replica.state.lock();
+        st.phase = Phase::Transfer;
+        st.transfer_size = -1;
+        st.transfer_read = 0;
+        st.transfer_last_io_ms = unix_ms();
+    }
+    // Newlines keep the link up while the master prepares the payload.
+    let header = loop {
+        let line = conn.line(timeout)?;
+        if !line.is_empty() {
+            break line;
+        }
+        replica.state.lock().transfer_last_io_ms = unix_ms();
+    };
+    if let Some(error) = header.strip_prefix('-') {
+        return Err(LinkError::Aborted(error.to_string()));
+    }
+    let Some(spec) = header.strip_prefix('$') else {
+        return Err(LinkError::Protocol(format!(
+            "the first byte is not '$' (we received '{header}'), are you sure the host and port are right?"
+        )));
+    };
+    let mark = spec.strip_prefix("EOF:").filter(|m| m.len() >= RUN_ID_SIZE).map(|m| m.as_bytes()[..RUN_ID_SIZE].to_vec());
+    let size = match mark {
+        Some(_) => 0,
+        None => spec.parse::<i64>().ok().filter(|&n| n >= 0).ok_or_else(|| LinkError::Protocol(format!("bad bulk length '{header}'")))?,
+    };
+    match mark {
+        Some(_) => tracing::info!("MASTER <-> REPLICA sync: receiving streamed RDB from master with EOF to disk"),
+        None => tracing::info!("MASTER <-> REPLICA sync: receiving {size} bytes from master to disk"),
+    }
+    replica.state.lock().transfer_size = size;
+    let dir = server.config.read().dir.clone();
+    let temp = dir.join(format!("temp-{}.{}.rdb", unix_ms() / 1000, std::process::id()));
+    let loaded = receive(conn, timeout, &temp, size, mark.as_deref()).and_then(|()| {
+        let _applying = replica.applying.lock();
+        conn.still_wanted()?;
+        // The old history ends with the old data: a failed load must not
+        // PSYNC from it (Redis's replicationDiscardCachedMaster).
+        replica.state.lock().cursor = None;
+        load(server, &temp)?;
+        let mut st = replica.state.lock();
+        st.read_offset = cursor.offset;
+        st.cursor = Some(cursor.clone());
+        Ok(())
+    });
+    // Gone once renamed; left behind by a failure before.
+    let _ = fs::remove_file(&temp);
+    loaded
+}
+
+/// Writes the RDB payload to `temp`: `size` bytes, or up to the EOF `mark`.
+fn receive(conn: &mut Conn<'_>, timeout: Duration, temp: &Path, size: i64, mark: Option<&[u8]>) -> Result<(), LinkError> {
+    let replica = &conn.server.replica;
+    let mut file = BufWriter::with_capacity(1 << 20, File::create(temp)?);
+    let mut read = 0i64;
+    let mut tail: Vec<u8> = Vec::with_capacity(2 * RUN_ID_SIZE);
+    let mut last_io = Instant::now();
+    loop {
+        if conn.buffered() == 0 {
+            conn.still_wanted()?;
+            if conn.fill()? == 0 {
+                if last_io.elapsed() >= timeout {
+                    return Err(LinkError::Timeout(timeout.as_secs()));
+                }
+                continue;
+            }
+            last_io = Instant::now();
+        }
+        // With a size, bytes past it are the stream's: they stay buffered.
+        let take = match mark {
+            Some(_) => conn.buffered(),
+            None => conn.buffered().min((size - read) as usize),
+        };
+        let chunk = &conn.buf[conn.start..conn.start + take];
+        file.write_all(chunk)?;
+        if mark.is_some() {
+            tail.extend_from_slice(chunk);
+            let excess = tail.len().saturating_sub(RUN_ID_SIZE);
+            tail.drain(..excess);
+        }
+        conn.start += take;
+        read += take as i64;
+        {
+            let mut st = replica.state.lock();
+            st.transfer_read = read;
+            st.transfer_last_io_ms = unix_ms();
+        }
+        let done = match mark {
+            Some(mark) => tail == mark,
+            None => read == size,
+        };
+        if done {
+            break;
+        }
+    }
+    let file = file.into_inner().map_err(|e| e.into_error())?;
+    if mark.is_some() {
+        // The mark is no part of the RDB.
+        file.set_len((read as u64).saturating_sub(RUN_ID_SIZE as u64))?;
+    }
+    file.sync_all()?;
+    Ok(())
+}
+
+/// Replaces the dataset with the received RDB, as Redis's
+/// `readSyncBulkPayload` after the transfer.
+fn load(server: &Server, received: &Path) -> Result<(), LinkError> {
+    let appendonly = server.config.read().appendonly;
+    // As Redis's stopAppendOnly before the load: nothing of the load is
+    // logged, and a rewrite under way (of the old data) is cancelled.
+    if server.aof.state() != AofState::Off {
+        switch_aof(server, false).map_err(LinkError::Aof)?;
+        crate::rewrite::wait_cancelled(server);
+    }
+    tracing::info!("MASTER <-> REPLICA sync: Flushing old data");
+    tracing::info!("MASTER <-> REPLICA sync: Loading DB in memory");
+    server.begin_load();
+    let started = Instant::now();
+    let loaded = {
+        let mut locked = server.keyspace.lock_all();
+        crate::snapshot::replace_held(server, &mut locked, received)
+    };
+    server.end_load();
+    let (keys, expired) = loaded.map_err(LinkError::Load)?;
+    tracing::info!("Done loading RDB, keys loaded: {keys}, keys expired: {expired} in {:?}", started.elapsed());
+    // Redis's restartAOFAfterSYNC: the rewrite this starts writes the
+    // synced data as the AOF's base.
+    if appendonly {
+        switch_aof(server, true).map_err(LinkError::Aof)?;
+    }
+    Ok(())
+}
+
+/// Turns the AOF off or on as CONFIG SET appendonly does (under the
+/// configuration's write lock, as there), leaving the directive as it is.
+fn switch_aof(server: &Server, on: bool) -> Result<(), String> {
+    let config = server.config.write();
+    let (mut old, mut new) = (config.clone(), config.clone());
+    old.appendonly = !on;
+    new.appendonly = on;
+    crate::durability::apply_config(server, &old, &new)
+}
+
+/// Applies the master's stream until the link fails or is no longer wanted.
+fn apply_stream(mut conn: Conn<'_>, mut cursor: Cursor) -> Result<(), LinkError> {
+    let server = conn.server;
+    let replica = &server.replica;
+    // The master's offset of the first byte buffered.
+    let mut consumed = cursor.offset;
+    {
+        let _applying = replica.applying.lock();
+        conn.still_wanted()?;
+        let mut st = replica.state.lock();
+        st.phase = Phase::Connected;
+        st.down_since_ms = 0;
+        st.last_io_ms = unix_ms();
+        st.read_offset = consumed + conn.buffered() as i64;
+        st.cursor = Some(cursor.clone());
+    }
+    let addr = conn.stream.peer_addr().map(|a| a.to_string()).unwrap_or_default();
+    let laddr = conn.stream.local_addr().map(|a| a.to_string()).unwrap_or_default();
+    let info = Arc::new(ClientInfo::new(server.clients.next_id(), addr, laddr, conn.stream.as_raw_fd(), false));
+    let mut client = Client::new(info, true);
+    client.is_master = true;
+    client.db = cursor.db;
+    let stats = &server.workers[0];
+    // The master's arguments are not bounded by `proto-max-bulk-len`.
+    let limits = keel_protocol::Limits { max_bulk_len: i64::MAX as usize, ..Default::default() };
+    let mut reply = Vec::new();
+    let mut last_ack: Option<Instant> = None;
+    let mut last_lsn = 0u64;
+    let mut last_io = Instant::now();
+    let result = loop {
+        if let Err(e) = conn.still_wanted() {
+            break Err(e);
+        }
+        // The first goes at once: a diskless master starts the stream on it.
+        if last_ack.is_none_or(|t| t.elapsed() >= ACK_EVERY) {
+            if let Err(e) = send_ack(server, &conn.stream, cursor.offset, last_lsn) {
+                break Err(e);
+            }
+            last_ack = Some(Instant::now());
+        }
+        if conn.buffered() > 0 {
+            let _applying = replica.applying.lock();
+            if let Err(e) = conn.still_wanted() {
+                break Err(e);
+            }
+            let now_ms = unix_ms();
+            let mut failed = None;
+            loop {
+                let parsed = match keel_protocol::parse_request(&conn.buf[conn.start..], &limits) {
+                    Ok(Some(parsed)) => parsed,
+                    Ok(None) => break,
+                    Err(e) => {
+                        failed = Some(LinkError::Protocol(e.to_string()));
+                        break;
+                    }
+                };
+                let (request, used) = parsed;
+                let argv: SmallVec<[&[u8]; 8]> = request.argv.iter().map(|a| &**a).collect();
+                if argv.len() >= 2 && eq(argv[0], "replconf") && eq(argv[1], "getack") {
+                    // Acknowledges what came before the GETACK, as Redis.
+                    if let Err(e) = send_ack(server, &conn.stream, cursor.offset, last_lsn) {
+                        failed = Some(e);
+                        break;
+                    }
+                    last_ack = Some(Instant::now());
+                } else if argv.first().is_some_and(|a| eq(a, "replconf")) {
+                    // No other REPLCONF asks anything of a replica.
+                } else if !argv.is_empty() {
+                    last_lsn = last_lsn.max(command::execute(server, stats, &mut client, &mut reply, &argv, now_ms));
+                    if reply.first() == Some(&b'-') {
+                        // As Redis's warning: the copy may now differ.
+                        let name = String::from_utf8_lossy(argv[0]);
+                        tracing::warn!("== CRITICAL == This replica failed a command from its master: {name}: {}", String::from_utf8_lossy(&reply).trim_end());
+                    }
+                    reply.clear();
+                }
+                conn.start += used;
+                consumed += used as i64;
+                // Inside MULTI nothing counts until EXEC: a link lost
+                // meanwhile resumes at the MULTI.
+                if client.multi.is_none() {
+                    cursor.offset = consumed;
+                }
+            }
+            cursor.db = client.db;
+            replica.state.lock().cursor = Some(cursor.clone());
+            if let Some(e) = failed {
+                break Err(e);
+            }
+        }
+        match conn.fill() {
+            Ok(0) => {
+                // Read at each check, as CONFIG SET may change it.
+                let timeout_s = u64::from(server.config.read().repl_timeout_s);
+                if last_io.elapsed() >= Duration::from_secs(timeout_s) {
+                    break Err(LinkError::Timeout(timeout_s));
+                }
+            }
+            Ok(n) => {
+                last_io = Instant::now();
+                let mut st = replica.state.lock();
+                st.last_io_ms = unix_ms();
+                st.read_offset += n as i64;
+            }
+            Err(e) => break Err(e),
+        }
+    };
+    if client.multi.is_some() {
+        command::transactions::discard_state(server, &mut client);
+    }
+    result
+}
+
+/// `REPLCONF ACK <offset>`, once the journal holds what it acknowledges.
+fn send_ack(server: &Server, mut stream: &TcpStream, offset: i64, lsn: u64) -> Result<(), LinkError> {
+    if let Some(journal) = server.journal().filter(|_| lsn > 0) {
+        let written = journal.write_through();
+        if !written || journal.fsync() == FsyncPolicy::Always {
+            let deadline = Instant::now() + ACK_DURABLE_WAIT;
+            while journal.durable_lsn() < lsn && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+    }
+    stream.write_all(&encode(&["REPLCONF", "ACK", &offset.to_string()]))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commands_encode_as_multibulk() {
+        assert_eq!(encode(&["REPLCONF", "ACK", "42"]), b"*3\r\n$8\r\nREPLCONF\r\n$3\r\nACK\r\n$2\r\n42\r\n".to_vec());
+    }
+
+    #[test]
+    fn phases_have_role_names() {
+        assert_eq!(Phase::default().role_name(), "connect");
+        assert_eq!(Phase::Transfer.role_name(), "sync");
+        assert_eq!(Phase::Connected.role_name(), "connected");
+    }
+}

@@ -1,0 +1,499 @@
+//! Keel as a replica of Debian's redis-server 7.0 (`replica.rs`): full
+//! sync, the streamed commands, READONLY, promotion, partial resync after
+//! a dropped link, full resync from a restarted master, and a synced
+//! dataset that survives a kill -9 through the AOF.
+
+mod common;
+
+use std::path::PathBuf;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::{bulk, err, int, ok, simple, Client, Frame, Server};
+
+/// A redis-server master (no diskless delay: syncs start at once), or
+/// None where it is not installed.
+fn redis_master() -> Option<Server> {
+    Server::start_redis(&["--repl-diskless-sync-delay", "0"])
+}
+
+/// redis-server on `port` again, after the last one there stopped.
+fn redis_master_on(port: u16) -> Server {
+    let dir = common::temp_dir("redis-master");
+    let dir_arg = dir.display().to_string();
+    let args = ["--port", &port.to_string(), "--save", "", "--appendonly", "no", "--repl-diskless-sync-delay", "0", "--dir", &dir_arg];
+    let mut server = Server::spawn_with(PathBuf::from("/usr/bin/redis-server"), args.iter().map(|s| s.to_string()).collect(), port);
+    server.dir = Some(dir);
+    server
+}
+
+fn replica_of(master: &Server, extra: &[&str]) -> Server {
+    let port = master.port.to_string();
+    let mut args = vec!["--replicaof", "127.0.0.1", &port];
+    args.extend_from_slice(extra);
+    Server::start(&args)
+}
+
+fn text(frame: Frame) -> String {
+    match frame {
+        Frame::Bulk(b) | Frame::Simple(b) | Frame::Error(b) => String::from_utf8_lossy(&b).into_owned(),
+        other => panic!("not text: {other:?}"),
+    }
+}
+
+/// Polls `what` until it holds, for at most 30 s.
+fn wait_for(what: &str, mut holds: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !holds() {
+        assert!(Instant::now() < deadline, "never happened: {what}");
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn wait_link_up(replica: &mut Client) {
+    wait_for("master_link_status:up", || replica.info_field("replication", "master_link_status") == "up");
+}
+
+/// The master's WAIT: every write before it is acknowledged by the replica.
+fn wait_acked(master: &mut Client) {
+    assert_eq!(master.cmd("WAIT 1 5000"), int(1), "the replica did not acknowledge");
+}
+
+fn sorted(frame: Frame) -> Vec<String> {
+    let Frame::Array(items) = frame else { panic!("not an array: {frame:?}") };
+    let mut out: Vec<String> = items.into_iter().map(text).collect();
+    out.sort();
+    out
+}
+
+fn strings(frame: Frame) -> Vec<String> {
+    let Frame::Array(items) = frame else { panic!("not an array: {frame:?}") };
+    items.into_iter().map(text).collect()
+}
+
+fn ttl(c: &mut Client, key: &str) -> i64 {
+    match c.send(&["TTL", key]) {
+        Frame::Integer(n) => n,
+        other => panic!("TTL {key}: {other:?}"),
+    }
+}
+
+/// The data written before the replica starts: every type, TTLs, two
+/// databases.
+fn write_initial(m: &mut Client) {
+    assert_eq!(m.cmd("SET s1 v1"), ok());
+    assert_eq!(m.cmd("HSET h a 1 b 2"), int(2));
+    assert_eq!(m.cmd("RPUSH l a b c"), int(3));
+    assert_eq!(m.cmd("SADD st x y z"), int(3));
+    assert_eq!(m.cmd("ZADD z 1 one 2 two"), int(2));
+    assert_eq!(m.cmd("SET ttl v EX 1000"), ok());
+    assert_eq!(m.cmd("SELECT 3"), ok());
+    assert_eq!(m.cmd("SET d3 three"), ok());
+    assert_eq!(m.cmd("SELECT 0"), ok());
+}
+
+fn check_initial(r: &mut Client) {
+    assert_eq!(r.cmd("HGETALL h"), Frame::Array(vec![bulk("a"), bulk("1"), bulk("b"), bulk("2")]));
+    assert_eq!(sorted(r.cmd("SMEMBERS st")), ["x", "y", "z"]);
+    assert_eq!(strings(r.cmd("ZRANGE z 0 -1 WITHSCORES")), ["one", "1", "two", "2"]);
+    assert_eq!(r.cmd("GET ttl"), bulk("v"));
+    let left = ttl(r, "ttl");
+    assert!((900..=1000).contains(&left), "ttl kept its TTL: {left}");
+    assert_eq!(r.cmd("SELECT 3"), ok());
+    assert_eq!(r.cmd("GET d3"), bulk("three"));
+    assert_eq!(r.cmd("SELECT 0"), ok());
+}
+
+#[test]
+fn replicates_a_redis_master_sync_then_stream() {
+    let Some(master) = redis_master() else { return };
+    let mut m = master.client();
+    write_initial(&mut m);
+    let replica = replica_of(&master, &["--appendonly", "no"]);
+    let mut r = replica.client();
+    wait_link_up(&mut r);
+    assert_eq!(r.info_field("replication", "role"), "slave");
+    assert_eq!(r.info_field("replication", "master_port"), master.port.to_string());
+    check_initial(&mut r);
+    assert_eq!(r.cmd("GET s1"), bulk("v1"));
+    assert_eq!(r.cmd("LRANGE l 0 -1"), Frame::Array(vec![bulk("a"), bulk("b"), bulk("c")]));
+
+    // Writes after the sync arrive as the master's stream.
+    assert_eq!(m.cmd("SET s2 v2"), ok());
+    assert_eq!(m.cmd("MULTI"), ok());
+    assert_eq!(m.cmd("INCR n"), simple("QUEUED"));
+    assert_eq!(m.cmd("LPUSH l first"), simple("QUEUED"));
+    assert_eq!(m.cmd("HSET h c 3"), simple("QUEUED"));
+    assert_eq!(m.cmd("EXEC"), Frame::Array(vec![int(1), int(4), int(1)]));
+    assert_eq!(m.cmd("SELECT 5"), ok());
+    assert_eq!(m.cmd("SET d5 five"), ok());
+    assert_eq!(m.cmd("SELECT 0"), ok());
+    assert_eq!(m.cmd("DEL s1"), int(1));
+    assert_eq!(m.cmd("EXPIRE s2 500"), int(1));
+    assert_eq!(m.cmd("SREM st y"), int(1));
+    assert_eq!(m.cmd("ZINCRBY z 5 one"), bulk("6"));
+    wait_acked(&mut m);
+
+    assert_eq!(r.cmd("GET s1"), Frame::Null);
+    assert_eq!(r.cmd("GET s2"), bulk("v2"));
+    let left = ttl(&mut r, "s2");
+    assert!((400..=500).contains(&left), "EXPIRE arrived: {left}");
+    assert_eq!(r.cmd("GET n"), bulk("1"));
+    assert_eq!(r.cmd("LRANGE l 0 -1"), Frame::Array(vec![bulk("first"), bulk("a"), bulk("b"), bulk("c")]));
+    assert_eq!(r.cmd("HGET h c"), bulk("3"));
+    assert_eq!(sorted(r.cmd("SMEMBERS st")), ["x", "z"]);
+    assert_eq!(strings(r.cmd("ZRANGE z 0 -1 WITHSCORES")), ["two", "2", "one", "6"]);
+    assert_eq!(r.cmd("SELECT 5"), ok());
+    assert_eq!(r.cmd("GET d5"), bulk("five"));
+    assert_eq!(r.cmd("SELECT 0"), ok());
+    assert_eq!(r.cmd("DBSIZE"), m.cmd("DBSIZE"));
+
+    // The offsets agree once the replica has acknowledged everything.
+    let master_offset = m.info_field("replication", "master_repl_offset");
+    wait_for("slave_repl_offset reaches the master's", || r.info_field("replication", "slave_repl_offset") == master_offset);
+}
+
+#[test]
+fn writes_are_refused_until_promotion_which_keeps_the_data() {
+    let Some(master) = redis_master() else { return };
+    let mut m = master.client();
+    assert_eq!(m.cmd("SET kept 1"), ok());
+    let replica = replica_of(&master, &["--appendonly", "no"]);
+    let mut r = replica.client();
+    wait_link_up(&mut r);
+    let readonly = err("READONLY You can't write against a read only replica.");
+    assert_eq!(r.cmd("SET x 1"), readonly);
+    assert_eq!(r.cmd("DEL kept"), readonly);
+    // Reads still work.
+    assert_eq!(r.cmd("GET kept"), bulk("1"));
+    // A write queued in MULTI aborts the transaction, as in Redis.
+    assert_eq!(r.cmd("MULTI"), ok());
+    assert_eq!(r.cmd("SET x 1"), readonly);
+    assert_eq!(r.cmd("EXEC"), err("EXECABORT Transaction discarded because of previous errors."));
+
+    assert_eq!(r.cmd("CONFIG GET replicaof"), Frame::Array(vec![bulk("replicaof"), bulk(&format!("127.0.0.1 {}", master.port))]));
+    assert_eq!(r.cmd("CONFIG GET slave-read-only"), Frame::Array(vec![bulk("slave-read-only"), bulk("yes")]));
+    assert_eq!(r.cmd("CONFIG GET repl-timeout"), Frame::Array(vec![bulk("repl-timeout"), bulk("60")]));
+    let again = r.send(&["REPLICAOF", "127.0.0.1", &master.port.to_string()]);
+    assert_eq!(again, simple("OK Already connected to specified master"));
+    assert_eq!(r.cmd("REPLICAOF 127.0.0.1 70000"), err("ERR Invalid master port"));
+    assert_eq!(r.cmd("REPLICAOF 127.0.0.1"), err("ERR wrong number of arguments for 'replicaof' command"));
+
+    // replica-read-only no lets writes in while still a replica.
+    assert_eq!(r.cmd("CONFIG SET replica-read-only no"), ok());
+    assert_eq!(r.cmd("SET local 1"), ok());
+    assert_eq!(r.cmd("CONFIG SET replica-read-only yes"), ok());
+    assert_eq!(r.cmd("SET x 1"), readonly);
+
+    assert_eq!(m.cmd("SET late 2"), ok());
+    wait_acked(&mut m);
+    assert_eq!(r.cmd("SLAVEOF NO ONE"), ok());
+    assert_eq!(r.info_field("replication", "role"), "master");
+    assert_eq!(r.cmd("CONFIG GET replicaof"), Frame::Array(vec![bulk("replicaof"), bulk("")]));
+    assert_eq!(r.cmd("GET kept"), bulk("1"));
+    assert_eq!(r.cmd("GET late"), bulk("2"));
+    assert_eq!(r.cmd("SET x 1"), ok());
+    assert_eq!(r.cmd("REPLICAOF NO ONE"), ok());
+    // The master no longer has a replica.
+    wait_for("the master lost its replica", || m.info_field("replication", "connected_slaves") == "0");
+}
+
+#[test]
+fn a_dropped_link_resumes_with_a_partial_resync() {
+    let Some(master) = redis_master() else { return };
+    let mut m = master.client();
+    assert_eq!(m.cmd("SET before 1"), ok());
+    let replica = replica_of(&master, &["--appendonly", "no"]);
+    let mut r = replica.client();
+    wait_link_up(&mut r);
+    assert_eq!(m.cmd("SET during 1"), ok());
+    wait_acked(&mut m);
+    for round in 0..3 {
+        assert_eq!(m.cmd("CLIENT KILL TYPE replica"), int(1));
+        assert_eq!(m.send(&["SET", &format!("after{round}"), "v"]), ok());
+        assert_eq!(m.cmd("MULTI"), ok());
+        assert_eq!(m.cmd("INCR counter"), simple("QUEUED"));
+        assert_eq!(m.cmd("INCR counter"), simple("QUEUED"));
+        assert_eq!(m.cmd("EXEC"), Frame::Array(vec![int(2 * round + 1), int(2 * round + 2)]));
+        wait_acked(&mut m);
+        assert_eq!(m.info_field("stats", "sync_partial_ok"), (round + 1).to_string());
+    }
+    assert_eq!(m.info_field("stats", "sync_full"), "1");
+    assert_eq!(r.cmd("GET after2"), bulk("v"));
+    assert_eq!(r.cmd("GET counter"), bulk("6"));
+    assert_eq!(r.cmd("DBSIZE"), m.cmd("DBSIZE"));
+}
+
+#[test]
+fn a_restarted_master_with_new_data_is_synced_in_full() {
+    let Some(master) = redis_master() else { return };
+    let port = master.port;
+    let mut m = master.client();
+    assert_eq!(m.cmd("SET old 1"), ok());
+    let replica = replica_of(&master, &["--appendonly", "no"]);
+    let mut r = replica.client();
+    wait_link_up(&mut r);
+    assert_eq!(r.cmd("GET old"), bulk("1"));
+    let old_replid = m.info_field("replication", "master_replid");
+    drop(m);
+    drop(master);
+    wait_for("the link is down", || r.info_field("replication", "master_link_status") == "down");
+    assert_ne!(r.info_field("replication", "master_link_down_since_seconds"), "");
+
+    let master = redis_master_on(port);
+    let mut m = master.client();
+    assert_eq!(m.cmd("SET new 2"), ok());
+    assert_eq!(m.cmd("RPUSH list a b"), int(2));
+    assert_ne!(m.info_field("replication", "master_replid"), old_replid);
+    wait_for("the new data arrives", || r.cmd("GET new") == bulk("2"));
+    wait_link_up(&mut r);
+    assert_eq!(r.cmd("GET old"), Frame::Null);
+    assert_eq!(r.cmd("LRANGE list 0 -1"), Frame::Array(vec![bulk("a"), bulk("b")]));
+    assert_eq!(m.cmd("SET streamed 3"), ok());
+    wait_acked(&mut m);
+    assert_eq!(r.cmd("GET streamed"), bulk("3"));
+    assert_eq!(m.info_field("stats", "sync_full"), "1");
+    // The file received from the master became the replica's dump.
+    let dump = replica.dir.as_ref().map(|d| d.join("dump.rdb")).expect("the replica's dir");
+    assert!(dump.is_file(), "{} is missing", dump.display());
+}
+
+#[test]
+fn the_synced_data_survives_a_crash_through_the_aof() {
+    let Some(master) = redis_master() else { return };
+    let mut m = master.client();
+    write_initial(&mut m);
+    for i in 0..200 {
+        assert_eq!(m.send(&["SET", &format!("bulk:{i}"), &format!("v{i}")]), ok());
+    }
+    let dir = common::temp_dir("replica-aof");
+    let port = master.port.to_string();
+    // Keel's defaults: appendonly yes, appendfsync always.
+    let replica = Server::start_in(&dir, &["--replicaof", "127.0.0.1", &port]);
+    let mut r = replica.client();
+    wait_link_up(&mut r);
+    // The AOF comes back on after the sync: its rewrite holds the synced data.
+    wait_for("the AOF rewrite after the sync", || {
+        r.info_field("persistence", "aof_rewrites").parse::<u64>().unwrap_or(0) >= 1
+            && r.info_field("persistence", "aof_rewrite_in_progress") == "0"
+            && r.info_field("persistence", "aof_rewrite_scheduled") == "0"
+    });
+    assert_eq!(r.info_field("persistence", "aof_last_bgrewrite_status"), "ok");
+    // Streamed writes, acknowledged: they are in the journal.
+    assert_eq!(m.cmd("SET streamed yes"), ok());
+    assert_eq!(m.cmd("DEL bulk:7"), int(1));
+    assert_eq!(m.cmd("SELECT 4"), ok());
+    assert_eq!(m.cmd("LPUSH l4 x"), int(1));
+    assert_eq!(m.cmd("SELECT 0"), ok());
+    wait_acked(&mut m);
+    replica.kill9();
+
+    let restarted = Server::start_last_in(&dir, &[]);
+    let mut r = restarted.client();
+    assert_eq!(r.info_field("replication", "role"), "master");
+    check_initial(&mut r);
+    assert_eq!(r.cmd("GET s1"), bulk("v1"));
+    assert_eq!(r.cmd("GET streamed"), bulk("yes"));
+    assert_eq!(r.cmd("GET bulk:7"), Frame::Null);
+    assert_eq!(r.cmd("GET bulk:199"), bulk("v199"));
+    assert_eq!(r.cmd("SELECT 4"), ok());
+    assert_eq!(r.cmd("LRANGE l4 0 -1"), Frame::Array(vec![bulk("x")]));
+    assert_eq!(r.cmd("SELECT 0"), ok());
+    assert_eq!(r.cmd("DBSIZE"), m.cmd("DBSIZE"));
+}
+
+#[test]
+fn replicaof_at_run_time_then_a_second_master() {
+    let Some(first) = redis_master() else { return };
+    let Some(second) = redis_master() else { return };
+    let mut a = first.client();
+    let mut b = second.client();
+    assert_eq!(a.cmd("SET from a"), ok());
+    assert_eq!(b.cmd("SET from b"), ok());
+    let keel = Server::start(&["--appendonly", "no"]);
+    let mut k = keel.client();
+    assert_eq!(k.cmd("SET mine 1"), ok());
+    assert_eq!(k.send(&["REPLICAOF", "127.0.0.1", &first.port.to_string()]), ok());
+    wait_link_up(&mut k);
+    assert_eq!(k.cmd("GET from"), bulk("a"));
+    // A full sync replaces the dataset.
+    assert_eq!(k.cmd("GET mine"), Frame::Null);
+    assert_eq!(k.send(&["SLAVEOF", "127.0.0.1", &second.port.to_string()]), ok());
+    wait_for("the second master's data", || k.cmd("GET from") == bulk("b"));
+    assert_eq!(b.cmd("SET more 1"), ok());
+    wait_acked(&mut b);
+    assert_eq!(k.cmd("GET more"), bulk("1"));
+}
+
+/// A master played by the test, to pin the protocol's bytes and offsets.
+struct FakeMaster {
+    stream: std::net::TcpStream,
+    buf: Vec<u8>,
+}
+
+impl FakeMaster {
+    fn accept(listener: &std::net::TcpListener) -> FakeMaster {
+        listener.set_nonblocking(true).expect("nonblocking");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            match listener.accept() {
+                Ok((stream, _)) => {
+                    stream.set_nonblocking(false).expect("blocking");
+                    stream.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
+                    return FakeMaster { stream, buf: Vec::new() };
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    assert!(Instant::now() < deadline, "the replica never connected");
+                    thread::sleep(Duration::from_millis(10));
+                }
+                Err(e) => panic!("accept: {e}"),
+            }
+        }
+    }
+
+    /// The next command the replica sent.
+    fn read_command(&mut self) -> Vec<String> {
+        use std::io::Read;
+        loop {
+            if let Some((frame, used)) = keel_protocol::frame::parse_frame(&self.buf).expect("valid RESP") {
+                self.buf.drain(..used);
+                let Frame::Array(items) = frame else { panic!("not a command: {frame:?}") };
+                return items.into_iter().map(text).collect();
+            }
+            let mut chunk = [0u8; 4096];
+            let n = self.stream.read(&mut chunk).expect("read from the replica");
+            assert!(n > 0, "the replica closed the link");
+            self.buf.extend_from_slice(&chunk[..n]);
+        }
+    }
+
+    fn expect(&mut self, want: &[&str]) {
+        assert_eq!(self.read_command(), want);
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        use std::io::Write;
+        self.stream.write_all(bytes).expect("write to the replica");
+    }
+
+    /// The handshake up to PSYNC, whose arguments it returns.
+    fn handshake(&mut self, replica_port: u16) -> Vec<String> {
+        self.expect(&["PING"]);
+        self.write(b"+PONG\r\n");
+        self.expect(&["AUTH", "repl", "secret"]);
+        self.expect(&["REPLCONF", "listening-port", &replica_port.to_string()]);
+        self.expect(&["REPLCONF", "capa", "eof", "capa", "psync2"]);
+        self.write(b"+OK\r\n+OK\r\n+OK\r\n");
+        let psync = self.read_command();
+        assert_eq!(psync[0], "PSYNC");
+        psync
+    }
+
+    /// Reads ACKs until one acknowledges `offset`; none may pass it.
+    fn wait_ack(&mut self, offset: i64) {
+        loop {
+            let ack = self.read_command();
+            assert_eq!(ack[..2], ["REPLCONF", "ACK"]);
+            let acked: i64 = ack[2].parse().expect("an offset");
+            assert!(acked <= offset, "acknowledged {acked} past {offset}");
+            if acked == offset {
+                return;
+            }
+        }
+    }
+}
+
+#[test]
+fn offsets_acks_timeouts_and_psync_follow_redis() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port().to_string();
+    let replica = Server::start(&[
+        "--appendonly", "no", "--replicaof", "127.0.0.1", &port, "--repl-timeout", "2", "--masteruser", "repl", "--masterauth", "secret",
+    ]);
+    let mut r = replica.client();
+    assert_eq!(r.cmd("CONFIG GET masterauth"), Frame::Array(vec![bulk("masterauth"), bulk("secret")]));
+
+    let mut master = FakeMaster::accept(&listener);
+    assert_eq!(master.handshake(replica.port), ["PSYNC", "?", "-1"]);
+    let replid = "0123456789abcdef0123456789abcdef01234567";
+    // An RDB with one string key (checksum 0: not checked), sent with its
+    // length and followed at once by the stream.
+    let rdb = b"REDIS0009\xfe\x00\x00\x03key\x05value\xff\x00\x00\x00\x00\x00\x00\x00\x00";
+    master.write(format!("+FULLRESYNC {replid} 100\r\n\n\n${}\r\n", rdb.len()).as_bytes());
+    master.write(rdb);
+    let select = common::encode(&["SELECT", "0"]);
+    let set = common::encode(&["SET", "a", "1"]);
+    let getack = common::encode(&["REPLCONF", "GETACK", "*"]);
+    let mut offset = 100;
+    master.write(&[select.clone(), set.clone(), getack.clone()].concat());
+    // The GETACK's answer leaves the GETACK out; the next ACK counts it.
+    offset += (select.len() + set.len()) as i64;
+    master.wait_ack(offset);
+    offset += getack.len() as i64;
+    master.wait_ack(offset);
+    wait_link_up(&mut r);
+    assert_eq!(r.cmd("GET key"), bulk("value"));
+    assert_eq!(r.cmd("GET a"), bulk("1"));
+    assert_eq!(r.info_field("replication", "slave_repl_offset"), offset.to_string());
+
+    // Silence past repl-timeout: the replica drops the link and comes back
+    // asking to continue after what it processed.
+    let mut master = FakeMaster::accept(&listener);
+    assert_eq!(master.handshake(replica.port), ["PSYNC", replid, &(offset + 1).to_string()]);
+    master.write(b"+CONTINUE\r\n");
+    let set_b = common::encode(&["SET", "b", "2"]);
+    master.write(&set_b);
+    offset += set_b.len() as i64;
+    master.wait_ack(offset);
+    assert_eq!(r.cmd("GET b"), bulk("2"));
+
+    // A link lost inside MULTI resumes at the MULTI: nothing of it applied.
+    let multi = common::encode(&["MULTI"]);
+    let incr = common::encode(&["INCR", "c"]);
+    let exec = common::encode(&["EXEC"]);
+    master.write(&[multi.clone(), incr.clone()].concat());
+    thread::sleep(Duration::from_millis(200));
+    drop(master);
+    let mut master = FakeMaster::accept(&listener);
+    assert_eq!(master.handshake(replica.port), ["PSYNC", replid, &(offset + 1).to_string()]);
+    assert_eq!(r.cmd("GET c"), Frame::Null);
+    // A new replid on CONTINUE is taken up.
+    let new_replid = "fedcba9876543210fedcba9876543210fedcba98";
+    master.write(format!("+CONTINUE {new_replid}\r\n").as_bytes());
+    master.write(&[multi.clone(), incr.clone(), exec.clone()].concat());
+    offset += (multi.len() + incr.len() + exec.len()) as i64;
+    master.wait_ack(offset);
+    assert_eq!(r.cmd("GET c"), bulk("1"));
+    assert_eq!(r.info_field("replication", "slave_repl_offset"), offset.to_string());
+    drop(master);
+    let mut master = FakeMaster::accept(&listener);
+    assert_eq!(master.handshake(replica.port), ["PSYNC", new_replid, &(offset + 1).to_string()]);
+}
+
+#[test]
+fn clients_are_answered_loading_while_a_sync_loads() {
+    let Some(master) = Server::start_redis(&["--repl-diskless-sync-delay", "0", "--enable-debug-command", "yes"]) else { return };
+    let mut m = master.client();
+    assert_eq!(m.cmd("DEBUG POPULATE 3000"), ok());
+    // 1 ms per key: a load of about three seconds.
+    let replica = Server::start(&["--appendonly", "no", "--key-load-delay", "1000", "--loading-process-events-interval-bytes", "1024"]);
+    let mut r = replica.client();
+    assert_eq!(r.send(&["REPLICAOF", "127.0.0.1", &master.port.to_string()]), ok());
+    wait_for("-LOADING while the sync loads", || matches!(r.cmd("GET key:1"), Frame::Error(e) if e.starts_with(b"LOADING")));
+    wait_for("the data once loaded", || r.cmd("GET key:1") == bulk("value:1"));
+    assert_eq!(r.cmd("DBSIZE"), int(3000));
+    wait_link_up(&mut r);
+}
+
+#[test]
+fn masterauth_opens_a_master_with_a_password() {
+    let Some(master) = Server::start_redis(&["--repl-diskless-sync-delay", "0", "--requirepass", "s3cret"]) else { return };
+    let mut m = master.client();
+    assert_eq!(m.cmd("AUTH s3cret"), ok());
+    assert_eq!(m.cmd("SET guarded 1"), ok());
+    let replica = replica_of(&master, &["--appendonly", "no", "--masterauth", "s3cret"]);
+    let mut r = replica.client();
+    wait_link_up(&mut r);
+    assert_eq!(r.cmd("GET guarded"), bulk("1"));
+    assert_eq!(r.cmd("CONFIG GET masteruser"), Frame::Array(vec![bulk("masteruser"), bulk("")]));
+}
