@@ -456,7 +456,7 @@ fn link_down(server: &Server, generation: u64) {
 /// One link: handshake, sync, stream, until it fails or is no longer wanted.
 fn link(server: &Server, host: &str, port: u16, generation: u64) -> Result<(), LinkError> {
     let replica = &server.replica;
-    let timeout = Duration::from_secs(server.config.read().repl_timeout_s.into());
+    let timeout = Duration::from_secs(server.config.read().repl_timeout_s);
     replica.set_phase(Phase::Connecting);
     tracing::info!("Connecting to MASTER {host}:{port}");
     let addr = (host, port).to_socket_addrs()?.next().ok_or_else(|| LinkError::Resolve(format!("{host}:{port}")))?;
@@ -892,7 +892,7 @@ fn apply_stream(mut conn: Conn<'_>, mut cursor: Cursor) -> Result<(), LinkError>
         match conn.fill() {
             Ok(0) => {
                 // Read at each check, as CONFIG SET may change it.
-                let timeout_s = u64::from(server.config.read().repl_timeout_s);
+                let timeout_s = server.config.read().repl_timeout_s;
                 if last_io.elapsed() >= Duration::from_secs(timeout_s) {
                     break Err(LinkError::Timeout(timeout_s));
                 }
