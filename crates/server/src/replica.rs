@@ -49,10 +49,19 @@
 //!    under `appendfsync always`, synced) what it acknowledges: an
 //!    acknowledged offset survives a kill -9.
 //!
-//! Not done (yet): SYNC for masters without PSYNC, diskless load, the
-//! replication backlog and sub-replicas (the master side), expiry left to
-//! the master (Keel's replica expires keys itself, harmlessly: the master's
-//! DEL of such a key finds nothing), `replica-serve-stale-data no`.
+//! Expiry is the master's, as in Redis: a replica runs no active expiry
+//! cycle, and keys never expire under the master's commands (time stands
+//! still for them, as for a replay), so the copy changes only as the
+//! stream says. One difference stays: a read by an ordinary client of a
+//! key the replica's clock sees expired deletes it there (Redis's replica
+//! answers as if absent and keeps it), which matters only when the
+//! replica's clock runs ahead of the master's.
+//!
+//! Not done (yet): SYNC for masters without PSYNC, diskless load,
+//! `replica-serve-stale-data no`. Sub-replicas of a Keel replica are
+//! served from its own backlog (`crate::replication`), which holds the
+//! records it applied, re-encoded: their offsets are the replica's, not
+//! the master's.
 
 use std::fs::{self, File};
 use std::io::{self, BufWriter, Read, Write};
@@ -844,7 +853,13 @@ fn apply_stream(mut conn: Conn<'_>, mut cursor: Cursor) -> Result<(), LinkError>
             if let Err(e) = conn.still_wanted() {
                 break Err(e);
             }
-            let now_ms = unix_ms();
+            // Keys do not expire under the master's commands, as Redis's
+            // expireIfNeeded for its master client: the master decides
+            // (its DELs come in the stream). Time stands still for them, as
+            // for a replay, so a key the replica's clock already sees
+            // expired is still there for a command the master ran before it
+            // expired there.
+            let now_ms = 0;
             let mut failed = None;
             loop {
                 let parsed = match keel_protocol::parse_request(&conn.buf[conn.start..], &limits) {

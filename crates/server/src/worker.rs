@@ -841,7 +841,9 @@ impl Worker {
         // pass finds many expired keys (Redis's adaptive cycle), within a
         // quarter of the tick spread over this worker's shards, as Redis
         // gives its slow cycle 25% of the CPU.
-        let active_expire = self.server.active_expire.load(Ordering::Relaxed);
+        // A replica leaves expiry to its master, whose DELs come in the
+        // stream (Redis's replicas run no active cycle either).
+        let active_expire = self.server.active_expire.load(Ordering::Relaxed) && !self.server.replica.is_replica();
         let loading = self.server.loading.load(Ordering::Relaxed);
         let (hz, active_rehashing) = {
             let config = self.server.config.read();

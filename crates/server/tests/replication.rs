@@ -347,3 +347,25 @@ fn a_keel_replica_follows_a_keel_master() {
         err("ERR WAIT cannot be used with replica instances. Please also note that since Redis 4.0 if a replica is configured to be writable (which is not the default) writes to replicas are just local and are not propagated.")
     );
 }
+
+#[test]
+fn a_keel_replica_leaves_expiry_to_its_master() {
+    let master = Server::start(&["--enable-debug-command", "yes"]);
+    let mut m = master.client();
+    let port = master.port.to_string();
+    let replica = Server::start(&["--replicaof", "127.0.0.1", &port]);
+    let mut r = replica.client();
+    wait_until("the replica's link", || r.info_field("replication", "master_link_status") == "up");
+    // The master keeps its expired key until told to expire keys again.
+    assert_eq!(m.cmd("DEBUG SET-ACTIVE-EXPIRE 0"), ok());
+    m.cmd("SET shortlived v PX 50");
+    wait_one(&mut m);
+    // Time for the TTL to pass (not for anything to flush).
+    std::thread::sleep(Duration::from_millis(300));
+    // The replica's cron expires nothing: its key count holds the key the
+    // master has not expired yet.
+    assert_eq!(r.cmd("DBSIZE"), int(1));
+    // The master's expiry reaches the replica as a DEL.
+    assert_eq!(m.cmd("DEBUG SET-ACTIVE-EXPIRE 1"), ok());
+    wait_until("the master's DEL on the replica", || r.cmd("DBSIZE") == int(0));
+}
