@@ -200,6 +200,9 @@ pub struct Replica {
     /// Held while the link applies what the master sent.
     applying: Mutex<()>,
     state: Mutex<LinkState>,
+    /// A handle on the link's socket while it is open: CLIENT KILL TYPE
+    /// master ends the link through it.
+    socket: Mutex<Option<TcpStream>>,
 }
 
 impl Replica {
@@ -217,6 +220,16 @@ impl Replica {
     /// Writes from ordinary clients get -READONLY.
     pub fn refuses_writes(&self) -> bool {
         self.is_replica() && self.read_only.load(Ordering::Relaxed)
+    }
+
+    /// CLIENT KILL TYPE master: drops the link to the master, which the
+    /// thread then connects again (a partial resync where the master still
+    /// holds what follows). Whether there was a link to drop.
+    pub fn kill_link(&self) -> bool {
+        match self.socket.lock().as_ref() {
+            Some(socket) => socket.shutdown(std::net::Shutdown::Both).is_ok(),
+            None => false,
+        }
     }
 
     /// Ends the thread (a link under way ends at its next poll).
@@ -448,6 +461,7 @@ fn wanted(server: &Server, generation: u64) -> bool {
 }
 
 fn link_down(server: &Server, generation: u64) {
+    *server.replica.socket.lock() = None;
     let _applying = server.replica.applying.lock();
     if !wanted(server, generation) {
         return;
@@ -474,6 +488,7 @@ fn link(server: &Server, host: &str, port: u16, generation: u64) -> Result<(), L
     stream.set_read_timeout(Some(POLL))?;
     stream.set_write_timeout(Some(timeout))?;
     tracing::info!("MASTER <-> REPLICA sync started");
+    *replica.socket.lock() = stream.try_clone().ok();
     let mut conn = Conn { stream, buf: Vec::new(), start: 0, server, generation };
     replica.set_phase(Phase::Handshake);
     conn.send(&["PING"])?;

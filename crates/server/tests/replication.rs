@@ -369,3 +369,30 @@ fn a_keel_replica_leaves_expiry_to_its_master() {
     assert_eq!(m.cmd("DEBUG SET-ACTIVE-EXPIRE 1"), ok());
     wait_until("the master's DEL on the replica", || r.cmd("DBSIZE") == int(0));
 }
+
+#[test]
+fn client_kill_drops_replication_links_which_resume() {
+    let master = Server::start(&[]);
+    let mut m = master.client();
+    let port = master.port.to_string();
+    let replica = Server::start(&["--replicaof", "127.0.0.1", &port]);
+    let mut r = replica.client();
+    wait_until("the replica's link", || r.info_field("replication", "master_link_status") == "up");
+    m.cmd("SET a 1");
+    wait_one(&mut m);
+    // From the master's side, then from the replica's: each link comes
+    // back with a partial resync.
+    assert_eq!(m.cmd("CLIENT KILL TYPE replica"), int(1));
+    m.cmd("SET b 2");
+    wait_until("a first partial resync", || m.info_field("stats", "sync_partial_ok") == "1");
+    wait_one(&mut m);
+    assert_eq!(r.cmd("CLIENT KILL TYPE master"), int(1));
+    m.cmd("SET c 3");
+    wait_until("a second partial resync", || m.info_field("stats", "sync_partial_ok") == "2");
+    wait_one(&mut m);
+    assert_eq!(r.cmd("MGET a b c"), Frame::Array(vec![bulk("1"), bulk("2"), bulk("3")]));
+    assert_eq!(m.info_field("stats", "sync_full"), "1");
+    // Nothing of the kind on the other side.
+    assert_eq!(r.cmd("CLIENT KILL TYPE replica"), int(0));
+    assert_eq!(m.cmd("CLIENT KILL TYPE master"), int(0));
+}

@@ -499,6 +499,18 @@ fn client_kill(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     for worker in workers_to_tell {
         ctx.server.send(worker, Message::CheckKills);
     }
+    // Replication links are no clients of a worker: by their type alone.
+    let by_type_alone = addr.is_none() && laddr.is_none() && id.is_none();
+    match ctype {
+        Some(ClientType::Replica) if by_type_alone => {
+            for replica in ctx.server.repl.replicas() {
+                replica.disconnect();
+                killed += 1;
+            }
+        }
+        Some(ClientType::Master) if by_type_alone => killed += i64::from(ctx.server.replica.kill_link()),
+        _ => {}
+    }
     if old_form {
         if killed == 0 {
             return Err(CmdError::other("ERR No such client"));
