@@ -78,6 +78,21 @@ fn role_offset(m: &mut Client) -> Frame {
 }
 
 #[test]
+fn a_master_without_persistence_streams_too() {
+    let master = Server::start(&["--appendonly", "no"]);
+    let mut m = master.client();
+    m.cmd("SET before 1");
+    let Some(replica) = redis_replica_of(&master, &[]) else { return };
+    m.cmd("SET after 2");
+    m.cmd("MULTI");
+    m.cmd("INCR after");
+    m.cmd("DEL before");
+    m.cmd("EXEC");
+    wait_one(&mut m);
+    assert_same(&read_state(&mut replica.client()), &read_state(&mut m), "replica against master");
+}
+
+#[test]
 fn a_dropped_link_resumes_from_the_backlog() {
     let master = Server::start(&[]);
     let mut m = master.client();

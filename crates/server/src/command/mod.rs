@@ -944,7 +944,7 @@ fn run_with(
     crate::durability::log_expired(ctx);
     let forced = std::mem::take(&mut ctx.durability.forced);
     if ctx.changes.replace(0) > 0 || forced {
-        if ctx.server.journal().is_some() && !ctx.server.loading.load(Ordering::Relaxed) {
+        if crate::durability::changes_logged(ctx.server) && !ctx.server.loading.load(Ordering::Relaxed) {
             crate::durability::record(ctx, spec, argv);
         }
     } else {
