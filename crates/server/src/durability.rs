@@ -740,17 +740,21 @@ pub fn suspend_fsync_while_saving(server: &Server, starting: bool) {
     }
 }
 
-/// Registers the wake-up of workers holding replies on each durable
-/// advance of `journal` (once, when it is opened).
+/// Registers the wake-up of workers holding replies, and of replicas'
+/// senders, on each durable advance of `journal` (once, when it is
+/// opened).
 pub fn attach(server: &Server, journal: &Journal) {
     journal.set_flush_sleep(Duration::from_micros(server.aof.flush_sleep_us.load(Ordering::Relaxed)));
     let mailboxes = server.mailboxes.read().clone();
+    let replication = Arc::clone(&server.repl.shared);
     journal.on_durable(Box::new(move |_lsn| {
         for mailbox in &mailboxes {
             if mailbox.awaiting_durable.load(Ordering::Acquire) {
                 mailbox.send(Message::Durable);
             }
         }
+        // Replicas' senders that wait for the disk.
+        replication.durable_advanced();
     }));
 }
 
