@@ -988,9 +988,11 @@ fn zmpop(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
         for (member, score) in &popped {
             reply_pair(out, member, *score);
         }
-        // Replicated as the pop it made, as Redis does.
+        // Replicated as the pop it made (the count of what it popped), as
+        // Redis does.
         let name: &[u8] = if max { b"ZPOPMAX" } else { b"ZPOPMIN" };
-        ctx.propagate_as(vec![vec![name.to_vec(), key.to_vec(), count.to_string().into_bytes()]]);
+        let n = popped.len().to_string().into_bytes();
+        ctx.propagate_as(vec![vec![name.to_vec(), key.to_vec(), n]]);
         return Ok(());
     }
     ctx.out.null_array();
