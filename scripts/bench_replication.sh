@@ -3,7 +3,8 @@
 # REPLICAOF to a synced link, with Keel as the master and with Debian's
 # redis-server 7.0.15 as the master, alternated run by run. The replica is
 # Debian's redis-server each time (pinned to core 0, loading from disk as
-# Redis does by default), the master is pinned to core 1 (Keel with one
+# Redis does by default), or Keel with REPLICA=keel (one worker thread,
+# no persistence either); the master is pinned to core 1 (Keel with one
 # worker thread). Both masters hold the same dataset, made by DEBUG
 # POPULATE, and keep nothing on disk (`--appendonly no --save ''`);
 # Redis's master sends its RDB at once (`repl-diskless-sync-delay 0`, its
@@ -38,7 +39,11 @@ done
 sync_once() { # master port, master pid -> "seconds rdb-bytes master-cpu-seconds"
     local dir before after start end
     dir=$(mktemp -d -p "$work")
-    taskset -c 0 redis-server --port 7715 --dir "$dir" --save '' --appendonly no >"$dir/log" 2>&1 &
+    if [[ ${REPLICA:-redis} == keel ]]; then
+        taskset -c 0 "$keel" --port 7715 --threads 1 --dir "$dir" --save '' --appendonly no >"$dir/log" 2>&1 &
+    else
+        taskset -c 0 redis-server --port 7715 --dir "$dir" --save '' --appendonly no >"$dir/log" 2>&1 &
+    fi
     local pid=$!
     ready 7715
     before=$(cpu_ticks "$2")
@@ -64,10 +69,10 @@ for round in $(seq "$runs"); do
         esac
     done
 done
-echo "| master | keys | value bytes | sync s | RDB bytes | master CPU s |"
-echo "|---|---:|---:|---:|---:|---:|"
+echo "| master | replica | keys | value bytes | sync s | RDB bytes | master CPU s |"
+echo "|---|---|---:|---:|---:|---:|---:|"
 for s in keel redis; do
     cols=$(for c in 1 2 3; do awk -v c="$c" '{print $c}' "$work/$s.runs" | median; done | paste -sd' ')
     read -r secs bytes cpu <<<"$cols"
-    echo "| $s | $keys | $size | $secs | $bytes | $cpu |"
+    echo "| $s | ${REPLICA:-redis} | $keys | $size | $secs | $bytes | $cpu |"
 done
