@@ -411,3 +411,44 @@ fn client_kill_drops_replication_links_which_resume() {
     assert_eq!(r.cmd("CLIENT KILL TYPE replica"), int(0));
     assert_eq!(m.cmd("CLIENT KILL TYPE master"), int(0));
 }
+
+#[test]
+fn a_replica_never_holds_a_write_that_a_crashed_master_lost() {
+    // Under `appendfsync always` (Keel's default) a record reaches
+    // replicas only once it is on the master's disk: after a kill -9 and
+    // a restart, the master holds everything its replica got.
+    for cycle in 0..20 {
+        let dir = temp_dir("repl-crash");
+        let master = Server::start_in(&dir, &[]);
+        let Some(replica) = redis_replica_of(&master, &[]) else { return };
+        let mut r = replica.client();
+        let port = master.port;
+        let writer = std::thread::spawn(move || {
+            let Ok(stream) = TcpStream::connect(("127.0.0.1", port)) else { return };
+            let mut stream = std::io::BufWriter::new(stream);
+            // Pipelined, so that many writes are in flight when the kill comes.
+            for i in 0.. {
+                if stream.write_all(&encode(&["RPUSH", "log", &i.to_string()])).is_err() {
+                    return;
+                }
+                if i % 64 == 63 && stream.flush().is_err() {
+                    return;
+                }
+            }
+        });
+        let llen = |c: &mut Client| match c.cmd("LLEN log") {
+            Frame::Integer(n) => n,
+            other => panic!("LLEN: {other:?}"),
+        };
+        wait_until("writes on the replica", || llen(&mut r) > 500 + 300 * cycle);
+        master.kill9();
+        let _ = writer.join();
+        let got = r.cmd("LRANGE log 0 -1");
+        let master = Server::start_last_in(&dir, &[]);
+        let mut m = master.client();
+        let Frame::Array(got) = got else { panic!("LRANGE") };
+        let Frame::Array(kept) = m.cmd("LRANGE log 0 -1") else { panic!("LRANGE") };
+        assert!(kept.len() >= got.len(), "cycle {cycle}: the master kept {} entries, its replica had {}", kept.len(), got.len());
+        assert_eq!(&kept[..got.len()], &got[..], "cycle {cycle}: the replica's entries are the master's first ones");
+    }
+}
