@@ -427,8 +427,15 @@ pub fn record(ctx: &mut Ctx<'_>, spec: &CommandSpec, argv: &[&[u8]]) {
     let db = ctx.dbs.selected;
     let whole_shards = spec.has(command::flags::ALL_SHARDS) || matches!(spec.name, "move" | "copy" | "swapdb");
     let replaced = ctx.durability.replaced.take();
+    let replicas_only = std::mem::take(&mut ctx.durability.replicas_only);
     if replaced.is_none() && !ctx.durability.in_transaction && logged_as_is(spec, argv) {
         if !changes_logged(ctx.server) {
+            return;
+        }
+        if replicas_only {
+            if ctx.server.repl.feeding() {
+                ctx.client.woff = ctx.server.repl.feed(db, argv, 0);
+            }
             return;
         }
         let flags = ctx.durability.item_flags.take();
@@ -455,7 +462,12 @@ pub fn record(ctx: &mut Ctx<'_>, spec: &CommandSpec, argv: &[&[u8]]) {
         Some(commands) => commands,
         None => propagate(ctx, spec, argv),
     };
+    let first = ctx.durability.log.len();
     ctx.durability.log.extend(propagated.into_iter().map(|a| (db, a)));
+    if replicas_only {
+        let end = ctx.durability.log.len();
+        ctx.durability.log_replicas_only.extend(first..end);
+    }
 }
 
 /// Whether `propagate` would log `argv` unchanged.
@@ -531,16 +543,19 @@ pub fn commit(ctx: &mut Ctx<'_>) -> Lsn {
     if state.log.is_empty() {
         return state.read_lsn.max(state.write_lsn);
     }
-    let (lsn, fed) = if state.log.len() == 1 {
-        let (db, argv) = &state.log[0];
-        append(server, *db, argv, state.item_flags.take())
-    } else {
-        let lsn = server.journal().map_or(0, |journal| journal.append_transaction(&state.log));
-        let fed = match server.repl.feeding() {
-            true => server.repl.feed_transaction(&state.log, replicas_wait_for(server, lsn)),
-            false => 0,
-        };
-        (lsn, fed)
+    let flags = state.item_flags.take();
+    let lsn = match state.log_replicas_only.is_empty() {
+        true => journal_records(server, &state.log, flags),
+        false => {
+            let only = std::mem::take(&mut state.log_replicas_only);
+            let journaled: Vec<_> = state.log.iter().enumerate().filter(|(i, _)| !only.contains(i)).map(|(_, r)| r.clone()).collect();
+            journal_records(server, &journaled, flags)
+        }
+    };
+    let fed = match (server.repl.feeding(), state.log.as_slice()) {
+        (false, _) => 0,
+        (true, [(db, argv)]) => server.repl.feed(*db, argv, replicas_wait_for(server, lsn)),
+        (true, records) => server.repl.feed_transaction(records, replicas_wait_for(server, lsn)),
     };
     if fed > 0 {
         ctx.client.woff = fed;
@@ -554,6 +569,19 @@ pub fn commit(ctx: &mut Ctx<'_>) -> Lsn {
         }
     }
     lsn.max(ctx.durability.read_lsn).max(ctx.durability.write_lsn)
+}
+
+/// Appends `records` to the journal while it logs: one record as it is
+/// (with the memcached flags of the key it wrote), several as one
+/// MULTI ... EXEC unit. Returns the journal position (0: not journaled).
+fn journal_records(server: &Server, records: &[(usize, Vec<Vec<u8>>)], item_flags: Option<u32>) -> Lsn {
+    let Some(journal) = server.journal() else { return 0 };
+    match (records, item_flags) {
+        ([], _) => 0,
+        ([(db, argv)], Some(flags)) => journal.append_with_item_flags(*db, argv, flags),
+        ([(db, argv)], None) => journal.append(*db, argv),
+        (records, _) => journal.append_transaction(records),
+    }
 }
 
 /// Notes the journal position the keys a command read depend on, when
@@ -615,6 +643,11 @@ pub struct Pending {
     /// The memcached flags of the key the command wrote, logged after its
     /// record (`Journal::append_with_item_flags`); None for none.
     pub item_flags: Option<u32>,
+    /// The running command goes to replicas and not to the journal:
+    /// PUBLISH, which Redis propagates to replicas only.
+    pub replicas_only: bool,
+    /// Which of `log`'s records go to replicas only.
+    pub log_replicas_only: Vec<usize>,
 }
 
 /// Redis's `aof_state`, and whether writes are logged.

@@ -78,6 +78,43 @@ fn role_offset(m: &mut Client) -> Frame {
 }
 
 #[test]
+fn publish_reaches_replicas_and_not_the_journal() {
+    let master = Server::start(&[]);
+    let mut m = master.client();
+    let mut raw = RawReplica::connect(master.port, false);
+    raw.send(&["PSYNC", "?", "-1"]);
+    raw.line();
+    let len: usize = raw.line().strip_prefix('$').expect("bulk length").parse().expect("length");
+    raw.take(len);
+    // Alone, and inside a transaction: as Redis propagates them.
+    assert_eq!(m.cmd("PUBLISH ch hello"), int(0));
+    m.cmd("MULTI");
+    m.cmd("SET k v");
+    m.cmd("PUBLISH ch bye");
+    m.cmd("EXEC");
+    let want: Vec<u8> = [
+        encode(&["SELECT", "0"]),
+        encode(&["PUBLISH", "ch", "hello"]),
+        encode(&["MULTI"]),
+        encode(&["SET", "k", "v"]),
+        encode(&["PUBLISH", "ch", "bye"]),
+        encode(&["EXEC"]),
+    ]
+    .concat();
+    assert_eq!(raw.take(want.len()), want);
+    // The journal has the SET alone: no message comes back after a restart.
+    let dir = master.dir.clone().expect("dir");
+    let incr: Vec<u8> = std::fs::read_dir(dir.join("appendonlydir"))
+        .expect("appendonlydir")
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".incr.aof"))
+        .flat_map(|e| std::fs::read(e.path()).expect("incr file"))
+        .collect();
+    assert!(incr.windows(3).any(|w| w == b"SET"), "the SET is journaled");
+    assert!(!incr.windows(7).any(|w| w.eq_ignore_ascii_case(b"PUBLISH")), "no PUBLISH in the journal");
+}
+
+#[test]
 fn a_master_without_persistence_streams_too() {
     let master = Server::start(&["--appendonly", "no"]);
     let mut m = master.client();
@@ -451,4 +488,18 @@ fn a_replica_never_holds_a_write_that_a_crashed_master_lost() {
         assert!(kept.len() >= got.len(), "cycle {cycle}: the master kept {} entries, its replica had {}", kept.len(), got.len());
         assert_eq!(&kept[..got.len()], &got[..], "cycle {cycle}: the replica's entries are the master's first ones");
     }
+}
+
+#[test]
+fn a_message_published_on_the_master_reaches_subscribers_of_its_replica() {
+    let master = Server::start(&[]);
+    let mut m = master.client();
+    let port = master.port.to_string();
+    let replica = Server::start(&["--replicaof", "127.0.0.1", &port]);
+    let mut r = replica.client();
+    wait_until("the replica's link", || r.info_field("replication", "master_link_status") == "up");
+    let mut sub = replica.client();
+    assert_eq!(sub.cmd("SUBSCRIBE news"), Frame::Array(vec![bulk("subscribe"), bulk("news"), int(1)]));
+    m.cmd("PUBLISH news hello");
+    assert_eq!(sub.read(), Frame::Array(vec![bulk("message"), bulk("news"), bulk("hello")]));
 }

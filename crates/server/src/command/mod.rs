@@ -951,6 +951,7 @@ fn run_with(
         crate::durability::note_reads(ctx, spec, argv);
     }
     ctx.durability.replaced = None;
+    ctx.durability.replicas_only = false;
     let stat = &ctx.stats.commands[index];
     stat.calls.fetch_add(1, Ordering::Relaxed);
     let took = started.elapsed();

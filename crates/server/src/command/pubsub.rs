@@ -154,6 +154,12 @@ fn spublish(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
 /// others leave with the command (`Ctx::published`), once what it
 /// depends on is logged.
 fn publish_to(ctx: &mut Ctx<'_>, kind: Kind, channel: &[u8], message: &[u8]) -> CmdResult {
+    // Replicas publish it to their own subscribers, as Redis's do; the
+    // journal keeps no message.
+    if ctx.server.repl.feeding() {
+        ctx.durability.forced = true;
+        ctx.durability.replicas_only = true;
+    }
     let published = ctx.server.pubsub.publish(Some(ctx.client.id), kind, channel, message);
     for frame in &published.own {
         ctx.out.buf.extend_from_slice(frame);
