@@ -243,6 +243,9 @@ pub struct Config {
     pub repl_backlog_size: u64,
     /// `repl-ping-replica-period`: seconds between PINGs in the stream.
     pub repl_ping_replica_period: u64,
+    /// `repl-backlog-ttl`: seconds without replicas after which the
+    /// backlog is freed (0: never).
+    pub repl_backlog_ttl: u64,
     /// `repl-timeout`: seconds a replication link may stay silent or
     /// blocked before it is dropped.
     pub repl_timeout_s: u64,
@@ -363,6 +366,7 @@ impl Default for Config {
             min_replicas_max_lag: 10,
             repl_backlog_size: 1 << 20,
             repl_ping_replica_period: 10,
+            repl_backlog_ttl: 3600,
             repl_timeout_s: 60,
             rdbcompression: true,
             rdbchecksum: true,
@@ -704,6 +708,7 @@ pub static DIRECTIVES: &[Directive] = &[
     directive!("min-replicas-max-lag", true, num(0, i32::MAX as u32), min_replicas_max_lag),
     directive!("min-slaves-max-lag", true, num(0, i32::MAX as u32), min_replicas_max_lag),
     directive!("repl-backlog-size", true, memory, repl_backlog_size),
+    directive!("repl-backlog-ttl", true, num(0, i32::MAX as u64), repl_backlog_ttl),
     directive!("repl-ping-replica-period", true, num(1, i32::MAX as u64), repl_ping_replica_period),
     directive!("repl-ping-slave-period", true, num(1, i32::MAX as u64), repl_ping_replica_period),
     directive!("repl-timeout", true, num(1, i32::MAX as u64), repl_timeout_s),

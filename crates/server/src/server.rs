@@ -427,7 +427,8 @@ impl Server {
                 cell.store(v, Ordering::Relaxed);
             }
         }
-        let good = self.repl.good_replicas.load(Ordering::Relaxed);
+        // Counted now: a CONFIG SET of the lag applies to the next write.
+        let good = self.repl.count_good(config.min_replicas_max_lag);
         let unmet = config.min_replicas_to_write > 0 && config.min_replicas_max_lag > 0 && good < u64::from(config.min_replicas_to_write);
         self.min_replicas_unmet.store(unmet, Ordering::Relaxed);
         self.repl.set_backlog_size(config.repl_backlog_size);

@@ -503,3 +503,27 @@ fn a_message_published_on_the_master_reaches_subscribers_of_its_replica() {
     m.cmd("PUBLISH news hello");
     assert_eq!(sub.read(), Frame::Array(vec![bulk("message"), bulk("news"), bulk("hello")]));
 }
+
+#[test]
+fn the_backlog_goes_after_repl_backlog_ttl_without_replicas() {
+    let master = Server::start(&["--repl-backlog-ttl", "1"]);
+    let mut m = master.client();
+    let mut raw = RawReplica::connect(master.port, false);
+    raw.send(&["PSYNC", "?", "-1"]);
+    let replid = raw.line().split(' ').nth(1).expect("replid").to_string();
+    let len: usize = raw.line().strip_prefix('$').expect("bulk length").parse().expect("length");
+    raw.take(len);
+    m.cmd("SET a 1");
+    raw.until(b"a\r\n$1\r\n1\r\n");
+    let offset = m.info_field("replication", "master_repl_offset");
+    drop(raw);
+    wait_until("the backlog freed", || m.info_field("replication", "repl_backlog_active") == "0");
+    // A new history, the offset where it was; the old history is gone.
+    assert_ne!(m.info_field("replication", "master_replid"), replid);
+    assert_eq!(m.info_field("replication", "master_repl_offset"), offset);
+    let mut again = RawReplica::connect(master.port, false);
+    let next: u64 = offset.parse::<u64>().expect("offset") + 1;
+    again.send(&["PSYNC", &replid, &next.to_string()]);
+    assert!(again.line().starts_with("+FULLRESYNC "));
+    assert_eq!(m.info_field("replication", "repl_backlog_active"), "1");
+}

@@ -406,7 +406,7 @@ impl Replication {
     /// keeps everything from its end on for replica `id`. Returns that end.
     fn attach_at_s(&self, id: u64, size: u64) -> u64 {
         let mut g = self.shared.backlog.lock();
-        let backlog = g.get_or_insert_with(|| Backlog::new(0, size));
+        let backlog = g.get_or_insert_with(|| Backlog::new(self.freed_at.load(Ordering::Relaxed), size));
         backlog.selected_db = None;
         let end = backlog.end();
         backlog.pin(id, end);

@@ -96,6 +96,9 @@ pub struct Replication {
     /// `client-output-buffer-limit`'s hard limit for replicas, mirrored by
     /// the cron (the soft one is not enforced on replicas).
     output_hard_limit: AtomicU64,
+    /// The stream's end when its backlog was freed: the next one goes on
+    /// from there.
+    freed_at: AtomicU64,
     /// Replicas whose lag is within `min-replicas-max-lag` (INFO
     /// min_slaves_good_slaves).
     pub good_replicas: AtomicU64,
@@ -123,6 +126,7 @@ impl Replication {
             sync_partial_err: AtomicU64::new(0),
             good_replicas: AtomicU64::new(0),
             output_hard_limit: AtomicU64::new(256 << 20),
+            freed_at: AtomicU64::new(0),
         }
     }
 
@@ -180,7 +184,27 @@ impl Replication {
 
     /// The stream's end (INFO master_repl_offset).
     pub fn end(&self) -> u64 {
-        self.shared.backlog.lock().as_ref().map_or(0, Backlog::end)
+        match self.shared.backlog.lock().as_ref() {
+            Some(backlog) => backlog.end(),
+            None => self.freed_at.load(Ordering::Relaxed),
+        }
+    }
+
+    /// `repl-backlog-ttl` passed without replicas: the backlog goes, with
+    /// the history id (a new one starts, as Redis's replicationCron does;
+    /// no PSYNC can continue a history no backlog holds), and writes stop
+    /// feeding it. The offset goes on from where it was.
+    fn free_backlog(&self) {
+        let mut g = self.shared.backlog.lock();
+        let Some(backlog) = g.take() else { return };
+        self.active.store(false, Ordering::Relaxed);
+        self.freed_at.store(backlog.end(), Ordering::Relaxed);
+        drop(g);
+        let mut ids = self.ids.lock();
+        ids.replid = random_id();
+        ids.replid2 = "0".repeat(40);
+        ids.second_offset = -1;
+        tracing::info!("Replication backlog freed: no replica for repl-backlog-ttl seconds");
     }
 
     pub fn replid(&self) -> String {
@@ -223,6 +247,20 @@ impl Replication {
     /// The replicas attached now, in attach order.
     pub fn replicas(&self) -> Vec<Arc<Replica>> {
         self.replicas.lock().clone()
+    }
+
+    /// Counts the online replicas whose last ACK is at most `max_lag`
+    /// seconds old (`min-replicas-max-lag`), and keeps the count for INFO.
+    pub fn count_good(&self, max_lag: u32) -> u64 {
+        let now = unix_ms();
+        let good = self
+            .replicas
+            .lock()
+            .iter()
+            .filter(|r| r.state() == ReplicaState::Online && now.saturating_sub(r.ack_ms()) / 1000 <= u64::from(max_lag))
+            .count() as u64;
+        self.good_replicas.store(good, Ordering::Relaxed);
+        good
     }
 
     /// How many online replicas have acknowledged `offset`.
@@ -288,28 +326,33 @@ impl Default for Replication {
 }
 
 /// Every 100 ms: the good replicas for `min-replicas-to-write`; every
-/// `repl-ping-replica-period` seconds, a PING in the stream.
+/// `repl-ping-replica-period` seconds, a PING in the stream; after
+/// `repl-backlog-ttl` seconds without replicas, the backlog freed.
 fn cron(server: &Server) {
     let repl = &server.repl;
     let mut last_ping_ms = unix_ms();
+    let mut alone_since_ms = None;
     while !server.shutdown.load(Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(100));
-        let (period_s, to_write, max_lag) = {
+        let (period_s, to_write, max_lag, ttl_s) = {
             let c = server.config.read();
-            (c.repl_ping_replica_period, c.min_replicas_to_write, c.min_replicas_max_lag)
+            (c.repl_ping_replica_period, c.min_replicas_to_write, c.min_replicas_max_lag, c.repl_backlog_ttl)
         };
         repl.output_hard_limit.store(server.output_limit[1][0].load(Ordering::Relaxed), Ordering::Relaxed);
         let now = unix_ms();
         let replicas = repl.replicas();
-        let good = replicas
-            .iter()
-            .filter(|r| r.state() == ReplicaState::Online && now.saturating_sub(r.ack_ms()) / 1000 <= u64::from(max_lag))
-            .count() as u64;
-        repl.good_replicas.store(good, Ordering::Relaxed);
+        let good = repl.count_good(max_lag);
         server.min_replicas_unmet.store(to_write > 0 && max_lag > 0 && good < u64::from(to_write), Ordering::Relaxed);
         if !replicas.is_empty() && now.saturating_sub(last_ping_ms) >= period_s * 1000 {
             last_ping_ms = now;
             repl.feed_with(None, 0, |out, _| keel_journal::encode_command(out, &[b"PING"]));
+        }
+        let since = *alone_since_ms.get_or_insert(now);
+        if !replicas.is_empty() {
+            alone_since_ms = None;
+        } else if ttl_s > 0 && now.saturating_sub(since) >= ttl_s * 1000 && !server.replica.is_replica() {
+            repl.free_backlog();
+            alone_since_ms = None;
         }
     }
 }
