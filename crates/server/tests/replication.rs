@@ -31,6 +31,16 @@ fn redis_replica_of(master: &Server, extra: &[&str]) -> Option<Server> {
     Some(replica)
 }
 
+/// A Keel server (with Keel's durable defaults) replicating from
+/// `master`, once its link is up.
+fn keel_replica_of(master: &Server) -> Server {
+    let port = master.port.to_string();
+    let replica = Server::start(&["--replicaof", "127.0.0.1", &port]);
+    let mut r = replica.client();
+    wait_until("the replica's link", || r.info_field("replication", "master_link_status") == "up");
+    replica
+}
+
 /// WAIT on `c`'s writes for one replica; panics unless it acknowledged.
 fn wait_one(c: &mut Client) {
     assert_eq!(c.cmd("WAIT 1 20000"), int(1), "the replica did not acknowledge");
@@ -372,11 +382,9 @@ fn a_keel_replica_follows_a_keel_master() {
     let master = Server::start(&[]);
     let mut m = master.client();
     fill_every_type(&mut m);
-    let port = master.port.to_string();
     // Both with Keel's durable defaults.
-    let replica = Server::start(&["--replicaof", "127.0.0.1", &port]);
+    let replica = keel_replica_of(&master);
     let mut r = replica.client();
-    wait_until("the replica's link", || r.info_field("replication", "master_link_status") == "up");
     m.cmd("SET after 1");
     m.cmd("MULTI");
     m.cmd("INCR after");
@@ -404,10 +412,8 @@ fn a_keel_replica_follows_a_keel_master() {
 fn a_keel_replica_leaves_expiry_to_its_master() {
     let master = Server::start(&["--enable-debug-command", "yes"]);
     let mut m = master.client();
-    let port = master.port.to_string();
-    let replica = Server::start(&["--replicaof", "127.0.0.1", &port]);
+    let replica = keel_replica_of(&master);
     let mut r = replica.client();
-    wait_until("the replica's link", || r.info_field("replication", "master_link_status") == "up");
     // The master keeps its expired key until told to expire keys again.
     assert_eq!(m.cmd("DEBUG SET-ACTIVE-EXPIRE 0"), ok());
     m.cmd("SET shortlived v PX 50");
@@ -426,10 +432,8 @@ fn a_keel_replica_leaves_expiry_to_its_master() {
 fn client_kill_drops_replication_links_which_resume() {
     let master = Server::start(&[]);
     let mut m = master.client();
-    let port = master.port.to_string();
-    let replica = Server::start(&["--replicaof", "127.0.0.1", &port]);
+    let replica = keel_replica_of(&master);
     let mut r = replica.client();
-    wait_until("the replica's link", || r.info_field("replication", "master_link_status") == "up");
     m.cmd("SET a 1");
     wait_one(&mut m);
     // From the master's side, then from the replica's: each link comes
@@ -494,10 +498,7 @@ fn a_replica_never_holds_a_write_that_a_crashed_master_lost() {
 fn a_message_published_on_the_master_reaches_subscribers_of_its_replica() {
     let master = Server::start(&[]);
     let mut m = master.client();
-    let port = master.port.to_string();
-    let replica = Server::start(&["--replicaof", "127.0.0.1", &port]);
-    let mut r = replica.client();
-    wait_until("the replica's link", || r.info_field("replication", "master_link_status") == "up");
+    let replica = keel_replica_of(&master);
     let mut sub = replica.client();
     assert_eq!(sub.cmd("SUBSCRIBE news"), Frame::Array(vec![bulk("subscribe"), bulk("news"), int(1)]));
     m.cmd("PUBLISH news hello");
