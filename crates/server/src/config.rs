@@ -246,6 +246,9 @@ pub struct Config {
     /// `repl-backlog-ttl`: seconds without replicas after which the
     /// backlog is freed (0: never).
     pub repl_backlog_ttl: u64,
+    /// `repl-diskless-sync`: a full sync's RDB goes straight to replicas
+    /// that take it so (`capa eof`); with `no`, through a file first.
+    pub repl_diskless_sync: bool,
     /// `repl-timeout`: seconds a replication link may stay silent or
     /// blocked before it is dropped.
     pub repl_timeout_s: u64,
@@ -367,6 +370,7 @@ impl Default for Config {
             repl_backlog_size: 1 << 20,
             repl_ping_replica_period: 10,
             repl_backlog_ttl: 3600,
+            repl_diskless_sync: true,
             repl_timeout_s: 60,
             rdbcompression: true,
             rdbchecksum: true,
@@ -709,6 +713,7 @@ pub static DIRECTIVES: &[Directive] = &[
     directive!("min-slaves-max-lag", true, num(0, i32::MAX as u32), min_replicas_max_lag),
     directive!("repl-backlog-size", true, memory, repl_backlog_size),
     directive!("repl-backlog-ttl", true, num(0, i32::MAX as u64), repl_backlog_ttl),
+    directive!("repl-diskless-sync", true, bool, repl_diskless_sync),
     directive!("repl-ping-replica-period", true, num(1, i32::MAX as u64), repl_ping_replica_period),
     directive!("repl-ping-slave-period", true, num(1, i32::MAX as u64), repl_ping_replica_period),
     directive!("repl-timeout", true, num(1, i32::MAX as u64), repl_timeout_s),
@@ -948,7 +953,6 @@ pub static DIRECTIVES: &[Directive] = &[
     inert!("slave-priority", "100"),
     inert!("replica-lazy-flush", "no"),
     inert!("slave-lazy-flush", "no"),
-    inert!("repl-diskless-sync", "yes"),
     inert!("repl-diskless-sync-delay", "5"),
     inert!("repl-diskless-sync-max-replicas", "0"),
     inert!("repl-diskless-load", "disabled"),

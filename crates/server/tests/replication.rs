@@ -140,6 +140,22 @@ fn a_master_without_persistence_streams_too() {
 }
 
 #[test]
+fn repl_diskless_sync_no_sends_the_rdb_through_a_file() {
+    let master = Server::start(&["--repl-diskless-sync", "no"]);
+    let mut m = master.client();
+    m.cmd("SET k v");
+    let Some(replica) = redis_replica_of(&master, &[]) else { return };
+    assert_eq!(replica.client().cmd("GET k"), bulk("v"));
+    // A replica that takes `$EOF:` gets the RDB with its length all the same.
+    let mut raw = RawReplica::connect(master.port, true);
+    raw.send(&["PSYNC", "?", "-1"]);
+    assert!(raw.line().starts_with("+FULLRESYNC "));
+    let len = raw.line();
+    assert!(len.starts_with('$') && len[1..].parse::<usize>().is_ok(), "{len}");
+    assert_eq!(m.cmd("CONFIG GET repl-diskless-sync"), Frame::Array(vec![bulk("repl-diskless-sync"), bulk("no")]));
+}
+
+#[test]
 fn a_dropped_link_resumes_from_the_backlog() {
     let master = Server::start(&[]);
     let mut m = master.client();

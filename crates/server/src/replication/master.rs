@@ -286,7 +286,7 @@ fn full_sync(server: &Server, replica: &Replica, link: &Link, handoff: &Handoff)
     if !handoff.pre_psync {
         out.write_all(format!("+FULLRESYNC {replid} {pos}\r\n").as_bytes())?;
     }
-    if handoff.conf.capa_eof {
+    if handoff.conf.capa_eof && server.config.read().repl_diskless_sync {
         let mark = random_id();
         out.write_all(format!("$EOF:{mark}\r\n").as_bytes())?;
         let sink = BufWriter::with_capacity(256 << 10, link);
@@ -303,8 +303,9 @@ fn full_sync(server: &Server, replica: &Replica, link: &Link, handoff: &Handoff)
             std::thread::sleep(Duration::from_millis(1));
         }
     } else {
-        // A replica without `capa eof` needs the length first: the RDB
-        // goes through a file, unlinked as soon as it is open again.
+        // A replica without `capa eof` needs the length first, and
+        // `repl-diskless-sync no` asks for it: the RDB goes through a
+        // file, unlinked as soon as it is open again.
         let path = server.config.read().dir.join(format!("temp-repl-{}-{}.rdb", std::process::id(), replica.id));
         let written = File::create(&path).map_err(LinkError::Io).and_then(|file| {
             let sink = crate::snapshot::write_for_sync(server, taken, BufWriter::new(file), &stop).map_err(LinkError::Snapshot)?;
