@@ -29,7 +29,8 @@ set -uo pipefail
 # INCR behind for Redis either, here.)
 UNITS=(integration/aof integration/aof-multi-part unit/aofrw integration/rdb
     integration/convert-zipmap-hash-on-load integration/convert-ziplist-hash-on-load
-    integration/convert-ziplist-zset-on-load unit/shutdown)
+    integration/convert-ziplist-zset-on-load unit/shutdown
+    integration/replication-2 integration/replication-3 integration/block-repl)
 if [[ -n "${COMPAT_UNITS:-}" ]]; then read -r -a UNITS <<<"$COMPAT_UNITS"; fi
 DROPPED_DIRECTIVES='notify-keyspace-events|latency-monitor-threshold|repl-diskless-sync-delay|slave-serve-stale-data|enable-protected-configs|enable-module-command|propagation-error-behavior'
 # Tests skipped for both servers: each starts a server with a directive of
