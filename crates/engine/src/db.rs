@@ -105,6 +105,21 @@ pub fn record_created_keys(on: bool) {
     RECORD_CREATED.store(on, Ordering::Relaxed);
 }
 
+thread_local! {
+    /// Lookups on this thread treat a key past its time as absent but
+    /// leave it in place ([`hide_expired`]).
+    static HIDE_EXPIRED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// While on, lookups on the calling thread answer a key past its time as
+/// absent without deleting it: a replica's reads, as Redis's
+/// `expireIfNeeded` on a replica, where only the master's DELs remove
+/// keys. Read only when a key has expired, so it costs the common path
+/// nothing.
+pub fn hide_expired(on: bool) {
+    HIDE_EXPIRED.with(|h| h.set(on));
+}
+
 /// Samples per pass of [`Db::active_expire_cycle`] (Redis samples 20 per
 /// loop; a bigger batch amortises the clock read).
 pub const ACTIVE_EXPIRE_BATCH: usize = 64;
@@ -129,10 +144,11 @@ impl Db {
         self.data.expires.len()
     }
 
-    /// Removes `key` if its time has run out; true if it did.
+    /// Whether `key`'s time has run out; if so it is removed, unless
+    /// lookups hide expired keys ([`hide_expired`]).
     fn expire_if_needed(&mut self, key: &[u8], now_ms: u64) -> bool {
         let expired = matches!(self.data.keys.get(key), Some(e) if e.is_expired(now_ms));
-        if expired {
+        if expired && !HIDE_EXPIRED.with(std::cell::Cell::get) {
             self.remove(key);
             self.expired_keys += 1;
             self.expired.push(key.into());
@@ -142,12 +158,16 @@ impl Db {
 
     /// The live entry of `key`, expiring it first if its time has run out.
     pub fn get(&mut self, key: &[u8], now_ms: u64) -> Option<&Entry> {
-        self.expire_if_needed(key, now_ms);
+        if self.expire_if_needed(key, now_ms) {
+            return None;
+        }
         self.data.keys.get(key)
     }
 
     pub fn get_mut(&mut self, key: &[u8], now_ms: u64) -> Option<&mut Entry> {
-        self.expire_if_needed(key, now_ms);
+        if self.expire_if_needed(key, now_ms) {
+            return None;
+        }
         self.data.keys.get_mut(key)
     }
 

@@ -50,12 +50,13 @@
 //!    acknowledged offset survives a kill -9.
 //!
 //! Expiry is the master's, as in Redis: a replica runs no active expiry
-//! cycle, and keys never expire under the master's commands (time stands
-//! still for them, as for a replay), so the copy changes only as the
-//! stream says. One difference stays: a read by an ordinary client of a
-//! key the replica's clock sees expired deletes it there (Redis's replica
-//! answers as if absent and keeps it), which matters only when the
-//! replica's clock runs ahead of the master's.
+//! cycle, keys never expire under the master's commands (time stands
+//! still for them, as for a replay), and an ordinary client's read sees a
+//! key past its time as absent without deleting it
+//! (`keel_engine::db::hide_expired`), so the copy changes only as the
+//! stream says. A writable replica's own writes expire such a key, as
+//! Redis's do; unlike Redis, a writable replica does not expire the keys
+//! with a TTL that its own clients wrote.
 //!
 //! Not done (yet): SYNC for masters without PSYNC, diskless load,
 //! `replica-serve-stale-data no`. Sub-replicas of a Keel replica are

@@ -436,8 +436,16 @@ fn a_keel_replica_leaves_expiry_to_its_master() {
     wait_one(&mut m);
     // Time for the TTL to pass (not for anything to flush).
     std::thread::sleep(Duration::from_millis(300));
-    // The replica's cron expires nothing: its key count holds the key the
-    // master has not expired yet.
+    // The replica's cron expires nothing, and its reads see the key as
+    // absent without deleting it: its key count holds the key the master
+    // has not expired yet.
+    assert_eq!(r.cmd("EXISTS shortlived"), int(0));
+    assert_eq!(r.cmd("GET shortlived"), Frame::Null);
+    assert_eq!(r.cmd("DBSIZE"), int(1));
+    // A writable replica's write expires it, and makes a key anew.
+    assert_eq!(r.cmd("CONFIG SET replica-read-only no"), ok());
+    assert_eq!(r.cmd("INCR shortlived"), int(1));
+    assert_eq!(r.cmd("TTL shortlived"), int(-1));
     assert_eq!(r.cmd("DBSIZE"), int(1));
     // The master's expiry reaches the replica as a DEL.
     assert_eq!(m.cmd("DEBUG SET-ACTIVE-EXPIRE 1"), ok());

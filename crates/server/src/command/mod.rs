@@ -937,7 +937,17 @@ fn run_with(
             }
         }
     }
+    // A replica's reads see a key past its time as absent and leave it to
+    // the master's DEL, as Redis's; its writes (a writable replica's)
+    // expire it, and the master's commands never do (`replica.rs`).
+    let hide_expired = !spec.has(flags::WRITE) && !ctx.client.is_master && ctx.server.replica.is_replica();
+    if hide_expired {
+        keel_engine::db::hide_expired(true);
+    }
     let result = handler(ctx, argv);
+    if hide_expired {
+        keel_engine::db::hide_expired(false);
+    }
     if ctx.server.notify_flags.load(Ordering::Relaxed) & crate::notify::NEW != 0 {
         ctx.notify_created();
     }
