@@ -133,7 +133,7 @@ impl Write for &Link {
 }
 
 /// An attached replica, as INFO, ROLE, WAIT and the cron see it.
-pub struct Replica {
+pub struct AttachedReplica {
     pub id: u64,
     pub ip: String,
     pub port: u16,
@@ -148,7 +148,7 @@ pub struct Replica {
     link: Link,
 }
 
-impl Replica {
+impl AttachedReplica {
     pub fn state(&self) -> ReplicaState {
         match self.state.load(Ordering::Acquire) {
             0 => ReplicaState::WaitBgsave,
@@ -206,7 +206,7 @@ pub fn serve(server: Arc<Server>, link: Link, handoff: Handoff, peer_ip: String,
             tracing::warn!("replica {peer_ip}: could not duplicate its socket");
             return;
         };
-        let replica = Arc::new(Replica {
+        let replica = Arc::new(AttachedReplica {
             id: repl.next_replica_id.fetch_add(1, Ordering::Relaxed),
             ip: handoff.conf.ip.clone().unwrap_or(peer_ip),
             port: handoff.conf.listening_port,
@@ -240,7 +240,7 @@ pub fn serve(server: Arc<Server>, link: Link, handoff: Handoff, peer_ip: String,
     }
 }
 
-fn run(server: &Server, replica: &Replica, link: &Link, handoff: &Handoff, pending: &[u8]) -> Result<(), LinkError> {
+fn run(server: &Server, replica: &AttachedReplica, link: &Link, handoff: &Handoff, pending: &[u8]) -> Result<(), LinkError> {
     let timeout_s = server.config.read().repl_timeout_s.max(1);
     link.set_write_timeout(Duration::from_secs(timeout_s))?;
     let mut out = link;
@@ -272,7 +272,7 @@ fn run(server: &Server, replica: &Replica, link: &Link, handoff: &Handoff, pendi
 /// A full sync: the snapshot at S (where the replica's position is
 /// pinned at the stream's end), `+FULLRESYNC`, the RDB. Returns the
 /// position the stream goes on from.
-fn full_sync(server: &Server, replica: &Replica, link: &Link, handoff: &Handoff) -> Result<u64, LinkError> {
+fn full_sync(server: &Server, replica: &AttachedReplica, link: &Link, handoff: &Handoff) -> Result<u64, LinkError> {
     let repl = &server.repl;
     repl.sync_full.fetch_add(1, Ordering::Relaxed);
     let stop = || server.shutdown.load(Ordering::Relaxed) || replica.is_gone();
@@ -325,7 +325,7 @@ fn full_sync(server: &Server, replica: &Replica, link: &Link, handoff: &Handoff)
 
 /// Sends the stream from `pos` on, as far as the journal's durability
 /// allows, until the link ends or the server stops.
-fn stream(server: &Server, replica: &Replica, link: &Link, mut pos: u64) -> Result<(), LinkError> {
+fn stream(server: &Server, replica: &AttachedReplica, link: &Link, mut pos: u64) -> Result<(), LinkError> {
     let shared = &server.repl.shared;
     let stop = || server.shutdown.load(Ordering::Relaxed) || replica.is_gone();
     let mut chunk = Vec::new();
@@ -370,7 +370,7 @@ fn durable_lsn(server: &Server) -> u64 {
 }
 
 /// Reads the replica's `REPLCONF ACK <offset>`s until the link ends.
-fn read_acks(server: &Server, replica: &Replica, link: Link, unread: Vec<u8>) {
+fn read_acks(server: &Server, replica: &AttachedReplica, link: Link, unread: Vec<u8>) {
     let mut buf = unread;
     let mut start = 0;
     let mut input = &link;

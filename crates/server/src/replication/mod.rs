@@ -44,7 +44,7 @@ use crate::blocking::Waiter;
 use crate::client::Message;
 use crate::server::{unix_ms, Server};
 use backlog::Backlog;
-pub use master::{Handoff, Replica, ReplicaState};
+pub use master::{AttachedReplica, Handoff, ReplicaState};
 
 /// Redis's history ids: the current one, and the one it replaced with the
 /// offset where that history ended (a promoted replica accepts PSYNCs of
@@ -82,7 +82,7 @@ pub struct Replication {
     /// The backlog exists: writes feed it.
     active: AtomicBool,
     pub shared: Arc<Shared>,
-    replicas: Mutex<Vec<Arc<Replica>>>,
+    replicas: Mutex<Vec<Arc<AttachedReplica>>>,
     /// Clients blocked in WAIT.
     waits: Mutex<Vec<Arc<Waiter>>>,
     next_replica_id: AtomicU64,
@@ -245,7 +245,7 @@ impl Replication {
     }
 
     /// The replicas attached now, in attach order.
-    pub fn replicas(&self) -> Vec<Arc<Replica>> {
+    pub fn replicas(&self) -> Vec<Arc<AttachedReplica>> {
         self.replicas.lock().clone()
     }
 
