@@ -4,7 +4,9 @@
 //! touched, appends its effect to the one journal and stamps the keys it
 //! wrote with the journal position (LSN) of that record. A reply then
 //! depends on a position: its own write's, or the stamps of the keys it
-//! read. Under `appendfsync always` the worker holds the reply until the
+//! read. While replicas are attached, the same record goes to the
+//! replication backlog at the same moment ([`append`]; `crate::replication`).
+//! Under `appendfsync always` the worker holds the reply until the
 //! journal is durable at that position; under `everysec` and `no` it
 //! writes the journal's gathered records itself before it sends a loop
 //! turn's replies (`Journal::write_through`), as Redis does, so that a

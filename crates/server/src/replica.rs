@@ -665,12 +665,10 @@ impl Conn<'_> {
     }
 }
 
-/// A command as a RESP multibulk.
+/// A command as a RESP multibulk (the journal's record format).
 fn encode(argv: &[&str]) -> Vec<u8> {
-    let mut out = format!("*{}\r\n", argv.len()).into_bytes();
-    for a in argv {
-        out.extend_from_slice(format!("${}\r\n{a}\r\n", a.len()).as_bytes());
-    }
+    let mut out = Vec::new();
+    keel_journal::encode_command(&mut out, argv);
     out
 }
 

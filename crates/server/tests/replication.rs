@@ -92,10 +92,7 @@ fn publish_reaches_replicas_and_not_the_journal() {
     let master = Server::start(&[]);
     let mut m = master.client();
     let mut raw = RawReplica::connect(master.port, false);
-    raw.send(&["PSYNC", "?", "-1"]);
-    raw.line();
-    let len: usize = raw.line().strip_prefix('$').expect("bulk length").parse().expect("length");
-    raw.take(len);
+    raw.full_sync_with_length();
     // Alone, and inside a transaction: as Redis propagates them.
     assert_eq!(m.cmd("PUBLISH ch hello"), int(0));
     m.cmd("MULTI");
@@ -272,6 +269,16 @@ impl RawReplica {
         raw.send(capa);
         assert_eq!(raw.line(), "+OK");
         raw
+    }
+
+    /// PSYNC ? -1 answered with `+FULLRESYNC` and an RDB with its length
+    /// first (a replica without `capa eof`); returns the master's replid.
+    fn full_sync_with_length(&mut self) -> String {
+        self.send(&["PSYNC", "?", "-1"]);
+        let replid = self.line().split(' ').nth(1).expect("replid").to_string();
+        let len: usize = self.line().strip_prefix('$').expect("bulk length").parse().expect("length");
+        self.take(len);
+        replid
     }
 
     fn send(&mut self, argv: &[&str]) {
@@ -534,10 +541,7 @@ fn the_backlog_goes_after_repl_backlog_ttl_without_replicas() {
     let master = Server::start(&["--repl-backlog-ttl", "1"]);
     let mut m = master.client();
     let mut raw = RawReplica::connect(master.port, false);
-    raw.send(&["PSYNC", "?", "-1"]);
-    let replid = raw.line().split(' ').nth(1).expect("replid").to_string();
-    let len: usize = raw.line().strip_prefix('$').expect("bulk length").parse().expect("length");
-    raw.take(len);
+    let replid = raw.full_sync_with_length();
     m.cmd("SET a 1");
     raw.until(b"a\r\n$1\r\n1\r\n");
     let offset = m.info_field("replication", "master_repl_offset");

@@ -22,8 +22,10 @@ use super::backlog::Backlog;
 use super::{random_id, Replication};
 use crate::server::{unix_ms, Server};
 
-/// Most bytes of the stream copied out of the backlog per write.
-const CHUNK: u64 = 1 << 20;
+/// Most bytes of the stream copied out of the backlog per write: the copy
+/// holds the backlog's mutex, which writers take under their shard locks,
+/// so it stays short (a few microseconds).
+const CHUNK: u64 = 64 << 10;
 
 /// What a replica said of itself with REPLCONF before its PSYNC.
 #[derive(Debug, Default, Clone)]
