@@ -268,6 +268,13 @@ impl std::fmt::Write for StackBuf {
 /// Examples: 0.1 → `0.10000000000000001`, 1.5 → `1.5`, 100 → `100`,
 /// 1e20 → `1e+20`, 1e-5 → `1.0000000000000001e-05`.
 pub fn format_double_g17(d: f64, out: &mut Vec<u8>) {
+    format_double_g(d, 17, out)
+}
+
+/// C `printf("%.<precision>g", d)`, `precision` 1 to 17, as
+/// [`format_double_g17`] describes for 17 (Lua's cjson writes `%.14g`).
+pub fn format_double_g(d: f64, precision: usize, out: &mut Vec<u8>) {
+    let precision = precision.clamp(1, 17);
     if d.is_sign_negative() {
         out.push(b'-');
     }
@@ -280,27 +287,29 @@ pub fn format_double_g17(d: f64, out: &mut Vec<u8>) {
         return;
     }
     // Rust's exact-precision formatting is correctly rounded with ties to
-    // even, as glibc's is in the default rounding mode: it gives the 17
+    // even, as glibc's is in the default rounding mode: it gives the
     // digits and the exponent %g decides on.
     let mut sb = StackBuf {
         bytes: [0; 40],
         len: 0,
     };
     // Cannot fail: at most 1 + 1 + 16 + 1 + 4 = 23 bytes.
-    let _ = write!(sb, "{:.16e}", d.abs());
+    let _ = write!(sb, "{:.*e}", precision - 1, d.abs());
     let text = &sb.bytes[..sb.len];
-    debug_assert!(text.len() >= 19 && text[1] == b'.');
     let e_at = text.iter().position(|&b| b == b'e').unwrap_or(text.len());
     let mut digits = [0u8; 17];
     digits[0] = text[0];
-    digits[1..].copy_from_slice(&text[2..e_at]);
+    if precision > 1 {
+        digits[1..precision].copy_from_slice(&text[2..e_at]);
+    }
+    let digits = &digits[..precision];
     let exp: i32 = std::str::from_utf8(&text[e_at + 1..])
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(0);
     // Significant digits left once trailing zeros go.
     let sig = digits.iter().rposition(|&b| b != b'0').map_or(1, |p| p + 1);
-    if (-4..17).contains(&exp) {
+    if (-4..precision as i32).contains(&exp) {
         if exp >= 0 {
             let int_len = exp as usize + 1;
             out.extend_from_slice(&digits[..int_len]);

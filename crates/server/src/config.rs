@@ -125,9 +125,9 @@ pub struct Config {
     pub latency_tracking: bool,
     /// `latency-tracking-info-percentiles`: the percentiles INFO reports.
     pub latency_tracking_info_percentiles: Vec<f64>,
-    /// `busy-reply-threshold` (alias `lua-time-limit`, ms): accepted, for
-    /// configuration files and Redis's tests, and bounds nothing yet, as
-    /// Keel runs no scripts or functions (EVAL and FCALL are unknown).
+    /// `busy-reply-threshold` (alias `lua-time-limit`, ms): how long a
+    /// script runs before other clients get -BUSY and SCRIPT KILL may
+    /// stop it (`scripting`).
     pub busy_reply_threshold: i64,
     /// `dynamic-hz`: the cron runs faster with many clients ([`Config::effective_hz`]).
     pub dynamic_hz: bool,

@@ -54,6 +54,7 @@ pub mod rdb;
 pub mod replica;
 pub mod replication;
 pub mod rewrite;
+pub mod scripting;
 pub mod server;
 pub mod signals;
 pub mod slowlog;

@@ -258,6 +258,8 @@ pub struct Server {
     pub rdb: crate::snapshot::Saver,
     /// The link to the master while Keel is a replica (`replica.rs`).
     pub replica: crate::replica::Replica,
+    /// The Lua script cache and the running script (`scripting`).
+    pub scripts: crate::scripting::Scripts,
 }
 
 /// Samples of the running totals taken every ~100 ms; the instantaneous
@@ -388,6 +390,7 @@ impl Server {
             rewrite: Default::default(),
             rdb: Default::default(),
             replica: Default::default(),
+            scripts: Default::default(),
         };
         server.mirror_config(&mirrored);
         server

@@ -55,8 +55,8 @@ pub static COMMANDS: &[CommandSpec] = &[
         .specs(&[ks(RW | ACCESS | DELETE, index(2), keynum(0, 1, 1))]),
 ];
 
-/// BLMPOP and BZMPOP: `timeout numkeys key...`.
-fn mpop_keys(argv: &[&[u8]]) -> SmallVec<[usize; 4]> {
+/// BLMPOP and BZMPOP: `timeout numkeys key...` (EVAL: `script numkeys key...`).
+pub fn mpop_keys(argv: &[&[u8]]) -> SmallVec<[usize; 4]> {
     let numkeys = argv.get(2).and_then(|n| std::str::from_utf8(n).ok()?.parse::<usize>().ok()).unwrap_or(0);
     (3..3usize.saturating_add(numkeys).min(argv.len())).collect()
 }

@@ -18,6 +18,7 @@ pub mod keyspec;
 pub mod lists;
 pub mod pubsub;
 pub mod replication;
+pub mod scripting;
 pub mod server;
 pub mod sets;
 pub mod sort;
@@ -378,6 +379,7 @@ pub fn table() -> &'static Table {
             pubsub::COMMANDS,
             replication::COMMANDS,
             sort::COMMANDS,
+            scripting::COMMANDS,
             transactions::COMMANDS,
         ]
         .iter()
@@ -710,7 +712,7 @@ pub const READONLY_REPLICA: &str = "READONLY You can't write against a read only
 /// Whether `maxmemory` is set and passed. Keel evicts nothing (the
 /// `noeviction` policy, the only one it accepts with a limit), so past the
 /// limit it refuses what could grow memory, as Redis then does.
-fn out_of_memory(server: &Server) -> bool {
+pub(crate) fn out_of_memory(server: &Server) -> bool {
     let limit = server.maxmemory.load(Ordering::Relaxed);
     limit != 0 && crate::alloc::used_memory_recent() > limit
 }
@@ -719,7 +721,7 @@ fn out_of_memory(server: &Server) -> bool {
 /// command with `flags` (for EXEC, with its queued commands' too), in its
 /// order: memory, then a failed save, then missing replicas, then a
 /// read-only replica. The master's link (`replica.rs`) is refused none.
-fn refusal(server: &Server, from_master: bool, flags: u32, ping: bool) -> Option<&'static str> {
+pub(crate) fn refusal(server: &Server, from_master: bool, flags: u32, ping: bool) -> Option<&'static str> {
     if from_master {
         return None;
     }
@@ -737,6 +739,16 @@ fn refusal(server: &Server, from_master: bool, flags: u32, ping: bool) -> Option
     } else {
         None
     }
+}
+
+/// Why writes are refused for want of a disk (a failed BGSAVE, a journal
+/// that cannot write), if they are.
+pub(crate) fn disk_refusal(server: &Server) -> Option<String> {
+    if crate::snapshot::refuses_writes(server) {
+        return Some(crate::snapshot::MISCONF_RDB.to_string());
+    }
+    let journal = server.journal()?;
+    journal.health().err().map(|e| format!("MISCONF Errors writing to the AOF file: {e}."))
 }
 
 fn runs_inside_multi(spec: &CommandSpec) -> bool {
@@ -840,6 +852,11 @@ fn dispatch(
     let queued = client.multi.as_ref().filter(|_| spec.name == "exec").map_or(0, |m| m.flags);
     if let Some(error) = refusal(server, client.is_master, spec.flags | queued, spec.name == "ping") {
         return Err(reject(server, stats, client, index, spec, error));
+    }
+    // A busy script holds every shard: answer rather than wait for them.
+    if let Some(error) = crate::scripting::busy_refusal(server, spec) {
+        stats.commands[index].rejected_calls.fetch_add(1, Ordering::Relaxed);
+        return Err(CmdError::other(error));
     }
     // The master's stream waits for the shards a load holds rather than
     // losing a command to -LOADING.

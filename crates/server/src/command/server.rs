@@ -781,8 +781,9 @@ fn write_memory(ctx: &mut Ctx<'_>, out: &mut String) {
     field!(out, "used_memory_lua", 0);
     field!(out, "used_memory_vm_eval", 0);
     field!(out, "used_memory_lua_human", "0B");
-    field!(out, "used_memory_scripts_eval", 0);
-    field!(out, "number_of_cached_scripts", 0);
+    let (scripts, script_bytes) = ctx.server.scripts.cached();
+    field!(out, "used_memory_scripts_eval", script_bytes);
+    field!(out, "number_of_cached_scripts", scripts);
     field!(out, "number_of_functions", 0);
     field!(out, "number_of_libraries", 0);
     field!(out, "used_memory_vm_functions", 0);

@@ -1,0 +1,498 @@
+//! One Lua interpreter per thread, and a script's run in it: the host
+//! functions behind `redis.call`, and the conversions between Redis
+//! replies and Lua values (Redis's `redisProtocolToLuaType` and
+//! `luaReplyToRedisReply`).
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+
+use keel_protocol::{parse_frame, Frame, ReplyWriter};
+use mlua::{Function, HookTriggers, Lua, LuaOptions, MultiValue, StdLib, Table, Value, Variadic, VmState};
+
+use super::Script;
+use crate::command::{self, flags, CmdError, CmdResult, Ctx};
+use crate::server::Server;
+
+/// Lua tables nested deeper than this in a script's reply are answered
+/// with Redis's error for a full Lua stack rather than overflowing ours.
+const REPLY_DEPTH_MAX: usize = 1000;
+/// Instructions between two looks at the clock and at SCRIPT KILL, as
+/// Redis's count hook.
+const HOOK_INSTRUCTIONS: u32 = 100_000;
+
+struct Engine {
+    lua: Lua,
+    /// The scripts' environment (the read-only view of the globals) and
+    /// the table behind it, where KEYS and ARGV go.
+    env: Table,
+    visible: Table,
+    bind: Function,
+    runner: Function,
+    compiled: HashMap<String, Function>,
+    generation: u64,
+}
+
+thread_local! {
+    static ENGINE: RefCell<Option<Engine>> = const { RefCell::new(None) };
+}
+
+/// Runs `f` with this thread's interpreter, made afresh after SCRIPT FLUSH.
+fn with_engine<R>(server: &Server, f: impl FnOnce(&mut Engine) -> R) -> Result<R, CmdError> {
+    ENGINE.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        let generation = server.scripts.generation();
+        if slot.as_ref().is_none_or(|e| e.generation != generation) {
+            *slot = None;
+            let engine = Engine::new(generation).map_err(|e| CmdError::other(format!("ERR Lua initialization failed: {e}")))?;
+            *slot = Some(engine);
+        }
+        let engine = slot.as_mut().ok_or_else(|| CmdError::other("ERR Lua initialization failed"))?;
+        Ok(f(engine))
+    })
+}
+
+impl Engine {
+    fn new(generation: u64) -> mlua::Result<Engine> {
+        // The debug library is for the error handler only: the sandbox
+        // takes it out of the globals. No os, io or package, as in Redis.
+        let libs = StdLib::TABLE | StdLib::STRING | StdLib::MATH | StdLib::DEBUG;
+        // SAFETY: `unsafe_new_with` only because of the debug library,
+        // which no script can reach (sandbox.lua removes it).
+        let lua = unsafe { Lua::unsafe_new_with(libs, LuaOptions::default()) };
+        super::libs::install(&lua)?;
+        let (env, visible, bind, runner): (Table, Table, Function, Function) =
+            lua.load(include_str!("sandbox.lua")).set_name("=keel").call(())?;
+        Ok(Engine { lua, env, visible, bind, runner, compiled: HashMap::new(), generation })
+    }
+
+    /// The function of `script`, compiled into the sandbox on first use.
+    fn function(&mut self, script: &Script) -> Result<Function, CmdError> {
+        if let Some(f) = self.compiled.get(&script.sha) {
+            return Ok(f.clone());
+        }
+        // The shebang line is compiled as an empty line, so that line
+        // numbers stay the user's.
+        let code = &script.body[script.shebang_len..];
+        let f = self
+            .lua
+            .load(code)
+            .set_name("@user_script")
+            .set_mode(mlua::ChunkMode::Text)
+            .set_environment(self.env.clone())
+            .into_function()
+            .map_err(|e| {
+                let message = match &e {
+                    mlua::Error::SyntaxError { message, .. } => message.clone(),
+                    other => other.to_string(),
+                };
+                CmdError::other(format!("ERR Error compiling script (new function): {message}"))
+            })?;
+        self.compiled.insert(script.sha.clone(), f.clone());
+        Ok(f)
+    }
+}
+
+/// Compiles `script` in this thread's interpreter (SCRIPT LOAD, EVAL's
+/// first sight of a body).
+pub(super) fn compile(server: &Server, script: &Script) -> CmdResult {
+    with_engine(server, |engine| engine.function(script).map(drop))?
+}
+
+/// The state of one run that its host functions share.
+struct Run {
+    /// RESP version of the replies `redis.call` gives the script
+    /// (`redis.setresp`).
+    resp3: Cell<bool>,
+    read_only: bool,
+}
+
+/// Runs `script` with KEYS and ARGV under every shard lock and writes its
+/// reply.
+pub(super) fn run(ctx: &mut Ctx<'_>, script: &Script, keys: &[&[u8]], args: &[&[u8]], read_only: bool) -> CmdResult {
+    let server = ctx.server;
+    let threshold = server.config.read().busy_reply_threshold.max(0) as u64;
+    let state = &server.scripts.run;
+    state.start(threshold, ctx.client.is_master);
+    let caller_db = ctx.client.db;
+    let in_transaction = std::mem::replace(&mut ctx.durability.in_transaction, true);
+    let result = with_engine(server, |engine| run_in(engine, ctx, script, keys, args, read_only));
+    ctx.durability.in_transaction = in_transaction;
+    // SELECT inside a script is the script's own (Redis 7.0).
+    ctx.client.db = caller_db;
+    ctx.dbs.selected = caller_db;
+    state.finish();
+    let reply = result??;
+    match reply {
+        Reply::Ok(bytes) => ctx.out.buf.extend_from_slice(&bytes),
+        // An error the script's commands already counted (Redis's
+        // ERR_REPLY_FLAG_NO_STATS_UPDATE): written as a reply, not
+        // returned, so that neither errorstats nor EVAL's failed calls
+        // count it twice.
+        Reply::Uncounted(text) => ctx.out.error(&text),
+        Reply::Error(text) => return Err(CmdError::Other(text)),
+    }
+    Ok(())
+}
+
+enum Reply {
+    Ok(Vec<u8>),
+    Error(String),
+    Uncounted(String),
+}
+
+fn run_in(
+    engine: &mut Engine,
+    ctx: &mut Ctx<'_>,
+    script: &Script,
+    keys: &[&[u8]],
+    args: &[&[u8]],
+    read_only: bool,
+) -> Result<Reply, CmdError> {
+    let function = engine.function(script)?;
+    let lua_error = |e: mlua::Error| CmdError::other(format!("ERR Error running script {}: {e}", script.sha));
+    engine.visible.raw_set("KEYS", array(&engine.lua, keys).map_err(lua_error)?).map_err(lua_error)?;
+    engine.visible.raw_set("ARGV", array(&engine.lua, args).map_err(lua_error)?).map_err(lua_error)?;
+    let run = Run { resp3: Cell::new(false), read_only };
+    let caller_resp3 = ctx.client.resp3;
+    let hook_state = ctx.server.scripts.run.clone();
+    engine.lua.set_hook(HookTriggers::new().every_nth_instruction(HOOK_INSTRUCTIONS), move |_, _| {
+        if hook_state.tick() {
+            tracing::warn!("Lua script killed by user with SCRIPT KILL.");
+            return Err(mlua::Error::runtime("Script killed by user with SCRIPT KILL..."));
+        }
+        Ok(VmState::Continue)
+    });
+    let ctx = RefCell::new(ctx);
+    let outcome = engine.lua.scope(|scope| {
+        // redis.call raises a command's error; the \1 marks it as one
+        // (the sandbox's error handler reads it) and as counted already.
+        let raising = scope.create_function(|lua, argv: MultiValue| {
+            call(&mut ctx.borrow_mut(), &run, lua, argv).map_err(|text| mlua::Error::runtime(format!("\u{1}{text}")))
+        })?;
+        let protected = scope.create_function(|lua, argv: MultiValue| {
+            Ok(call(&mut ctx.borrow_mut(), &run, lua, argv).unwrap_or_else(|text| error_value(lua, &text)))
+        })?;
+        let setresp = scope.create_function(|_, args: Variadic<Value>| {
+            let [resp] = &args[..] else { return Err(api_error("redis.setresp() requires one argument.")) };
+            match lua_number(resp) {
+                Some(2.0) => run.resp3.set(false),
+                Some(3.0) => run.resp3.set(true),
+                _ => return Err(api_error("RESP version must be 2 or 3.")),
+            }
+            Ok(())
+        })?;
+        let set_repl = scope.create_function(|_, args: Variadic<Value>| {
+            let [flags] = &args[..] else { return Err(api_error("redis.set_repl() requires two arguments.")) };
+            // Keel's durability is the journal: every write of a script
+            // goes to it and to replicas, or the promise that an
+            // acknowledged write is on disk would not hold.
+            match lua_number(flags).unwrap_or(0.0) as i64 {
+                3 => Ok(()),
+                0..=2 => Err(api_error("Keel logs every write of a script: only redis.REPL_ALL is supported.")),
+                _ => Err(api_error("Invalid replication flags. Use REPL_AOF, REPL_REPLICA, REPL_ALL or REPL_NONE.")),
+            }
+        })?;
+        let host = engine.lua.create_table()?;
+        host.raw_set("call", raising)?;
+        host.raw_set("pcall", protected)?;
+        host.raw_set("setresp", setresp)?;
+        host.raw_set("set_repl", set_repl)?;
+        engine.bind.call::<()>(host)?;
+        let (ok, value): (bool, Value) = engine.runner.call(function)?;
+        engine.bind.call::<()>(Value::Nil)?;
+        let reply = if ok {
+            let mut bytes = Vec::new();
+            write_reply(&mut ReplyWriter::new(&mut bytes, caller_resp3), &value, run.resp3.get(), 0)?;
+            Reply::Ok(bytes)
+        } else {
+            failure(&value, &script.sha)?
+        };
+        Ok(reply)
+    });
+    engine.lua.remove_hook();
+    // Redis steps the collector every 50 scripts; a step per script
+    // keeps garbage from piling up between full cycles.
+    let _ = engine.lua.gc_step_kbytes(8);
+    outcome.map_err(lua_error)
+}
+
+/// An error of Redis's script API (`luaPushError` then `luaError`): the
+/// sandbox's handler reads the \2 as "a Redis error with its code".
+pub(super) fn api_error(message: &str) -> mlua::Error {
+    mlua::Error::runtime(format!("\u{2}ERR {message}"))
+}
+
+/// A Lua value as `lua_tonumber` reads it.
+pub(super) fn lua_number(value: &Value) -> Option<f64> {
+    match value {
+        Value::Integer(i) => Some(*i as f64),
+        Value::Number(n) => Some(*n),
+        Value::String(s) => s.to_str().ok()?.trim().parse().ok(),
+        _ => None,
+    }
+}
+
+fn array(lua: &Lua, items: &[&[u8]]) -> mlua::Result<Table> {
+    let t = lua.create_table_with_capacity(items.len(), 0)?;
+    for (i, item) in items.iter().enumerate() {
+        t.raw_seti(i + 1, lua.create_string(item)?)?;
+    }
+    Ok(t)
+}
+
+/// The reply of a failed script: Redis's `-<err> script: <sha>, on
+/// <source>:<line>.` from the handler's error table.
+fn failure(value: &Value, sha: &str) -> mlua::Result<Reply> {
+    let Value::Table(t) = value else {
+        return Ok(Reply::Error(format!("ERR Error running script {sha}, execution failure")));
+    };
+    let message: Option<mlua::String> = t.raw_get("err")?;
+    let mut text = message.map(|m| m.to_string_lossy()).unwrap_or_default();
+    let source: Option<mlua::String> = t.raw_get("source")?;
+    let line: Option<i64> = t.raw_get("line")?;
+    if let (Some(source), Some(line)) = (source, line) {
+        text.push_str(&format!(" script: {sha}, on {}:{line}.", source.to_string_lossy()));
+    }
+    let uncounted: Option<bool> = t.raw_get("ignore_error_stats_update")?;
+    Ok(match uncounted {
+        Some(true) => Reply::Uncounted(text),
+        _ => Reply::Error(text),
+    })
+}
+
+/// `redis.call` and `redis.pcall`: runs one command as the script's
+/// client and returns its reply as a Lua value, or the text of its error
+/// (`CODE message`), already counted in errorstats.
+fn call(ctx: &mut Ctx<'_>, run: &Run, lua: &Lua, argv: MultiValue) -> Result<Value, String> {
+    let reply = call_command(ctx, run, argv).map_err(|text| {
+        let text = redis_error(&text);
+        ctx.server.count_error(&text);
+        text
+    })?;
+    match parse_frame(&reply) {
+        Ok(Some((Frame::Error(e), _))) => Err(redis_error(&format!("-{}", String::from_utf8_lossy(&e)))),
+        Ok(Some((frame, _))) => to_lua(lua, frame, run.resp3.get()).map_err(|e| format!("ERR {e}")),
+        _ => Err("ERR the command's reply could not be read".into()),
+    }
+}
+
+/// Redis's `scriptCall`: checks the command against the script's state,
+/// then runs it. Returns its reply bytes, or the error a script sees.
+fn call_command(ctx: &mut Ctx<'_>, run: &Run, args: MultiValue) -> Result<Vec<u8>, String> {
+    if args.is_empty() {
+        return Err("Please specify at least one argument for this redis lib call".into());
+    }
+    let mut owned: Vec<Vec<u8>> = Vec::with_capacity(args.len());
+    for arg in args.iter() {
+        owned.push(match arg {
+            Value::String(s) => s.as_bytes().to_vec(),
+            // Redis formats numbers with %.17g: Lua's own %.14g loses precision.
+            Value::Integer(i) => i.to_string().into_bytes(),
+            Value::Number(n) => {
+                let mut out = Vec::new();
+                keel_protocol::reply::format_double_g17(*n, &mut out);
+                out
+            }
+            _ => return Err("Lua redis lib command arguments must be strings or integers".into()),
+        });
+    }
+    let argv: Vec<&[u8]> = owned.iter().map(Vec::as_slice).collect();
+    let (index, spec) = match command::resolve(&argv) {
+        Ok(found) => found,
+        Err(CmdError::Arity(_)) => return Err("Wrong number of args calling Redis command from script".into()),
+        Err(_) => return Err("Unknown Redis command called from script".into()),
+    };
+    if spec.has(flags::NOSCRIPT) {
+        return Err("This Redis command is not allowed from script".into());
+    }
+    let writes = spec.has(flags::WRITE);
+    if run.read_only && (writes || matches!(spec.name, "publish" | "spublish")) {
+        return Err("Write commands are not allowed from read-only scripts.".into());
+    }
+    let state = &ctx.server.scripts.run;
+    // Once a script has written, it cannot stop halfway on a refusal.
+    if !state.wrote.load(Ordering::Relaxed) {
+        if let Some(error) = command::refusal(ctx.server, ctx.client.is_master, spec.flags, false) {
+            return Err(format!("-{error}"));
+        }
+        crate::durability::check_writable(ctx.server, spec).map_err(|e| format!("-{e}"))?;
+    }
+    if writes {
+        state.wrote.store(true, Ordering::Relaxed);
+    }
+    // The command's reply goes to a buffer of its own, in the script's
+    // RESP version.
+    let saved = std::mem::take(ctx.out.buf);
+    let caller_resp3 = std::mem::replace(&mut ctx.out.resp3, run.resp3.get());
+    let result = command::run(ctx, index, spec, &argv);
+    if let Err(e) = result {
+        let text = e.to_string();
+        ctx.server.count_error(&text);
+        ctx.out.error(&text);
+    }
+    command::feed_monitors(ctx.server, ctx.client, spec, &argv);
+    ctx.out.resp3 = caller_resp3;
+    Ok(std::mem::replace(ctx.out.buf, saved))
+}
+
+/// Redis's `luaPushErrorBuff`: `-CODE message` or a message (code ERR)
+/// as `CODE message`, line ends trimmed.
+fn redis_error(text: &str) -> String {
+    let (code, message) = match text.strip_prefix('-') {
+        Some(rest) => rest.split_once(' ').unwrap_or(("ERR", rest)),
+        None => ("ERR", text),
+    };
+    format!("{code} {}", message.trim_matches(['\r', '\n']))
+}
+
+/// The error table redis.pcall returns: `{err = "CODE message"}`, marked
+/// as counted in errorstats already.
+fn error_value(lua: &Lua, text: &str) -> Value {
+    let table = || -> mlua::Result<Table> {
+        let t = lua.create_table()?;
+        t.raw_set("err", text)?;
+        t.raw_set("ignore_error_stats_update", true)?;
+        Ok(t)
+    };
+    table().map_or(Value::Nil, Value::Table)
+}
+
+/// A command's reply as Redis gives it to Lua.
+fn to_lua(lua: &Lua, frame: Frame, resp3: bool) -> mlua::Result<Value> {
+    let single = |field: &str, value: Value| -> mlua::Result<Value> {
+        let t = lua.create_table()?;
+        t.raw_set(field, value)?;
+        Ok(Value::Table(t))
+    };
+    Ok(match frame {
+        Frame::Integer(i) => Value::Number(i as f64),
+        Frame::Bulk(b) => Value::String(lua.create_string(b)?),
+        // RESP2's null bulk and null array are false; RESP3's null is nil.
+        Frame::Null if resp3 => Value::Nil,
+        Frame::Null => Value::Boolean(false),
+        Frame::Simple(s) => single("ok", Value::String(lua.create_string(s)?))?,
+        // Counted already, when the command failed.
+        Frame::Error(e) => error_value(lua, &redis_error(&format!("-{}", String::from_utf8_lossy(&e)))),
+        Frame::Array(items) | Frame::Push(items) => {
+            let t = lua.create_table_with_capacity(items.len(), 0)?;
+            for (i, item) in items.into_iter().enumerate() {
+                t.raw_seti(i + 1, to_lua(lua, item, resp3)?)?;
+            }
+            Value::Table(t)
+        }
+        Frame::Map(pairs) => {
+            let t = lua.create_table()?;
+            for (k, v) in pairs {
+                t.raw_set(to_lua(lua, k, resp3)?, to_lua(lua, v, resp3)?)?;
+            }
+            single("map", Value::Table(t))?
+        }
+        Frame::Set(items) => {
+            let t = lua.create_table()?;
+            for item in items {
+                t.raw_set(to_lua(lua, item, resp3)?, true)?;
+            }
+            single("set", Value::Table(t))?
+        }
+        Frame::Double(d) => {
+            let text = String::from_utf8_lossy(&d);
+            single("double", Value::Number(text.parse().unwrap_or(f64::NAN)))?
+        }
+        Frame::Boolean(b) => Value::Boolean(b),
+        Frame::BigNumber(digits) => single("big_number", Value::String(lua.create_string(digits)?))?,
+        Frame::Verbatim { format, text } => {
+            let t = lua.create_table()?;
+            t.raw_set("format", lua.create_string(format)?)?;
+            t.raw_set("string", lua.create_string(text)?)?;
+            single("verbatim_string", Value::Table(t))?
+        }
+    })
+}
+
+/// A script's return value as a reply (Redis's `luaReplyToRedisReply`).
+/// `script_resp3`: the script asked for RESP3 (`redis.setresp(3)`), which
+/// changes what a boolean is.
+fn write_reply(out: &mut ReplyWriter<'_>, value: &Value, script_resp3: bool, depth: usize) -> mlua::Result<()> {
+    if depth > REPLY_DEPTH_MAX {
+        out.error("ERR reached lua stack limit");
+        return Ok(());
+    }
+    match value {
+        Value::String(s) => out.bulk(&s.as_bytes()),
+        Value::Boolean(b) if !script_resp3 => match b {
+            true => out.int(1),
+            false => out.null(),
+        },
+        Value::Boolean(b) => out.boolean(*b),
+        // Redis casts the double: the fraction is dropped.
+        Value::Integer(i) => out.int(*i),
+        Value::Number(n) => out.int(*n as i64),
+        Value::Table(t) => write_table(out, t, script_resp3, depth)?,
+        _ => out.null(),
+    }
+    Ok(())
+}
+
+fn write_table(out: &mut ReplyWriter<'_>, t: &Table, script_resp3: bool, depth: usize) -> mlua::Result<()> {
+    if let Value::String(e) = t.raw_get::<Value>("err")? {
+        out.error(&format!("-{}", e.to_string_lossy()));
+        return Ok(());
+    }
+    if let Value::String(s) = t.raw_get::<Value>("ok")? {
+        out.simple(&s.to_string_lossy().replace(['\r', '\n'], " "));
+        return Ok(());
+    }
+    match t.raw_get::<Value>("double")? {
+        Value::Number(d) => {
+            out.double(d);
+            return Ok(());
+        }
+        Value::Integer(d) => {
+            out.double(d as f64);
+            return Ok(());
+        }
+        _ => {}
+    }
+    if let Value::String(s) = t.raw_get::<Value>("big_number")? {
+        out.big_number(&s.to_string_lossy().replace(['\r', '\n'], " "));
+        return Ok(());
+    }
+    if let Value::Table(v) = t.raw_get::<Value>("verbatim_string")? {
+        if let (Value::String(format), Value::String(text)) = (v.raw_get("format")?, v.raw_get("string")?) {
+            out.verbatim(&format.to_string_lossy(), &text.as_bytes());
+            return Ok(());
+        }
+    }
+    if let Value::Table(map) = t.raw_get::<Value>("map")? {
+        let pairs: Vec<(Value, Value)> = map.pairs::<Value, Value>().collect::<mlua::Result<_>>()?;
+        out.map(pairs.len());
+        for (k, v) in &pairs {
+            write_reply(out, k, script_resp3, depth + 1)?;
+            write_reply(out, v, script_resp3, depth + 1)?;
+        }
+        return Ok(());
+    }
+    if let Value::Table(set) = t.raw_get::<Value>("set")? {
+        let members: Vec<Value> = set.pairs::<Value, Value>().map(|p| p.map(|(k, _)| k)).collect::<mlua::Result<_>>()?;
+        out.set(members.len());
+        for m in &members {
+            write_reply(out, m, script_resp3, depth + 1)?;
+        }
+        return Ok(());
+    }
+    // An array up to its first nil.
+    let mut items = Vec::new();
+    loop {
+        let item: Value = t.raw_get(items.len() + 1)?;
+        if item.is_nil() {
+            break;
+        }
+        items.push(item);
+    }
+    out.array(items.len());
+    for item in &items {
+        write_reply(out, item, script_resp3, depth + 1)?;
+    }
+    Ok(())
+}

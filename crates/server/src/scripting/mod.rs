@@ -1,0 +1,287 @@
+//! Lua scripting: EVAL, EVALSHA and their `_RO` forms, SCRIPT, as Redis
+//! 7.0 runs them.
+//!
+//! - **The script cache** (`Scripts`) is the server's: SHA1 of the body to
+//!   the body and its shebang flags. EVAL adds to it, SCRIPT FLUSH empties
+//!   it.
+//! - **The interpreters** are per worker thread (`engine.rs`): a Lua 5.1
+//!   state, Redis's sandbox (`sandbox.lua`) and libraries (`libs.rs`),
+//!   and the functions compiled from the cache's bodies. SCRIPT FLUSH
+//!   bumps a generation and each thread starts a fresh state at its next
+//!   script, as Redis's `scriptingReset` does.
+//! - **Atomicity.** A script runs with every shard locked (the commands
+//!   are ALL_SHARDS), since a script may touch keys it did not declare,
+//!   so no other command runs while it does, as in Redis. Its commands
+//!   run through `command::run`, as EXEC's do, and what they write is
+//!   logged as one MULTI ... EXEC unit (Redis 7.0 replicates a script's
+//!   effects, never the script), so the journal and replicas see it
+//!   whole. Its reply waits, under `appendfsync always`, for what its
+//!   commands wrote and read.
+//! - **Busy scripts.** Past `busy-reply-threshold` a script is busy:
+//!   commands from other workers' connections get -BUSY, and SCRIPT KILL
+//!   from one of them stops a script that has not written. A busy script
+//!   holds the worker that runs it, so connections served by that worker
+//!   wait for the script's end (Redis serves them from inside the script).
+
+mod engine;
+mod libs;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use parking_lot::Mutex;
+
+use crate::command::{parse, CmdError, CmdResult, Ctx};
+
+/// Redis's `shared.slowevalerr`.
+pub const BUSY: &str = "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.";
+/// Redis's `shared.noscripterr`.
+const NOSCRIPT: &str = "NOSCRIPT No matching script. Please use EVAL.";
+
+/// A script's shebang flags (`#!lua flags=...`).
+pub mod flags {
+    pub const NO_WRITES: u32 = 1 << 0;
+    pub const ALLOW_OOM: u32 = 1 << 1;
+    pub const ALLOW_STALE: u32 = 1 << 2;
+    pub const NO_CLUSTER: u32 = 1 << 3;
+    pub const ALLOW_CROSS_SLOT: u32 = 1 << 4;
+    /// No shebang: Redis's backwards-compatible EVAL mode.
+    pub const COMPAT: u32 = 1 << 31;
+
+    pub const NAMES: &[(&str, u32)] = &[
+        ("no-writes", NO_WRITES),
+        ("allow-oom", ALLOW_OOM),
+        ("allow-stale", ALLOW_STALE),
+        ("no-cluster", NO_CLUSTER),
+        ("allow-cross-slot-keys", ALLOW_CROSS_SLOT),
+    ];
+}
+
+/// A cached script.
+pub struct Script {
+    /// Lower-case hex SHA1 of `body`.
+    pub sha: String,
+    pub body: Vec<u8>,
+    pub flags: u32,
+    /// Bytes of the shebang line, which is compiled as an empty line.
+    shebang_len: usize,
+}
+
+/// The server's scripts: the cache, and the one running script's state.
+#[derive(Default)]
+pub struct Scripts {
+    cache: Mutex<HashMap<String, Arc<Script>>>,
+    /// Bumped by SCRIPT FLUSH: each thread's interpreter starts afresh.
+    generation: AtomicU64,
+    pub run: Arc<RunState>,
+}
+
+/// The running script, seen from other threads (SCRIPT KILL, -BUSY) and
+/// from the interpreter's instruction hook. At most one script runs at a
+/// time: each holds every shard.
+#[derive(Default)]
+pub struct RunState {
+    running: AtomicBool,
+    /// Past `busy-reply-threshold`: other clients get -BUSY.
+    busy: AtomicBool,
+    killed: AtomicBool,
+    /// The script has run a write command: it can no longer be killed.
+    wrote: AtomicBool,
+    /// Sent by our master: never killed.
+    from_master: AtomicBool,
+    started: Mutex<Option<Instant>>,
+    threshold_ms: AtomicU64,
+}
+
+impl RunState {
+    pub fn busy(&self) -> bool {
+        self.busy.load(Ordering::Relaxed)
+    }
+
+    fn start(&self, threshold_ms: u64, from_master: bool) {
+        *self.started.lock() = Some(Instant::now());
+        self.threshold_ms.store(threshold_ms, Ordering::Relaxed);
+        self.killed.store(false, Ordering::Relaxed);
+        self.wrote.store(false, Ordering::Relaxed);
+        self.from_master.store(from_master, Ordering::Relaxed);
+        self.running.store(true, Ordering::Release);
+    }
+
+    fn finish(&self) {
+        self.running.store(false, Ordering::Release);
+        self.busy.store(false, Ordering::Release);
+        self.killed.store(false, Ordering::Relaxed);
+    }
+
+    /// Called every 100,000 instructions: marks the script busy past the
+    /// threshold, and says whether SCRIPT KILL asked it to stop.
+    fn tick(&self) -> bool {
+        let threshold = self.threshold_ms.load(Ordering::Relaxed);
+        if threshold > 0 && !self.busy() {
+            let elapsed = self.started.lock().map_or(0, |s| s.elapsed().as_millis() as u64);
+            if elapsed >= threshold {
+                tracing::warn!(
+                    "Slow script detected: still in execution after {elapsed} milliseconds. You can try killing the script using the SCRIPT KILL command."
+                );
+                self.busy.store(true, Ordering::Release);
+            }
+        }
+        self.killed.load(Ordering::Relaxed)
+    }
+
+    /// SCRIPT KILL's answer.
+    pub fn kill(&self) -> Result<(), CmdError> {
+        if !self.running.load(Ordering::Acquire) {
+            return Err(CmdError::other("NOTBUSY No scripts in execution right now."));
+        }
+        if self.from_master.load(Ordering::Relaxed) {
+            return Err(CmdError::other(
+                "UNKILLABLE The busy script was sent by a master instance in the context of replication and cannot be killed.",
+            ));
+        }
+        if self.wrote.load(Ordering::Relaxed) {
+            return Err(CmdError::other(
+                "UNKILLABLE Sorry the script already executed write commands against the dataset. You can either wait the script termination or kill the server in a hard way using the SHUTDOWN NOSAVE command.",
+            ));
+        }
+        self.killed.store(true, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+impl Scripts {
+    pub fn get(&self, sha: &[u8]) -> Option<Arc<Script>> {
+        let sha = std::str::from_utf8(sha).ok()?.to_ascii_lowercase();
+        self.cache.lock().get(&sha).cloned()
+    }
+
+    /// INFO memory's `number_of_cached_scripts` and
+    /// `used_memory_scripts_eval` (the bodies and their names).
+    pub fn cached(&self) -> (usize, usize) {
+        let cache = self.cache.lock();
+        (cache.len(), cache.values().map(|s| s.body.len() + s.sha.len()).sum())
+    }
+
+    /// SCRIPT FLUSH: forgets every script and every interpreter's state.
+    pub fn flush(&self) {
+        self.cache.lock().clear();
+        self.generation.fetch_add(1, Ordering::Release);
+    }
+
+    fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// The cached script of `body`, compiled in this thread's interpreter
+    /// (so that a script that does not compile is refused and not
+    /// cached), or Redis's error.
+    pub fn load(&self, server: &crate::server::Server, body: &[u8]) -> Result<Arc<Script>, CmdError> {
+        let sha = sha1_hex(body);
+        if let Some(script) = self.cache.lock().get(&sha) {
+            return Ok(script.clone());
+        }
+        let (flags, shebang_len) = shebang(body)?;
+        let script = Arc::new(Script { sha: sha.clone(), body: body.to_vec(), flags, shebang_len });
+        engine::compile(server, &script)?;
+        self.cache.lock().entry(sha).or_insert(script.clone());
+        Ok(script)
+    }
+}
+
+/// Lower-case hex SHA1, as Redis names scripts.
+pub fn sha1_hex(bytes: &[u8]) -> String {
+    sha1_smol::Sha1::from(bytes).digest().to_string()
+}
+
+/// Redis's `evalExtractShebangFlags`: the flags of a `#!lua` first line,
+/// and its length; no shebang is Redis's compatibility mode.
+fn shebang(body: &[u8]) -> Result<(u32, usize), CmdError> {
+    if !body.starts_with(b"#!") {
+        return Ok((flags::COMPAT, 0));
+    }
+    let Some(end) = body.iter().position(|&b| b == b'\n') else {
+        return Err(CmdError::other("ERR Invalid script shebang"));
+    };
+    let line = String::from_utf8_lossy(&body[..end]);
+    let mut parts = line.split_ascii_whitespace();
+    let engine = parts.next().unwrap_or_default();
+    if engine != "#!lua" {
+        return Err(CmdError::other(format!("ERR Unexpected engine in script shebang: {engine}")));
+    }
+    let mut found = 0;
+    for part in parts {
+        let Some(list) = part.strip_prefix("flags=") else {
+            return Err(CmdError::other(format!("ERR Unknown lua shebang option: {part}")));
+        };
+        for name in list.split(',').filter(|n| !n.is_empty()) {
+            let Some((_, flag)) = flags::NAMES.iter().find(|(n, _)| *n == name) else {
+                return Err(CmdError::other(format!("ERR Unexpected flag in script shebang: {name}")));
+            };
+            found |= flag;
+        }
+    }
+    Ok((found, end))
+}
+
+/// EVAL, EVALSHA and their `_RO` forms: `script numkeys key... arg...`.
+pub fn eval(ctx: &mut Ctx<'_>, argv: &[&[u8]], by_sha: bool, read_only: bool) -> CmdResult {
+    let numkeys = parse::i64_arg(argv[2])?;
+    if numkeys > argv.len() as i64 - 3 {
+        return Err(CmdError::other("ERR Number of keys can't be greater than number of args"));
+    }
+    if numkeys < 0 {
+        return Err(CmdError::other("ERR Number of keys can't be negative"));
+    }
+    let scripts = &ctx.server.scripts;
+    let script = match by_sha {
+        true => scripts.get(argv[1]).ok_or_else(|| CmdError::other(NOSCRIPT))?,
+        false => scripts.load(ctx.server, argv[1])?,
+    };
+    let no_writes = may_not_write(ctx, &script, read_only)?;
+    let read_only = read_only || no_writes;
+    let split = 3 + numkeys as usize;
+    engine::run(ctx, &script, &argv[3..split], &argv[split..], read_only)
+}
+
+/// Redis's `scriptPrepareForRun` for a script with a shebang, which says
+/// whether it writes: refuses one that may write where writes are
+/// refused. Returns whether it runs read-only (`no-writes`).
+fn may_not_write(ctx: &Ctx<'_>, script: &Script, read_only: bool) -> Result<bool, CmdError> {
+    if script.flags & flags::COMPAT != 0 {
+        return Ok(false);
+    }
+    let server = ctx.server;
+    let obeyed = ctx.client.is_master;
+    if script.flags & flags::NO_WRITES == 0 {
+        if server.replica.refuses_writes() && !obeyed {
+            return Err(CmdError::other("READONLY Can not run script with write flag on readonly replica"));
+        }
+        if let Some(error) = crate::command::disk_refusal(server) {
+            if !obeyed {
+                return Err(CmdError::other(format!(
+                    "{error} Writable scripts are blocked. Use 'no-writes' flag for read only scripts."
+                )));
+            }
+        }
+        if read_only {
+            return Err(CmdError::other("ERR Can not execute a script with write flag using *_ro command."));
+        }
+        if server.min_replicas_unmet.load(Ordering::Relaxed) && !server.replica.is_replica() {
+            return Err(CmdError::other("NOREPLICAS Not enough good replicas to write."));
+        }
+    }
+    if script.flags & (flags::ALLOW_OOM | flags::NO_WRITES) == 0 && crate::command::out_of_memory(server) && !obeyed {
+        return Err(CmdError::other(
+            "OOM allow-oom flag is not set on the script, can not run it when used memory > 'maxmemory'",
+        ));
+    }
+    Ok(script.flags & flags::NO_WRITES != 0)
+}
+
+/// -BUSY for a command from another connection while a script is busy,
+/// unless the command is one Redis allows then.
+pub fn busy_refusal(server: &crate::server::Server, spec: &crate::command::CommandSpec) -> Option<&'static str> {
+    (server.scripts.run.busy() && !spec.has(crate::command::flags::ALLOW_BUSY)).then_some(BUSY)
+}

@@ -1,0 +1,125 @@
+//! Differential tests of Lua scripting against Debian's redis-server: the
+//! same scripts, in the same order, on a fresh Keel and a fresh Redis,
+//! replies compared exactly (errors name the script's SHA1 and line, so
+//! they compare too). The scripts cover the sandbox, the conversions of
+//! replies both ways in RESP2 and RESP3, redis.* helpers, cjson, bit and
+//! math.random (whose sequence is Redis's own).
+
+mod common;
+
+use common::{Client, Frame, Server};
+
+/// Each script runs with KEYS = {"k1", "k2"} and ARGV = {"a1", "7"}.
+const SCRIPTS: &[&str] = &[
+    "return a",
+    "a = 1",
+    "setmetatable(_G, {})",
+    "local g = getmetatable(_G); g.__index = {}",
+    "redis.call = 1",
+    "string.foo = 1",
+    "cjson.encode = 1",
+    "bit.band = 1",
+    "return type(print)",
+    "return type(loadfile)",
+    "return redis.call('nosuch')",
+    "return redis.call('get')",
+    "return redis.pcall('get')",
+    "error('x')",
+    "error({err='MY thing'})",
+    "return {1,2,{3,'x'},nil,4}",
+    "return redis.call('incr','k','x')",
+    "return 'a' .. nil",
+    "return pcall(function() error('boom') end)",
+    "return {err='bad'}",
+    "return redis.error_reply('FOO bar')",
+    "return redis.error_reply('plain')",
+    "return redis.error_reply(1)",
+    "return {ok='fine'}",
+    "return redis.status_reply('PONG')",
+    "return 3.99",
+    "return -3.99",
+    "return true",
+    "return false",
+    "return {1,false,3}",
+    "return nil",
+    "x(",
+    "return _G",
+    "return loadstring('return 1')()",
+    "return cjson.encode({1,2,{a=1}})",
+    "return cjson.encode({s='a/b\"c', n=1.5, big=1e20, small=0.1, b=true, z=cjson.null})",
+    "return cjson.decode('[1,2,{\"a\":null}]')[3].a == cjson.null",
+    "return table.concat(cjson.decode('[0.0, -5e3, -1, 0.3e-3, 1023.2, 0e10]'), ' ')",
+    "return cjson.decode('{\"a\":[1,2,3],\"b\":\"\\\\u00e9\"}').b",
+    "return cjson.encode(function() end)",
+    "local ok, e = pcall(cjson.encode, {[false]=1}); return e",
+    "return cjson.encode({[1]=1, [20]=2})",
+    "return redis.sha1hex('')",
+    "return redis.sha1hex('abc')",
+    "return {math.random(), math.random(10), math.random(5,8)}",
+    "math.randomseed(42); return {math.random(1000), math.random(1000)}",
+    "return {bit.tohex(255), bit.tohex(-1, 4), bit.band(7,3), bit.bxor(1,2), bit.lshift(1,31), bit.rshift(-1,28), bit.arshift(-16,2), bit.tobit(2^32+5)}",
+    "return bit.band('x')",
+    "return redis.call('set','a','b','c')",
+    "return redis.call('set', KEYS[1], ARGV[1])",
+    "return redis.call('get', KEYS[1])",
+    "return redis.call('lpush', KEYS[1], 'x')",
+    "local ok, e = pcall(redis.call, 'lpush', KEYS[1], 'x'); return e",
+    "local t = redis.pcall('lpush', KEYS[1], 'x'); return t.err",
+    "return redis.call('set', 'n', 1.5)",
+    "return redis.call('get', 'n')",
+    "return redis.call('incrbyfloat', 'n', 0.1)",
+    "redis.call('select', 3); return redis.call('set', 'indb3', 1)",
+    "return redis.call('exists', 'indb3')",
+    "return redis.call('ping')",
+    "return redis.call('hset', KEYS[2], 'f1', 'v1', 'f2', ARGV[2])",
+    "return redis.call('hgetall', KEYS[2])",
+    "redis.setresp(3); return redis.call('hgetall', KEYS[2])",
+    "redis.setresp(3); return redis.call('hgetall', 'missing')",
+    "redis.setresp(3); return redis.call('get', 'missing')",
+    "return redis.call('get', 'missing')",
+    "redis.setresp(3); return redis.call('zadd', 'z', 1.5, 'm')",
+    "redis.setresp(3); return redis.call('zscore', 'z', 'm')",
+    "redis.setresp(3); return {redis.call('exists', 'z') == 1, true, false}",
+    "redis.setresp(3); return redis.call('smembers', 'nothing')",
+    "return redis.setresp(4)",
+    "return {double=3.5}",
+    "return {map={a=1}}",
+    "return {set={x=true}}",
+    "return {big_number='123456789012345678901234567890'}",
+    "return {verbatim_string={format='txt', string='hello'}}",
+    "local t = {}; for i=1,10 do t[i] = redis.call('incr', 'ctr') end; return t",
+    "return #KEYS + #ARGV",
+    "return string.format('%d %s %5.2f', 3, 'x', 1.5)",
+    "return ('x'):rep(3)",
+    "return tostring(1e15) .. ' ' .. tostring(0.1) .. ' ' .. tostring(1/3)",
+    "return coroutine.wrap(function() coroutine.yield(7) end)()",
+    "return redis.REDIS_VERSION_NUM > 0",
+    "redis.log(redis.LOG_WARNING, 'from a script')",
+    "return redis.log(9, 'x')",
+    "return redis.acl_check_cmd('get', 'x')",
+    "return redis.acl_check_cmd('nosuch')",
+    "return redis.replicate_commands()",
+    "return string.dump ~= nil and loadstring(string.dump(function() return 1 end))",
+];
+
+#[test]
+fn scripts_answer_as_redis_does() {
+    let Some(redis) = Server::start_redis(&[]) else { return };
+    let keel = Server::start(&["--threads", "1"]);
+    for resp in ["2", "3"] {
+        let (mut r, mut k) = (redis.client(), keel.client());
+        r.send(&["HELLO", resp]);
+        k.send(&["HELLO", resp]);
+        for (n, script) in SCRIPTS.iter().enumerate() {
+            let argv = ["EVAL", script, "2", "k1", "k2", "a1", "7"];
+            let (expected, got) = (r.send(&argv), k.send(&argv));
+            assert_eq!(got, expected, "script {n} under RESP{resp}: {script}");
+        }
+        flush(&mut r);
+        flush(&mut k);
+    }
+}
+
+fn flush(client: &mut Client) {
+    assert_eq!(client.cmd("FLUSHALL"), Frame::Simple(b"OK".to_vec()));
+}

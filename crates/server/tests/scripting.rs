@@ -1,0 +1,196 @@
+//! Lua scripting over real sockets: EVAL and EVALSHA with the script
+//! cache, read-only runs, a script's writes as one atomic, durable unit
+//! (kill -9, the journal's MULTI ... EXEC, a Redis replica), -BUSY and
+//! SCRIPT KILL.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{bulk, err, int, ok, simple, temp_dir, Client, Frame, Server};
+
+fn error_text(frame: &Frame) -> String {
+    match frame {
+        Frame::Error(e) => String::from_utf8_lossy(e).into_owned(),
+        other => panic!("expected an error, got {other:?}"),
+    }
+}
+
+#[test]
+fn eval_runs_with_keys_and_args_and_caches_the_script() {
+    let server = Server::start(&[]);
+    let mut c = server.client();
+    let script = "redis.call('set', KEYS[1], ARGV[1]); return {KEYS[1], ARGV[1], #KEYS, #ARGV}";
+    let reply = c.send(&["EVAL", script, "1", "k", "v"]);
+    assert_eq!(reply, Frame::Array(vec![bulk("k"), bulk("v"), int(1), int(1)]));
+    assert_eq!(c.cmd("GET k"), bulk("v"));
+    let sha = "1b1a3e29aa2bb86d6bb86edfc7dfd6fe1af9e5d2";
+    let Frame::Bulk(loaded) = c.send(&["SCRIPT", "LOAD", script]) else { panic!("SCRIPT LOAD") };
+    assert_eq!(loaded.len(), 40);
+    let sha_loaded = String::from_utf8(loaded).expect("hex");
+    assert_ne!(sha_loaded, sha, "a different body has a different SHA1");
+    assert_eq!(c.send(&["SCRIPT", "EXISTS", &sha_loaded, &sha_loaded.to_uppercase(), sha]), Frame::Array(vec![int(1), int(1), int(0)]));
+    assert_eq!(c.send(&["EVALSHA", &sha_loaded, "1", "k2", "w"]), Frame::Array(vec![bulk("k2"), bulk("w"), int(1), int(1)]));
+    assert_eq!(c.cmd("SCRIPT FLUSH"), ok());
+    assert_eq!(c.send(&["EVALSHA", &sha_loaded, "0"]), err("NOSCRIPT No matching script. Please use EVAL."));
+    assert_eq!(c.send(&["SCRIPT", "EXISTS", &sha_loaded]), Frame::Array(vec![int(0)]));
+    assert_eq!(c.send(&["EVAL", "return 1", "2", "a"]), err("ERR Number of keys can't be greater than number of args"));
+    assert_eq!(c.send(&["EVAL", "return 1", "-1"]), err("ERR Number of keys can't be negative"));
+    let compile = error_text(&c.send(&["EVAL", "return (", "0"]));
+    assert!(compile.starts_with("ERR Error compiling script (new function): user_script:1:"), "{compile}");
+}
+
+#[test]
+fn scripts_see_a_sandbox_and_redis_errors() {
+    let server = Server::start(&[]);
+    let mut c = server.client();
+    let global = error_text(&c.send(&["EVAL", "x = 1", "0"]));
+    assert!(global.contains("Attempt to modify a readonly table"), "{global}");
+    let missing = error_text(&c.send(&["EVAL", "return undefined_name", "0"]));
+    assert!(missing.contains("Script attempted to access nonexistent global variable 'undefined_name'"), "{missing}");
+    let library = error_text(&c.send(&["EVAL", "string.len = nil", "0"]));
+    assert!(library.contains("Attempt to modify a readonly table"), "{library}");
+    c.cmd("LPUSH list a");
+    let wrongtype = error_text(&c.send(&["EVAL", "return redis.call('get', 'list')", "0"]));
+    assert!(wrongtype.starts_with("WRONGTYPE Operation against a key holding the wrong kind of value script: "), "{wrongtype}");
+    assert!(wrongtype.ends_with(", on @user_script:1."), "{wrongtype}");
+    // pcall keeps the script going with the error as a table.
+    let caught = c.send(&["EVAL", "local r = redis.pcall('get', 'list'); return r.err", "0"]);
+    assert_eq!(caught, bulk("WRONGTYPE Operation against a key holding the wrong kind of value"));
+    let noscript = error_text(&c.send(&["EVAL", "return redis.call('multi')", "0"]));
+    assert!(noscript.starts_with("ERR This Redis command is not allowed from script"), "{noscript}");
+    assert_eq!(c.send(&["EVAL", "return {1, 'two', {3}, nil, 5}", "0"]), Frame::Array(vec![int(1), bulk("two"), Frame::Array(vec![int(3)])]));
+    assert_eq!(c.send(&["EVAL", "return redis.status_reply('FINE')", "0"]), simple("FINE"));
+    assert_eq!(c.send(&["EVAL", "return cjson.encode({1, 'a/b', {x = true}})", "0"]), bulk("[1,\"a\\/b\",{\"x\":true}]"));
+    assert_eq!(c.send(&["EVAL", "return bit.bor(1, 2, 4)", "0"]), int(7));
+}
+
+#[test]
+fn read_only_runs_refuse_writes() {
+    let server = Server::start(&[]);
+    let mut c = server.client();
+    c.cmd("SET k v");
+    assert_eq!(c.send(&["EVAL_RO", "return redis.call('get', KEYS[1])", "1", "k"]), bulk("v"));
+    let refused = error_text(&c.send(&["EVAL_RO", "return redis.call('del', KEYS[1])", "1", "k"]));
+    assert!(refused.starts_with("ERR Write commands are not allowed from read-only scripts."), "{refused}");
+    let flagged = error_text(&c.send(&["EVAL", "#!lua flags=no-writes\nreturn redis.call('del', KEYS[1])", "1", "k"]));
+    assert!(flagged.starts_with("ERR Write commands are not allowed from read-only scripts."), "{flagged}");
+    assert_eq!(
+        c.send(&["EVAL_RO", "#!lua\nreturn 1", "0"]),
+        err("ERR Can not execute a script with write flag using *_ro command.")
+    );
+    assert_eq!(c.send(&["EVAL", "#!python\nreturn 1", "0"]), err("ERR Unexpected engine in script shebang: #!python"));
+    assert_eq!(c.cmd("GET k"), bulk("v"));
+}
+
+/// Every write of a script is journaled as one MULTI ... EXEC unit, and
+/// survives kill -9 once acknowledged (`appendfsync always`, the default).
+#[test]
+fn a_scripts_writes_are_one_durable_unit() {
+    let dir = temp_dir("scripting-durable");
+    let server = Server::start_in(&dir, &[]);
+    let mut c = server.client();
+    let script = "for i = 1, tonumber(ARGV[1]) do redis.call('rpush', KEYS[1], i) end redis.call('set', KEYS[2], 'done') return redis.call('llen', KEYS[1])";
+    for round in 0..20 {
+        let list = format!("list{round}");
+        let marker = format!("marker{round}");
+        assert_eq!(c.send(&["EVAL", script, "2", &list, &marker, "50"]), int(50));
+    }
+    server.kill9();
+    let incr = std::fs::read_dir(dir.join("appendonlydir"))
+        .expect("appendonlydir")
+        .filter_map(Result::ok)
+        .find(|e| e.file_name().to_string_lossy().ends_with(".incr.aof"))
+        .expect("an incr file");
+    let log = std::fs::read(incr.path()).expect("read the incr file");
+    let text = String::from_utf8_lossy(&log);
+    assert_eq!(text.matches("MULTI").count(), 20, "one unit per script");
+    assert!(!text.contains("EVAL"), "effects are logged, not the script");
+    let server = Server::start_last_in(&dir, &[]);
+    let mut c = server.client();
+    for round in 0..20 {
+        assert_eq!(c.cmd(&format!("LLEN list{round}")), int(50));
+        assert_eq!(c.cmd(&format!("GET marker{round}")), bulk("done"));
+    }
+}
+
+/// Inside MULTI, a script runs when EXEC does, with the other commands.
+#[test]
+fn scripts_run_inside_transactions() {
+    let server = Server::start(&[]);
+    let mut c = server.client();
+    c.cmd("MULTI");
+    c.send(&["EVAL", "return redis.call('incr', KEYS[1])", "1", "n"]);
+    c.cmd("INCR n");
+    c.send(&["EVAL", "return redis.call('incr', KEYS[1])", "1", "n"]);
+    assert_eq!(c.cmd("EXEC"), Frame::Array(vec![int(1), int(2), int(3)]));
+}
+
+/// A Redis replica of Keel gets a script's effects.
+#[test]
+fn a_redis_replica_gets_a_scripts_effects() {
+    let master = Server::start(&[]);
+    let Some(replica) = Server::start_redis(&["--replicaof", "127.0.0.1", &master.port.to_string()]) else { return };
+    let mut r = replica.client();
+    let mut m = master.client();
+    let script = "redis.call('set', KEYS[1], 'a') redis.call('append', KEYS[1], 'b') return redis.call('get', KEYS[1])";
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        assert_eq!(m.send(&["EVAL", script, "1", "k"]), bulk("ab"));
+        if r.cmd("GET k") == bulk("ab") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the replica never got the script's writes");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(r.cmd("SCRIPT EXISTS 0000000000000000000000000000000000000000"), Frame::Array(vec![int(0)]));
+}
+
+/// Past busy-reply-threshold other connections get -BUSY; SCRIPT KILL
+/// stops a script that has not written, and refuses one that has.
+#[test]
+fn busy_scripts_answer_busy_and_can_be_killed() {
+    // Two workers: the script holds one, a connection of the other
+    // serves the rest (connections are spread over the workers).
+    let server = Server::start(&["--threads", "2", "--busy-reply-threshold", "50"]);
+    let mut runner = server.client();
+    let mut candidates: Vec<Client> = (0..3).map(|_| server.client()).collect();
+    assert_eq!(candidates[0].cmd("SCRIPT KILL"), err("NOTBUSY No scripts in execution right now."));
+    runner.write_command(&["EVAL", "while true do end", "0"]);
+    let mut other = free_client(&mut candidates);
+    wait_busy(&mut other);
+    assert_eq!(other.cmd("SCRIPT KILL"), ok());
+    let killed = error_text(&runner.read());
+    assert!(killed.contains("Script killed by user with SCRIPT KILL"), "{killed}");
+    assert_eq!(other.cmd("PING"), simple("PONG"));
+
+    runner.write_command(&["EVAL", "redis.call('set', 'x', 1) while true do end", "0"]);
+    wait_busy(&mut other);
+    let refused = error_text(&other.cmd("SCRIPT KILL"));
+    assert!(refused.starts_with("UNKILLABLE"), "{refused}");
+    // Only SHUTDOWN NOSAVE (here, the end of the process) ends it, as in Redis.
+}
+
+/// The first of `candidates` that a worker other than the busy script's
+/// serves: it answers a PING.
+fn free_client(candidates: &mut Vec<Client>) -> Client {
+    for c in candidates.iter_mut() {
+        c.stream.set_read_timeout(Some(Duration::from_millis(300))).expect("timeout");
+        c.write_command(&["PING"]);
+    }
+    let free = candidates.iter_mut().position(|c| c.try_read().is_some()).expect("a connection on the free worker");
+    let client = candidates.swap_remove(free);
+    client.stream.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
+    client
+}
+
+fn wait_busy(client: &mut Client) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match client.cmd("PING") {
+            Frame::Error(e) if e.starts_with(b"BUSY") => return,
+            _ => assert!(Instant::now() < deadline, "the script never became busy"),
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
