@@ -676,8 +676,11 @@ impl Replay {
                 Ok(Some(RdbItem::ResizeDb { db_size, expires_size })) => {
                     return Ok(Some(Replayed::Resize { db: self.db, keys: db_size, with_expiry: expires_size }));
                 }
-                Ok(Some(RdbItem::Function { .. })) => {
-                    tracing::warn!("{}: skipping a function library: Keel has no functions", path.display());
+                // A base's function library replays as the command that
+                // loads it.
+                Ok(Some(RdbItem::Function { code })) => {
+                    let argv = vec![b"FUNCTION".to_vec(), b"LOAD".to_vec(), b"REPLACE".to_vec(), code];
+                    return Ok(Some(Replayed::Command { db: self.db, argv }));
                 }
                 Ok(Some(RdbItem::ModuleAux { module })) => {
                     return Err(JournalError::RdbBase { file: path.clone(), reason: keel_rdb::no_matching_module(&module) });

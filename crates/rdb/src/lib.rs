@@ -45,7 +45,7 @@ mod reader;
 mod writer;
 
 pub use crate::crc64::crc64;
-pub use dump::{dump_payload, restore_payload};
+pub use dump::{dump_functions, dump_payload, restore_functions, restore_payload, FunctionsPayloadError};
 pub use encode::{EncodeOptions, Thresholds};
 pub use error::{RdbError, BAD_DATA_FORMAT, DUMP_PAYLOAD_ERROR};
 pub use format::{ITEM_FLAGS_AUX, RDB_VERSION};

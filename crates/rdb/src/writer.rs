@@ -81,6 +81,13 @@ impl<W: Write> RdbWriter<W> {
         self.out.string(value, self.options.encode.compression)
     }
 
+    /// A function library (`FUNCTION2`): its code, shebang included.
+    /// Written before the databases, as Redis does.
+    pub fn function(&mut self, code: &[u8]) -> io::Result<()> {
+        self.out.u8(OP_FUNCTION2)?;
+        self.out.string(code, self.options.encode.compression)
+    }
+
     /// Starts database `db` (`SELECTDB`), with its key count and the number
     /// of those keys that have an expiry (`RESIZEDB`, a sizing hint).
     pub fn select_db(&mut self, db: u64, keys: u64, expires: u64) -> io::Result<()> {

@@ -88,6 +88,7 @@ use std::time::{Duration, Instant};
 
 use keel_engine::set::Member;
 use keel_engine::{Entry, Value};
+use crate::scripting::functions::Library;
 use keel_journal::{BaseBuffer, BaseFormat, IncrListing, Journal, JournalError, Rewrite, RewriteOptions, RewriteSummary, Sizes};
 use keel_rdb::{RdbWriter, WriteOptions};
 use parking_lot::Mutex;
@@ -596,19 +597,22 @@ fn snapshot_into_base(server: &Server, journal: &Journal) -> Result<RewriteSumma
     let prepared = journal.prepare_rewrite_with(options).map_err(|e| e.to_string())?;
     let keyspace = &server.keyspace;
     keyspace.prepare_snapshot(PREPARE_BUDGET);
-    let (mut rewrite, s_ms, counts, enabling) = keyspace.begin_snapshot(|all| {
+    let (mut rewrite, s_ms, counts, enabling, libraries) = keyspace.begin_snapshot(|all| {
         // RDB's per-database sizing hints: the key counts at S.
         let counts = crate::snapshot::db_counts(all.iter_mut(), keyspace.databases());
+        // The function libraries at S (the commands that change them hold
+        // every shard).
+        let libraries = server.scripts.functions.snapshot();
         server.snapshot_progress.begin(counts.iter().map(|c| c.0).sum());
         let rewrite = prepared.start();
         // Logging for `appendonly yes` starts exactly here: the base holds
         // everything before, the new incr file everything after.
         let enabling = crate::durability::begin_logging_at_s(server, fsync);
-        (rewrite, unix_ms(), counts, enabling)
+        (rewrite, unix_ms(), counts, enabling, libraries)
     });
     let written = match format {
-        BaseFormat::Aof => write_aof_base(server, &mut rewrite, s_ms),
-        BaseFormat::Rdb => write_rdb_base(server, &mut rewrite, s_ms, &counts, rdb_options),
+        BaseFormat::Aof => write_aof_base(server, &mut rewrite, s_ms, &libraries),
+        BaseFormat::Rdb => write_rdb_base(server, &mut rewrite, s_ms, &counts, &libraries, rdb_options),
     };
     if let Err(e) = written {
         for index in 0..keyspace.shard_count() {
@@ -700,11 +704,15 @@ fn delay_keys(server: &Server, keys: u64) {
 }
 
 /// The base as commands (`aof-use-rdb-preamble no`), after a `#TS:`
-/// annotation under `aof-timestamp-enabled`, as Redis's.
-fn write_aof_base(server: &Server, rewrite: &mut Rewrite, s_ms: u64) -> Result<(), String> {
+/// annotation under `aof-timestamp-enabled`, as Redis's: the function
+/// libraries first (FUNCTION LOAD), then the keys.
+fn write_aof_base(server: &Server, rewrite: &mut Rewrite, s_ms: u64, libraries: &[Arc<Library>]) -> Result<(), String> {
     let mut buf = BaseBuffer::new();
     if server.config.read().aof_timestamp_enabled {
         buf.push_timestamp();
+    }
+    for library in libraries {
+        buf.push(0, &[b"FUNCTION" as &[u8], b"LOAD", &library.code]);
     }
     scan_snapshot(
         server,
@@ -729,11 +737,15 @@ fn write_rdb_base(
     rewrite: &mut Rewrite,
     s_ms: u64,
     counts: &[(u64, u64)],
+    libraries: &[Arc<Library>],
     options: WriteOptions,
 ) -> Result<(), String> {
     let io_err = |e: std::io::Error| e.to_string();
     let out = std::io::BufWriter::with_capacity(WRITE_BYTES, rewrite.base_writer());
-    let writer = RdbWriter::new(out, options).map_err(io_err)?;
+    let mut writer = RdbWriter::new(out, options).map_err(io_err)?;
+    for library in libraries {
+        writer.function(&library.code).map_err(io_err)?;
+    }
     struct State<W: std::io::Write> {
         writer: RdbWriter<W>,
         db: Option<usize>,

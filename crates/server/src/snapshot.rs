@@ -73,6 +73,7 @@ use crate::config::SaveRule;
 
 use crate::doorbell::{Doorbell, Wake};
 use crate::rdb::{Gathered, GatheredValue};
+use crate::scripting::functions::Library;
 use crate::server::{unix_ms, Server};
 
 /// Entries per `snapshot_step`, i.e. per hold of one shard's lock: few,
@@ -652,6 +653,14 @@ impl<W: Write> DumpWriter<W> {
         Ok(())
     }
 
+    /// The function libraries, before the databases as Redis writes them.
+    fn functions(&mut self, libraries: &[Arc<Library>]) -> Result<(), String> {
+        for library in libraries {
+            self.w.function(&library.code).map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+
     /// Writes the trailer; returns the sink.
     fn finish_into(self) -> Result<W, String> {
         self.w.finish().map_err(|e| e.to_string())
@@ -675,6 +684,9 @@ pub(crate) fn db_counts<'s>(shards: impl Iterator<Item = &'s mut keel_engine::Sh
 struct Begun {
     /// (keys, keys with a TTL) per database at S.
     counts: Vec<(u64, u64)>,
+    /// The function libraries at S (the commands that change them hold
+    /// every shard).
+    libraries: Vec<Arc<Library>>,
     /// `dirty` at S: what a successful save takes off it.
     dirty_at_s: u64,
 }
@@ -695,6 +707,7 @@ fn begin_with(server: &Server, at_s: impl FnOnce()) -> Begun {
         server.snapshot_progress.begin(counts.iter().map(|c| c.0).sum());
         Begun {
             counts,
+            libraries: server.scripts.functions.snapshot(),
             dirty_at_s: server.dirty.load(Ordering::Relaxed),
         }
     })
@@ -715,6 +728,7 @@ fn write_snapshot(
     let keyspace = &server.keyspace;
     let result = DumpWriter::create(temp, settings).and_then(|mut out| {
         out.counts = begun.counts;
+        out.functions(&begun.libraries)?;
         if background {
             crate::behind::scan(server, "keel-bgsave-bg", &server.rdb.urgent, |behind| stream(server, &mut out, stop, behind.then_some(&server.rdb.urgent)))?;
         } else {
@@ -803,6 +817,7 @@ pub fn write_for_sync<W: Write + Send>(
     let urgent = AtomicBool::new(false);
     let result = DumpWriter::new(sink, dump_settings(server)).and_then(|mut out| {
         out.counts = taken.0.counts;
+        out.functions(&taken.0.libraries)?;
         crate::behind::scan(server, "keel-repl-sync-bg", &urgent, |behind| stream(server, &mut out, stop, behind.then_some(&urgent)))?;
         out.finish_into()
     });
@@ -829,6 +844,7 @@ fn save_held(server: &Server, locked: &mut Locked<'_>) -> Result<u64, SaveError>
     let write = |temp: &Path, settings: DumpSettings| -> Result<(u64, u64), String> {
         let mut out = DumpWriter::create(temp, settings)?;
         out.counts = db_counts(locked.iter_mut(), server.keyspace.databases());
+        out.functions(&server.scripts.functions.snapshot())?;
         for shard in locked.iter_mut() {
             for (db, d) in shard.dbs().iter().enumerate() {
                 for (key, entry) in d.iter() {
@@ -906,8 +922,8 @@ fn read_dump(server: &Server, path: &Path, sink: &mut dyn FnMut(Read) -> Result<
                 continue;
             }
             RdbItem::ModuleAux { module } => return Err(keel_rdb::no_matching_module(&module)),
-            RdbItem::Function { .. } => {
-                tracing::warn!("{}: skipping a function library: Keel has no functions", path.display());
+            RdbItem::Function { code } => {
+                server.scripts.functions.load(server, &code, true).map_err(|e| format!("function library: {e}"))?;
                 continue;
             }
             _ => continue,
@@ -1187,5 +1203,7 @@ pub fn replace_held(server: &Server, locked: &mut Locked<'_>, received: &Path) -
             drop(d.take_all());
         }
     }
+    // The master's function libraries replace ours too.
+    server.scripts.functions.flush();
     load_held(server, locked, &path, false).map_err(|e| format!("loading {}: {e}", path.display()))
 }

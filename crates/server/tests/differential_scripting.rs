@@ -3,7 +3,7 @@
 //! replies compared exactly (errors name the script's SHA1 and line, so
 //! they compare too). The scripts cover the sandbox, the conversions of
 //! replies both ways in RESP2 and RESP3, redis.* helpers, cjson, bit and
-//! math.random (whose sequence is Redis's own).
+//! math.random (whose sequence is Redis's own); then FUNCTION and FCALL.
 
 mod common;
 
@@ -122,4 +122,72 @@ fn scripts_answer_as_redis_does() {
 
 fn flush(client: &mut Client) {
     assert_eq!(client.cmd("FLUSHALL"), Frame::Simple(b"OK".to_vec()));
+}
+
+/// FUNCTION and FCALL commands, in order (one library at a time where
+/// FUNCTION LIST shows them: Redis lists them in its hash table's order).
+const FUNCTION_COMMANDS: &[&[&str]] = &[
+    &["FUNCTION", "LOAD", "#!lua name=lib1\nredis.register_function('f1', function(keys, args) return {keys[1], args[1]} end)"],
+    &["FCALL", "f1", "1", "k", "a"],
+    &["FCALL", "f1", "0"],
+    &["FCALL", "nosuch", "0"],
+    &["FCALL", "f1", "x"],
+    &["FCALL", "f1", "5", "a"],
+    &["FUNCTION", "LOAD", "#!lua name=lib1\nredis.register_function('f1', function() return 1 end)"],
+    &["FUNCTION", "LOAD", "REPLACE", "#!lua name=lib1\nredis.register_function('f1', function() return 2 end)"],
+    &["FCALL", "f1", "0"],
+    &["FUNCTION", "LIST"],
+    &["FUNCTION", "LOAD", "#!lua name=lib2\nredis.register_function('f1', function() return 1 end)"],
+    &["FUNCTION", "LOAD", "FOO", "#!lua name=lib2\nredis.register_function('f1', function() return 1 end)"],
+    &["FUNCTION", "DELETE", "lib1"],
+    &["FUNCTION", "LOAD", "#!lua name=lib3\nredis.register_function{function_name='f3', callback=function() return redis.call('set','x','y') end, flags={'no-writes'}, description='desc'}"],
+    &["FCALL", "f3", "0"],
+    &["FCALL_RO", "f3", "0"],
+    &["FUNCTION", "LIST", "WITHCODE", "LIBRARYNAME", "lib*"],
+    &["FUNCTION", "LIST", "LIBRARYNAME"],
+    &["FUNCTION", "LIST", "BOGUS"],
+    &["FUNCTION", "LOAD", "#!lua name=bad\nreturn 1"],
+    &["FUNCTION", "LOAD", "#!lua\nreturn 1"],
+    &["FUNCTION", "LOAD", "#!js name=x\nreturn 1"],
+    &["FUNCTION", "LOAD", "lua name=x\nreturn 1"],
+    &["FUNCTION", "LOAD", "#!lua name=x name=y\nreturn 1"],
+    &["FUNCTION", "LOAD", "#!lua name=x foo=y\nreturn 1"],
+    &["FUNCTION", "LOAD", "#!lua name=x\nredis.register_function('a b', function() end)"],
+    &["FUNCTION", "LOAD", "#!lua name=x\nredis.register_function('a')"],
+    &["FUNCTION", "LOAD", "#!lua name=x\nredis.register_function{function_name='a'}"],
+    &["FUNCTION", "LOAD", "#!lua name=x\nredis.register_function{function_name='a', callback=function() end, flags={'bogus'}}"],
+    &["FUNCTION", "LOAD", "#!lua name=x\nredis.register_function('a', function() end) redis.register_function('a', function() end)"],
+    &["FUNCTION", "LOAD", "#!lua name=x\nredis.call('ping')"],
+    &["FUNCTION", "LOAD", "#!lua name=x\nlocal a = string.len('x')"],
+    &["FUNCTION", "LOAD", "#!lua name=x\nerror('boom')"],
+    &["FUNCTION", "LOAD", "#!lua name=x\nx = 1"],
+    &["FUNCTION", "LOAD", "#!lua name=x\nfunction("],
+    &["FUNCTION", "LOAD", "#!lua name=x\nredis.log(redis.LOG_NOTICE, 'loading')"],
+    &["FUNCTION", "LOAD", "#!lua name=g\nredis.register_function('g', function(k, a) return KEYS end)"],
+    &["FCALL", "g", "0"],
+    &["FUNCTION", "LOAD", "#!lua name=y\nredis.register_function('h', function(k, a) error('x') end)"],
+    &["FCALL", "h", "0"],
+    &["FUNCTION", "LOAD", "#!lua name=z\nredis.register_function('e', function(k, a) return redis.call('get') end)"],
+    &["FCALL", "e", "0"],
+    &["FUNCTION", "DELETE", "nosuch"],
+    &["FUNCTION", "STATS"],
+    &["FUNCTION", "KILL"],
+    &["FUNCTION", "RESTORE", "bogus"],
+    &["FUNCTION", "RESTORE", "bogus", "WHATEVER"],
+    &["FUNCTION", "FLUSH", "FOO"],
+    &["FUNCTION", "FLUSH"],
+    &["FUNCTION", "LIST"],
+    &["FUNCTION", "DUMP"],
+    &["FUNCTION", "HELP"],
+];
+
+#[test]
+fn functions_answer_as_redis_does() {
+    let Some(redis) = Server::start_redis(&[]) else { return };
+    let keel = Server::start(&["--threads", "1"]);
+    let (mut r, mut k) = (redis.client(), keel.client());
+    for argv in FUNCTION_COMMANDS {
+        let (expected, got) = (r.send(argv), k.send(argv));
+        assert_eq!(got, expected, "{argv:?}");
+    }
 }

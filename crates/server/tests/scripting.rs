@@ -1,7 +1,9 @@
 //! Lua scripting over real sockets: EVAL and EVALSHA with the script
 //! cache, read-only runs, a script's writes as one atomic, durable unit
 //! (kill -9, the journal's MULTI ... EXEC, a Redis replica), -BUSY and
-//! SCRIPT KILL.
+//! SCRIPT KILL; functions (FUNCTION LOAD, FCALL) and their libraries
+//! through kill -9, rewrites, dump.rdb, FUNCTION DUMP and replication,
+//! to and from Redis.
 
 mod common;
 
@@ -192,5 +194,106 @@ fn wait_busy(client: &mut Client) {
             _ => assert!(Instant::now() < deadline, "the script never became busy"),
         }
         std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+const LIBRARY: &str = "#!lua name=counters\n\
+redis.register_function('bump', function(keys, args) return redis.call('incrby', keys[1], args[1]) end)\n\
+redis.register_function{function_name='peek', callback=function(keys) return redis.call('get', keys[1]) end, flags={'no-writes'}}";
+
+#[test]
+fn functions_load_run_list_and_delete() {
+    let server = Server::start(&[]);
+    let mut c = server.client();
+    assert_eq!(c.send(&["FUNCTION", "LOAD", LIBRARY]), bulk("counters"));
+    assert_eq!(c.send(&["FCALL", "bump", "1", "n", "5"]), int(5));
+    assert_eq!(c.send(&["FCALL_RO", "peek", "1", "n"]), bulk("5"));
+    assert_eq!(c.send(&["FCALL_RO", "bump", "1", "n", "1"]), err("ERR Can not execute a script with write flag using *_ro command."));
+    assert_eq!(c.send(&["FUNCTION", "LOAD", LIBRARY]), err("ERR Library 'counters' already exists"));
+    assert_eq!(c.send(&["FUNCTION", "LOAD", "REPLACE", LIBRARY]), bulk("counters"));
+    let clash = "#!lua name=other\nredis.register_function('bump', function() return 0 end)";
+    assert_eq!(c.send(&["FUNCTION", "LOAD", clash]), err("ERR Function bump already exists"));
+    assert_eq!(c.send(&["FCALL", "nosuch", "0"]), err("ERR Function not found"));
+    let Frame::Array(libraries) = c.cmd("FUNCTION LIST") else { panic!("FUNCTION LIST") };
+    assert_eq!(libraries.len(), 1);
+    let failing = "#!lua name=failing\nredis.register_function('fail', function() return redis.call('incr', 'list') end)";
+    c.send(&["FUNCTION", "LOAD", failing]);
+    c.cmd("LPUSH list x");
+    let error = error_text(&c.send(&["FCALL", "fail", "0"]));
+    assert!(error.starts_with("WRONGTYPE") && error.ends_with("script: fail, on @user_function:2."), "{error}");
+    assert_eq!(c.cmd("FUNCTION DELETE counters"), ok());
+    assert_eq!(c.send(&["FCALL", "bump", "1", "n", "5"]), err("ERR Function not found"));
+    assert_eq!(c.cmd("FUNCTION FLUSH"), ok());
+    assert_eq!(c.cmd("FUNCTION LIST"), Frame::Array(vec![]));
+}
+
+/// Libraries survive kill -9 (the journal's FUNCTION LOAD), a rewrite
+/// with either base format, and a dump.rdb; Redis 7.0 loads Keel's
+/// dump.rdb and FUNCTION DUMP payload with the same functions.
+#[test]
+fn functions_are_durable_and_move_to_redis() {
+    for preamble in ["yes", "no"] {
+        let dir = temp_dir("scripting-functions");
+        let args = ["--aof-use-rdb-preamble", preamble];
+        let server = Server::start_in(&dir, &args);
+        let mut c = server.client();
+        assert_eq!(c.send(&["FUNCTION", "LOAD", LIBRARY]), bulk("counters"));
+        server.kill9();
+        let server = Server::start_in(&dir, &args);
+        let mut c = server.client();
+        assert_eq!(c.send(&["FCALL", "bump", "1", "n", "2"]), int(2), "after kill -9 ({preamble})");
+        let before = c.info_field("persistence", "aof_rewrites").parse().unwrap_or(0);
+        c.cmd("BGREWRITEAOF");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while c.info_field("persistence", "aof_rewrites").parse().unwrap_or(0) <= before {
+            assert!(Instant::now() < deadline, "the rewrite never ended");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        server.kill9();
+        let server = Server::start_in(&dir, &args);
+        let mut c = server.client();
+        assert_eq!(c.send(&["FCALL", "bump", "1", "n", "3"]), int(5), "after a rewrite ({preamble})");
+        assert_eq!(c.cmd("SAVE"), ok());
+        let Frame::Bulk(payload) = c.cmd("FUNCTION DUMP") else { panic!("FUNCTION DUMP") };
+        drop(server);
+        let Some(redis) = Server::start_redis(&["--dir", &dir.display().to_string()]) else { return };
+        let mut r = redis.client();
+        assert_eq!(r.send(&["FCALL", "bump", "1", "n", "1"]), int(6), "Redis loads Keel's dump.rdb");
+        assert_eq!(r.cmd("FUNCTION FLUSH"), ok());
+        assert_eq!(r.send(&[b"FUNCTION" as &[u8], b"RESTORE", &payload]), ok());
+        assert_eq!(r.send(&["FCALL_RO", "peek", "1", "n"]), bulk("6"));
+        drop(redis);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
+/// Replicas get libraries both ways: a Redis replica of Keel through the
+/// stream (FUNCTION LOAD) and the full sync's RDB; a Keel replica of Redis
+/// through the RDB, which replaces the libraries it had.
+#[test]
+fn functions_replicate_both_ways() {
+    let master = Server::start(&[]);
+    let mut m = master.client();
+    assert_eq!(m.send(&["FUNCTION", "LOAD", LIBRARY]), bulk("counters"));
+    let Some(redis) = Server::start_redis(&["--replicaof", "127.0.0.1", &master.port.to_string()]) else { return };
+    let mut r = redis.client();
+    let late = "#!lua name=late\nredis.register_function{function_name='late', callback=function() return 'late' end, flags={'no-writes'}}";
+    assert_eq!(m.send(&["FUNCTION", "LOAD", late]), bulk("late"));
+    wait_for(|| r.send(&["FCALL_RO", "peek", "1", "missing"]) == Frame::Null && r.send(&["FCALL", "late", "0"]) == bulk("late"));
+
+    let keel = Server::start(&[]);
+    let mut k = keel.client();
+    let own = "#!lua name=own\nredis.register_function('own', function() return 1 end)";
+    assert_eq!(k.send(&["FUNCTION", "LOAD", own]), bulk("own"));
+    assert_eq!(k.send(&["REPLICAOF", "127.0.0.1", &redis.port.to_string()]), ok());
+    wait_for(|| k.send(&["FCALL", "late", "0"]) == bulk("late"));
+    assert_eq!(k.send(&["FCALL", "own", "0"]), err("ERR Function not found"));
+}
+
+fn wait_for(mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out");
+        std::thread::sleep(Duration::from_millis(50));
     }
 }

@@ -11,10 +11,6 @@ use super::{acl, cmd, flags, flags::*, table, CmdError, CmdResult, CommandSpec, 
 use crate::server::{unix_ms, unix_us, Metric, REDIS_VERSION};
 
 pub static COMMANDS: &[CommandSpec] = &[
-    cmd("function", -2, 0, Keys::None, "scripting", container)
-        .doc("A container for function commands", "7.0.0")
-        .subs(FUNCTION_SUBCOMMANDS)
-        .acl(acl::NONE),
     cmd("dbsize", 1, READONLY | FAST | ALL_SHARDS, Keys::None, "server", dbsize)
         .doc("Return the number of keys in the selected database", "1.0.0")
         .tips(&["request_policy:all_shards", "response_policy:agg_sum"])
@@ -126,58 +122,6 @@ pub fn validate_client_name(name: &[u8]) -> CmdResult {
     Ok(())
 }
 
-/// Keel has no scripting yet, so its function library is always empty:
-/// FLUSH and LIST answer truthfully about that empty library (Redis's test
-/// framework sends FUNCTION FLUSH before every test file); LOAD and the
-/// rest are not registered and answer "unknown subcommand".
-const FUNCTION_SUBCOMMANDS: &[CommandSpec] = &[
-    cmd("function|flush", -2, WRITE | NOSCRIPT, Keys::None, "scripting", function_flush)
-        .doc("Deleting all functions", "7.0.0")
-        .tips(&["request_policy:all_shards", "response_policy:all_succeeded"]),
-    cmd("function|list", -2, NOSCRIPT, Keys::None, "scripting", function_list)
-        .doc("List information about all the functions", "7.0.0")
-        .tips(&["nondeterministic_output_order"]),
-    cmd("function|help", 2, LOADING | STALE, Keys::None, "scripting", function_help)
-        .doc("Show helpful text about the different subcommands", "7.0.0"),
-];
-
-fn function_flush(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
-    match argv {
-        [_, _] => {}
-        [_, _, mode] if eq(mode, "async") || eq(mode, "sync") => {}
-        [_, _, _] => return Err(CmdError::other("ERR FUNCTION FLUSH only supports SYNC|ASYNC option")),
-        _ => return Err(CmdError::Arity("function|flush".into())),
-    }
-    ctx.out.ok();
-    Ok(())
-}
-
-fn function_list(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
-    let mut rest = &argv[2..];
-    while let Some((option, tail)) = rest.split_first() {
-        rest = match tail {
-            _ if eq(option, "withcode") => tail,
-            [_pattern, after @ ..] if eq(option, "libraryname") => after,
-            _ => return Err(CmdError::other(format!("ERR Unknown argument {}", String::from_utf8_lossy(option)))),
-        };
-    }
-    ctx.out.array(0);
-    Ok(())
-}
-
-fn function_help(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
-    reply_help(
-        ctx,
-        b"FUNCTION",
-        &[
-            "LIST [LIBRARYNAME <pattern>] [WITHCODE]",
-            "    Return general information on all the libraries (Keel has no scripting yet: none).",
-            "FLUSH [ASYNC|SYNC]",
-            "    Delete all the libraries (Keel's library is always empty).",
-        ],
-    );
-    Ok(())
-}
 
 /// The handler of a container command. The dispatcher always picks a
 /// subcommand (or answers an error) first, so this never runs.

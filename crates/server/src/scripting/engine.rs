@@ -6,6 +6,7 @@
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
+use std::time::Instant;
 
 use keel_protocol::{parse_frame, Frame, ReplyWriter};
 use mlua::{Function, HookTriggers, Lua, LuaOptions, MultiValue, StdLib, Table, Value, Variadic, VmState};
@@ -20,6 +21,8 @@ const REPLY_DEPTH_MAX: usize = 1000;
 /// Instructions between two looks at the clock and at SCRIPT KILL, as
 /// Redis's count hook.
 const HOOK_INSTRUCTIONS: u32 = 100_000;
+/// How long FUNCTION LOAD may run a library's code (Redis's LOAD_TIMEOUT_MS).
+const LOAD_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(500);
 
 struct Engine {
     lua: Lua,
@@ -29,8 +32,25 @@ struct Engine {
     visible: Table,
     bind: Function,
     runner: Function,
+    /// Switches the globals to the library API for FUNCTION LOAD.
+    loading: Function,
     compiled: HashMap<String, Function>,
     generation: u64,
+    /// The registered functions, as of the libraries' `functions_generation`.
+    functions: HashMap<String, Function>,
+    functions_generation: Option<u64>,
+}
+
+/// What a run calls: an EVAL script, or a function FCALL names.
+pub(super) enum Target<'s> {
+    Script(&'s Script),
+    Function(&'s str),
+}
+
+/// A function a library's code registered while it loaded.
+struct Registered {
+    info: super::functions::FunctionInfo,
+    callback: Function,
 }
 
 thread_local! {
@@ -61,9 +81,76 @@ impl Engine {
         // which no script can reach (sandbox.lua removes it).
         let lua = unsafe { Lua::unsafe_new_with(libs, LuaOptions::default()) };
         super::libs::install(&lua)?;
-        let (env, visible, bind, runner): (Table, Table, Function, Function) =
+        let (env, visible, bind, runner, loading): (Table, Table, Function, Function, Function) =
             lua.load(include_str!("sandbox.lua")).set_name("=keel").call(())?;
-        Ok(Engine { lua, env, visible, bind, runner, compiled: HashMap::new(), generation })
+        Ok(Engine {
+            lua,
+            env,
+            visible,
+            bind,
+            runner,
+            loading,
+            compiled: HashMap::new(),
+            generation,
+            functions: HashMap::new(),
+            functions_generation: None,
+        })
+    }
+
+    /// Runs a library's code (after its shebang line) with the library
+    /// API as globals, as FUNCTION LOAD does, and returns what it
+    /// registered. Bounded by Redis's 500 ms load timeout.
+    fn load_library(&self, body: &[u8]) -> Result<Vec<Registered>, CmdError> {
+        let chunk = self
+            .lua
+            .load(body)
+            .set_name("@user_function")
+            .set_mode(mlua::ChunkMode::Text)
+            .set_environment(self.env.clone())
+            .into_function()
+            .map_err(|e| CmdError::other(format!("ERR Error compiling function: {}", syntax_message(&e))))?;
+        let registered = RefCell::new(Vec::new());
+        let started = Instant::now();
+        self.lua.set_hook(HookTriggers::new().every_nth_instruction(HOOK_INSTRUCTIONS), move |_, _| {
+            if started.elapsed() > LOAD_TIMEOUT {
+                return Err(api_error("FUNCTION LOAD timeout"));
+            }
+            Ok(VmState::Continue)
+        });
+        let outcome = self.lua.scope(|scope| {
+            let register = scope.create_function(|_, args: Variadic<Value>| register_function(&registered, args))?;
+            self.loading.call::<()>(register)?;
+            self.runner.call::<(bool, Value)>(chunk)
+        });
+        let _ = self.loading.call::<()>(Value::Nil);
+        self.lua.remove_hook();
+        let (ok, value) = outcome.map_err(|e| CmdError::other(format!("ERR Error registering functions: {e}")))?;
+        if !ok {
+            let message = match &value {
+                Value::Table(t) => t.raw_get::<Option<mlua::String>>("err").ok().flatten().map(|m| m.to_string_lossy()),
+                _ => None,
+            };
+            return Err(CmdError::other(format!("ERR Error registering functions: {}", message.unwrap_or_default())));
+        }
+        Ok(registered.into_inner())
+    }
+
+    /// Loads the server's libraries into this interpreter if they changed
+    /// since it last did.
+    fn sync_functions(&mut self, server: &Server) -> Result<(), CmdError> {
+        let libraries = &server.scripts.functions;
+        let generation = libraries.generation();
+        if self.functions_generation == Some(generation) {
+            return Ok(());
+        }
+        self.functions.clear();
+        for library in libraries.snapshot() {
+            for f in self.load_library(library.body())? {
+                self.functions.insert(f.info.name, f.callback);
+            }
+        }
+        self.functions_generation = Some(generation);
+        Ok(())
     }
 
     /// The function of `script`, compiled into the sandbox on first use.
@@ -81,16 +168,106 @@ impl Engine {
             .set_mode(mlua::ChunkMode::Text)
             .set_environment(self.env.clone())
             .into_function()
-            .map_err(|e| {
-                let message = match &e {
-                    mlua::Error::SyntaxError { message, .. } => message.clone(),
-                    other => other.to_string(),
-                };
-                CmdError::other(format!("ERR Error compiling script (new function): {message}"))
-            })?;
+            .map_err(|e| CmdError::other(format!("ERR Error compiling script (new function): {}", syntax_message(&e))))?;
         self.compiled.insert(script.sha.clone(), f.clone());
         Ok(f)
     }
+}
+
+/// Lua's own message for a chunk that does not compile.
+fn syntax_message(e: &mlua::Error) -> String {
+    match e {
+        mlua::Error::SyntaxError { message, .. } => message.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// Runs a library's code in this thread's interpreter (FUNCTION LOAD,
+/// RESTORE) and returns the functions it registered.
+pub(super) fn register_library(server: &Server, body: &[u8]) -> Result<Vec<super::functions::FunctionInfo>, CmdError> {
+    let registered = with_engine(server, |engine| engine.load_library(body))??;
+    Ok(registered.into_iter().map(|r| r.info).collect())
+}
+
+/// `redis.register_function(name, callback)` or
+/// `redis.register_function{function_name=..., callback=..., flags=...,
+/// description=...}`, with Redis's errors.
+fn register_function(registered: &RefCell<Vec<Registered>>, args: Variadic<Value>) -> mlua::Result<()> {
+    use super::functions::FunctionInfo;
+    let text = |v: &Value| match v {
+        Value::String(s) => Some(s.as_bytes().to_vec()),
+        Value::Integer(_) | Value::Number(_) => lua_number(v).map(|n| super::libs::lua_number_text(n).into_bytes()),
+        _ => None,
+    };
+    let (name, callback, description, flags) = match &args[..] {
+        [Value::Table(named)] => {
+            let (mut name, mut callback, mut description, mut flags) = (None, None, None, 0);
+            for pair in named.pairs::<Value, Value>() {
+                let (key, value) = pair?;
+                let Some(key) = text(&key) else {
+                    return Err(api_error("named argument key given to redis.register_function is not a string"));
+                };
+                match String::from_utf8_lossy(&key).to_ascii_lowercase().as_str() {
+                    "function_name" => {
+                        name = Some(text(&value).ok_or_else(|| {
+                            api_error("function_name argument given to redis.register_function must be a string")
+                        })?)
+                    }
+                    "description" => {
+                        description = Some(text(&value).ok_or_else(|| {
+                            api_error("description argument given to redis.register_function must be a string")
+                        })?)
+                    }
+                    "callback" => match value {
+                        Value::Function(f) => callback = Some(f),
+                        _ => return Err(api_error("callback argument given to redis.register_function must be a function")),
+                    },
+                    "flags" => {
+                        let Value::Table(list) = value else {
+                            return Err(api_error(
+                                "flags argument to redis.register_function must be a table representing function flags",
+                            ));
+                        };
+                        for flag in list.sequence_values::<Value>() {
+                            let flag = text(&flag?).map(|f| String::from_utf8_lossy(&f).to_ascii_lowercase());
+                            let known = flag.and_then(|f| super::flags::NAMES.iter().find(|(n, _)| *n == f));
+                            flags |= known.ok_or_else(|| api_error("unknown flag given"))?.1;
+                        }
+                    }
+                    _ => return Err(api_error("unknown argument given to redis.register_function")),
+                }
+            }
+            let name = name.ok_or_else(|| api_error("redis.register_function must get a function name argument"))?;
+            let callback = callback.ok_or_else(|| api_error("redis.register_function must get a callback argument"))?;
+            (name, callback, description, flags)
+        }
+        [_] => {
+            return Err(api_error(
+                "calling redis.register_function with a single argument is only applicable to Lua table (representing named arguments).",
+            ))
+        }
+        [name, callback] => {
+            let name = text(name).ok_or_else(|| api_error("first argument to redis.register_function must be a string"))?;
+            let Value::Function(callback) = callback else {
+                return Err(api_error("second argument to redis.register_function must be a function"));
+            };
+            (name, callback.clone(), None, 0)
+        }
+        _ => return Err(api_error("wrong number of arguments to redis.register_function")),
+    };
+    let name = String::from_utf8_lossy(&name).into_owned();
+    // Redis 7.0 says "Library" here too.
+    if !super::functions::valid_name(&name) {
+        return Err(api_error(
+            "Library names can only contain letters, numbers, or underscores(_) and must be at least one character long",
+        ));
+    }
+    let mut registered = registered.borrow_mut();
+    if registered.iter().any(|r| r.info.name == name) {
+        return Err(api_error("Function already exists in the library"));
+    }
+    registered.push(Registered { info: FunctionInfo { name, description, flags }, callback });
+    Ok(())
 }
 
 /// Compiles `script` in this thread's interpreter (SCRIPT LOAD, EVAL's
@@ -107,16 +284,16 @@ struct Run {
     read_only: bool,
 }
 
-/// Runs `script` with KEYS and ARGV under every shard lock and writes its
-/// reply.
-pub(super) fn run(ctx: &mut Ctx<'_>, script: &Script, keys: &[&[u8]], args: &[&[u8]], read_only: bool) -> CmdResult {
+/// Runs `target` with its keys and arguments under every shard lock and
+/// writes its reply.
+pub(super) fn run(ctx: &mut Ctx<'_>, target: Target<'_>, keys: &[&[u8]], args: &[&[u8]], read_only: bool) -> CmdResult {
     let server = ctx.server;
     let threshold = server.config.read().busy_reply_threshold.max(0) as u64;
     let state = &server.scripts.run;
-    state.start(threshold, ctx.client.is_master);
+    state.start(threshold, ctx.client.is_master, matches!(target, Target::Script(_)));
     let caller_db = ctx.client.db;
     let in_transaction = std::mem::replace(&mut ctx.durability.in_transaction, true);
-    let result = with_engine(server, |engine| run_in(engine, ctx, script, keys, args, read_only));
+    let result = with_engine(server, |engine| run_in(engine, ctx, target, keys, args, read_only));
     ctx.durability.in_transaction = in_transaction;
     // SELECT inside a script is the script's own (Redis 7.0).
     ctx.client.db = caller_db;
@@ -144,15 +321,34 @@ enum Reply {
 fn run_in(
     engine: &mut Engine,
     ctx: &mut Ctx<'_>,
-    script: &Script,
+    target: Target<'_>,
     keys: &[&[u8]],
     args: &[&[u8]],
     read_only: bool,
 ) -> Result<Reply, CmdError> {
-    let function = engine.function(script)?;
-    let lua_error = |e: mlua::Error| CmdError::other(format!("ERR Error running script {}: {e}", script.sha));
-    engine.visible.raw_set("KEYS", array(&engine.lua, keys).map_err(lua_error)?).map_err(lua_error)?;
-    engine.visible.raw_set("ARGV", array(&engine.lua, args).map_err(lua_error)?).map_err(lua_error)?;
+    let name = match target {
+        Target::Script(script) => script.sha.as_str(),
+        Target::Function(name) => name,
+    };
+    let lua_error = |e: mlua::Error| CmdError::other(format!("ERR Error running script {name}: {e}"));
+    let keys = array(&engine.lua, keys).map_err(lua_error)?;
+    let args = array(&engine.lua, args).map_err(lua_error)?;
+    // EVAL's keys and arguments are globals; a function's are its
+    // parameters, and it sees no KEYS or ARGV.
+    let (function, params) = match target {
+        Target::Script(script) => {
+            engine.visible.raw_set("KEYS", keys).map_err(lua_error)?;
+            engine.visible.raw_set("ARGV", args).map_err(lua_error)?;
+            (engine.function(script)?, MultiValue::new())
+        }
+        Target::Function(name) => {
+            engine.sync_functions(ctx.server)?;
+            engine.visible.raw_set("KEYS", Value::Nil).map_err(lua_error)?;
+            engine.visible.raw_set("ARGV", Value::Nil).map_err(lua_error)?;
+            let f = engine.functions.get(name).cloned().ok_or_else(|| CmdError::other("ERR Function not found"))?;
+            (f, MultiValue::from_iter([Value::Table(keys), Value::Table(args)]))
+        }
+    };
     let run = Run { resp3: Cell::new(false), read_only };
     let caller_resp3 = ctx.client.resp3;
     let hook_state = ctx.server.scripts.run.clone();
@@ -199,14 +395,16 @@ fn run_in(
         host.raw_set("setresp", setresp)?;
         host.raw_set("set_repl", set_repl)?;
         engine.bind.call::<()>(host)?;
-        let (ok, value): (bool, Value) = engine.runner.call(function)?;
+        let mut call_args = MultiValue::from_iter([Value::Function(function)]);
+        call_args.extend(params);
+        let (ok, value): (bool, Value) = engine.runner.call(call_args)?;
         engine.bind.call::<()>(Value::Nil)?;
         let reply = if ok {
             let mut bytes = Vec::new();
             write_reply(&mut ReplyWriter::new(&mut bytes, caller_resp3), &value, run.resp3.get(), 0)?;
             Reply::Ok(bytes)
         } else {
-            failure(&value, &script.sha)?
+            failure(&value, name)?
         };
         Ok(reply)
     });
@@ -243,16 +441,16 @@ fn array(lua: &Lua, items: &[&[u8]]) -> mlua::Result<Table> {
 
 /// The reply of a failed script: Redis's `-<err> script: <sha>, on
 /// <source>:<line>.` from the handler's error table.
-fn failure(value: &Value, sha: &str) -> mlua::Result<Reply> {
+fn failure(value: &Value, name: &str) -> mlua::Result<Reply> {
     let Value::Table(t) = value else {
-        return Ok(Reply::Error(format!("ERR Error running script {sha}, execution failure")));
+        return Ok(Reply::Error(format!("ERR Error running script {name}, execution failure")));
     };
     let message: Option<mlua::String> = t.raw_get("err")?;
     let mut text = message.map(|m| m.to_string_lossy()).unwrap_or_default();
     let source: Option<mlua::String> = t.raw_get("source")?;
     let line: Option<i64> = t.raw_get("line")?;
     if let (Some(source), Some(line)) = (source, line) {
-        text.push_str(&format!(" script: {sha}, on {}:{line}.", source.to_string_lossy()));
+        text.push_str(&format!(" script: {name}, on {}:{line}.", source.to_string_lossy()));
     }
     let uncounted: Option<bool> = t.raw_get("ignore_error_stats_update")?;
     Ok(match uncounted {

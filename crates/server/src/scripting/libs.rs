@@ -121,7 +121,7 @@ fn numbers(values: &[Value], function: &str) -> mlua::Result<Vec<f64>> {
 }
 
 /// A Lua number as `tostring` writes it (`%.14g`).
-fn lua_number_text(n: f64) -> String {
+pub(super) fn lua_number_text(n: f64) -> String {
     let mut out = Vec::new();
     keel_protocol::reply::format_double_g(n, 14, &mut out);
     String::from_utf8_lossy(&out).into_owned()

@@ -24,6 +24,7 @@
 //!   wait for the script's end (Redis serves them from inside the script).
 
 mod engine;
+pub mod functions;
 mod libs;
 
 use std::collections::HashMap;
@@ -35,8 +36,10 @@ use parking_lot::Mutex;
 
 use crate::command::{parse, CmdError, CmdResult, Ctx};
 
-/// Redis's `shared.slowevalerr`.
+/// Redis's `shared.slowevalerr`: an EVAL script is busy.
 pub const BUSY: &str = "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.";
+/// Redis's `shared.slowscripterr`: a function is busy.
+const BUSY_FUNCTION: &str = "BUSY Redis is busy running a script. You can only call FUNCTION KILL or SHUTDOWN NOSAVE.";
 /// Redis's `shared.noscripterr`.
 const NOSCRIPT: &str = "NOSCRIPT No matching script. Please use EVAL.";
 
@@ -76,6 +79,8 @@ pub struct Scripts {
     /// Bumped by SCRIPT FLUSH: each thread's interpreter starts afresh.
     generation: AtomicU64,
     pub run: Arc<RunState>,
+    /// FUNCTION's libraries.
+    pub functions: functions::Functions,
 }
 
 /// The running script, seen from other threads (SCRIPT KILL, -BUSY) and
@@ -91,8 +96,12 @@ pub struct RunState {
     wrote: AtomicBool,
     /// Sent by our master: never killed.
     from_master: AtomicBool,
+    /// An EVAL script, not a function (which KILL and -BUSY name).
+    is_eval: AtomicBool,
     started: Mutex<Option<Instant>>,
     threshold_ms: AtomicU64,
+    /// The running function's name and its FCALL (FUNCTION STATS).
+    function: Mutex<Option<(String, Vec<Vec<u8>>)>>,
 }
 
 impl RunState {
@@ -100,7 +109,17 @@ impl RunState {
         self.busy.load(Ordering::Relaxed)
     }
 
-    fn start(&self, threshold_ms: u64, from_master: bool) {
+    /// The -BUSY answer while a script is busy.
+    fn busy_error(&self) -> &'static str {
+        if self.is_eval.load(Ordering::Relaxed) {
+            BUSY
+        } else {
+            BUSY_FUNCTION
+        }
+    }
+
+    fn start(&self, threshold_ms: u64, from_master: bool, is_eval: bool) {
+        self.is_eval.store(is_eval, Ordering::Relaxed);
         *self.started.lock() = Some(Instant::now());
         self.threshold_ms.store(threshold_ms, Ordering::Relaxed);
         self.killed.store(false, Ordering::Relaxed);
@@ -110,6 +129,7 @@ impl RunState {
     }
 
     fn finish(&self) {
+        *self.function.lock() = None;
         self.running.store(false, Ordering::Release);
         self.busy.store(false, Ordering::Release);
         self.killed.store(false, Ordering::Relaxed);
@@ -131,8 +151,9 @@ impl RunState {
         self.killed.load(Ordering::Relaxed)
     }
 
-    /// SCRIPT KILL's answer.
-    pub fn kill(&self) -> Result<(), CmdError> {
+    /// SCRIPT KILL's answer (`eval`), or FUNCTION KILL's: each stops
+    /// only its own kind.
+    pub fn kill(&self, eval: bool) -> Result<(), CmdError> {
         if !self.running.load(Ordering::Acquire) {
             return Err(CmdError::other("NOTBUSY No scripts in execution right now."));
         }
@@ -146,8 +167,26 @@ impl RunState {
                 "UNKILLABLE Sorry the script already executed write commands against the dataset. You can either wait the script termination or kill the server in a hard way using the SHUTDOWN NOSAVE command.",
             ));
         }
+        if eval != self.is_eval.load(Ordering::Relaxed) {
+            return Err(CmdError::other(self.busy_error()));
+        }
         self.killed.store(true, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// FUNCTION STATS's `running_script`: the function's name, its FCALL
+    /// and how long it has run, while one runs.
+    pub fn running_function(&self) -> Option<(String, Vec<Vec<u8>>, u64)> {
+        if !self.running.load(Ordering::Acquire) || self.is_eval.load(Ordering::Relaxed) {
+            return None;
+        }
+        let ms = self.started.lock().map_or(0, |s| s.elapsed().as_millis() as u64);
+        let (name, command) = self.function.lock().clone()?;
+        Some((name, command, ms))
+    }
+
+    pub fn running_eval(&self) -> bool {
+        self.running.load(Ordering::Acquire) && self.is_eval.load(Ordering::Relaxed)
     }
 }
 
@@ -239,22 +278,39 @@ pub fn eval(ctx: &mut Ctx<'_>, argv: &[&[u8]], by_sha: bool, read_only: bool) ->
         true => scripts.get(argv[1]).ok_or_else(|| CmdError::other(NOSCRIPT))?,
         false => scripts.load(ctx.server, argv[1])?,
     };
-    let no_writes = may_not_write(ctx, &script, read_only)?;
+    let no_writes = may_not_write(ctx, script.flags, read_only)?;
     let read_only = read_only || no_writes;
     let split = 3 + numkeys as usize;
-    engine::run(ctx, &script, &argv[3..split], &argv[split..], read_only)
+    engine::run(ctx, engine::Target::Script(&script), &argv[3..split], &argv[split..], read_only)
+}
+
+/// FCALL and FCALL_RO: `function numkeys key... arg...`.
+pub fn fcall(ctx: &mut Ctx<'_>, argv: &[&[u8]], read_only: bool) -> CmdResult {
+    let (_, function) = ctx.server.scripts.functions.find(argv[1]).ok_or_else(|| CmdError::other("ERR Function not found"))?;
+    let numkeys = parse::i64_arg(argv[2]).map_err(|_| CmdError::other("ERR Bad number of keys provided"))?;
+    if numkeys > argv.len() as i64 - 3 {
+        return Err(CmdError::other("ERR Number of keys can't be greater than number of args"));
+    }
+    if numkeys < 0 {
+        return Err(CmdError::other("ERR Number of keys can't be negative"));
+    }
+    let no_writes = may_not_write(ctx, function.flags, read_only)?;
+    let read_only = read_only || no_writes;
+    let split = 3 + numkeys as usize;
+    *ctx.server.scripts.run.function.lock() = Some((function.name.clone(), argv.iter().map(|a| a.to_vec()).collect()));
+    engine::run(ctx, engine::Target::Function(&function.name), &argv[3..split], &argv[split..], read_only)
 }
 
 /// Redis's `scriptPrepareForRun` for a script with a shebang, which says
 /// whether it writes: refuses one that may write where writes are
 /// refused. Returns whether it runs read-only (`no-writes`).
-fn may_not_write(ctx: &Ctx<'_>, script: &Script, read_only: bool) -> Result<bool, CmdError> {
-    if script.flags & flags::COMPAT != 0 {
+fn may_not_write(ctx: &Ctx<'_>, script_flags: u32, read_only: bool) -> Result<bool, CmdError> {
+    if script_flags & flags::COMPAT != 0 {
         return Ok(false);
     }
     let server = ctx.server;
     let obeyed = ctx.client.is_master;
-    if script.flags & flags::NO_WRITES == 0 {
+    if script_flags & flags::NO_WRITES == 0 {
         if server.replica.refuses_writes() && !obeyed {
             return Err(CmdError::other("READONLY Can not run script with write flag on readonly replica"));
         }
@@ -272,16 +328,17 @@ fn may_not_write(ctx: &Ctx<'_>, script: &Script, read_only: bool) -> Result<bool
             return Err(CmdError::other("NOREPLICAS Not enough good replicas to write."));
         }
     }
-    if script.flags & (flags::ALLOW_OOM | flags::NO_WRITES) == 0 && crate::command::out_of_memory(server) && !obeyed {
+    if script_flags & (flags::ALLOW_OOM | flags::NO_WRITES) == 0 && crate::command::out_of_memory(server) && !obeyed {
         return Err(CmdError::other(
             "OOM allow-oom flag is not set on the script, can not run it when used memory > 'maxmemory'",
         ));
     }
-    Ok(script.flags & flags::NO_WRITES != 0)
+    Ok(script_flags & flags::NO_WRITES != 0)
 }
 
 /// -BUSY for a command from another connection while a script is busy,
 /// unless the command is one Redis allows then.
 pub fn busy_refusal(server: &crate::server::Server, spec: &crate::command::CommandSpec) -> Option<&'static str> {
-    (server.scripts.run.busy() && !spec.has(crate::command::flags::ALLOW_BUSY)).then_some(BUSY)
+    let run = &server.scripts.run;
+    (run.busy() && !spec.has(crate::command::flags::ALLOW_BUSY)).then(|| run.busy_error())
 }

@@ -195,9 +195,37 @@ local function bind(functions)
   redis.set_repl = host.set_repl or function() outside('redis.set_repl') end
 end
 
-local function run(f)
-  return xpcall(f, handler)
+-- What a library's code sees while FUNCTION LOAD runs it (Redis's
+-- library API): `redis` with register_function, log and the version only.
+local load_redis = {}
+local load_redis_view = setmetatable({}, {
+  __index = function(_, k)
+    local v = load_redis[k]
+    if v == nil then error("Script attempted to access nonexistent global variable '" .. tostring(k) .. "'", 2) end
+    return v
+  end,
+  __newindex = refuse,
+  __metatable = false,
+})
+protected[load_redis_view] = true
+local load_visible = setmetatable({ redis = load_redis_view }, getmetatable(visible))
+for _, name in ipairs({ 'log', 'LOG_DEBUG', 'LOG_VERBOSE', 'LOG_NOTICE', 'LOG_WARNING', 'REDIS_VERSION',
+  'REDIS_VERSION_NUM' }) do
+  load_redis[name] = redis[name]
+end
+
+-- Switches the globals to the library API while `register` (the
+-- registering host function) is given, back to the scripts' otherwise.
+local function loading(register)
+  load_redis.register_function = register
+  env_meta.__index = register and load_visible or visible
+end
+
+-- Calls `f` with the arguments under the error handler.
+local function run(f, ...)
+  local n, args = select('#', ...), { ... }
+  return xpcall(function() return f(unpack(args, 1, n)) end, handler)
 end
 
 G.debug = nil
-return env, visible, bind, run
+return env, visible, bind, run, loading
