@@ -74,6 +74,16 @@ impl CmdError {
         CmdError::Other(text.into())
     }
 
+    /// Redis's addReplySubcommandSyntaxError, for `argv[0] argv[1] ...`.
+    pub fn subcommand_syntax(argv: &[&[u8]]) -> CmdError {
+        let sub = argv[1];
+        CmdError::Other(format!(
+            "ERR unknown subcommand or wrong number of arguments for '{}'. Try {} HELP.",
+            String::from_utf8_lossy(&sub[..sub.len().min(128)]),
+            String::from_utf8_lossy(argv[0]).to_ascii_uppercase()
+        ))
+    }
+
     /// The first word of the message (ERR, WRONGTYPE, ...), for INFO errorstats.
     pub fn prefix(text: &str) -> &str {
         text.split(' ').next().unwrap_or("ERR")

@@ -235,14 +235,8 @@ fn help(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     Ok(())
 }
 
-/// Redis's addReplySubcommandSyntaxError.
 fn syntax_error(argv: &[&[u8]]) -> CmdError {
-    let sub = argv[1];
-    CmdError::other(format!(
-        "ERR unknown subcommand or wrong number of arguments for '{}'. Try {} HELP.",
-        String::from_utf8_lossy(&sub[..sub.len().min(128)]),
-        String::from_utf8_lossy(argv[0]).to_ascii_uppercase()
-    ))
+    CmdError::subcommand_syntax(argv)
 }
 
 #[cfg(test)]

@@ -249,11 +249,14 @@ fn function_dump(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
 
 /// FUNCTION RESTORE payload [FLUSH|APPEND|REPLACE].
 fn function_restore(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
+    if argv.len() > 4 {
+        return Err(CmdError::subcommand_syntax(argv));
+    }
     let policy = match argv.get(3) {
         None => RestorePolicy::Append,
-        Some(p) if argv.len() == 4 && eq(p, "flush") => RestorePolicy::Flush,
-        Some(p) if argv.len() == 4 && eq(p, "append") => RestorePolicy::Append,
-        Some(p) if argv.len() == 4 && eq(p, "replace") => RestorePolicy::Replace,
+        Some(p) if eq(p, "flush") => RestorePolicy::Flush,
+        Some(p) if eq(p, "append") => RestorePolicy::Append,
+        Some(p) if eq(p, "replace") => RestorePolicy::Replace,
         Some(_) => {
             return Err(CmdError::other("ERR Wrong restore policy given, value should be either FLUSH, APPEND or REPLACE."))
         }

@@ -1546,11 +1546,7 @@ fn debug(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
         3 if eq(sub, "object") => debug_object(ctx, argv[2]),
         _ if eq(sub, "reload") => debug_reload(ctx, &argv[2..]),
         3 if eq(sub, "protocol") => debug_protocol(ctx, argv[2]),
-        _ => Err(CmdError::other(format!(
-            "ERR unknown subcommand or wrong number of arguments for '{}'. Try {} HELP.",
-            String::from_utf8_lossy(&sub[..sub.len().min(128)]),
-            String::from_utf8_lossy(argv[0]).to_ascii_uppercase()
-        ))),
+        _ => Err(CmdError::subcommand_syntax(argv)),
     }
 }
 

@@ -146,7 +146,7 @@ impl Engine {
         self.functions.clear();
         for library in libraries.snapshot() {
             for f in self.load_library(library.body())? {
-                self.functions.insert(f.info.name, f.callback);
+                self.functions.insert(f.info.name.to_ascii_lowercase(), f.callback);
             }
         }
         self.functions_generation = Some(generation);
@@ -263,7 +263,7 @@ fn register_function(registered: &RefCell<Vec<Registered>>, args: Variadic<Value
         ));
     }
     let mut registered = registered.borrow_mut();
-    if registered.iter().any(|r| r.info.name == name) {
+    if registered.iter().any(|r| r.info.name.eq_ignore_ascii_case(&name)) {
         return Err(api_error("Function already exists in the library"));
     }
     registered.push(Registered { info: FunctionInfo { name, description, flags }, callback });
@@ -345,7 +345,7 @@ fn run_in(
             engine.sync_functions(ctx.server)?;
             engine.visible.raw_set("KEYS", Value::Nil).map_err(lua_error)?;
             engine.visible.raw_set("ARGV", Value::Nil).map_err(lua_error)?;
-            let f = engine.functions.get(name).cloned().ok_or_else(|| CmdError::other("ERR Function not found"))?;
+            let f = engine.functions.get(&name.to_ascii_lowercase()).cloned().ok_or_else(|| CmdError::other("ERR Function not found"))?;
             (f, MultiValue::from_iter([Value::Table(keys), Value::Table(args)]))
         }
     };

@@ -52,14 +52,15 @@ pub struct FunctionInfo {
 struct Registry {
     /// By name: FUNCTION LIST and DUMP in name order.
     libraries: BTreeMap<String, Arc<Library>>,
-    /// Function name to its library.
+    /// Function name, lower-cased (FCALL finds functions case-
+    /// insensitively, as Redis), to its library.
     functions: HashMap<String, Arc<Library>>,
 }
 
 impl Registry {
     fn insert(&mut self, library: Arc<Library>) {
         for f in &library.functions {
-            self.functions.insert(f.name.clone(), library.clone());
+            self.functions.insert(f.name.to_ascii_lowercase(), library.clone());
         }
         self.libraries.insert(library.name.clone(), library);
     }
@@ -67,7 +68,7 @@ impl Registry {
     fn remove(&mut self, name: &str) -> Option<Arc<Library>> {
         let library = self.libraries.remove(name)?;
         for f in &library.functions {
-            self.functions.remove(&f.name);
+            self.functions.remove(&f.name.to_ascii_lowercase());
         }
         Some(library)
     }
@@ -104,9 +105,9 @@ impl Functions {
 
     /// The function FCALL names, and its library.
     pub fn find(&self, name: &[u8]) -> Option<(Arc<Library>, FunctionInfo)> {
-        let name = std::str::from_utf8(name).ok()?;
-        let library = self.registry.lock().functions.get(name)?.clone();
-        let info = library.functions.iter().find(|f| f.name == name)?.clone();
+        let name = std::str::from_utf8(name).ok()?.to_ascii_lowercase();
+        let library = self.registry.lock().functions.get(&name)?.clone();
+        let info = library.functions.iter().find(|f| f.name.eq_ignore_ascii_case(&name))?.clone();
         Some((library, info))
     }
 
@@ -167,7 +168,7 @@ fn add(registry: &mut Registry, library: Library, replace: bool) -> Result<Strin
         return Err(format!("ERR Library '{}' already exists", library.name));
     }
     for f in &library.functions {
-        if registry.functions.get(&f.name).is_some_and(|owner| owner.name != library.name) {
+        if registry.functions.get(&f.name.to_ascii_lowercase()).is_some_and(|owner| owner.name != library.name) {
             return Err(format!("ERR Function {} already exists", f.name));
         }
     }
