@@ -330,10 +330,13 @@ fn sparse_ops(hll: &[u8]) -> impl Iterator<Item = Op> + '_ {
     })
 }
 
-/// Sets `registers` (one byte each) from sparse opcodes, as Redis's
-/// `hllMerge` and `hllSparseToDense` read them: a VAL that would pass the
-/// last register ends the walk, and the opcodes must cover exactly the
-/// registers. `apply` sees each (register, value) of the VALs.
+/// Reads the VALs of sparse opcodes, as Redis's `hllMerge` and
+/// `hllSparseToDense` read them: the opcodes must cover exactly the
+/// registers, and a VAL that would pass the last register is corrupt
+/// (upstream 7.0.15 stops at such a VAL and accepts the value if the
+/// registers were all covered before it; Debian's 7.0.15, the reference,
+/// carries the CVE-2025-32023 fix, which refuses it). `apply` sees each
+/// (register, value) of the VALs, in order.
 fn walk_sparse(hll: &[u8], mut apply: impl FnMut(usize, u8)) -> Result<(), HllError> {
     let mut index = 0usize;
     for op in sparse_ops(hll) {
@@ -341,7 +344,7 @@ fn walk_sparse(hll: &[u8], mut apply: impl FnMut(usize, u8)) -> Result<(), HllEr
             Op::Zero(n) | Op::XZero(n) => index += n,
             Op::Val(v, n) => {
                 if index + n > REGISTERS {
-                    break;
+                    return Err(HllError::Corrupt);
                 }
                 for i in index..index + n {
                     apply(i, v);
@@ -839,6 +842,13 @@ mod tests {
         let mut max = [0u8; REGISTERS];
         assert_eq!(merge_into(&mut max, &tail), Err(HllError::Corrupt));
         assert_eq!(to_dense(&mut tail.clone()), Err(HllError::Corrupt));
+        // A VAL past the last register, after opcodes that covered them
+        // all (Debian's 7.0.15 refuses it; `count` always did).
+        let mut past = new();
+        past.push(val(20, 4));
+        assert_eq!(merge_into(&mut max, &past), Err(HllError::Corrupt));
+        assert_eq!(to_dense(&mut past.clone()), Err(HllError::Corrupt));
+        assert_eq!(count(&past), Err(HllError::Corrupt));
         // Opcodes that stop short of the last register.
         let short = b"HYLL\x01\0\0\0\0\0\0\0\0\0\0\0\x7f\xfe".to_vec();
         assert_eq!(count(&short), Err(HllError::Corrupt));
