@@ -635,6 +635,11 @@ pub fn decode(hll: &[u8]) -> Result<Option<String>, HllError> {
 /// within six standard errors at each power of ten. `seed` picks the
 /// registers' test values and the elements. Redis's failure texts.
 pub fn self_test(seed: u64, sparse_max_bytes: usize) -> Result<(), String> {
+    self_test_up_to(seed, sparse_max_bytes, 10_000_000)
+}
+
+/// `self_test` with `elements` elements (unit tests use fewer).
+fn self_test_up_to(seed: u64, sparse_max_bytes: usize, elements: u64) -> Result<(), String> {
     let mut state = seed | 1;
     let mut next = move || {
         state ^= state << 13;
@@ -663,7 +668,7 @@ pub fn self_test(seed: u64, sparse_max_bytes: usize) -> Result<(), String> {
     let relative_error = 1.04 / (REGISTERS as f64).sqrt();
     let base = next();
     let mut checkpoint: u64 = 1;
-    for j in 1..=10_000_000u64 {
+    for j in 1..=elements {
         let element = (j ^ base).to_le_bytes();
         let (index, value) = register_and_value(&element);
         dense_raise(&mut dense[HEADER_LEN..], index, value);
@@ -752,7 +757,7 @@ mod tests {
                 assert_eq!(dense_get(&regs, i), e, "register {i}");
             }
         }
-        assert_eq!(self_test(7, 3000), Ok(()));
+        assert_eq!(self_test_up_to(7, 3000, 100_000), Ok(()));
     }
 
     #[test]

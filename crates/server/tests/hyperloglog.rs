@@ -360,4 +360,17 @@ fn a_replica_holds_the_masters_bytes() {
         std::thread::sleep(Duration::from_millis(20));
     }
     assert_eq!(hll_state(&mut r), want);
+    // Redis's "PFCOUNT updates cache on readonly replica": a replica's
+    // PFCOUNT refreshes its own copy's cache.
+    m.cmd("PFADD q a b c d e f g h i j k l m n o p q");
+    let stale = m.cmd("GET q");
+    m.cmd("SET done 2");
+    while r.cmd("GET done") != bulk("2") {
+        assert!(Instant::now() < deadline, "the replica never caught up");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(r.cmd("GET q"), stale);
+    assert_eq!(r.cmd("PFCOUNT q"), int(17));
+    assert_ne!(r.cmd("GET q"), stale);
+    assert_eq!(m.cmd("GET q"), stale);
 }
