@@ -48,6 +48,14 @@
 //! sketches", arXiv:1702.01284), as Redis 5 and later compute it. Every
 //! step below (where a split opcode goes, which neighbours merge, what a
 //! corrupt value reads as) is Redis's, since the bytes are the format.
+//!
+//! One difference, on corrupt values only: a value whose last opcode is
+//! an XZERO cut short reads its missing byte as 0 (Redis's string
+//! terminator). When Redis splits such an opcode it writes the new last
+//! byte past the string's end and reads it there in later commands, until
+//! the value is reloaded; Keel keeps no bytes past the end, so it reads 0
+//! as a reloaded Redis does (`crates/server/tests/differential_hll.rs`
+//! leaves such values out).
 
 use thiserror::Error;
 
