@@ -311,6 +311,34 @@ fn a_pfadd_stopped_by_corruption_replays_to_the_same_bytes() {
     assert_eq!(server.client().cmd("GET k"), before);
 }
 
+/// A BGSAVE saves the dataset as it was when it began: a PFCOUNT that
+/// refreshes a cache meanwhile (a read to the dispatcher, a write to the
+/// value) must not show in the file, as it would not in Redis's fork.
+#[test]
+fn a_bgsave_keeps_the_cache_as_it_was_when_it_began() {
+    let dir = temp_dir("hll-bgsave");
+    let stale = {
+        let server = Server::start_in(&dir, &["--appendonly", "no", "--rdb-key-save-delay", "5000"]);
+        let mut c = server.client();
+        for i in 0..200 {
+            c.send(&["SET", &format!("filler:{i}"), "x"]);
+        }
+        c.cmd("PFADD h a b c");
+        let stale = c.cmd("GET h");
+        assert_eq!(c.cmd("BGSAVE"), simple("Background saving started"));
+        assert_eq!(c.cmd("PFCOUNT h"), int(3));
+        assert_ne!(c.cmd("GET h"), stale);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while c.info_field("persistence", "rdb_bgsave_in_progress") != "0" {
+            assert!(Instant::now() < deadline, "BGSAVE did not end");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        stale
+    };
+    let server = Server::start_last_in(&dir, &["--appendonly", "no"]);
+    assert_eq!(server.client().cmd("GET h"), stale);
+}
+
 #[test]
 fn redis_loads_keels_rdb_with_the_same_counts_and_back() {
     let dir = temp_dir("hll-rdb");
