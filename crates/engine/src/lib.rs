@@ -9,6 +9,8 @@
 //! - [`lfu`]: Redis's logarithmic access counter (OBJECT FREQ).
 //! - [`hash`], [`list`], [`set`], [`zset`]: the collection types, each in
 //!   its compact and its big encoding.
+//! - [`hyperloglog`]: HyperLogLog strings in Redis's exact format (dense
+//!   and sparse registers, the cached count, Ertl's estimator).
 //! - [`db`]: one numbered database inside a shard: keys, TTLs, WATCH,
 //!   memcached's flags and CAS values of the keys that have some, and the
 //!   keys it expired, created or has clients blocked on.
@@ -20,6 +22,7 @@ pub mod compact;
 pub mod db;
 pub mod dict;
 pub mod hash;
+pub mod hyperloglog;
 pub mod keyspace;
 pub mod list;
 pub mod lfu;

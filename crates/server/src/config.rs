@@ -116,6 +116,9 @@ pub struct Config {
     pub tcp_keepalive_s: u64,
     pub tcp_backlog: i32,
     pub proto_max_bulk_len: usize,
+    /// `hll-sparse-max-bytes`: the longest a sparse HyperLogLog may grow
+    /// (header included) before it turns dense (`keel_engine::hyperloglog`).
+    pub hll_sparse_max_bytes: usize,
     pub client_query_buffer_limit: usize,
     pub hz: u32,
     /// `slowlog-log-slower-than` (µs; negative: off) and `slowlog-max-len`.
@@ -301,6 +304,7 @@ impl Default for Config {
             tcp_keepalive_s: 300,
             tcp_backlog: 511,
             proto_max_bulk_len: 512 << 20,
+            hll_sparse_max_bytes: keel_engine::hyperloglog::SPARSE_MAX_BYTES_DEFAULT,
             memcached_port: 0,
             memcached_max_item_size: 1 << 20,
             metrics_port: 0,
@@ -891,6 +895,19 @@ pub static DIRECTIVES: &[Directive] = &[
     directive!("list-max-ziplist-size", true, num(i32::MIN as i64, i32::MAX as i64), encoding.list_max_listpack_size),
     directive!("list-compress-depth", true, num(0, i32::MAX as usize), encoding.list_compress_depth),
     Directive {
+        name: "hll-sparse-max-bytes",
+        mutable: true,
+        get: |c| c.hll_sparse_max_bytes.to_string(),
+        set: |c, a| {
+            // A memory value, up to LONG_MAX, as Redis's size_t config.
+            let bytes = parse_memory(one(a)?)?;
+            c.hll_sparse_max_bytes = usize::try_from(bytes).ok().filter(|&b| b <= i64::MAX as usize).ok_or_else(|| {
+                ConfigError::Invalid(format!("argument must be between 0 and {} inclusive", i64::MAX))
+            })?;
+            Ok(())
+        },
+    },
+    Directive {
         name: "maxmemory",
         mutable: true,
         get: |c| c.maxmemory.to_string(),
@@ -959,7 +976,6 @@ pub static DIRECTIVES: &[Directive] = &[
     inert!("repl-disable-tcp-nodelay", "no"),
     inert!("acllog-max-len", "128"),
     inert!("latency-monitor-threshold", "0"),
-    inert!("hll-sparse-max-bytes", "3000"),
     inert!("stream-node-max-bytes", "4096"),
     inert!("stream-node-max-entries", "100"),
 ];
@@ -1283,7 +1299,7 @@ mod tests {
         let c = Config::load(&args(&["--acllog-max-len", "128", "--latency-monitor-threshold", "00"])).expect("defaults");
         assert_eq!(c.get("replica-read-only").as_deref(), Some("yes"));
         let mut c = Config::default();
-        for (name, value) in [("slave-read-only", "YES"), ("repl-diskless-load", "Disabled"), ("hll-sparse-max-bytes", "3000")] {
+        for (name, value) in [("slave-read-only", "YES"), ("repl-diskless-load", "Disabled"), ("stream-node-max-bytes", "4096")] {
             c.set_at_runtime(name, value).expect(name);
         }
         for (name, value) in [("acllog-max-len", "10"), ("latency-monitor-threshold", "1"), ("replica-priority", "5")] {
@@ -1292,6 +1308,25 @@ mod tests {
         }
         let err = Config::load(&args(&["--repl-diskless-sync-delay", "0"])).expect_err("not the default");
         assert!(err.to_string().contains("repl-diskless-sync-delay"), "{err}");
+    }
+
+    #[test]
+    fn hll_sparse_max_bytes_is_a_memory_value_up_to_long_max() {
+        let mut c = Config::default();
+        assert_eq!(c.get("hll-sparse-max-bytes").as_deref(), Some("3000"));
+        for (value, shown) in [("0", "0"), ("1kb", "1024"), ("9223372036854775807", "9223372036854775807")] {
+            c.set_at_runtime("hll-sparse-max-bytes", value).expect(value);
+            assert_eq!(c.get("hll-sparse-max-bytes").as_deref(), Some(shown));
+            assert_eq!(c.hll_sparse_max_bytes.to_string(), shown);
+        }
+        let err = c.set_at_runtime("hll-sparse-max-bytes", "9223372036854775808").expect_err("past LONG_MAX");
+        assert_eq!(err.to_string(), "argument must be between 0 and 9223372036854775807 inclusive");
+        for bad in ["-1", "abc"] {
+            let err = c.set_at_runtime("hll-sparse-max-bytes", bad).expect_err(bad);
+            assert_eq!(err.to_string(), "argument must be a memory value");
+        }
+        let c = Config::load(&args(&["--hll-sparse-max-bytes", "100"])).expect("valid");
+        assert_eq!(c.hll_sparse_max_bytes, 100);
     }
 
     #[test]

@@ -13,6 +13,7 @@ pub mod digest;
 pub mod dump;
 pub mod geo;
 pub mod hashes;
+pub mod hyperloglog;
 pub mod keys;
 pub mod keyspec;
 pub mod lists;
@@ -380,6 +381,7 @@ pub fn table() -> &'static Table {
             dump::COMMANDS,
             strings::COMMANDS,
             bitmaps::COMMANDS,
+            hyperloglog::COMMANDS,
             lists::COMMANDS,
             blocking::COMMANDS,
             hashes::COMMANDS,

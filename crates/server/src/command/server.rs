@@ -1069,6 +1069,7 @@ pub fn acl_categories(spec: &CommandSpec) -> Vec<&'static str> {
         "sorted-set" => acl::SORTEDSET,
         "geo" => acl::GEO,
         "bitmap" => acl::BITMAP,
+        "hyperloglog" => acl::HYPERLOGLOG,
         "transactions" => acl::TRANSACTION,
         "scripting" => acl::SCRIPTING,
         "connection" => acl::CONNECTION,
