@@ -13,6 +13,8 @@
 # Environment: COMPAT_UNITS="unit/a unit/b" overrides the unit list,
 # COMPAT_TAGS overrides the --tags filter (default "-needs:debug"),
 # COMPAT_UNIT_TIMEOUT (seconds, default 600) bounds each unit,
+# COMPAT_SKIP_TEST passes one `--skiptest` to runtest (a test name, or a
+# regexp after a leading /) for every server alike,
 # COMPAT_LOG_DIR names the log directory (default: a new mktemp -d).
 # Needs bash and coreutils (timeout, mktemp) only.
 set -uo pipefail
@@ -58,6 +60,7 @@ KEEL_SERVER_FLAGS=(--bind 127.0.0.1 --appendonly no --threads 1)
 # --timeout: the suite's own no-progress watchdog (prints which test hangs).
 RUNTEST_TAGS="${COMPAT_TAGS:--needs:debug}"
 RUNTEST_ARGS=(--tags "$RUNTEST_TAGS" --durable --ignore-encoding --timeout 180)
+if [[ -n "${COMPAT_SKIP_TEST:-}" ]]; then RUNTEST_ARGS+=(--skiptest "$COMPAT_SKIP_TEST"); fi
 
 UNIT_TIMEOUT="${COMPAT_UNIT_TIMEOUT:-600}"   # hard bound per unit (seconds)
 

@@ -100,6 +100,17 @@ const SCRIPTS: &[&str] = &[
     "return redis.acl_check_cmd('nosuch')",
     "return redis.replicate_commands()",
     "return string.dump ~= nil and loadstring(string.dump(function() return 1 end))",
+    "local e = cmsgpack.pack(0.1, -1099511627776, 1, 200, 70000, 5000000000, -1, -100, -1000, -100000, 'x', true, false, nil, {1,2,3}, {a=1}, 1.5, 2^40, -3147483648) local h = '' for i = 1, #e do h = h .. string.format('%02x', string.byte(e, i)) end return h",
+    "local a = {x=nil,y=5} local b = {x=a} a['x'] = b local e = cmsgpack.pack(a) local h = '' for i = 1, #e do h = h .. string.format('%02x', string.byte(e, i)) end return h",
+    "return {cmsgpack.unpack(cmsgpack.pack(1, 'two', {3, {4}}, {k='v'}))}",
+    "return {cmsgpack.unpack_one(cmsgpack.pack(1, 2), 0)}",
+    "return {cmsgpack.unpack_limit(cmsgpack.pack(1, 2, 3), 2, 0)}",
+    "return cmsgpack.unpack('\\193')",
+    "return cmsgpack.unpack('\\146\\001')",
+    "return cmsgpack.pack()",
+    "return {cmsgpack.unpack_one(cmsgpack.pack(1), 5)}",
+    "return cmsgpack.pack(string.rep('y', 40), string.rep('z', 300))",
+    "cmsgpack.pack = 1",
 ];
 
 #[test]

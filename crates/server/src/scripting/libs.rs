@@ -1,7 +1,8 @@
 //! The libraries Redis adds to its Lua, written here against the same
-//! behaviour: `bit` (LuaBitOp), `cjson` (lua-cjson 2.1), and Redis's own
-//! `math.random`, a 48-bit generator whose sequence is the same on every
-//! platform. `cmsgpack` and `struct` are not provided.
+//! behaviour: `bit` (LuaBitOp), `cjson` (lua-cjson 2.1), `cmsgpack`
+//! (lua-cmsgpack 0.4), and Redis's own `math.random`, a 48-bit generator
+//! whose sequence is the same on every platform. `struct` is not
+//! provided.
 
 use std::cell::Cell;
 use std::rc::Rc;
@@ -13,6 +14,7 @@ pub fn install(lua: &Lua) -> mlua::Result<()> {
     let globals = lua.globals();
     globals.raw_set("bit", bit(lua)?)?;
     globals.raw_set("cjson", cjson(lua)?)?;
+    globals.raw_set("cmsgpack", cmsgpack(lua)?)?;
     let redis = lua.create_table()?;
     redis.raw_set("sha1hex", lua.create_function(|_, args: MultiValue| {
         if args.len() != 1 {
@@ -280,7 +282,7 @@ fn encode(out: &mut Vec<u8>, value: &Value, config: &JsonConfig, depth: usize) -
         Value::Number(n) => encode_number(out, *n, config)?,
         Value::String(s) => encode_string(out, &s.as_bytes()),
         Value::Table(t) => {
-            if depth > config.encode_max_depth {
+            if depth > config.encode_max_depth.min(DECODE_DEPTH_MAX) {
                 return Err(mlua::Error::runtime(format!("Cannot serialise, excessive nesting ({depth})")));
             }
             match array_length(t, config)? {
@@ -416,7 +418,7 @@ impl Parser<'_> {
 
     fn value(&mut self, depth: usize) -> mlua::Result<Value> {
         match self.bytes.get(self.at) {
-            Some(b'{') | Some(b'[') if depth > self.config.decode_max_depth => Err(mlua::Error::runtime(format!(
+            Some(b'{') | Some(b'[') if depth > self.config.decode_max_depth.min(DECODE_DEPTH_MAX) => Err(mlua::Error::runtime(format!(
                 "Found too many nested data structures ({depth}) at character {}",
                 self.at + 1
             ))),
@@ -588,4 +590,319 @@ impl Parser<'_> {
             }
         }
     }
+}
+
+/// lua-cmsgpack's nesting limit: deeper tables are packed as nil.
+const MSGPACK_MAX_NESTING: usize = 16;
+
+fn cmsgpack(lua: &Lua) -> mlua::Result<Table> {
+    let t = lua.create_table()?;
+    t.raw_set("pack", lua.create_function(|_, values: Variadic<Value>| {
+        if values.is_empty() {
+            return Err(mlua::Error::runtime("bad argument #0 to 'pack' (MessagePack pack needs input.)"));
+        }
+        let mut out = Vec::new();
+        for value in values.iter() {
+            msgpack_encode(&mut out, value, 0)?;
+        }
+        Ok(mlua::BString::from(out))
+    })?)?;
+    t.raw_set("unpack", lua.create_function(|lua, packed: mlua::String| msgpack_unpack(lua, &packed.as_bytes(), 0, 0))?)?;
+    t.raw_set("unpack_one", lua.create_function(|lua, (packed, offset): (mlua::String, Option<i64>)| {
+        msgpack_unpack(lua, &packed.as_bytes(), 1, offset.unwrap_or(0))
+    })?)?;
+    t.raw_set("unpack_limit", lua.create_function(|lua, (packed, limit, offset): (mlua::String, i64, Option<i64>)| {
+        msgpack_unpack(lua, &packed.as_bytes(), limit, offset.unwrap_or(0))
+    })?)?;
+    Ok(t)
+}
+
+fn msgpack_encode(out: &mut Vec<u8>, value: &Value, level: usize) -> mlua::Result<()> {
+    match value {
+        Value::String(s) => {
+            let s = s.as_bytes();
+            let len = s.len();
+            match len {
+                0..32 => out.push(0xa0 | len as u8),
+                32..=0xff => out.extend_from_slice(&[0xd9, len as u8]),
+                0x100..=0xffff => {
+                    out.push(0xda);
+                    out.extend_from_slice(&(len as u16).to_be_bytes());
+                }
+                _ => {
+                    out.push(0xdb);
+                    out.extend_from_slice(&(len as u32).to_be_bytes());
+                }
+            }
+            out.extend_from_slice(&s);
+        }
+        Value::Boolean(b) => out.push(if *b { 0xc3 } else { 0xc2 }),
+        Value::Integer(i) => msgpack_int(out, *i),
+        Value::Number(n) => {
+            // An integral number that fits in 64 bits is an integer.
+            if n.is_finite() && (*n as i64) as f64 == *n {
+                msgpack_int(out, *n as i64);
+            } else if (*n as f32) as f64 == *n || n.is_nan() {
+                out.push(0xca);
+                out.extend_from_slice(&(*n as f32).to_be_bytes());
+            } else {
+                out.push(0xcb);
+                out.extend_from_slice(&n.to_be_bytes());
+            }
+        }
+        Value::Table(t) if level < MSGPACK_MAX_NESTING => {
+            let pairs: Vec<(Value, Value)> = t.pairs::<Value, Value>().collect::<mlua::Result<_>>()?;
+            let array_len = msgpack_array_len(&pairs);
+            let header = |out: &mut Vec<u8>, len: usize, fix: u8, small: u8| match len {
+                0..16 => out.push(fix | len as u8),
+                16..=0xffff => {
+                    out.push(small);
+                    out.extend_from_slice(&(len as u16).to_be_bytes());
+                }
+                _ => {
+                    out.push(small + 1);
+                    out.extend_from_slice(&(len as u32).to_be_bytes());
+                }
+            };
+            match array_len {
+                Some(len) => {
+                    header(out, len, 0x90, 0xdc);
+                    for i in 1..=len {
+                        msgpack_encode(out, &t.raw_get::<Value>(i)?, level + 1)?;
+                    }
+                }
+                None => {
+                    header(out, pairs.len(), 0x80, 0xde);
+                    for (k, v) in &pairs {
+                        msgpack_encode(out, k, level + 1)?;
+                        msgpack_encode(out, v, level + 1)?;
+                    }
+                }
+            }
+        }
+        // nil, functions, userdata, and tables past the nesting limit.
+        _ => out.push(0xc0),
+    }
+    Ok(())
+}
+
+/// lua-cmsgpack's `table_is_an_array`: every key a positive integer and
+/// as many keys as the largest.
+fn msgpack_array_len(pairs: &[(Value, Value)]) -> Option<usize> {
+    let mut max = 0usize;
+    for (k, _) in pairs {
+        let n = match k {
+            Value::Integer(i) => *i as f64,
+            Value::Number(n) => *n,
+            _ => return None,
+        };
+        if n <= 0.0 || n.floor() != n {
+            return None;
+        }
+        max = max.max(n as usize);
+    }
+    (max == pairs.len()).then_some(max)
+}
+
+fn msgpack_int(out: &mut Vec<u8>, n: i64) {
+    match n {
+        0..=127 => out.push(n as u8),
+        128..=0xff => out.extend_from_slice(&[0xcc, n as u8]),
+        0x100..=0xffff => {
+            out.push(0xcd);
+            out.extend_from_slice(&(n as u16).to_be_bytes());
+        }
+        0x1_0000..=0xffff_ffff => {
+            out.push(0xce);
+            out.extend_from_slice(&(n as u32).to_be_bytes());
+        }
+        0x1_0000_0000.. => {
+            out.push(0xcf);
+            out.extend_from_slice(&(n as u64).to_be_bytes());
+        }
+        -32..=-1 => out.push(n as i8 as u8),
+        -128..=-33 => out.extend_from_slice(&[0xd0, n as i8 as u8]),
+        -32768..=-129 => {
+            out.push(0xd1);
+            out.extend_from_slice(&(n as i16).to_be_bytes());
+        }
+        -2_147_483_648..=-32769 => {
+            out.push(0xd2);
+            out.extend_from_slice(&(n as i32).to_be_bytes());
+        }
+        _ => {
+            out.push(0xd3);
+            out.extend_from_slice(&n.to_be_bytes());
+        }
+    }
+}
+
+/// lua-cmsgpack's `mp_unpack_full`: up to `limit` objects (0 with offset
+/// 0: all) from `offset`; with a limit or offset, the next offset (-1 at
+/// the end) comes first.
+fn msgpack_unpack(lua: &Lua, packed: &[u8], limit: i64, offset: i64) -> mlua::Result<MultiValue> {
+    if offset < 0 || limit < 0 {
+        return Err(mlua::Error::runtime(format!(
+            "Invalid request to unpack with offset of {offset} and limit of {}.",
+            packed.len()
+        )));
+    }
+    if offset as usize > packed.len() {
+        return Err(mlua::Error::runtime(format!(
+            "Start offset {offset} greater than input length {}.",
+            packed.len()
+        )));
+    }
+    let all = limit == 0 && offset == 0;
+    let limit = if all { i64::MAX } else { limit };
+    let mut cursor = MsgpackCursor { lua, bytes: packed, at: offset as usize, depth: 0 };
+    let mut values = MultiValue::new();
+    let mut count = 0;
+    while cursor.at < packed.len() && count < limit {
+        values.push_back(cursor.value()?);
+        count += 1;
+    }
+    if !all {
+        let next = if cursor.at == packed.len() { -1 } else { cursor.at as i64 };
+        values.push_front(Value::Integer(next));
+    }
+    Ok(values)
+}
+
+struct MsgpackCursor<'a> {
+    lua: &'a Lua,
+    bytes: &'a [u8],
+    at: usize,
+    /// Containers open around the value being read: bounded, so that
+    /// hostile input cannot overflow the thread's stack.
+    depth: usize,
+}
+
+/// How deep decoders nest (cjson's `decode_max_depth` included): Lua's own
+/// C stack would refuse much more.
+const DECODE_DEPTH_MAX: usize = 1000;
+
+impl MsgpackCursor<'_> {
+    fn take(&mut self, n: usize) -> mlua::Result<&[u8]> {
+        let end = self.at.checked_add(n).filter(|&e| e <= self.bytes.len());
+        let end = end.ok_or_else(|| mlua::Error::runtime("Missing bytes in input."))?;
+        let taken = &self.bytes[self.at..end];
+        self.at = end;
+        Ok(taken)
+    }
+
+    fn uint(&mut self, n: usize) -> mlua::Result<u64> {
+        Ok(self.take(n)?.iter().fold(0u64, |v, &b| v << 8 | u64::from(b)))
+    }
+
+    fn string(&mut self, len: usize) -> mlua::Result<Value> {
+        let bytes = self.take(len)?.to_vec();
+        Ok(Value::String(self.lua.create_string(bytes)?))
+    }
+
+    fn array(&mut self, len: usize) -> mlua::Result<Value> {
+        let t = self.lua.create_table()?;
+        for i in 1..=len {
+            t.raw_seti(i, self.value()?)?;
+        }
+        Ok(Value::Table(t))
+    }
+
+    fn map(&mut self, len: usize) -> mlua::Result<Value> {
+        let t = self.lua.create_table()?;
+        for _ in 0..len {
+            let (k, v) = (self.value()?, self.value()?);
+            if !k.is_nil() {
+                t.raw_set(k, v)?;
+            }
+        }
+        Ok(Value::Table(t))
+    }
+
+    fn value(&mut self) -> mlua::Result<Value> {
+        if self.depth >= DECODE_DEPTH_MAX {
+            return Err(mlua::Error::runtime("MessagePack input is nested too deeply."));
+        }
+        self.depth += 1;
+        let value = self.value_here();
+        self.depth -= 1;
+        value
+    }
+
+    fn value_here(&mut self) -> mlua::Result<Value> {
+        let tag = self.take(1)?[0];
+        let number = |n: f64| Ok(Value::Number(n));
+        match tag {
+            0x00..=0x7f => number(f64::from(tag)),
+            0xe0..=0xff => number(f64::from(tag as i8)),
+            0x80..=0x8f => self.map(usize::from(tag & 0x0f)),
+            0x90..=0x9f => self.array(usize::from(tag & 0x0f)),
+            0xa0..=0xbf => self.string(usize::from(tag & 0x1f)),
+            0xc0 => Ok(Value::Nil),
+            0xc2 => Ok(Value::Boolean(false)),
+            0xc3 => Ok(Value::Boolean(true)),
+            0xca => number(f64::from(f32::from_bits(self.uint(4)? as u32))),
+            0xcb => number(f64::from_bits(self.uint(8)?)),
+            0xcc => number(self.uint(1)? as f64),
+            0xcd => number(self.uint(2)? as f64),
+            0xce => number(self.uint(4)? as f64),
+            0xcf => number(self.uint(8)? as f64),
+            0xd0 => number(f64::from(self.uint(1)? as u8 as i8)),
+            0xd1 => number(f64::from(self.uint(2)? as u16 as i16)),
+            0xd2 => number(f64::from(self.uint(4)? as u32 as i32)),
+            0xd3 => number(self.uint(8)? as i64 as f64),
+            0xc4 | 0xd9 => {
+                let len = self.uint(1)? as usize;
+                self.string(len)
+            }
+            0xc5 | 0xda => {
+                let len = self.uint(2)? as usize;
+                self.string(len)
+            }
+            0xc6 | 0xdb => {
+                let len = self.uint(4)? as usize;
+                self.string(len)
+            }
+            0xdc => {
+                let len = self.uint(2)? as usize;
+                self.array(len)
+            }
+            0xdd => {
+                let len = self.uint(4)? as usize;
+                self.array(len)
+            }
+            0xde => {
+                let len = self.uint(2)? as usize;
+                self.map(len)
+            }
+            0xdf => {
+                let len = self.uint(4)? as usize;
+                self.map(len)
+            }
+            _ => Err(mlua::Error::runtime("Bad data format in input.")),
+        }
+    }
+}
+
+/// Feeds untrusted bytes to the libraries' decoders (`cjson.decode`,
+/// `cmsgpack.unpack`), as a script could: each answers a value or an
+/// error, never a panic or a crash (the fuzz target `script_decoders`).
+pub fn decode_untrusted(data: &[u8]) {
+    thread_local! {
+        static LUA: Option<(Lua, mlua::Function, mlua::Function)> = {
+            let lua = Lua::new();
+            let decoders = install(&lua).and_then(|()| {
+                let cjson: Table = lua.globals().raw_get("cjson")?;
+                let cmsgpack: Table = lua.globals().raw_get("cmsgpack")?;
+                Ok((cjson.raw_get("decode")?, cmsgpack.raw_get("unpack")?))
+            });
+            decoders.ok().map(|(json, msgpack)| (lua, json, msgpack))
+        };
+    }
+    LUA.with(|state| {
+        let Some((lua, json, msgpack)) = state else { return };
+        let Ok(text) = lua.create_string(data) else { return };
+        let _ = json.call::<MultiValue>(text.clone());
+        let _ = msgpack.call::<MultiValue>(text);
+    });
 }

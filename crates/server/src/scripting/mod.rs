@@ -27,6 +27,8 @@ mod engine;
 pub mod functions;
 mod libs;
 
+pub use libs::decode_untrusted;
+
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
