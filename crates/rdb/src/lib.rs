@@ -12,7 +12,9 @@
 //!   Redis would from [`Thresholds`] (listpacks and intsets when small,
 //!   quicklists of listpack nodes for lists, LZF for long strings).
 //! * [`dump_payload`] and [`restore_payload`] are the `DUMP` and `RESTORE`
-//!   serialization.
+//!   serialization; [`dump_functions`] and [`restore_functions`] those of
+//!   `FUNCTION DUMP` and `FUNCTION RESTORE` (function libraries, which
+//!   files carry as [`RdbItem::Function`] and [`RdbWriter::function`]).
 //! * [`crc64()`] and [`lzf`] are the checksum and compression underneath.
 //!
 //! One extension of Keel's own: a key's memcached flags travel as an aux

@@ -21,7 +21,9 @@
 //! `metrics-port`) with INFO's figures; [`replication`] serves replicas
 //! (Redis's or Keel's) from the same stream of changes the journal gets,
 //! and [`replica`] replicates from a Redis (or Keel) master while
-//! `replicaof` is set.
+//! `replicaof` is set; [`scripting`] runs Lua scripts (EVAL) and
+//! functions (FCALL) in a Lua interpreter per thread, each holding every
+//! shard.
 //!
 //! A request flows: socket -> [`worker`] reads into the connection's buffer
 //! -> `keel_protocol::parse_request` -> [`command::execute`] looks the

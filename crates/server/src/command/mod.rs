@@ -68,11 +68,23 @@ pub enum CmdError {
     /// Any other error: the full text, prefix included.
     #[error("{0}")]
     Other(String),
+    /// An error already counted in errorstats where it happened (a
+    /// script's command), answered as it is and counted only as the
+    /// command's failed call (Redis's ERR_REPLY_FLAG_NO_STATS_UPDATE).
+    #[error("{0}")]
+    Counted(String),
 }
 
 impl CmdError {
     pub fn other(text: impl Into<String>) -> CmdError {
         CmdError::Other(text.into())
+    }
+
+    /// Adds the error to errorstats unless it was counted already.
+    pub fn count(&self, server: &Server) {
+        if !matches!(self, CmdError::Counted(_)) {
+            server.count_error(&self.to_string());
+        }
     }
 
     /// Redis's addReplySubcommandSyntaxError, for `argv[0] argv[1] ...`.
@@ -464,6 +476,8 @@ pub struct Ctx<'a> {
     /// connections, sent once the command (or its transaction) is logged
     /// (`pubsub::deliver`).
     pub published: Vec<crate::pubsub::Delivery>,
+    /// A Lua script runs this command (Redis's CLIENT_SCRIPT).
+    pub in_script: bool,
 }
 
 impl<'a> Ctx<'a> {
@@ -489,6 +503,7 @@ impl<'a> Ctx<'a> {
             durability: Default::default(),
             may_block: true,
             published: Vec::new(),
+            in_script: false,
         }
     }
 
@@ -785,9 +800,8 @@ pub fn execute(
         client.reply = ReplyMode::Skipping;
     }
     if let Err(e) = dispatch(server, stats, client, wbuf, argv, now_ms, &mut lsn) {
-        let text = e.to_string();
-        server.count_error(&text);
-        ReplyWriter::new(wbuf, client.resp3).error(&text);
+        e.count(server);
+        ReplyWriter::new(wbuf, client.resp3).error(&e.to_string());
     }
     // Pub/sub frames come first in a reply, and are not replies.
     let kept = std::mem::take(&mut client.pushed_to).max(reply_start);

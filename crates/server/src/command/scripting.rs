@@ -232,7 +232,8 @@ fn function_flush(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     match argv {
         [_, _] => {}
         [_, _, mode] if eq(mode, "async") || eq(mode, "sync") => {}
-        _ => return Err(CmdError::other("ERR FUNCTION FLUSH only supports SYNC|ASYNC option")),
+        [_, _, _] => return Err(CmdError::other("ERR FUNCTION FLUSH only supports SYNC|ASYNC option")),
+        _ => return Err(CmdError::subcommand_syntax(argv)),
     }
     ctx.server.scripts.functions.flush();
     ctx.wrote(1);

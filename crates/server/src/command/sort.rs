@@ -135,9 +135,9 @@ fn sort_generic(ctx: &mut Ctx<'_>, argv: &[&[u8]], readonly: bool) -> CmdResult 
     if matches!(value, Some(Value::Str(_)) | Some(Value::Hash(_))) {
         return Err(CmdError::WrongType);
     }
-    // A set has no native order: with STORE its result must not depend on
-    // the table's layout (it is replicated and logged), so sort it.
-    if o.dont_sort && matches!(value, Some(Value::Set(_))) && o.store.is_some() {
+    // A set has no native order: with STORE, or in a script, its result
+    // must not depend on the table's layout, so sort it, as Redis does.
+    if o.dont_sort && matches!(value, Some(Value::Set(_))) && (o.store.is_some() || ctx.in_script) {
         o.dont_sort = false;
         o.alpha = true;
         o.by = None;

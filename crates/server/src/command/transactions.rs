@@ -146,9 +146,8 @@ fn exec(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
             Err(e) => Err(e),
         };
         if let Err(e) = result {
-            let text = e.to_string();
-            ctx.server.count_error(&text);
-            ctx.out.error(&text);
+            e.count(ctx.server);
+            ctx.out.error(&e.to_string());
         }
     }
     ctx.durability.in_transaction = false;

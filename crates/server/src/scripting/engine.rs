@@ -6,6 +6,7 @@
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Instant;
 
 use keel_protocol::{parse_frame, Frame, ReplyWriter};
@@ -22,6 +23,8 @@ const REPLY_DEPTH_MAX: usize = 1000;
 /// Redis's count hook.
 const HOOK_INSTRUCTIONS: u32 = 100_000;
 /// How long FUNCTION LOAD may run a library's code (Redis's LOAD_TIMEOUT_MS).
+/// Scripts between two collector steps (Redis's LUA_GC_CYCLE_PERIOD).
+const GC_PERIOD: u64 = 50;
 const LOAD_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(500);
 
 struct Engine {
@@ -39,6 +42,10 @@ struct Engine {
     /// The registered functions, as of the libraries' `functions_generation`.
     functions: HashMap<String, Function>,
     functions_generation: Option<u64>,
+    /// Scripts run, for the collector's pace.
+    runs: u64,
+    /// The server's running-script state, which the hook reads.
+    run: Arc<super::RunState>,
 }
 
 /// What a run calls: an EVAL script, or a function FCALL names.
@@ -64,7 +71,7 @@ fn with_engine<R>(server: &Server, f: impl FnOnce(&mut Engine) -> R) -> Result<R
         let generation = server.scripts.generation();
         if slot.as_ref().is_none_or(|e| e.generation != generation) {
             *slot = None;
-            let engine = Engine::new(generation).map_err(|e| CmdError::other(format!("ERR Lua initialization failed: {e}")))?;
+            let engine = Engine::new(generation, server.scripts.run.clone()).map_err(|e| CmdError::other(format!("ERR Lua initialization failed: {e}")))?;
             *slot = Some(engine);
         }
         let engine = slot.as_mut().ok_or_else(|| CmdError::other("ERR Lua initialization failed"))?;
@@ -73,7 +80,7 @@ fn with_engine<R>(server: &Server, f: impl FnOnce(&mut Engine) -> R) -> Result<R
 }
 
 impl Engine {
-    fn new(generation: u64) -> mlua::Result<Engine> {
+    fn new(generation: u64, run: Arc<super::RunState>) -> mlua::Result<Engine> {
         // The debug library is for the error handler only: the sandbox
         // takes it out of the globals. No os, io or package, as in Redis.
         let libs = StdLib::TABLE | StdLib::STRING | StdLib::MATH | StdLib::DEBUG;
@@ -83,7 +90,7 @@ impl Engine {
         super::libs::install(&lua)?;
         let (env, visible, bind, runner, loading): (Table, Table, Function, Function, Function) =
             lua.load(include_str!("sandbox.lua")).set_name("=keel").call(())?;
-        Ok(Engine {
+        let engine = Engine {
             lua,
             env,
             visible,
@@ -94,7 +101,25 @@ impl Engine {
             generation,
             functions: HashMap::new(),
             functions_generation: None,
-        })
+            runs: 0,
+            run,
+        };
+        engine.watch_runs();
+        Ok(engine)
+    }
+
+    /// The hook that, every 100,000 instructions, marks a long script
+    /// busy and stops one that SCRIPT KILL or FUNCTION KILL asked to stop
+    /// (set once: it costs nothing between scripts).
+    fn watch_runs(&self) {
+        let state = self.run.clone();
+        self.lua.set_hook(HookTriggers::new().every_nth_instruction(HOOK_INSTRUCTIONS), move |_, _| {
+            if state.tick() {
+                tracing::warn!("Lua script killed by user with SCRIPT KILL.");
+                return Err(mlua::Error::runtime("Script killed by user with SCRIPT KILL..."));
+            }
+            Ok(VmState::Continue)
+        });
     }
 
     /// Runs a library's code (after its shebang line) with the library
@@ -123,7 +148,7 @@ impl Engine {
             self.runner.call::<(bool, Value)>(chunk)
         });
         let _ = self.loading.call::<()>(Value::Nil);
-        self.lua.remove_hook();
+        self.watch_runs();
         let (ok, value) = outcome.map_err(|e| CmdError::other(format!("ERR Error registering functions: {e}")))?;
         if !ok {
             let message = match &value {
@@ -281,19 +306,21 @@ struct Run {
     /// RESP version of the replies `redis.call` gives the script
     /// (`redis.setresp`).
     resp3: Cell<bool>,
-    read_only: bool,
+    mode: Mode,
 }
 
 /// Runs `target` with its keys and arguments under every shard lock and
 /// writes its reply.
-pub(super) fn run(ctx: &mut Ctx<'_>, target: Target<'_>, keys: &[&[u8]], args: &[&[u8]], read_only: bool) -> CmdResult {
+pub(super) fn run(ctx: &mut Ctx<'_>, target: Target<'_>, keys: &[&[u8]], args: &[&[u8]], mode: Mode) -> CmdResult {
     let server = ctx.server;
     let threshold = server.config.read().busy_reply_threshold.max(0) as u64;
     let state = &server.scripts.run;
     state.start(threshold, ctx.client.is_master, matches!(target, Target::Script(_)));
     let caller_db = ctx.client.db;
     let in_transaction = std::mem::replace(&mut ctx.durability.in_transaction, true);
-    let result = with_engine(server, |engine| run_in(engine, ctx, target, keys, args, read_only));
+    ctx.in_script = true;
+    let result = with_engine(server, |engine| run_in(engine, ctx, target, keys, args, mode));
+    ctx.in_script = false;
     ctx.durability.in_transaction = in_transaction;
     // SELECT inside a script is the script's own (Redis 7.0).
     ctx.client.db = caller_db;
@@ -301,15 +328,24 @@ pub(super) fn run(ctx: &mut Ctx<'_>, target: Target<'_>, keys: &[&[u8]], args: &
     state.finish();
     let reply = result??;
     match reply {
-        Reply::Ok(bytes) => ctx.out.buf.extend_from_slice(&bytes),
-        // An error the script's commands already counted (Redis's
-        // ERR_REPLY_FLAG_NO_STATS_UPDATE): written as a reply, not
-        // returned, so that neither errorstats nor EVAL's failed calls
-        // count it twice.
-        Reply::Uncounted(text) => ctx.out.error(&text),
-        Reply::Error(text) => return Err(CmdError::Other(text)),
+        Reply::Ok(bytes) => {
+            ctx.out.buf.extend_from_slice(&bytes);
+            Ok(())
+        }
+        // An error the script's commands already counted in errorstats.
+        Reply::Uncounted(text) => Err(CmdError::Counted(text)),
+        Reply::Error(text) => Err(CmdError::Other(text)),
     }
-    Ok(())
+}
+
+/// How a script may run: from its command (the `_RO` forms) and its
+/// flags.
+#[derive(Clone, Copy)]
+pub(super) struct Mode {
+    /// Write commands are refused.
+    pub read_only: bool,
+    /// `allow-oom`: commands run past `maxmemory`.
+    pub allow_oom: bool,
 }
 
 enum Reply {
@@ -324,7 +360,7 @@ fn run_in(
     target: Target<'_>,
     keys: &[&[u8]],
     args: &[&[u8]],
-    read_only: bool,
+    mode: Mode,
 ) -> Result<Reply, CmdError> {
     let name = match target {
         Target::Script(script) => script.sha.as_str(),
@@ -349,16 +385,8 @@ fn run_in(
             (f, MultiValue::from_iter([Value::Table(keys), Value::Table(args)]))
         }
     };
-    let run = Run { resp3: Cell::new(false), read_only };
+    let run = Run { resp3: Cell::new(false), mode };
     let caller_resp3 = ctx.client.resp3;
-    let hook_state = ctx.server.scripts.run.clone();
-    engine.lua.set_hook(HookTriggers::new().every_nth_instruction(HOOK_INSTRUCTIONS), move |_, _| {
-        if hook_state.tick() {
-            tracing::warn!("Lua script killed by user with SCRIPT KILL.");
-            return Err(mlua::Error::runtime("Script killed by user with SCRIPT KILL..."));
-        }
-        Ok(VmState::Continue)
-    });
     let ctx = RefCell::new(ctx);
     let outcome = engine.lua.scope(|scope| {
         // redis.call raises a command's error; the \1 marks it as one
@@ -400,6 +428,9 @@ fn run_in(
         let (ok, value): (bool, Value) = engine.runner.call(call_args)?;
         engine.bind.call::<()>(Value::Nil)?;
         let reply = if ok {
+            if let Some(reply) = returned_error(&value)? {
+                return Ok(reply);
+            }
             let mut bytes = Vec::new();
             write_reply(&mut ReplyWriter::new(&mut bytes, caller_resp3), &value, run.resp3.get(), 0)?;
             Reply::Ok(bytes)
@@ -408,10 +439,13 @@ fn run_in(
         };
         Ok(reply)
     });
-    engine.lua.remove_hook();
-    // Redis steps the collector every 50 scripts; a step per script
-    // keeps garbage from piling up between full cycles.
-    let _ = engine.lua.gc_step_kbytes(8);
+    // Redis's LUA_GC_CYCLE_PERIOD: a collector step of 50 every 50
+    // scripts, besides Lua's own (a step per script cost a sixth of a
+    // short script's time).
+    engine.runs += 1;
+    if engine.runs % GC_PERIOD == 0 {
+        let _ = engine.lua.gc_step_kbytes(GC_PERIOD as i32);
+    }
     outcome.map_err(lua_error)
 }
 
@@ -437,6 +471,18 @@ fn array(lua: &Lua, items: &[&[u8]]) -> mlua::Result<Table> {
         t.raw_seti(i + 1, lua.create_string(item)?)?;
     }
     Ok(t)
+}
+
+/// A script that returned an error table (`redis.error_reply`, or what
+/// redis.pcall gave it): its error, counted already when a command's.
+fn returned_error(value: &Value) -> mlua::Result<Option<Reply>> {
+    let Value::Table(t) = value else { return Ok(None) };
+    let Value::String(e) = t.raw_get::<Value>("err")? else { return Ok(None) };
+    let text = e.to_string_lossy();
+    Ok(Some(match t.raw_get::<Option<bool>>("ignore_error_stats_update")? {
+        Some(true) => Reply::Uncounted(text),
+        _ => Reply::Error(text),
+    }))
 }
 
 /// The reply of a failed script: Redis's `-<err> script: <sha>, on
@@ -501,23 +547,12 @@ fn call_command(ctx: &mut Ctx<'_>, run: &Run, args: MultiValue) -> Result<Vec<u8
         Err(CmdError::Arity(_)) => return Err("Wrong number of args calling Redis command from script".into()),
         Err(_) => return Err("Unknown Redis command called from script".into()),
     };
-    if spec.has(flags::NOSCRIPT) {
-        return Err("This Redis command is not allowed from script".into());
+    if let Err(refused) = may_call(ctx, run, spec) {
+        ctx.stats.commands[index].rejected_calls.fetch_add(1, Ordering::Relaxed);
+        return Err(refused);
     }
-    let writes = spec.has(flags::WRITE);
-    if run.read_only && (writes || matches!(spec.name, "publish" | "spublish")) {
-        return Err("Write commands are not allowed from read-only scripts.".into());
-    }
-    let state = &ctx.server.scripts.run;
-    // Once a script has written, it cannot stop halfway on a refusal.
-    if !state.wrote.load(Ordering::Relaxed) {
-        if let Some(error) = command::refusal(ctx.server, ctx.client.is_master, spec.flags, false) {
-            return Err(format!("-{error}"));
-        }
-        crate::durability::check_writable(ctx.server, spec).map_err(|e| format!("-{e}"))?;
-    }
-    if writes {
-        state.wrote.store(true, Ordering::Relaxed);
+    if spec.has(flags::WRITE) {
+        ctx.server.scripts.run.wrote.store(true, Ordering::Relaxed);
     }
     // The command's reply goes to a buffer of its own, in the script's
     // RESP version.
@@ -532,6 +567,27 @@ fn call_command(ctx: &mut Ctx<'_>, run: &Run, args: MultiValue) -> Result<Vec<u8
     command::feed_monitors(ctx.server, ctx.client, spec, &argv);
     ctx.out.resp3 = caller_resp3;
     Ok(std::mem::replace(ctx.out.buf, saved))
+}
+
+/// Whether the running script may call `spec` now (Redis's checks in
+/// `scriptCall`), or Redis's error.
+fn may_call(ctx: &Ctx<'_>, run: &Run, spec: &command::CommandSpec) -> Result<(), String> {
+    if spec.has(flags::NOSCRIPT) {
+        return Err("This Redis command is not allowed from script".into());
+    }
+    let writes = spec.has(flags::WRITE);
+    if run.mode.read_only && (writes || matches!(spec.name, "publish" | "spublish")) {
+        return Err("Write commands are not allowed from read-only scripts.".into());
+    }
+    // Once a script has written, it cannot stop halfway on a refusal.
+    if ctx.server.scripts.run.wrote.load(Ordering::Relaxed) {
+        return Ok(());
+    }
+    let checked = if run.mode.allow_oom { spec.flags & !flags::DENYOOM } else { spec.flags };
+    if let Some(error) = command::refusal(ctx.server, ctx.client.is_master, checked, false) {
+        return Err(format!("-{error}"));
+    }
+    crate::durability::check_writable(ctx.server, spec).map_err(|e| format!("-{e}"))
 }
 
 /// Redis's `luaPushErrorBuff`: `-CODE message` or a message (code ERR)
@@ -662,35 +718,32 @@ fn write_table(out: &mut ReplyWriter<'_>, t: &Table, script_resp3: bool, depth: 
             return Ok(());
         }
     }
+    // Lua values are walked, never gathered: each one held from Rust
+    // takes one of a few thousand reference slots.
     if let Value::Table(map) = t.raw_get::<Value>("map")? {
-        let pairs: Vec<(Value, Value)> = map.pairs::<Value, Value>().collect::<mlua::Result<_>>()?;
-        out.map(pairs.len());
-        for (k, v) in &pairs {
-            write_reply(out, k, script_resp3, depth + 1)?;
-            write_reply(out, v, script_resp3, depth + 1)?;
+        out.map(map.pairs::<Value, Value>().count());
+        for pair in map.pairs::<Value, Value>() {
+            let (k, v) = pair?;
+            write_reply(out, &k, script_resp3, depth + 1)?;
+            write_reply(out, &v, script_resp3, depth + 1)?;
         }
         return Ok(());
     }
     if let Value::Table(set) = t.raw_get::<Value>("set")? {
-        let members: Vec<Value> = set.pairs::<Value, Value>().map(|p| p.map(|(k, _)| k)).collect::<mlua::Result<_>>()?;
-        out.set(members.len());
-        for m in &members {
-            write_reply(out, m, script_resp3, depth + 1)?;
+        out.set(set.pairs::<Value, Value>().count());
+        for pair in set.pairs::<Value, Value>() {
+            write_reply(out, &pair?.0, script_resp3, depth + 1)?;
         }
         return Ok(());
     }
     // An array up to its first nil.
-    let mut items = Vec::new();
-    loop {
-        let item: Value = t.raw_get(items.len() + 1)?;
-        if item.is_nil() {
-            break;
-        }
-        items.push(item);
+    let mut len = 0;
+    while !t.raw_get::<Value>(len + 1)?.is_nil() {
+        len += 1;
     }
-    out.array(items.len());
-    for item in &items {
-        write_reply(out, item, script_resp3, depth + 1)?;
+    out.array(len);
+    for i in 1..=len {
+        write_reply(out, &t.raw_get(i)?, script_resp3, depth + 1)?;
     }
     Ok(())
 }

@@ -212,7 +212,8 @@ fn metadata(code: &[u8]) -> Result<(String, usize), String> {
                 if name.is_some() {
                     return Err("ERR Invalid metadata value, name argument was given multiple times".into());
                 }
-                name = Some(part[5..].to_string());
+                // sdssplitargs's quotes: name="foo" is foo.
+                name = Some(part[5..].replace(['"', '\''], ""));
             }
             _ => return Err(format!("ERR Invalid metadata value given: {part}")),
         }

@@ -651,8 +651,6 @@ fn msgpack_encode(out: &mut Vec<u8>, value: &Value, level: usize) -> mlua::Resul
             }
         }
         Value::Table(t) if level < MSGPACK_MAX_NESTING => {
-            let pairs: Vec<(Value, Value)> = t.pairs::<Value, Value>().collect::<mlua::Result<_>>()?;
-            let array_len = msgpack_array_len(&pairs);
             let header = |out: &mut Vec<u8>, len: usize, fix: u8, small: u8| match len {
                 0..16 => out.push(fix | len as u8),
                 16..=0xffff => {
@@ -664,7 +662,9 @@ fn msgpack_encode(out: &mut Vec<u8>, value: &Value, level: usize) -> mlua::Resul
                     out.extend_from_slice(&(len as u32).to_be_bytes());
                 }
             };
-            match array_len {
+            // Pairs are walked, never gathered: each Lua value held from
+            // Rust takes one of a few thousand reference slots.
+            match msgpack_array_len(t)? {
                 Some(len) => {
                     header(out, len, 0x90, 0xdc);
                     for i in 1..=len {
@@ -672,10 +672,11 @@ fn msgpack_encode(out: &mut Vec<u8>, value: &Value, level: usize) -> mlua::Resul
                     }
                 }
                 None => {
-                    header(out, pairs.len(), 0x80, 0xde);
-                    for (k, v) in &pairs {
-                        msgpack_encode(out, k, level + 1)?;
-                        msgpack_encode(out, v, level + 1)?;
+                    header(out, t.pairs::<Value, Value>().count(), 0x80, 0xde);
+                    for pair in t.pairs::<Value, Value>() {
+                        let (k, v) = pair?;
+                        msgpack_encode(out, &k, level + 1)?;
+                        msgpack_encode(out, &v, level + 1)?;
                     }
                 }
             }
@@ -688,20 +689,21 @@ fn msgpack_encode(out: &mut Vec<u8>, value: &Value, level: usize) -> mlua::Resul
 
 /// lua-cmsgpack's `table_is_an_array`: every key a positive integer and
 /// as many keys as the largest.
-fn msgpack_array_len(pairs: &[(Value, Value)]) -> Option<usize> {
-    let mut max = 0usize;
-    for (k, _) in pairs {
-        let n = match k {
-            Value::Integer(i) => *i as f64,
-            Value::Number(n) => *n,
-            _ => return None,
+fn msgpack_array_len(t: &Table) -> mlua::Result<Option<usize>> {
+    let (mut max, mut count) = (0usize, 0usize);
+    for pair in t.pairs::<Value, Value>() {
+        let n = match pair?.0 {
+            Value::Integer(i) => i as f64,
+            Value::Number(n) => n,
+            _ => return Ok(None),
         };
         if n <= 0.0 || n.floor() != n {
-            return None;
+            return Ok(None);
         }
         max = max.max(n as usize);
+        count += 1;
     }
-    (max == pairs.len()).then_some(max)
+    Ok((max == count).then_some(max))
 }
 
 fn msgpack_int(out: &mut Vec<u8>, n: i64) {

@@ -95,7 +95,7 @@ pub struct RunState {
     busy: AtomicBool,
     killed: AtomicBool,
     /// The script has run a write command: it can no longer be killed.
-    wrote: AtomicBool,
+    pub(super) wrote: AtomicBool,
     /// Sent by our master: never killed.
     from_master: AtomicBool,
     /// An EVAL script, not a function (which KILL and -BUSY name).
@@ -140,6 +140,9 @@ impl RunState {
     /// Called every 100,000 instructions: marks the script busy past the
     /// threshold, and says whether SCRIPT KILL asked it to stop.
     fn tick(&self) -> bool {
+        if !self.running.load(Ordering::Relaxed) {
+            return false;
+        }
         let threshold = self.threshold_ms.load(Ordering::Relaxed);
         if threshold > 0 && !self.busy() {
             let elapsed = self.started.lock().map_or(0, |s| s.elapsed().as_millis() as u64);
@@ -280,10 +283,9 @@ pub fn eval(ctx: &mut Ctx<'_>, argv: &[&[u8]], by_sha: bool, read_only: bool) ->
         true => scripts.get(argv[1]).ok_or_else(|| CmdError::other(NOSCRIPT))?,
         false => scripts.load(ctx.server, argv[1])?,
     };
-    let no_writes = may_not_write(ctx, script.flags, read_only)?;
-    let read_only = read_only || no_writes;
+    let mode = mode(ctx, script.flags, read_only)?;
     let split = 3 + numkeys as usize;
-    engine::run(ctx, engine::Target::Script(&script), &argv[3..split], &argv[split..], read_only)
+    engine::run(ctx, engine::Target::Script(&script), &argv[3..split], &argv[split..], mode)
 }
 
 /// FCALL and FCALL_RO: `function numkeys key... arg...`.
@@ -296,19 +298,19 @@ pub fn fcall(ctx: &mut Ctx<'_>, argv: &[&[u8]], read_only: bool) -> CmdResult {
     if numkeys < 0 {
         return Err(CmdError::other("ERR Number of keys can't be negative"));
     }
-    let no_writes = may_not_write(ctx, function.flags, read_only)?;
-    let read_only = read_only || no_writes;
+    let mode = mode(ctx, function.flags, read_only)?;
     let split = 3 + numkeys as usize;
     *ctx.server.scripts.run.function.lock() = Some((function.name.clone(), argv.iter().map(|a| a.to_vec()).collect()));
-    engine::run(ctx, engine::Target::Function(&function.name), &argv[3..split], &argv[split..], read_only)
+    engine::run(ctx, engine::Target::Function(&function.name), &argv[3..split], &argv[split..], mode)
 }
 
-/// Redis's `scriptPrepareForRun` for a script with a shebang, which says
-/// whether it writes: refuses one that may write where writes are
-/// refused. Returns whether it runs read-only (`no-writes`).
-fn may_not_write(ctx: &Ctx<'_>, script_flags: u32, read_only: bool) -> Result<bool, CmdError> {
+/// How a script with `script_flags` runs, called by a `_RO` command or
+/// not; Redis's `scriptPrepareForRun` for a script with flags (a shebang,
+/// or a function's), which say whether it writes: refuses one that may
+/// write where writes are refused.
+fn mode(ctx: &Ctx<'_>, script_flags: u32, read_only: bool) -> Result<engine::Mode, CmdError> {
     if script_flags & flags::COMPAT != 0 {
-        return Ok(false);
+        return Ok(engine::Mode { read_only, allow_oom: false });
     }
     let server = ctx.server;
     let obeyed = ctx.client.is_master;
@@ -335,7 +337,10 @@ fn may_not_write(ctx: &Ctx<'_>, script_flags: u32, read_only: bool) -> Result<bo
             "OOM allow-oom flag is not set on the script, can not run it when used memory > 'maxmemory'",
         ));
     }
-    Ok(script_flags & flags::NO_WRITES != 0)
+    Ok(engine::Mode {
+        read_only: read_only || script_flags & flags::NO_WRITES != 0,
+        allow_oom: script_flags & flags::ALLOW_OOM != 0,
+    })
 }
 
 /// -BUSY for a command from another connection while a script is busy,

@@ -214,10 +214,21 @@ for _, name in ipairs({ 'log', 'LOG_DEBUG', 'LOG_VERBOSE', 'LOG_NOTICE', 'LOG_WA
   load_redis[name] = redis[name]
 end
 
+-- The registering host function while FUNCTION LOAD runs a library.
+local registering = nil
+-- A reference a library kept to it works only while it loads.
+local function register_function(...)
+  if not registering then
+    error(error_table('redis.register_function can only be called on FUNCTION LOAD command'), 0)
+  end
+  return registering(...)
+end
+load_redis.register_function = register_function
+
 -- Switches the globals to the library API while `register` (the
 -- registering host function) is given, back to the scripts' otherwise.
 local function loading(register)
-  load_redis.register_function = register
+  registering = register
   env_meta.__index = register and load_visible or visible
 end
 
