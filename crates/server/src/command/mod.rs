@@ -124,6 +124,8 @@ pub mod flags {
     pub const PUBSUB: u32 = 1 << 13;
     pub const SKIP_SLOWLOG: u32 = 1 << 14;
     pub const NO_ASYNC_LOADING: u32 = 1 << 15;
+    /// A command whose key arguments may all be absent (EVAL with 0 keys).
+    pub const NO_MANDATORY_KEYS: u32 = 1 << 16;
     /// Keel's own: the command touches keys it cannot name up front
     /// (KEYS, DBSIZE, FLUSHALL...), so it locks every shard.
     pub const ALL_SHARDS: u32 = 1 << 24;
@@ -144,6 +146,7 @@ pub mod flags {
         (SKIP_SLOWLOG, "skip_slowlog"),
         (FAST, "fast"),
         (NO_AUTH, "no_auth"),
+        (NO_MANDATORY_KEYS, "no_mandatory_keys"),
         (NO_ASYNC_LOADING, "no_async_loading"),
         (NO_MULTI, "no_multi"),
         (ALLOW_BUSY, "allow_busy"),

@@ -13,13 +13,13 @@ use super::{acl, cmd, flags::*, parse::eq, CmdError, CmdResult, CommandSpec, Ctx
 use crate::scripting::functions::RestorePolicy;
 
 const G: &str = "scripting";
-const EVAL_FLAGS: u32 = NOSCRIPT | SKIP_MONITOR | STALE | ALL_SHARDS;
+const EVAL_FLAGS: u32 = NOSCRIPT | SKIP_MONITOR | STALE | NO_MANDATORY_KEYS | ALL_SHARDS;
 
 pub static COMMANDS: &[CommandSpec] = &[
     cmd("eval", -3, EVAL_FLAGS, Keys::Custom(mpop_keys), G, eval)
         .doc("Execute a Lua script server side", "2.6.0")
         .specs(&[ks(RW | ACCESS | UPDATE, index(2), keynum(0, 1, 1))
-            .notes("We cannot tell how the keys will be used so we assume the worst, RW and UPDATE flags")])
+            .notes("We cannot tell how the keys will be used so we assume the worst, RW and UPDATE")])
         .acl(acl::SCRIPTING),
     cmd("evalsha", -3, EVAL_FLAGS, Keys::Custom(mpop_keys), G, evalsha)
         .doc("Execute a Lua script server side", "2.6.0")
@@ -28,7 +28,7 @@ pub static COMMANDS: &[CommandSpec] = &[
     cmd("eval_ro", -3, READONLY | EVAL_FLAGS, Keys::Custom(mpop_keys), G, eval_ro)
         .doc("Execute a read-only Lua script server side", "7.0.0")
         .specs(&[ks(RO | ACCESS, index(2), keynum(0, 1, 1))
-            .notes("We cannot tell how the keys will be used so we assume the worst, RO and ACCESS flags")])
+            .notes("We cannot tell how the keys will be used so we assume the worst, RO and ACCESS")])
         .acl(acl::SCRIPTING),
     cmd("evalsha_ro", -3, READONLY | EVAL_FLAGS, Keys::Custom(mpop_keys), G, evalsha_ro)
         .doc("Execute a read-only Lua script server side", "7.0.0")
@@ -36,20 +36,22 @@ pub static COMMANDS: &[CommandSpec] = &[
         .acl(acl::SCRIPTING),
     cmd("script", -2, 0, Keys::None, G, container)
         .doc("A container for Lua scripts management commands", "2.6.0")
-        .subs(SCRIPT_SUBCOMMANDS),
+        .subs(SCRIPT_SUBCOMMANDS)
+        .acl(acl::NONE),
     cmd("fcall", -3, EVAL_FLAGS, Keys::Custom(mpop_keys), G, fcall)
         .doc("Invoke a function", "7.0.0")
         .specs(&[ks(RW | ACCESS | UPDATE, index(2), keynum(0, 1, 1))
-            .notes("We cannot tell how the keys will be used so we assume the worst, RW and UPDATE flags")])
+            .notes("We cannot tell how the keys will be used so we assume the worst, RW and UPDATE")])
         .acl(acl::SCRIPTING),
     cmd("fcall_ro", -3, READONLY | EVAL_FLAGS, Keys::Custom(mpop_keys), G, fcall_ro)
         .doc("Invoke a read-only function", "7.0.0")
         .specs(&[ks(RO | ACCESS, index(2), keynum(0, 1, 1))
-            .notes("We cannot tell how the keys will be used so we assume the worst, RO and ACCESS flags")])
+            .notes("We cannot tell how the keys will be used so we assume the worst, RO and ACCESS")])
         .acl(acl::SCRIPTING),
     cmd("function", -2, 0, Keys::None, G, container)
         .doc("A container for function commands", "7.0.0")
-        .subs(FUNCTION_SUBCOMMANDS),
+        .subs(FUNCTION_SUBCOMMANDS)
+        .acl(acl::NONE),
 ];
 
 /// The FUNCTION commands that change the libraries.

@@ -122,18 +122,25 @@ impl Engine {
         });
     }
 
+    /// Compiles source `code` (binary chunks refused, as Redis's Lua does)
+    /// into the sandbox, as chunk `name`; Redis's error, after `what`, if
+    /// it does not compile.
+    fn compile(&self, code: &[u8], name: &str, what: &str) -> Result<Function, CmdError> {
+        let chunk = self.lua.load(code).set_name(name).set_mode(mlua::ChunkMode::Text);
+        chunk.set_environment(self.env.clone()).into_function().map_err(|e| {
+            let message = match &e {
+                mlua::Error::SyntaxError { message, .. } => message.clone(),
+                other => other.to_string(),
+            };
+            CmdError::other(format!("ERR {what}: {message}"))
+        })
+    }
+
     /// Runs a library's code (after its shebang line) with the library
     /// API as globals, as FUNCTION LOAD does, and returns what it
     /// registered. Bounded by Redis's 500 ms load timeout.
     fn load_library(&self, body: &[u8]) -> Result<Vec<Registered>, CmdError> {
-        let chunk = self
-            .lua
-            .load(body)
-            .set_name("@user_function")
-            .set_mode(mlua::ChunkMode::Text)
-            .set_environment(self.env.clone())
-            .into_function()
-            .map_err(|e| CmdError::other(format!("ERR Error compiling function: {}", syntax_message(&e))))?;
+        let chunk = self.compile(body, "@user_function", "Error compiling function")?;
         let registered = RefCell::new(Vec::new());
         let started = Instant::now();
         self.lua.set_hook(HookTriggers::new().every_nth_instruction(HOOK_INSTRUCTIONS), move |_, _| {
@@ -186,24 +193,9 @@ impl Engine {
         // The shebang line is compiled as an empty line, so that line
         // numbers stay the user's.
         let code = &script.body[script.shebang_len..];
-        let f = self
-            .lua
-            .load(code)
-            .set_name("@user_script")
-            .set_mode(mlua::ChunkMode::Text)
-            .set_environment(self.env.clone())
-            .into_function()
-            .map_err(|e| CmdError::other(format!("ERR Error compiling script (new function): {}", syntax_message(&e))))?;
+        let f = self.compile(code, "@user_script", "Error compiling script (new function)")?;
         self.compiled.insert(script.sha.clone(), f.clone());
         Ok(f)
-    }
-}
-
-/// Lua's own message for a chunk that does not compile.
-fn syntax_message(e: &mlua::Error) -> String {
-    match e {
-        mlua::Error::SyntaxError { message, .. } => message.clone(),
-        other => other.to_string(),
     }
 }
 
@@ -443,7 +435,7 @@ fn run_in(
     // scripts, besides Lua's own (a step per script cost a sixth of a
     // short script's time).
     engine.runs += 1;
-    if engine.runs % GC_PERIOD == 0 {
+    if engine.runs.is_multiple_of(GC_PERIOD) {
         let _ = engine.lua.gc_step_kbytes(GC_PERIOD as i32);
     }
     outcome.map_err(lua_error)
