@@ -216,6 +216,8 @@ fn functions_load_run_list_and_delete() {
     assert_eq!(c.send(&["FCALL", "nosuch", "0"]), err("ERR Function not found"));
     let Frame::Array(libraries) = c.cmd("FUNCTION LIST") else { panic!("FUNCTION LIST") };
     assert_eq!(libraries.len(), 1);
+    assert_eq!(c.info_field("memory", "number_of_libraries"), "1");
+    assert_eq!(c.info_field("memory", "number_of_functions"), "2");
     let failing = "#!lua name=failing\nredis.register_function('fail', function() return redis.call('incr', 'list') end)";
     c.send(&["FUNCTION", "LOAD", failing]);
     c.cmd("LPUSH list x");

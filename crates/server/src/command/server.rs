@@ -728,8 +728,9 @@ fn write_memory(ctx: &mut Ctx<'_>, out: &mut String) {
     let (scripts, script_bytes) = ctx.server.scripts.cached();
     field!(out, "used_memory_scripts_eval", script_bytes);
     field!(out, "number_of_cached_scripts", scripts);
-    field!(out, "number_of_functions", 0);
-    field!(out, "number_of_libraries", 0);
+    let (libraries, functions) = ctx.server.scripts.functions.counts();
+    field!(out, "number_of_functions", functions);
+    field!(out, "number_of_libraries", libraries);
     field!(out, "used_memory_vm_functions", 0);
     field!(out, "used_memory_vm_total", 0);
     field!(out, "used_memory_vm_total_human", "0B");
