@@ -88,7 +88,6 @@ use std::time::{Duration, Instant};
 
 use keel_engine::set::Member;
 use keel_engine::{Entry, Value};
-use crate::scripting::functions::Library;
 use keel_journal::{BaseBuffer, BaseFormat, IncrListing, Journal, JournalError, Rewrite, RewriteOptions, RewriteSummary, Sizes};
 use keel_rdb::{RdbWriter, WriteOptions};
 use parking_lot::Mutex;
@@ -98,6 +97,7 @@ use crate::rdb::Gathered;
 use crate::config::Config;
 use crate::doorbell::Doorbell;
 use crate::durability::AofState;
+use crate::scripting::functions::Library;
 use crate::server::{unix_ms, Server};
 use crate::snapshot::STEP_ENTRIES;
 

@@ -171,10 +171,10 @@ fn pfcount(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
         ctx.dbs.locked.shard_for(ctx.dbs.keyspace, key).preserve(key);
     }
     let db = ctx.dbs.of(key);
-    let exists = db.get(key, now).is_some();
-    ctx.stats.hit(exists);
-    let db = ctx.dbs.of(key);
-    let Some(value) = writable(db, key, now)? else {
+    let found = writable(db, key, now);
+    // Any answer but "absent" found the key.
+    ctx.stats.hit(!matches!(found, Ok(None)));
+    let Some(value) = found? else {
         ctx.out.int(0);
         return Ok(());
     };

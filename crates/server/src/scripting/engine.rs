@@ -6,6 +6,7 @@
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
+use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -22,9 +23,9 @@ const REPLY_DEPTH_MAX: usize = 1000;
 /// Instructions between two looks at the clock and at SCRIPT KILL, as
 /// Redis's count hook.
 const HOOK_INSTRUCTIONS: u32 = 100_000;
-/// How long FUNCTION LOAD may run a library's code (Redis's LOAD_TIMEOUT_MS).
 /// Scripts between two collector steps (Redis's LUA_GC_CYCLE_PERIOD).
 const GC_PERIOD: u64 = 50;
+/// How long FUNCTION LOAD may run a library's code (Redis's LOAD_TIMEOUT_MS).
 const LOAD_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(500);
 
 struct Engine {
@@ -33,8 +34,10 @@ struct Engine {
     /// the table behind it, where KEYS and ARGV go.
     env: Table,
     visible: Table,
-    bind: Function,
     runner: Function,
+    /// RESP3 for the replies `redis.call` gives the running script
+    /// (`redis.setresp`).
+    resp3: Rc<Cell<bool>>,
     /// Switches the globals to the library API for FUNCTION LOAD.
     loading: Function,
     compiled: HashMap<String, Function>,
@@ -88,14 +91,26 @@ impl Engine {
         // which no script can reach (sandbox.lua removes it).
         let lua = unsafe { Lua::unsafe_new_with(libs, LuaOptions::default()) };
         super::libs::install(&lua)?;
-        let (env, visible, bind, runner, loading): (Table, Table, Function, Function, Function) =
+        let resp3 = Rc::new(Cell::new(false));
+        let script_resp3 = resp3.clone();
+        let redis: Table = lua.globals().raw_get("redis")?;
+        redis.raw_set("setresp", lua.create_function(move |_, args: Variadic<Value>| {
+            let [resp] = &args[..] else { return Err(api_error("redis.setresp() requires one argument.")) };
+            match lua_number(resp) {
+                Some(2.0) => script_resp3.set(false),
+                Some(3.0) => script_resp3.set(true),
+                _ => return Err(api_error("RESP version must be 2 or 3.")),
+            }
+            Ok(())
+        })?)?;
+        let (env, visible, runner, loading): (Table, Table, Function, Function) =
             lua.load(include_str!("sandbox.lua")).set_name("=keel").call(())?;
         let engine = Engine {
             lua,
             env,
             visible,
-            bind,
             runner,
+            resp3,
             loading,
             compiled: HashMap::new(),
             generation,
@@ -152,7 +167,7 @@ impl Engine {
         let outcome = self.lua.scope(|scope| {
             let register = scope.create_function(|_, args: Variadic<Value>| register_function(&registered, args))?;
             self.loading.call::<()>(register)?;
-            self.runner.call::<(bool, Value)>(chunk)
+            self.runner.call::<(bool, Value)>((Value::Nil, Value::Nil, chunk))
         });
         let _ = self.loading.call::<()>(Value::Nil);
         self.watch_runs();
@@ -297,7 +312,7 @@ pub(super) fn compile(server: &Server, script: &Script) -> CmdResult {
 struct Run {
     /// RESP version of the replies `redis.call` gives the script
     /// (`redis.setresp`).
-    resp3: Cell<bool>,
+    resp3: Rc<Cell<bool>>,
     mode: Mode,
 }
 
@@ -377,7 +392,8 @@ fn run_in(
             (f, MultiValue::from_iter([Value::Table(keys), Value::Table(args)]))
         }
     };
-    let run = Run { resp3: Cell::new(false), mode };
+    engine.resp3.set(false);
+    let run = Run { resp3: engine.resp3.clone(), mode };
     let caller_resp3 = ctx.client.resp3;
     let ctx = RefCell::new(ctx);
     let outcome = engine.lua.scope(|scope| {
@@ -389,36 +405,9 @@ fn run_in(
         let protected = scope.create_function(|lua, argv: MultiValue| {
             Ok(call(&mut ctx.borrow_mut(), &run, lua, argv).unwrap_or_else(|text| error_value(lua, &text)))
         })?;
-        let setresp = scope.create_function(|_, args: Variadic<Value>| {
-            let [resp] = &args[..] else { return Err(api_error("redis.setresp() requires one argument.")) };
-            match lua_number(resp) {
-                Some(2.0) => run.resp3.set(false),
-                Some(3.0) => run.resp3.set(true),
-                _ => return Err(api_error("RESP version must be 2 or 3.")),
-            }
-            Ok(())
-        })?;
-        let set_repl = scope.create_function(|_, args: Variadic<Value>| {
-            let [flags] = &args[..] else { return Err(api_error("redis.set_repl() requires two arguments.")) };
-            // Keel's durability is the journal: every write of a script
-            // goes to it and to replicas, or the promise that an
-            // acknowledged write is on disk would not hold.
-            match lua_number(flags).unwrap_or(0.0) as i64 {
-                3 => Ok(()),
-                0..=2 => Err(api_error("Keel logs every write of a script: only redis.REPL_ALL is supported.")),
-                _ => Err(api_error("Invalid replication flags. Use REPL_AOF, REPL_REPLICA, REPL_ALL or REPL_NONE.")),
-            }
-        })?;
-        let host = engine.lua.create_table()?;
-        host.raw_set("call", raising)?;
-        host.raw_set("pcall", protected)?;
-        host.raw_set("setresp", setresp)?;
-        host.raw_set("set_repl", set_repl)?;
-        engine.bind.call::<()>(host)?;
-        let mut call_args = MultiValue::from_iter([Value::Function(function)]);
+        let mut call_args = MultiValue::from_iter([Value::Function(raising), Value::Function(protected), Value::Function(function)]);
         call_args.extend(params);
         let (ok, value): (bool, Value) = engine.runner.call(call_args)?;
-        engine.bind.call::<()>(Value::Nil)?;
         let reply = if ok {
             if let Some(reply) = returned_error(&value)? {
                 return Ok(reply);

@@ -63,6 +63,17 @@ pub fn install(lua: &Lua) -> mlua::Result<()> {
         }
         Ok(())
     })?)?;
+    redis.raw_set("set_repl", lua.create_function(|_, args: Variadic<Value>| {
+        let [flags] = &args[..] else { return Err(super::engine::api_error("redis.set_repl() requires two arguments.")) };
+        // Keel's durability is the journal: every write of a script goes
+        // to it and to replicas, or the promise that an acknowledged write
+        // is on disk would not hold.
+        match super::engine::lua_number(flags).unwrap_or(0.0) as i64 {
+            3 => Ok(()),
+            0..=2 => Err(super::engine::api_error("Keel logs every write of a script: only redis.REPL_ALL is supported.")),
+            _ => Err(super::engine::api_error("Invalid replication flags. Use REPL_AOF, REPL_REPLICA, REPL_ALL or REPL_NONE.")),
+        }
+    })?)?;
     for (name, level) in [("LOG_DEBUG", 0), ("LOG_VERBOSE", 1), ("LOG_NOTICE", 2), ("LOG_WARNING", 3)] {
         redis.raw_set(name, level)?;
     }

@@ -5,8 +5,8 @@
 -- proxies whose writes fail with Redis's message.
 --
 -- Runs once per Lua state, with the real globals. Returns the scripts'
--- environment, the function that binds a run's host functions, and the
--- runner that calls a script under Redis's error handler.
+-- environment, the table behind it, the runner that calls a script under
+-- Redis's error handler, and the switch to the library API.
 local G = _G
 local error, type, tostring, select, unpack = error, type, tostring, select, unpack
 local setmetatable, getmetatable, rawget, rawset = setmetatable, getmetatable, rawget, rawset
@@ -110,9 +110,6 @@ function visible.pcall(...)
   return unpack(r, 1, r.n)
 end
 
--- The host functions of the running script (bound by `bind`).
-local host = {}
-
 -- Redis's luaPushErrorBuff: "-CODE msg" or "msg" (code ERR), trimmed.
 local function error_table(s)
   local code, msg = 'ERR', s
@@ -184,17 +181,6 @@ local function handler(err)
   return err
 end
 
--- A run's host functions; redis.call and redis.pcall are host functions
--- themselves (C functions to Lua), so that `return redis.call(...)` is no
--- tail call and an error still knows the script's line.
-local function bind(functions)
-  host = functions or {}
-  redis.call = host.call or call_outside
-  redis.pcall = host.pcall or call_outside
-  redis.setresp = host.setresp or function() outside('redis.setresp') end
-  redis.set_repl = host.set_repl or function() outside('redis.set_repl') end
-end
-
 -- What a library's code sees while FUNCTION LOAD runs it (Redis's
 -- library API): `redis` with register_function, log and the version only.
 local load_redis = {}
@@ -232,11 +218,17 @@ local function loading(register)
   env_meta.__index = register and load_visible or visible
 end
 
--- Calls `f` with the arguments under the error handler.
-local function run(f, ...)
+-- Calls `f` with the arguments under the error handler, with the run's
+-- host functions as redis.call and redis.pcall: C functions to Lua, so
+-- that `return redis.call(...)` is no tail call and an error still knows
+-- the script's line.
+local function run(call, protected_call, f, ...)
+  redis.call, redis.pcall = call or call_outside, protected_call or call_outside
   local n, args = select('#', ...), { ... }
-  return xpcall(function() return f(unpack(args, 1, n)) end, handler)
+  local ok, value = xpcall(function() return f(unpack(args, 1, n)) end, handler)
+  redis.call, redis.pcall = call_outside, call_outside
+  return ok, value
 end
 
 G.debug = nil
-return env, visible, bind, run, loading
+return env, visible, run, loading
