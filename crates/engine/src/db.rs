@@ -478,6 +478,22 @@ impl Db {
         self.data.keys.random_entry(rng).map(|(k, e)| (&k[..], e))
     }
 
+    /// Calls `f` for `n` keys drawn at random (with replacement), from
+    /// those with a TTL when `volatile`: what eviction samples, as Redis's
+    /// `dictGetSomeKeys` on its main or expires table.
+    pub fn sample<R: rand::Rng>(&self, rng: &mut R, n: usize, volatile: bool, mut f: impl FnMut(&[u8], &Entry)) {
+        if volatile {
+            let keys = &self.data.keys;
+            self.data.expires.random_entries(rng, n, |key, ()| {
+                if let Some(entry) = keys.get(&key[..]) {
+                    f(key, entry);
+                }
+            });
+        } else {
+            self.data.keys.random_entries(rng, n, |key, entry| f(key, entry));
+        }
+    }
+
     pub fn iter(&self) -> impl Iterator<Item = (&[u8], &Entry)> {
         self.data.keys.iter().map(|(k, e)| (&k[..], e))
     }
@@ -570,6 +586,33 @@ mod tests {
 
     fn s(v: &[u8]) -> Value {
         Value::Str(Str::from_bytes(v))
+    }
+
+    #[test]
+    fn samples_come_from_the_keys_or_only_those_with_a_ttl() {
+        let mut rng = rand::thread_rng();
+        let mut db = Db::default();
+        let mut seen = 0;
+        db.sample(&mut rng, 5, false, |_, _| seen += 1);
+        assert_eq!(seen, 0, "an empty database gives no sample");
+        for i in 0..100 {
+            db.set(format!("k{i}").as_bytes(), s(b"v"), false, 0);
+        }
+        for i in 0..10 {
+            db.set_expire(format!("k{i}").as_bytes(), u64::MAX / 2, 1);
+        }
+        let mut all = Vec::new();
+        db.sample(&mut rng, 500, false, |k, _| all.push(k.to_vec()));
+        assert_eq!(all.len(), 500);
+        assert!(all.iter().any(|k| !db.peek(k).is_some_and(|e| e.has_expiry())));
+        let mut volatile = Vec::new();
+        db.sample(&mut rng, 50, true, |k, e| {
+            assert!(e.has_expiry());
+            volatile.push(k.to_vec());
+        });
+        assert_eq!(volatile.len(), 50);
+        // k0..k9, the keys with a TTL, are the two-byte ones.
+        assert!(volatile.iter().all(|k| k.len() == 2));
     }
 
     #[test]

@@ -404,6 +404,23 @@ impl<K, V, S> Dict<K, V, S> {
         Some((&node.key, &node.value))
     }
 
+    /// Calls `f` for `n` uniformly random entries (drawn with
+    /// replacement). Their nodes are asked of the processor together
+    /// first, so that the cache misses of a sample overlap.
+    pub fn random_entries<R: rand::Rng>(&self, rng: &mut R, n: usize, mut f: impl FnMut(&K, &V)) {
+        if self.is_empty() {
+            return;
+        }
+        let picks: smallvec::SmallVec<[usize; 16]> = (0..n).map(|_| rng.gen_range(0..self.nodes.len)).collect();
+        for &i in &picks {
+            prefetch(self.nodes.get(i));
+        }
+        for &i in &picks {
+            let node = self.nodes.get(i);
+            f(&node.key, &node.value);
+        }
+    }
+
     /// One call of Redis's SCAN over this dict: calls `f` for every entry of
     /// the bucket(s) the cursor names and returns the next cursor, 0 when the
     /// scan is complete. Start with 0. The dict may change freely between

@@ -48,11 +48,13 @@ pub fn stats() -> AllocStats {
 /// merges every arena's (microseconds), too slow for every write command.
 const REFRESH: Duration = Duration::from_millis(1);
 
+/// The last `used_memory` read for [`used_memory_recent`].
+static USED: AtomicU64 = AtomicU64::new(0);
+
 /// `used_memory` as of at most [`REFRESH`] ago: what the `maxmemory` check
-/// compares before each write.
+/// compares before each command.
 pub fn used_memory_recent() -> u64 {
     static START: OnceLock<Instant> = OnceLock::new();
-    static USED: AtomicU64 = AtomicU64::new(0);
     // Microseconds since START of the last read, plus one (0: never read).
     static READ_AT: AtomicU64 = AtomicU64::new(0);
     let now = START.get_or_init(Instant::now).elapsed().as_micros() as u64 + 1;
@@ -63,6 +65,19 @@ pub fn used_memory_recent() -> u64 {
         USED.store(stats().allocated, Ordering::Relaxed);
     }
     USED.load(Ordering::Relaxed)
+}
+
+/// `used_memory` now, also as the recent figure.
+pub fn refresh_used_memory() -> u64 {
+    let used = stats().allocated;
+    USED.store(used, Ordering::Relaxed);
+    used
+}
+
+/// Takes `freed` bytes off the recent figure: after an eviction, the next
+/// command's check must not see the figure from before it.
+pub fn discount_recent(freed: u64) {
+    let _ = USED.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |used| Some(used.saturating_sub(freed)));
 }
 
 #[cfg(test)]

@@ -140,6 +140,10 @@ pub struct Client {
     /// Where in the output the running command's pub/sub frames end:
     /// those leave even under CLIENT REPLY OFF (Redis's CLIENT_PUSHING).
     pub pushed_to: usize,
+    /// Used memory was over `maxmemory` with nothing left to evict when
+    /// the running command began (Redis's `pre_command_oom_state`): it,
+    /// and the commands a script it runs calls, may not grow memory.
+    pub oom: bool,
 }
 
 impl Client {
@@ -164,6 +168,7 @@ impl Client {
             replconf: None,
             handoff: None,
             pushed_to: 0,
+            oom: false,
         }
     }
 

@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 
 use thiserror::Error;
 
+use crate::evict::Policy;
+
 #[derive(Debug, Error, PartialEq, Eq)]
 pub enum ConfigError {
     #[error("Bad directive or wrong number of arguments")]
@@ -223,14 +225,21 @@ pub struct Config {
     pub lazyfree_lazy_user_flush: bool,
     pub lazyfree_lazy_expire: bool,
     pub lazyfree_lazy_server_del: bool,
-    /// These two only say how Redis treats what Keel does not do yet
-    /// (evict keys: `maxmemory-policy` is `noeviction` only; replicate:
-    /// no sync files): kept and reported, with no effect, as in a Redis
-    /// that does neither.
+    /// `lazyfree-lazy-eviction`: evicted values are freed by the lazyfree
+    /// thread, and evictions are logged as UNLINK.
     pub lazyfree_lazy_eviction: bool,
+    /// Only says how Redis treats what Keel does not do yet (replicate
+    /// with no sync files): kept and reported, with no effect.
     pub rdb_del_sync_files: bool,
     pub maxmemory: u64,
-    pub maxmemory_policy: String,
+    pub maxmemory_policy: Policy,
+    /// `maxmemory-samples`: keys sampled per database per eviction round.
+    pub maxmemory_samples: u32,
+    /// `maxmemory-eviction-tenacity`: how long one command may evict (`evict.rs`).
+    pub maxmemory_eviction_tenacity: u32,
+    /// `replica-ignore-maxmemory` (alias `slave-ignore-maxmemory`): a
+    /// replica evicts nothing itself and takes its master's DELs.
+    pub replica_ignore_maxmemory: bool,
     /// `notify-keyspace-events`, as `notify::*` class bits.
     pub notify_keyspace_events: u32,
     /// `lfu-log-factor`: how slowly the LFU counter grows (Redis's 10).
@@ -365,7 +374,10 @@ impl Default for Config {
             lazyfree_lazy_eviction: false,
             rdb_del_sync_files: false,
             maxmemory: 0,
-            maxmemory_policy: "noeviction".into(),
+            maxmemory_policy: Policy::NoEviction,
+            maxmemory_samples: 5,
+            maxmemory_eviction_tenacity: 10,
+            replica_ignore_maxmemory: true,
             notify_keyspace_events: 0,
             lfu_log_factor: 10,
             lfu_decay_time: 1,
@@ -419,28 +431,6 @@ pub fn parse_bool(v: &str) -> Result<bool, ConfigError> {
 }
 
 /// Redis's memory notation: 1k = 1000, 1kb = 1024, up to gb.
-const MAXMEMORY_POLICIES: [&str; 8] = [
-    "noeviction",
-    "allkeys-lru",
-    "allkeys-lfu",
-    "allkeys-random",
-    "volatile-lru",
-    "volatile-lfu",
-    "volatile-random",
-    "volatile-ttl",
-];
-
-/// Keel enforces `maxmemory` by refusing writes (`noeviction`) and evicts
-/// nothing yet: a limit together with an evicting policy would promise
-/// what Keel does not do. Either alone is harmless (with no limit, Redis
-/// evicts nothing either; the LRU/LFU policies also choose what OBJECT
-/// IDLETIME and OBJECT FREQ report).
-fn eviction_unsupported(policy: &str) -> ConfigError {
-    ConfigError::Invalid(format!(
-        "maxmemory with maxmemory-policy {policy} is not supported yet: Keel evicts nothing, use noeviction"
-    ))
-}
-
 pub fn parse_memory(v: &str) -> Result<u64, ConfigError> {
     let lower = v.to_ascii_lowercase();
     let split = lower.find(|c: char| !c.is_ascii_digit() && c != '-').unwrap_or(lower.len());
@@ -912,32 +902,26 @@ pub static DIRECTIVES: &[Directive] = &[
         mutable: true,
         get: |c| c.maxmemory.to_string(),
         set: |c, a| {
-            let limit = parse_memory(one(a)?)?;
-            if limit != 0 && c.maxmemory_policy != "noeviction" {
-                return Err(eviction_unsupported(&c.maxmemory_policy));
-            }
-            c.maxmemory = limit;
+            c.maxmemory = parse_memory(one(a)?)?;
             Ok(())
         },
     },
     Directive {
         name: "maxmemory-policy",
         mutable: true,
-        get: |c| c.maxmemory_policy.clone(),
+        get: |c| c.maxmemory_policy.name().into(),
         set: |c, a| {
-            let v = one(a)?.to_ascii_lowercase();
-            if !MAXMEMORY_POLICIES.contains(&v.as_str()) {
-                return Err(ConfigError::Invalid(
-                    "argument(s) must be one of the following: ".to_string() + &MAXMEMORY_POLICIES.join(", "),
-                ));
-            }
-            if c.maxmemory != 0 && v != "noeviction" {
-                return Err(eviction_unsupported(&v));
-            }
-            c.maxmemory_policy = v;
+            c.maxmemory_policy = Policy::parse(one(a)?).ok_or_else(|| {
+                let names: Vec<&str> = Policy::ALL.iter().map(|p| p.name()).collect();
+                ConfigError::Invalid(format!("argument(s) must be one of the following: {}", names.join(", ")))
+            })?;
             Ok(())
         },
     },
+    directive!("maxmemory-samples", true, num(1, i32::MAX as u32), maxmemory_samples),
+    directive!("maxmemory-eviction-tenacity", true, num(0, 100), maxmemory_eviction_tenacity),
+    directive!("replica-ignore-maxmemory", true, bool, replica_ignore_maxmemory),
+    directive!("slave-ignore-maxmemory", true, bool, replica_ignore_maxmemory),
     // Replication, replica side (`replica.rs`).
     Directive { name: "replicaof", mutable: false, get: get_replicaof, set: set_replicaof },
     Directive { name: "slaveof", mutable: false, get: get_replicaof, set: set_replicaof },

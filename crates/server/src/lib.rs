@@ -23,7 +23,8 @@
 //! and [`replica`] replicates from a Redis (or Keel) master while
 //! `replicaof` is set; [`scripting`] runs Lua scripts (EVAL) and
 //! functions (FCALL) in a Lua interpreter per thread, each holding every
-//! shard.
+//! shard; [`evict`] keeps used memory under `maxmemory` by the
+//! `maxmemory-policy`, before each command.
 //!
 //! A request flows: socket -> [`worker`] reads into the connection's buffer
 //! -> `keel_protocol::parse_request` -> [`command::execute`] looks the
@@ -44,6 +45,7 @@ pub mod config;
 pub mod doorbell;
 pub mod give_way;
 pub mod durability;
+pub mod evict;
 pub mod glob;
 pub mod lazyfree;
 pub mod loading;

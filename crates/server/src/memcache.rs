@@ -229,6 +229,11 @@ impl Run<'_> {
     /// names the keys to lock and what to log), in database 0.
     fn run_as<T>(&mut self, argv: &[&[u8]], op: impl FnOnce(&mut Ctx<'_>, &[&[u8]]) -> Result<T, CmdError>) -> Result<T, CmdError> {
         let resolved = command::table().lookup(argv[0]).expect("memcached commands run as known Redis commands");
+        // As a Redis command: room is made first, and past `maxmemory` with
+        // nothing left to evict, what may grow memory is refused.
+        if crate::evict::perform(self.server) == crate::evict::Outcome::Fail && resolved.1.has(command::flags::DENYOOM) {
+            return Err(CmdError::other(command::OOM));
+        }
         self.scratch.clear();
         self.client.db = 0;
         let mut result = None;

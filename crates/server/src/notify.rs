@@ -101,8 +101,17 @@ pub fn event(server: &Server, class: u32, event: &str, key: &[u8], db: usize, ou
 /// `expired` for keys removed outside any command (the cron's active
 /// expiry), delivered at once.
 pub fn expired(server: &Server, db: usize, key: &[u8]) {
+    deliver_now(server, EXPIRED, "expired", db, key);
+}
+
+/// `evicted` for a key that made room under `maxmemory`, delivered at once.
+pub fn evicted(server: &Server, db: usize, key: &[u8]) {
+    deliver_now(server, EVICTED, "evicted", db, key);
+}
+
+fn deliver_now(server: &Server, class: u32, name: &str, db: usize, key: &[u8]) {
     let mut out = Vec::new();
-    event(server, EXPIRED, "expired", key, db, &mut out);
+    event(server, class, name, key, db, &mut out);
     if !out.is_empty() {
         crate::pubsub::deliver(server, out);
     }

@@ -225,8 +225,10 @@ pub struct Server {
     /// Highest used_memory seen (INFO used_memory_peak).
     pub peak_memory: AtomicU64,
     /// `maxmemory`, mirrored out of `config` (kept in step by CONFIG SET)
-    /// so that the check before each write takes no lock.
+    /// so that the check before each command takes no lock.
     pub maxmemory: AtomicU64,
+    /// Eviction under `maxmemory` (`evict.rs`), with the policy mirrored.
+    pub evictor: crate::evict::Evictor,
     /// `notify-keyspace-events` (`notify::*` bits), mirrored likewise.
     pub notify_flags: AtomicU32,
     /// `latency-tracking`, mirrored likewise.
@@ -378,6 +380,7 @@ impl Server {
             meter: Mutex::new(Meter::new()),
             peak_memory: AtomicU64::new(0),
             maxmemory: AtomicU64::new(0),
+            evictor: Default::default(),
             notify_flags: AtomicU32::new(0),
             latency_tracking: AtomicBool::new(true),
             output_limit: Default::default(),
@@ -421,6 +424,7 @@ impl Server {
     /// Mirrors the settings that the hot path reads out of `config`.
     pub fn mirror_config(&self, config: &Config) {
         self.maxmemory.store(config.maxmemory, Ordering::Relaxed);
+        self.evictor.set_policy(config.maxmemory_policy);
         self.notify_flags.store(config.notify_keyspace_events, Ordering::Relaxed);
         self.latency_tracking.store(config.latency_tracking, Ordering::Relaxed);
         keel_engine::db::record_created_keys(config.notify_keyspace_events & crate::notify::NEW != 0);
@@ -436,7 +440,7 @@ impl Server {
         self.min_replicas_unmet.store(unmet, Ordering::Relaxed);
         self.repl.set_backlog_size(config.repl_backlog_size);
         // Both settings are at most i32::MAX: bit 63 says LFU.
-        let lfu = config.maxmemory_policy.contains("lfu").then(|| {
+        let lfu = config.maxmemory_policy.lfu().then(|| {
             1 << 63 | u64::from(config.lfu_log_factor & LFU_FIELD) << 32 | u64::from(config.lfu_decay_time & LFU_FIELD)
         });
         self.lfu.store(lfu.unwrap_or(0), Ordering::Relaxed);

@@ -890,6 +890,10 @@ impl Worker {
         self.server.meter.lock().sample(now, totals);
         if self.index == 0 {
             crate::rewrite::cron(&self.server);
+            // What a command's time limit left over the limit, or a
+            // CONFIG SET maxmemory below the used memory, is evicted here
+            // while no command comes (Redis's eviction time proc).
+            crate::evict::perform(&self.server);
         }
         // As Redis's clientsCron: each tick looks at a hz-th of the
         // clients, at least 5, so each once a second or more often.

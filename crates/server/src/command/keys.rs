@@ -786,7 +786,7 @@ fn object_refcount(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     // with an LRU or LFU policy, which needs a private access field.
     let shares = {
         let config = ctx.server.config.read();
-        config.maxmemory == 0 || !(config.maxmemory_policy.contains("lru") || config.maxmemory_policy.contains("lfu"))
+        config.maxmemory == 0 || !(config.maxmemory_policy.lru() || config.maxmemory_policy.lfu())
     };
     let refcount = match object_lookup(ctx, argv[2]).map(|e| &e.value) {
         None => None,

@@ -733,30 +733,24 @@ fn touches_keys(spec: &CommandSpec) -> bool {
 }
 
 /// Redis's reply to a command that may grow memory past `maxmemory`.
-const OOM: &str = "OOM command not allowed when used memory > 'maxmemory'.";
+pub(crate) const OOM: &str = "OOM command not allowed when used memory > 'maxmemory'.";
 /// Redis's `shared.noreplicaserr`.
 const NOREPLICAS: &str = "NOREPLICAS Not enough good replicas to write.";
 /// Redis's `shared.roslaveerr`.
 pub const READONLY_REPLICA: &str = "READONLY You can't write against a read only replica.";
 
-/// Whether `maxmemory` is set and passed. Keel evicts nothing (the
-/// `noeviction` policy, the only one it accepts with a limit), so past the
-/// limit it refuses what could grow memory, as Redis then does.
-pub(crate) fn out_of_memory(server: &Server) -> bool {
-    let limit = server.maxmemory.load(Ordering::Relaxed);
-    limit != 0 && crate::alloc::used_memory_recent() > limit
-}
-
 /// What Redis's processCommand refuses before running or queueing a
 /// command with `flags` (for EXEC, with its queued commands' too), in its
-/// order: memory, then a failed save, then missing replicas, then a
-/// read-only replica. The master's link (`replica.rs`) is refused none.
-pub(crate) fn refusal(server: &Server, from_master: bool, flags: u32, ping: bool) -> Option<&'static str> {
+/// order: memory (`oom`: past `maxmemory` with nothing left to evict when
+/// the command began, `Client::oom`), then a failed save, then missing
+/// replicas, then a read-only replica. The master's link (`replica.rs`)
+/// is refused none.
+pub(crate) fn refusal(server: &Server, from_master: bool, oom: bool, flags: u32, ping: bool) -> Option<&'static str> {
     if from_master {
         return None;
     }
     let write = flags & flags::WRITE != 0;
-    if flags & flags::DENYOOM != 0 && out_of_memory(server) {
+    if flags & flags::DENYOOM != 0 && oom {
         Some(OOM)
     } else if (write || ping) && crate::snapshot::refuses_writes(server) {
         Some(crate::snapshot::MISCONF_RDB)
@@ -836,6 +830,11 @@ fn dispatch(
     // queued, or refused), not the one before it.
     if let Ok((index, spec)) = resolved {
         client.info.last_cmd.store(index as u16 + 1, Ordering::Relaxed);
+        // As Redis, memory is made under `maxmemory` before any command
+        // runs or queues, and what the command may do is judged by it.
+        if client.authenticated || spec.has(flags::NO_AUTH) {
+            client.oom = crate::evict::perform(server) == crate::evict::Outcome::Fail;
+        }
         // A RESP2 subscriber cannot be in MULTI: MULTI is refused here.
         if !client.resp3 && client.subscriptions.any() && !pubsub::allowed_while_subscribed(spec.name) {
             stats.commands[index].rejected_calls.fetch_add(1, Ordering::Relaxed);
@@ -859,7 +858,9 @@ fn dispatch(
                 if !client.authenticated && !spec.has(flags::NO_AUTH) {
                     return Err(CmdError::other("NOAUTH Authentication required."));
                 }
-                if let Some(error) = refusal(server, client.is_master, spec.flags, spec.name == "ping") {
+                // Queueing itself takes memory: anything is refused past the
+                // limit (Redis's reject_cmd_on_oom in MULTI).
+                if let Some(error) = refusal(server, client.is_master, client.oom, spec.flags | flags::DENYOOM, spec.name == "ping") {
                     multi.aborted = true;
                     return Err(CmdError::other(error));
                 }
@@ -879,7 +880,17 @@ fn dispatch(
     }
     // EXEC answers for what it would run.
     let queued = client.multi.as_ref().filter(|_| spec.name == "exec").map_or(0, |m| m.flags);
-    if let Some(error) = refusal(server, client.is_master, spec.flags | queued, spec.name == "ping") {
+    let flags = spec.flags | queued;
+    let ping = spec.name == "ping";
+    let mut refused = refusal(server, client.is_master, client.oom, flags, ping);
+    // A script that declares flags is refused by them, as a command that
+    // writes (or may grow memory) would be; looked up only when one would.
+    if refused.is_none() && refusal(server, client.is_master, client.oom, flags | flags::WRITE | flags::DENYOOM, ping).is_some() {
+        if let Some(declared) = crate::scripting::declared_flags(server, spec, argv) {
+            refused = refusal(server, client.is_master, client.oom, crate::scripting::command_flags(flags, declared), ping);
+        }
+    }
+    if let Some(error) = refused {
         return Err(reject(server, stats, client, index, spec, error));
     }
     // A busy script holds every shard: answer rather than wait for them.

@@ -521,10 +521,11 @@ fn write_section(ctx: &mut Ctx<'_>, section: &str, out: &mut String) {
             field!(out, "expired_stale_perc", "0.00");
             field!(out, "expired_time_cap_reached_count", 0);
             field!(out, "expire_cycle_cpu_milliseconds", 0);
-            field!(out, "evicted_keys", 0);
+            let (exceeded_total_ms, exceeded_now_ms) = server.evictor.exceeded_ms(crate::server::unix_ms());
+            field!(out, "evicted_keys", server.evictor.evicted_keys.load(Ordering::Relaxed));
             field!(out, "evicted_clients", 0);
-            field!(out, "total_eviction_exceeded_time", 0);
-            field!(out, "current_eviction_exceeded_time", 0);
+            field!(out, "total_eviction_exceeded_time", exceeded_total_ms);
+            field!(out, "current_eviction_exceeded_time", exceeded_now_ms);
             field!(out, "keyspace_hits", server.total(|w| &w.keyspace_hits));
             field!(out, "keyspace_misses", server.total(|w| &w.keyspace_misses));
             field!(out, "pubsub_channels", server.pubsub.len(crate::pubsub::Kind::Channel));
@@ -702,7 +703,7 @@ fn write_memory(ctx: &mut Ctx<'_>, out: &mut String) {
     let total_system = total_system_memory();
     let (maxmemory, policy) = {
         let config = server.config.read();
-        (config.maxmemory, config.maxmemory_policy.clone())
+        (config.maxmemory, config.maxmemory_policy.name())
     };
     let ratio = |a: u64, b: u64| if b == 0 { 0.0 } else { a as f64 / b as f64 };
     out.push_str("# Memory\r\n");
@@ -748,7 +749,9 @@ fn write_memory(ctx: &mut Ctx<'_>, out: &mut String) {
     field!(out, "rss_overhead_bytes", rss as i64 - alloc.resident as i64);
     field!(out, "mem_fragmentation_ratio", format!("{:.2}", ratio(rss, used)));
     field!(out, "mem_fragmentation_bytes", rss as i64 - used as i64);
-    field!(out, "mem_not_counted_for_evict", 0);
+    // INFO holds every shard: what the snapshot keeps is summed here.
+    let snapshot_kept: u64 = ctx.dbs.shards().map(|sh| sh.snapshot_saved_bytes() as u64).sum();
+    field!(out, "mem_not_counted_for_evict", crate::evict::not_counted(server, Some(snapshot_kept)));
     field!(out, "mem_replication_backlog", 0);
     field!(out, "mem_total_replication_buffers", 0);
     field!(out, "mem_clients_slaves", 0);
@@ -1027,6 +1030,7 @@ fn config_resetstat(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
     }
     server.peak_memory.store(0, Ordering::Relaxed);
     server.repl.reset_stats();
+    server.evictor.reset_stats();
     for shard in ctx.dbs.shards() {
         for db in shard.dbs_mut().iter_mut() {
             db.expired_keys = 0;

@@ -64,6 +64,16 @@ impl Backlog {
         self.size
     }
 
+    /// Bytes the buffer holds beyond `repl-backlog-size`: what pinned
+    /// replicas keep and the room consumed bytes still take before a
+    /// compaction. Eviction does not count them (Redis's replicas'
+    /// share of its replication buffer): they come and go with the
+    /// replicas' progress, and evicting keys for them would evict the
+    /// dataset away while a replica lags.
+    pub fn beyond_size(&self) -> u64 {
+        (self.buf.capacity() as u64).saturating_sub(self.size)
+    }
+
     pub fn set_size(&mut self, size: u64) {
         self.size = size;
         self.trim();

@@ -182,6 +182,11 @@ impl Replication {
         }
     }
 
+    /// The backlog's bytes beyond its size ([`Backlog::beyond_size`]).
+    pub fn beyond_backlog_size(&self) -> u64 {
+        self.shared.backlog.lock().as_ref().map_or(0, |b| b.beyond_size())
+    }
+
     /// The stream's end (INFO master_repl_offset).
     pub fn end(&self) -> u64 {
         match self.shared.backlog.lock().as_ref() {

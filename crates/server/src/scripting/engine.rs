@@ -565,7 +565,7 @@ fn may_call(ctx: &Ctx<'_>, run: &Run, spec: &command::CommandSpec) -> Result<(),
         return Ok(());
     }
     let checked = if run.mode.allow_oom { spec.flags & !flags::DENYOOM } else { spec.flags };
-    if let Some(error) = command::refusal(ctx.server, ctx.client.is_master, checked, false) {
+    if let Some(error) = command::refusal(ctx.server, ctx.client.is_master, ctx.client.oom, checked, false) {
         return Err(format!("-{error}"));
     }
     crate::durability::check_writable(ctx.server, spec).map_err(|e| format!("-{e}"))

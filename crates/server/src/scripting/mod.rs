@@ -269,6 +269,41 @@ fn shebang(body: &[u8]) -> Result<(u32, usize), CmdError> {
     Ok((found, end))
 }
 
+/// The flags the script that the EVAL or FCALL command `argv` runs
+/// declares (its shebang's, or its function's), as Redis's
+/// `evalGetCommandFlags` and `fcallGetCommandFlags` find them before the
+/// command runs; `None` for a script without a shebang or one not found
+/// (the command answers for those itself).
+pub fn declared_flags(server: &crate::server::Server, spec: &crate::command::CommandSpec, argv: &[&[u8]]) -> Option<u32> {
+    let declared = match spec.name {
+        "eval" | "eval_ro" => match server.scripts.get(sha1_hex(argv.get(1)?).as_bytes()) {
+            Some(script) => script.flags,
+            None => shebang(argv[1]).ok()?.0,
+        },
+        "evalsha" | "evalsha_ro" => server.scripts.get(argv.get(1)?)?.flags,
+        "fcall" | "fcall_ro" => server.scripts.functions.find(argv.get(1)?)?.1.flags,
+        _ => return None,
+    };
+    (declared & flags::COMPAT == 0).then_some(declared)
+}
+
+/// Redis's `scriptFlagsToCmdFlags`: the command flags of a run of a
+/// script that declared `declared`, by which it is refused or not.
+pub fn command_flags(command: u32, declared: u32) -> u32 {
+    use crate::command::flags::{DENYOOM, STALE, WRITE};
+    let mut flags = command & !(STALE | DENYOOM | WRITE);
+    if declared & (flags::ALLOW_OOM | flags::NO_WRITES) == 0 {
+        flags |= DENYOOM;
+    }
+    if declared & flags::NO_WRITES == 0 {
+        flags |= WRITE;
+    }
+    if declared & flags::ALLOW_STALE != 0 {
+        flags |= STALE;
+    }
+    flags
+}
+
 /// EVAL, EVALSHA and their `_RO` forms: `script numkeys key... arg...`.
 pub fn eval(ctx: &mut Ctx<'_>, argv: &[&[u8]], by_sha: bool, read_only: bool) -> CmdResult {
     let numkeys = parse::i64_arg(argv[2])?;
@@ -332,7 +367,7 @@ fn mode(ctx: &Ctx<'_>, script_flags: u32, read_only: bool) -> Result<engine::Mod
             return Err(CmdError::other("NOREPLICAS Not enough good replicas to write."));
         }
     }
-    if script_flags & (flags::ALLOW_OOM | flags::NO_WRITES) == 0 && crate::command::out_of_memory(server) && !obeyed {
+    if script_flags & (flags::ALLOW_OOM | flags::NO_WRITES) == 0 && ctx.client.oom && !obeyed {
         return Err(CmdError::other(
             "OOM allow-oom flag is not set on the script, can not run it when used memory > 'maxmemory'",
         ));
