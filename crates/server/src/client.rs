@@ -21,14 +21,23 @@ pub enum ReplyMode {
 }
 
 /// A transaction being queued between MULTI and EXEC.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Multi {
     pub queued: Vec<Vec<Vec<u8>>>,
     /// The queued commands' flags, or-ed (Redis's `mstate.cmd_flags`): what
     /// EXEC is refused by when memory, the disk or replicas say no.
     pub flags: u32,
+    /// Every queued command has the `stale` flag (Redis's
+    /// `mstate.cmd_inv_flags` lacks it): EXEC may run on a stale replica.
+    pub all_stale: bool,
     /// A command failed to queue (unknown, wrong arity): EXEC answers EXECABORT.
     pub aborted: bool,
+}
+
+impl Default for Multi {
+    fn default() -> Multi {
+        Multi { queued: Vec::new(), flags: 0, all_stale: true, aborted: false }
+    }
 }
 
 /// What other threads may read about a client (CLIENT LIST / INFO) and the

@@ -290,6 +290,10 @@ pub struct Config {
     /// `replica-read-only` (alias `slave-read-only`): while a replica,
     /// ordinary clients' writes are refused (-READONLY).
     pub replica_read_only: bool,
+    /// `replica-serve-stale-data` (alias `slave-serve-stale-data`): while
+    /// a replica's link is down, serve what it has (yes) or answer
+    /// -MASTERDOWN to all but a few commands (no).
+    pub replica_serve_stale_data: bool,
 }
 
 impl Default for Config {
@@ -399,6 +403,7 @@ impl Default for Config {
             masterauth: None,
             masteruser: None,
             replica_read_only: true,
+            replica_serve_stale_data: true,
         }
     }
 }
@@ -945,11 +950,11 @@ pub static DIRECTIVES: &[Directive] = &[
     },
     directive!("replica-read-only", true, bool, replica_read_only),
     directive!("slave-read-only", true, bool, replica_read_only),
+    directive!("replica-serve-stale-data", true, bool, replica_serve_stale_data),
+    directive!("slave-serve-stale-data", true, bool, replica_serve_stale_data),
     // Features Keel does not have yet; their defaults ask for nothing.
     inert!("set-proc-title", "yes"),
     inert!("proc-title-template", "{title} {listen-addr} {server-mode}"),
-    inert!("replica-serve-stale-data", "yes"),
-    inert!("slave-serve-stale-data", "yes"),
     inert!("replica-priority", "100"),
     inert!("slave-priority", "100"),
     inert!("replica-lazy-flush", "no"),

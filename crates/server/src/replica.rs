@@ -196,6 +196,8 @@ pub struct Replica {
     is_replica: AtomicBool,
     /// `replica-read-only`, mirrored likewise.
     read_only: AtomicBool,
+    /// `replica-serve-stale-data`, mirrored likewise.
+    serve_stale: AtomicBool,
     /// Changes of master (REPLICAOF): a link of an older one ends.
     generation: AtomicU64,
     /// Held while the link applies what the master sent.
@@ -212,6 +214,7 @@ impl Replica {
     pub fn mirror(&self, config: &Config) {
         self.is_replica.store(config.replicaof.is_some(), Ordering::Relaxed);
         self.read_only.store(config.replica_read_only, Ordering::Relaxed);
+        self.serve_stale.store(config.replica_serve_stale_data, Ordering::Relaxed);
     }
 
     pub fn is_replica(&self) -> bool {
@@ -221,6 +224,12 @@ impl Replica {
     /// Writes from ordinary clients get -READONLY.
     pub fn refuses_writes(&self) -> bool {
         self.is_replica() && self.read_only.load(Ordering::Relaxed)
+    }
+
+    /// A replica whose link is not up, with `replica-serve-stale-data
+    /// no`: commands without the `stale` flag get -MASTERDOWN.
+    pub fn is_stale(&self) -> bool {
+        self.is_replica() && !self.serve_stale.load(Ordering::Relaxed) && self.state.lock().phase != Phase::Connected
     }
 
     /// CLIENT KILL TYPE master: drops the link to the master, which the

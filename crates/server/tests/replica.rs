@@ -497,3 +497,44 @@ fn masterauth_opens_a_master_with_a_password() {
     assert_eq!(r.cmd("GET guarded"), bulk("1"));
     assert_eq!(r.cmd("CONFIG GET masteruser"), Frame::Array(vec![bulk("masteruser"), bulk("")]));
 }
+
+/// `replica-serve-stale-data no` on a replica whose master is not there:
+/// the same MASTERDOWN refusals, and the same commands let through, from
+/// Keel and from Redis, in and out of transactions and scripts.
+#[test]
+fn a_stale_replica_refuses_as_redis_does() {
+    let Some(redis) = Server::start_redis(&[]) else { return };
+    let keel = Server::start(&["--appendonly", "no"]);
+    let mut r = redis.client();
+    let mut k = keel.client();
+    let commands: &[&[&str]] = &[
+        &["SET", "x", "1"],
+        &["CONFIG", "SET", "replica-serve-stale-data", "no"],
+        &["CONFIG", "GET", "slave-serve-stale-data"],
+        &["REPLICAOF", "127.0.0.1", "1"],
+        &["GET", "x"],
+        &["PING"],
+        &["ECHO", "e"],
+        &["INFO", "keyspace"],
+        &["DBSIZE"],
+        &["MULTI"],
+        &["GET", "x"],
+        &["EXEC"],
+        &["MULTI"],
+        &["PING"],
+        &["EXEC"],
+        &["EVAL", "return 1", "0"],
+        &["EVAL", "return redis.call('get', 'x')", "0"],
+        &["EVAL", "#!lua\nreturn 1", "0"],
+        &["EVAL", "#!lua flags=allow-stale,no-writes\nreturn redis.call('ping')", "0"],
+        &["EVAL", "#!lua flags=allow-stale,no-writes\nreturn redis.call('get', 'x')", "0"],
+        &["CONFIG", "SET", "replica-serve-stale-data", "yes"],
+        &["GET", "x"],
+        &["REPLICAOF", "NO", "ONE"],
+        &["CONFIG", "SET", "replica-serve-stale-data", "no"],
+        &["GET", "x"],
+    ];
+    for argv in commands {
+        assert_eq!(k.send(argv), r.send(argv), "`{}`", argv.join(" "));
+    }
+}

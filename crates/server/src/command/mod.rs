@@ -738,13 +738,16 @@ pub(crate) const OOM: &str = "OOM command not allowed when used memory > 'maxmem
 const NOREPLICAS: &str = "NOREPLICAS Not enough good replicas to write.";
 /// Redis's `shared.roslaveerr`.
 pub const READONLY_REPLICA: &str = "READONLY You can't write against a read only replica.";
+/// Redis's `shared.masterdownerr`.
+const MASTERDOWN: &str = "MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'.";
 
 /// What Redis's processCommand refuses before running or queueing a
 /// command with `flags` (for EXEC, with its queued commands' too), in its
 /// order: memory (`oom`: past `maxmemory` with nothing left to evict when
 /// the command began, `Client::oom`), then a failed save, then missing
-/// replicas, then a read-only replica. The master's link (`replica.rs`)
-/// is refused none.
+/// replicas, then a read-only replica, then a stale one (for a command
+/// without the `stale` flag). The master's link (`replica.rs`) is refused
+/// none.
 pub(crate) fn refusal(server: &Server, from_master: bool, oom: bool, flags: u32, ping: bool) -> Option<&'static str> {
     if from_master {
         return None;
@@ -760,6 +763,8 @@ pub(crate) fn refusal(server: &Server, from_master: bool, oom: bool, flags: u32,
         Some(NOREPLICAS)
     } else if write && server.replica.refuses_writes() {
         Some(READONLY_REPLICA)
+    } else if flags & flags::STALE == 0 && server.replica.is_stale() {
+        Some(MASTERDOWN)
     } else {
         None
     }
@@ -866,6 +871,7 @@ fn dispatch(
                 }
                 multi.queued.push(argv.iter().map(|a| a.to_vec()).collect());
                 multi.flags |= spec.flags;
+                multi.all_stale &= spec.has(flags::STALE);
                 client.info.multi_len.store(multi.queued.len() as u64, Ordering::Relaxed);
                 ReplyWriter::new(wbuf, client.resp3).simple("QUEUED");
                 return Ok(());
@@ -878,14 +884,19 @@ fn dispatch(
         stats.commands[index].rejected_calls.fetch_add(1, Ordering::Relaxed);
         return Err(CmdError::other("NOAUTH Authentication required."));
     }
-    // EXEC answers for what it would run.
-    let queued = client.multi.as_ref().filter(|_| spec.name == "exec").map_or(0, |m| m.flags);
-    let flags = spec.flags | queued;
+    // EXEC answers for what it would run: it is `stale` only if all of it is.
+    let queued = client.multi.as_ref().filter(|_| spec.name == "exec");
+    let mut flags = spec.flags | queued.map_or(0, |m| m.flags);
+    if queued.is_some_and(|m| !m.all_stale) {
+        flags &= !flags::STALE;
+    }
     let ping = spec.name == "ping";
     let mut refused = refusal(server, client.is_master, client.oom, flags, ping);
-    // A script that declares flags is refused by them, as a command that
-    // writes (or may grow memory) would be; looked up only when one would.
-    if refused.is_none() && refusal(server, client.is_master, client.oom, flags | flags::WRITE | flags::DENYOOM, ping).is_some() {
+    // A script is refused by the flags it declares, as a command that
+    // writes, may grow memory or may not run stale would be; they are
+    // looked up only when such a command would be refused.
+    let strictest = (flags | flags::WRITE | flags::DENYOOM) & !flags::STALE;
+    if refused.is_none() && spec.group == "scripting" && refusal(server, client.is_master, client.oom, strictest, ping).is_some() {
         if let Some(declared) = crate::scripting::declared_flags(server, spec, argv) {
             refused = refusal(server, client.is_master, client.oom, crate::scripting::command_flags(flags, declared), ping);
         }

@@ -557,6 +557,9 @@ fn may_call(ctx: &Ctx<'_>, run: &Run, spec: &command::CommandSpec) -> Result<(),
         return Err("This Redis command is not allowed from script".into());
     }
     let writes = spec.has(flags::WRITE);
+    if !spec.has(flags::STALE) && ctx.server.replica.is_stale() && !ctx.client.is_master {
+        return Err("Can not execute the command on a stale replica".into());
+    }
     if run.mode.read_only && (writes || matches!(spec.name, "publish" | "spublish")) {
         return Err("Write commands are not allowed from read-only scripts.".into());
     }

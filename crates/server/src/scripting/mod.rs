@@ -270,27 +270,32 @@ fn shebang(body: &[u8]) -> Result<(u32, usize), CmdError> {
 }
 
 /// The flags the script that the EVAL or FCALL command `argv` runs
-/// declares (its shebang's, or its function's), as Redis's
-/// `evalGetCommandFlags` and `fcallGetCommandFlags` find them before the
-/// command runs; `None` for a script without a shebang or one not found
-/// (the command answers for those itself).
+/// declares (its shebang's, its function's, or `COMPAT` without a
+/// shebang), as Redis's `evalGetCommandFlags` and `fcallGetCommandFlags`
+/// find them before the command runs; `None` for one not found (the
+/// command answers for it itself).
 pub fn declared_flags(server: &crate::server::Server, spec: &crate::command::CommandSpec, argv: &[&[u8]]) -> Option<u32> {
-    let declared = match spec.name {
+    match spec.name {
         "eval" | "eval_ro" => match server.scripts.get(sha1_hex(argv.get(1)?).as_bytes()) {
-            Some(script) => script.flags,
-            None => shebang(argv[1]).ok()?.0,
+            Some(script) => Some(script.flags),
+            None => shebang(argv[1]).ok().map(|(declared, _)| declared),
         },
-        "evalsha" | "evalsha_ro" => server.scripts.get(argv.get(1)?)?.flags,
-        "fcall" | "fcall_ro" => server.scripts.functions.find(argv.get(1)?)?.1.flags,
-        _ => return None,
-    };
-    (declared & flags::COMPAT == 0).then_some(declared)
+        "evalsha" | "evalsha_ro" => Some(server.scripts.get(argv.get(1)?)?.flags),
+        "fcall" | "fcall_ro" => Some(server.scripts.functions.find(argv.get(1)?)?.1.flags),
+        _ => None,
+    }
 }
 
 /// Redis's `scriptFlagsToCmdFlags`: the command flags of a run of a
-/// script that declared `declared`, by which it is refused or not.
+/// script that declared `declared`, by which it is refused or not. A
+/// script without a shebang keeps its command's, less `stale`: Redis
+/// 7.0.15 answers it -MASTERDOWN on a stale replica (its own test
+/// "allow-stale shebang flag" expects so).
 pub fn command_flags(command: u32, declared: u32) -> u32 {
     use crate::command::flags::{DENYOOM, STALE, WRITE};
+    if declared & flags::COMPAT != 0 {
+        return command & !STALE;
+    }
     let mut flags = command & !(STALE | DENYOOM | WRITE);
     if declared & (flags::ALLOW_OOM | flags::NO_WRITES) == 0 {
         flags |= DENYOOM;
@@ -349,6 +354,11 @@ fn mode(ctx: &Ctx<'_>, script_flags: u32, read_only: bool) -> Result<engine::Mod
     }
     let server = ctx.server;
     let obeyed = ctx.client.is_master;
+    if script_flags & flags::ALLOW_STALE == 0 && server.replica.is_stale() && !obeyed {
+        return Err(CmdError::other(
+            "MASTERDOWN Link with MASTER is down, replica-serve-stale-data is set to 'no' and 'allow-stale' flag is not set on the script.",
+        ));
+    }
     if script_flags & flags::NO_WRITES == 0 {
         if server.replica.refuses_writes() && !obeyed {
             return Err(CmdError::other("READONLY Can not run script with write flag on readonly replica"));
