@@ -13,6 +13,7 @@
 //! ([`keel_engine::ItemMeta`]); a write through a Redis command drops both.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use keel_engine::{ItemMeta, Str, Value};
 use keel_protocol::memcache::{McRequest, StoreKind};
@@ -43,6 +44,10 @@ pub struct State {
     pub curr_connections: AtomicU64,
     pub total_connections: AtomicU64,
     counters: [AtomicU64; Counter::COUNT],
+    /// When a `flush_all <delay>` empties the cache (Unix ms; 0: none
+    /// pending). A later flush_all replaces it, as memcached's
+    /// `oldest_live`.
+    flush_at_ms: AtomicU64,
 }
 
 /// The counters of memcached's `stats` that Keel keeps, in its order.
@@ -97,6 +102,7 @@ impl State {
             curr_connections: AtomicU64::new(0),
             total_connections: AtomicU64::new(0),
             counters: std::array::from_fn(|_| AtomicU64::new(0)),
+            flush_at_ms: AtomicU64::new(0),
         }
     }
 
@@ -467,11 +473,18 @@ impl Run<'_> {
         Ok(if touched { "TOUCHED" } else { "NOT_FOUND" }.into())
     }
 
+    /// flush_all: empties the cache now, or with a delay when its time
+    /// comes (memcached invalidates then every item stored before; the
+    /// cron's [`flush_when_due`] runs the FLUSHDB).
     fn flush_all(&mut self, delay: i64) -> Reply {
+        let state = &self.server.memcache;
+        state.count(Counter::CmdFlush);
         if delay > 0 {
-            return Err(Failure::Client("Keel does not support flush_all with a delay".into()));
+            let at = expire_at_ms(delay, self.now_ms).unwrap_or(self.now_ms);
+            state.flush_at_ms.store(at, Ordering::Relaxed);
+            return Ok("OK".into());
         }
-        self.server.memcache.count(Counter::CmdFlush);
+        state.flush_at_ms.store(0, Ordering::Relaxed);
         self.run_as(&[b"FLUSHDB"], command::run_handler)?;
         Ok("OK".into())
     }
@@ -515,6 +528,18 @@ fn expire_at_ms(exptime: i64, now_ms: u64) -> Option<u64> {
         t if t <= RELATIVE_EXPIRY_MAX_S => Some(now_ms + t as u64 * 1000),
         t => Some((t as u64).saturating_mul(1000).max(1)),
     }
+}
+
+/// Runs the FLUSHDB of a `flush_all <delay>` whose time has come, as
+/// any command runs (journaled, replicated). Called by a worker's cron.
+pub fn flush_when_due(server: &Server, now_ms: u64) {
+    let state = &server.memcache;
+    let at = state.flush_at_ms.load(Ordering::Relaxed);
+    if at == 0 || at > now_ms || state.flush_at_ms.compare_exchange(at, 0, Ordering::Relaxed, Ordering::Relaxed).is_err() {
+        return;
+    }
+    let mut client = Client::new(Arc::new(crate::client::ClientInfo::detached(0)), true);
+    command::execute(server, &server.workers[0], &mut client, &mut Vec::new(), &[b"FLUSHDB"], now_ms);
 }
 
 /// `stats`: memcached's general statistics that Keel has.

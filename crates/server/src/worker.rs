@@ -894,6 +894,7 @@ impl Worker {
             // CONFIG SET maxmemory below the used memory, is evicted here
             // while no command comes (Redis's eviction time proc).
             crate::evict::perform(&self.server);
+            crate::memcache::flush_when_due(&self.server, now);
         }
         // As Redis's clientsCron: each tick looks at a hz-th of the
         // clients, at least 5, so each once a second or more often.
