@@ -281,6 +281,18 @@ pub struct Config {
     /// `replica-read-only` (alias `slave-read-only`): while a replica,
     /// ordinary clients' writes are refused (-READONLY).
     pub replica_read_only: bool,
+    /// `aclfile`: where ACL LOAD and SAVE read and write users; users
+    /// come from it at start (`acl.rs`).
+    pub aclfile: String,
+    /// `user <name> <rules...>` lines of the config file, each its words
+    /// after `user`: the users at start when there is no `aclfile`.
+    pub users: Vec<Vec<String>>,
+    /// `acllog-max-len`: entries the ACL LOG keeps.
+    pub acllog_max_len: u64,
+    /// `acl-pubsub-default`: whether a new user (or selector) may use
+    /// every channel (`allchannels`) or none (`resetchannels`, 7.0's
+    /// default).
+    pub acl_pubsub_default: String,
 }
 
 impl Default for Config {
@@ -387,6 +399,10 @@ impl Default for Config {
             masterauth: None,
             masteruser: None,
             replica_read_only: true,
+            aclfile: String::new(),
+            users: Vec::new(),
+            acllog_max_len: 128,
+            acl_pubsub_default: "resetchannels".into(),
         }
     }
 }
@@ -553,7 +569,7 @@ pub fn format_percentile(p: f64) -> String {
 }
 
 /// A directive of a feature Keel does not have yet (the latency
-/// monitor, streams, HyperLogLog, ACL LOG, the
+/// monitor, streams, HyperLogLog, the
 /// process title, which stays the command line Keel was started with),
 /// accepted with Redis's default value only, so that a stock redis.conf
 /// loads: that value asks for nothing Keel lacks (no notifications, the
@@ -974,7 +990,9 @@ pub static DIRECTIVES: &[Directive] = &[
     inert!("repl-diskless-sync-max-replicas", "0"),
     inert!("repl-diskless-load", "disabled"),
     inert!("repl-disable-tcp-nodelay", "no"),
-    inert!("acllog-max-len", "128"),
+    directive!("acllog-max-len", true, num(0, i64::MAX as u64), acllog_max_len),
+    directive!("aclfile", false, string, aclfile),
+    directive!("acl-pubsub-default", true, enum ["allchannels", "resetchannels"], acl_pubsub_default),
     inert!("latency-monitor-threshold", "0"),
     inert!("stream-node-max-bytes", "4096"),
     inert!("stream-node-max-entries", "100"),
@@ -1151,6 +1169,12 @@ impl Config {
         let Some((name, args)) = words.split_first() else {
             return Ok(());
         };
+        // `user` lines add up (Redis's ACLAppendUserForLoading); the
+        // rules are checked when the users are made, at start.
+        if name.eq_ignore_ascii_case("user") && !args.is_empty() {
+            self.users.push(args.to_vec());
+            return Ok(());
+        }
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         // A directive named on a line with no value means "empty" for
         // strings (e.g. `--save ''` arrives as `save ""`).
@@ -1296,13 +1320,13 @@ mod tests {
 
     #[test]
     fn directives_of_missing_features_take_their_defaults_only() {
-        let c = Config::load(&args(&["--acllog-max-len", "128", "--latency-monitor-threshold", "00"])).expect("defaults");
+        let c = Config::load(&args(&["--replica-priority", "100", "--latency-monitor-threshold", "00"])).expect("defaults");
         assert_eq!(c.get("replica-read-only").as_deref(), Some("yes"));
         let mut c = Config::default();
         for (name, value) in [("slave-read-only", "YES"), ("repl-diskless-load", "Disabled"), ("stream-node-max-bytes", "4096")] {
             c.set_at_runtime(name, value).expect(name);
         }
-        for (name, value) in [("acllog-max-len", "10"), ("latency-monitor-threshold", "1"), ("replica-priority", "5")] {
+        for (name, value) in [("slave-priority", "10"), ("latency-monitor-threshold", "1"), ("replica-priority", "5")] {
             let err = c.set_at_runtime(name, value).expect_err(name);
             assert!(err.to_string().contains("only its default"), "{err}");
         }

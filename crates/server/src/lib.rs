@@ -35,6 +35,7 @@
 //! that creates a key some client is blocked on then serves that client
 //! ([`blocking`]).
 
+pub mod acl;
 pub mod alloc;
 pub mod behind;
 pub mod blocking;
@@ -112,6 +113,8 @@ pub fn run(config: Config) -> io::Result<()> {
         None => (None, None),
     };
     let server = Arc::new(Server::new(config, threads, journal));
+    let users = server.acl.start(&server.config.read());
+    users.map_err(io::Error::other)?;
     // Clients are accepted from the start: while the data loads they wait,
     // then are answered -LOADING ([`loading`]).
     let rdb_path = snapshot::dump_path(&server);

@@ -25,6 +25,7 @@ pub mod sets;
 pub mod sort;
 pub mod strings;
 pub mod transactions;
+pub mod users;
 pub mod zsets;
 
 use std::collections::HashMap;
@@ -408,6 +409,7 @@ pub fn table() -> &'static Table {
             sort::COMMANDS,
             scripting::COMMANDS,
             transactions::COMMANDS,
+            users::COMMANDS,
         ]
         .iter()
         .flat_map(|group| group.iter())
@@ -845,37 +847,52 @@ fn dispatch(
             )));
         }
     }
-    if let Some(multi) = client.multi.as_mut() {
-        match resolved {
-            Err(e) => {
+    let (index, spec) = match resolved {
+        Ok(found) => found,
+        Err(e) => {
+            if let Some(multi) = client.multi.as_mut() {
                 multi.aborted = true;
-                return Err(e);
             }
-            Ok((_, spec)) if spec.has(flags::NO_MULTI) && (client.authenticated || spec.has(flags::NO_AUTH)) => {
-                multi.aborted = true;
-                return Err(CmdError::other("ERR Command not allowed inside a transaction"));
-            }
-            Ok((_, spec)) if !runs_inside_multi(spec) => {
-                if !client.authenticated && !spec.has(flags::NO_AUTH) {
-                    return Err(CmdError::other("NOAUTH Authentication required."));
-                }
-                if let Some(error) = refusal(server, client.is_master, spec.flags, spec.name == "ping") {
-                    multi.aborted = true;
-                    return Err(CmdError::other(error));
-                }
-                multi.queued.push(argv.iter().map(|a| a.to_vec()).collect());
-                multi.flags |= spec.flags;
-                client.info.multi_len.store(multi.queued.len() as u64, Ordering::Relaxed);
-                ReplyWriter::new(wbuf, client.resp3).simple("QUEUED");
-                return Ok(());
-            }
-            Ok(_) => {}
+            return Err(e);
         }
-    }
-    let (index, spec) = resolved?;
-    if !client.authenticated && !spec.has(flags::NO_AUTH) {
+    };
+    // Redis's processCommand order: authentication, a command MULTI
+    // refuses, then the ACL, then the rest; a refusal inside MULTI makes
+    // EXEC abort.
+    let authenticated = client.authenticated || server.acl.default_open();
+    if !authenticated && !spec.has(flags::NO_AUTH) {
         stats.commands[index].rejected_calls.fetch_add(1, Ordering::Relaxed);
         return Err(CmdError::other("NOAUTH Authentication required."));
+    }
+    if let Some(multi) = client.multi.as_mut() {
+        if spec.has(flags::NO_MULTI) {
+            multi.aborted = true;
+            return Err(CmdError::other("ERR Command not allowed inside a transaction"));
+        }
+    }
+    // One relaxed load for a user that may do everything.
+    if client.user.as_ref().is_some_and(|u| !u.unrestricted()) {
+        let context = if client.multi.is_some() { crate::acl::Context::Multi } else { crate::acl::Context::Toplevel };
+        if let Err(denied) = check_acl(server, client, index, spec, argv, context) {
+            stats.commands[index].rejected_calls.fetch_add(1, Ordering::Relaxed);
+            if let Some(multi) = client.multi.as_mut() {
+                multi.aborted = true;
+            }
+            return Err(CmdError::other(denied.error(spec)));
+        }
+    }
+    if let Some(multi) = client.multi.as_mut() {
+        if !runs_inside_multi(spec) {
+            if let Some(error) = refusal(server, client.is_master, spec.flags, spec.name == "ping") {
+                multi.aborted = true;
+                return Err(CmdError::other(error));
+            }
+            multi.queued.push(argv.iter().map(|a| a.to_vec()).collect());
+            multi.flags |= spec.flags;
+            client.info.multi_len.store(multi.queued.len() as u64, Ordering::Relaxed);
+            ReplyWriter::new(wbuf, client.resp3).simple("QUEUED");
+            return Ok(());
+        }
     }
     // EXEC answers for what it would run.
     let queued = client.multi.as_ref().filter(|_| spec.name == "exec").map_or(0, |m| m.flags);
@@ -899,6 +916,30 @@ fn dispatch(
         return Err(CmdError::other("ERR Replica can't interact with the keyspace"));
     }
     run_locked(server, stats, client, wbuf, (index, spec), argv, now_ms, lsn, spec.handler)
+}
+
+/// Checks `argv` against the client's user, logging a denial in the ACL
+/// log (Redis's ACLCheckAllPerm and addACLLogEntry).
+pub(crate) fn check_acl(
+    server: &Server,
+    client: &Client,
+    index: usize,
+    spec: &CommandSpec,
+    argv: &[&[u8]],
+    context: crate::acl::Context,
+) -> Result<(), crate::acl::Denied> {
+    let Some(user) = &client.user else { return Ok(()) };
+    let denied = match user.check(index, spec, argv) {
+        Ok(()) => return Ok(()),
+        Err(denied) => denied,
+    };
+    let object = match denied {
+        crate::acl::Denied::Command => spec.name.as_bytes(),
+        crate::acl::Denied::Key(at) | crate::acl::Denied::Channel(at) => argv[at],
+    };
+    let info = connection::client_line(&client.info, crate::server::unix_ms());
+    server.acl.log(denied.into(), context, object, &user.name, info);
+    Err(denied)
 }
 
 /// Runs `handler` as the command `spec` with `argv`: under the locks of

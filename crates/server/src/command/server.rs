@@ -1005,6 +1005,10 @@ fn config_set(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
         crate::process::apply_loglevel(&next);
     }
     ctx.server.mirror_config(&next);
+    // Redis's updateRequirePass: the default user's password follows.
+    if seen.contains(&"requirepass") {
+        ctx.server.acl.set_requirepass(next.requirepass.as_deref());
+    }
     let aof_turned_off = config.appendonly && !next.appendonly;
     *config = next;
     drop(config);
@@ -1061,6 +1065,13 @@ fn config_rewrite(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
 /// group's) plus those Redis derives from its flags
 /// (`setImplicitACLCategories`), in Redis's order.
 pub fn acl_categories(spec: &CommandSpec) -> Vec<&'static str> {
+    let cats = acl_category_bits(spec);
+    acl::NAMES.iter().filter(|(c, _)| cats & c != 0).map(|(_, name)| *name).collect()
+}
+
+/// A command's ACL categories as `acl::*` bits: its own or its group's,
+/// and those Redis derives from its flags (`setImplicitACLCategories`).
+pub fn acl_category_bits(spec: &CommandSpec) -> u32 {
     let mut cats = spec.acl.unwrap_or(match spec.group {
         "generic" => acl::KEYSPACE,
         "string" => acl::STRING,
@@ -1097,7 +1108,7 @@ pub fn acl_categories(spec: &CommandSpec) -> Vec<&'static str> {
     if cats & acl::FAST == 0 {
         cats |= acl::SLOW;
     }
-    acl::NAMES.iter().filter(|(c, _)| cats & c != 0).map(|(_, name)| *name).collect()
+    cats
 }
 
 /// Redis's flag names in its output order, `movablekeys` included.
