@@ -1182,14 +1182,22 @@ impl Config {
     }
 
     /// CONFIG REWRITE: the directives that differ from the defaults, in
-    /// the file's own order where it has them.
-    pub fn rewrite(&self, path: &Path) -> std::io::Result<()> {
+    /// the file's own order where it has them; with `users`, those `user`
+    /// lines in place of the file's (the rest at the end).
+    pub fn rewrite(&self, path: &Path, users: Option<&[String]>) -> std::io::Result<()> {
         let defaults = Config::default();
         let old = std::fs::read_to_string(path).unwrap_or_default();
         let mut out = String::new();
         let mut written = std::collections::HashSet::new();
+        let mut users = users.map(|u| u.iter());
         for line in old.lines() {
             let name = line.split_whitespace().next().unwrap_or("");
+            if let Some(users) = users.as_mut().filter(|_| name.eq_ignore_ascii_case("user")) {
+                if let Some(user) = users.next() {
+                    let _ = writeln!(out, "{user}");
+                }
+                continue;
+            }
             match find(name) {
                 Some(d) if !line.trim_start().starts_with('#') => {
                     if written.insert(d.name) {
@@ -1205,6 +1213,9 @@ impl Config {
             if !written.contains(d.name) && (d.get)(self) != (d.get)(&defaults) {
                 let _ = writeln!(out, "{} {}", d.name, quote((d.get)(self)));
             }
+        }
+        for user in users.into_iter().flatten() {
+            let _ = writeln!(out, "{user}");
         }
         let tmp = path.with_extension("tmp-rewrite");
         std::fs::write(&tmp, out)?;

@@ -23,11 +23,13 @@
 //! and [`replica`] replicates from a Redis (or Keel) master while
 //! `replicaof` is set; [`scripting`] runs Lua scripts (EVAL) and
 //! functions (FCALL) in a Lua interpreter per thread, each holding every
-//! shard.
+//! shard; [`acl`] keeps the users, checks each command against its
+//! client's user, and keeps the ACL log.
 //!
 //! A request flows: socket -> [`worker`] reads into the connection's buffer
 //! -> `keel_protocol::parse_request` -> [`command::execute`] looks the
-//! command up in the one table, locks the shards its keys live in, runs the
+//! command up in the one table, checks it against the client's user,
+//! locks the shards its keys live in, runs the
 //! handler, appends the reply and, for a write, the journal record
 //! ([`durability`]) -> the worker writes the replies the journal's durable
 //! position allows (under `everysec` and `no`, all of a loop turn's

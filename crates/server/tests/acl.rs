@@ -318,6 +318,19 @@ fn user_lines_in_the_config_file_make_users() {
     assert_eq!(c.cmd("FLUSHALL"), err("NOPERM this user has no permissions to run the 'flushall' command"));
     assert_eq!(c.cmd("AUTH alice pw"), ok());
     assert_eq!(c.cmd("FLUSHALL"), ok());
+    // CONFIG REWRITE writes the users back as `user` lines.
+    assert_eq!(c.cmd("ACL SETUSER carol on nopass ~c* +get"), ok());
+    assert_eq!(c.cmd("CONFIG REWRITE"), ok());
+    let rewritten = std::fs::read_to_string(&conf).expect("rewritten");
+    let users: Vec<&str> = rewritten.lines().filter(|l| l.starts_with("user ")).collect();
+    assert_eq!(
+        users,
+        [
+            "user alice on #30c952fab122c3f9759f02a6d95c3758b246b4fee239957b2d4fee46e26170c4 ~* resetchannels +@all",
+            "user carol on nopass ~c* resetchannels -@all +get",
+            "user default on nopass sanitize-payload ~* &* +@all -flushall",
+        ]
+    );
     drop(server);
 
     // Both `user` lines and an aclfile: Redis refuses to start.
@@ -404,4 +417,25 @@ fn a_replica_authenticates_with_masteruser() {
         assert!(Instant::now() < deadline, "the replica never linked");
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+#[test]
+fn memcached_clients_are_the_default_users_and_only_without_a_password() {
+    use common::memcache::{start_keel, McClient};
+    let (server, mc_port) = start_keel(&["--appendonly", "no"]);
+    let mut admin = server.client();
+    assert_eq!(admin.cmd("ACL SETUSER admin on >a ~* &* +@all"), ok());
+    assert_eq!(admin.cmd("AUTH admin a"), ok());
+    // A default user that may not write: a memcached `set` is refused.
+    assert_eq!(admin.cmd("ACL SETUSER default resetkeys ~* -@all +get"), ok());
+    let mut mc = McClient::connect(mc_port);
+    mc.write_raw(b"set k 0 0 1\r\nv\r\n");
+    assert_eq!(mc.line(), "SERVER_ERROR NOPERM this user has no permissions to run the 'set' command");
+    mc.write_raw(b"get k\r\n");
+    assert_eq!(mc.line(), "END");
+    // A default user with a password: memcached connections are refused.
+    assert_eq!(admin.cmd("ACL SETUSER default +@all >pw"), ok());
+    let mut refused = McClient::connect(mc_port);
+    assert!(refused.line().starts_with("SERVER_ERROR"));
+    assert!(refused.try_line().is_none(), "the connection is closed");
 }

@@ -1045,7 +1045,13 @@ fn config_rewrite(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
     let Some(path) = config.config_file.clone() else {
         return Err(CmdError::other("ERR The server is running without a config file"));
     };
-    match config.rewrite(&path) {
+    // Without an aclfile the users live in the config file, as `user`
+    // lines (Redis's rewriteConfigUserOption).
+    let users: Option<Vec<String>> = config.aclfile.is_empty().then(|| {
+        let text = ctx.server.acl.file_text();
+        String::from_utf8_lossy(&text).lines().map(str::to_string).collect()
+    });
+    match config.rewrite(&path, users.as_deref()) {
         Ok(()) => {
             drop(config);
             tracing::info!("CONFIG REWRITE executed with success.");
