@@ -892,6 +892,8 @@ pub fn set_user(user: Option<&User>, args: &[&[u8]], pubsub_all: bool) -> Result
 /// with double quotes (and their escapes) and single quotes. Unbalanced
 /// quotes give no words, as Redis's NULL result then does.
 pub fn split_args(line: &[u8]) -> Vec<Vec<u8>> {
+    // Redis reads a C string: a NUL ends it.
+    let line = &line[..line.iter().position(|&b| b == 0).unwrap_or(line.len())];
     let mut words = Vec::new();
     let mut i = 0;
     let hex = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
@@ -956,7 +958,7 @@ pub fn split_args(line: &[u8]) -> Vec<Vec<u8>> {
                 word.push(c);
             } else {
                 match c {
-                    b' ' | b'\n' | b'\r' | b'\t' | 0 => break,
+                    b' ' | b'\n' | b'\r' | b'\t' => break,
                     b'"' => dq = true,
                     b'\'' => sq = true,
                     _ => word.push(c),
@@ -1585,6 +1587,9 @@ mod tests {
     fn split_args_follows_sdssplitargs() {
         assert_eq!(split_args(b" a  \"b c\" 'd' \"\\x41\""), vec![b"a".to_vec(), b"b c".to_vec(), b"d".to_vec(), b"A".to_vec()]);
         assert!(split_args(b"\"open").is_empty());
+        // A NUL ends the line (found by the fuzzer: it looped forever).
+        assert_eq!(split_args(b"a\0b c"), vec![b"a".to_vec()]);
+        assert_eq!(split_args(b" \0"), Vec::<Vec<u8>>::new());
     }
 
     #[test]
