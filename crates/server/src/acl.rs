@@ -263,6 +263,11 @@ impl Selector {
     /// Applies one selector rule (`ACLSetSelector`).
     fn apply(&mut self, op: &[u8]) -> Result<(), RuleError> {
         let is = |word: &str| op.eq_ignore_ascii_case(word.as_bytes());
+        // An empty rule reaches here only inside a selector (`("")`),
+        // where Redis finds no rule it knows.
+        if op.is_empty() {
+            return Err(RuleError::Syntax);
+        }
         if is("allkeys") || is("~*") {
             self.allkeys = true;
             self.patterns.clear();
@@ -1477,6 +1482,8 @@ mod tests {
         assert!(user("(this-is-invalid)").unwrap_err().contains("'(this-is-invalid)': Syntax error"));
         assert!(user("(on)").unwrap_err().contains("Syntax error"));
         assert!(user("%X~foo").unwrap_err().contains("Syntax error"));
+        // An empty rule inside a selector (found by the fuzzer: it panicked).
+        assert!(user("(\"\")").unwrap_err().contains("Syntax error"));
     }
 
     #[test]
