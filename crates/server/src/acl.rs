@@ -1458,8 +1458,8 @@ mod tests {
         assert_eq!(&u.passwords[0][..], b"2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae");
         assert!(u.password_ok(b"foo") && !u.password_ok(b"bar"));
         assert_eq!(user(">foo <foo").expect("valid").passwords.len(), 0);
-        assert!(user("<foo").unwrap_err().contains("The password you are trying to remove"));
-        assert!(user("#abc").unwrap_err().contains("must be exactly 64 characters"));
+        assert!(user("<foo").expect_err("refused").contains("The password you are trying to remove"));
+        assert!(user("#abc").expect_err("refused").contains("must be exactly 64 characters"));
         let hash = "2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae";
         assert!(user(&format!("#{hash} nopass")).expect("valid").password_ok(b"anything"));
         assert!(user(&format!("#{}", hash.to_uppercase())).is_err());
@@ -1468,22 +1468,22 @@ mod tests {
     #[test]
     fn rule_errors_use_redis_texts() {
         assert_eq!(
-            user("+nosuchcommand").unwrap_err(),
+            user("+nosuchcommand").expect_err("refused"),
             "ERR Error in ACL SETUSER modifier '+nosuchcommand': Unknown command or category name in ACL"
         );
-        assert_eq!(user("bogus").unwrap_err(), "ERR Error in ACL SETUSER modifier 'bogus': Syntax error");
-        assert!(user("~* ~foo").unwrap_err().contains("'allkeys' flag"));
-        assert!(user("&* &foo").unwrap_err().contains("'allchannels' flag"));
-        assert!(user("+config|get|x").unwrap_err().contains("first-arg of a subcommand"));
-        assert!(user("+select|").unwrap_err().contains("Syntax error"));
-        assert!(user("-select|0").unwrap_err().contains("Unknown command"));
-        assert!(user("+@nosuch").unwrap_err().contains("Unknown command"));
-        assert_eq!(user("on (").unwrap_err(), "ERR Unmatched parenthesis in acl selector starting at '('.");
-        assert!(user("(this-is-invalid)").unwrap_err().contains("'(this-is-invalid)': Syntax error"));
-        assert!(user("(on)").unwrap_err().contains("Syntax error"));
-        assert!(user("%X~foo").unwrap_err().contains("Syntax error"));
+        assert_eq!(user("bogus").expect_err("refused"), "ERR Error in ACL SETUSER modifier 'bogus': Syntax error");
+        assert!(user("~* ~foo").expect_err("refused").contains("'allkeys' flag"));
+        assert!(user("&* &foo").expect_err("refused").contains("'allchannels' flag"));
+        assert!(user("+config|get|x").expect_err("refused").contains("first-arg of a subcommand"));
+        assert!(user("+select|").expect_err("refused").contains("Syntax error"));
+        assert!(user("-select|0").expect_err("refused").contains("Unknown command"));
+        assert!(user("+@nosuch").expect_err("refused").contains("Unknown command"));
+        assert_eq!(user("on (").expect_err("refused"), "ERR Unmatched parenthesis in acl selector starting at '('.");
+        assert!(user("(this-is-invalid)").expect_err("refused").contains("'(this-is-invalid)': Syntax error"));
+        assert!(user("(on)").expect_err("refused").contains("Syntax error"));
+        assert!(user("%X~foo").expect_err("refused").contains("Syntax error"));
         // An empty rule inside a selector (found by the fuzzer: it panicked).
-        assert!(user("(\"\")").unwrap_err().contains("Syntax error"));
+        assert!(user("(\"\")").expect_err("refused").contains("Syntax error"));
     }
 
     #[test]
@@ -1583,7 +1583,7 @@ mod tests {
         let users = parse_file(b"user alice on >p ~* +@all\n\nuser default on nopass ~* &* +@all\n", "f.acl", false)
             .expect("valid");
         assert_eq!(users.len(), 2);
-        let err = parse_file(b"user a on +nosuch\nuser a on\nbad line\n", "f.acl", false).unwrap_err();
+        let err = parse_file(b"user a on +nosuch\nuser a on\nbad line\n", "f.acl", false).expect_err("refused");
         assert!(err.starts_with("f.acl:1: Error in applying operation '+nosuch': Unknown command or category name in ACL. "));
         assert!(err.contains("WARNING: Duplicate user 'a' found on line 2. "));
         assert!(err.contains("f.acl:3 should start with user keyword followed by the username. "));
