@@ -439,3 +439,25 @@ fn memcached_clients_are_the_default_users_and_only_without_a_password() {
     assert!(refused.line().starts_with("SERVER_ERROR"));
     assert!(refused.try_line().is_none(), "the connection is closed");
 }
+
+#[test]
+fn sort_by_and_get_need_read_access_to_every_key() {
+    let server = Server::start(&["--appendonly", "no"]);
+    let mut admin = server.client();
+    assert_eq!(admin.cmd("SET v1 1"), ok());
+    assert_eq!(admin.cmd("LPUSH mylist 1"), int(1));
+    assert_eq!(admin.cmd("ACL SETUSER s on nopass (+sort ~mylist)"), ok());
+    let mut s = server.client();
+    assert_eq!(s.cmd("AUTH s x"), ok());
+    for rules in ["", "(+sort ~mylist ~v*)", "(+sort ~mylist %W~*)"] {
+        if !rules.is_empty() {
+            assert_eq!(admin.cmd(&format!("ACL SETUSER s {rules}")), ok());
+        }
+        assert_eq!(s.cmd("SORT mylist BY v*"), err("ERR BY option of SORT denied due to insufficient ACL permissions."));
+        assert_eq!(s.cmd("SORT mylist GET v*"), err("ERR GET option of SORT denied due to insufficient ACL permissions."));
+    }
+    // BY without a pattern reads no other key.
+    assert_eq!(s.cmd("SORT mylist BY nosort"), Frame::Array(vec![bulk("1")]));
+    assert_eq!(admin.cmd("ACL SETUSER s (+sort ~mylist %R~*)"), ok());
+    assert_eq!(s.cmd("SORT mylist BY v*"), Frame::Array(vec![bulk("1")]));
+}
