@@ -248,8 +248,8 @@ fn trim(mut s: &[u8]) -> &[u8] {
 /// Splits a line into arguments the way Redis's `sdssplitargs` does: space
 /// separated, `"..."` with `\n \r \t \b \a \\ \" \xHH` escapes, `'...'` with
 /// `\'`. `None` on unbalanced quotes or a closing quote not followed by a
-/// space.
-pub(crate) fn split_args(line: &[u8]) -> Option<Vec<Vec<u8>>> {
+/// space. (The ACL's selectors are split by it too.)
+pub fn split_args(line: &[u8]) -> Option<Vec<Vec<u8>>> {
     let mut out = Vec::new();
     let mut i = 0;
     let n = line.len();

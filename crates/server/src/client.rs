@@ -74,6 +74,10 @@ pub struct ClientInfo {
     /// Channels, patterns and shard channels subscribed to (CLIENT LIST
     /// `sub`, `psub`, `ssub`), mirrored from `Client::subscriptions`.
     pub subscriptions: [AtomicU32; 3],
+    /// The user the connection runs as (CLIENT LIST `user`, CLIENT KILL
+    /// USER, ACL DELUSER), mirrored from `Client::user`; None for the
+    /// server's own clients.
+    pub user: Mutex<Option<Arc<crate::acl::UserHandle>>>,
 }
 
 impl ClientInfo {
@@ -103,6 +107,7 @@ impl ClientInfo {
             rbs: 0.into(),
             multi_mem: 0.into(),
             subscriptions: Default::default(),
+            user: Mutex::new(None),
         }
     }
 
@@ -116,7 +121,14 @@ pub struct Client {
     pub id: u64,
     pub db: usize,
     pub resp3: bool,
+    /// Authenticated by AUTH or HELLO, or at connection while the default
+    /// user needed no password (Redis's `c->authenticated`).
     pub authenticated: bool,
+    /// The user whose permissions the client's commands are checked
+    /// against; None for the server's own clients (the journal's replay,
+    /// the master's link), which may run anything, as Redis's
+    /// user-less clients.
+    pub user: Option<Arc<crate::acl::UserHandle>>,
     pub multi: Option<Multi>,
     /// Keys this client WATCHes, as (database, key).
     pub watching: Vec<(usize, Box<[u8]>)>,
@@ -162,6 +174,7 @@ impl Client {
             db: 0,
             resp3: false,
             authenticated,
+            user: None,
             multi: None,
             watching: Vec::new(),
             watch_flag: WatchFlag::default(),
@@ -179,6 +192,17 @@ impl Client {
             pushed_to: 0,
             oom: false,
         }
+    }
+
+    /// Runs the client as `user` from now on.
+    pub fn set_user(&mut self, user: Arc<crate::acl::UserHandle>) {
+        *self.info.user.lock() = Some(user.clone());
+        self.user = Some(user);
+    }
+
+    /// The name of the client's user, `default` for the server's own.
+    pub fn user_name(&self) -> Vec<u8> {
+        self.user.as_ref().map_or_else(|| b"default".to_vec(), |u| u.name.clone())
     }
 
     pub fn name(&self) -> Option<Vec<u8>> {

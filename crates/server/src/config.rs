@@ -294,6 +294,18 @@ pub struct Config {
     /// a replica's link is down, serve what it has (yes) or answer
     /// -MASTERDOWN to all but a few commands (no).
     pub replica_serve_stale_data: bool,
+    /// `aclfile`: where ACL LOAD and SAVE read and write users; users
+    /// come from it at start (`acl.rs`).
+    pub aclfile: String,
+    /// `user <name> <rules...>` lines of the config file, each its words
+    /// after `user`: the users at start when there is no `aclfile`.
+    pub users: Vec<Vec<String>>,
+    /// `acllog-max-len`: entries the ACL LOG keeps.
+    pub acllog_max_len: u64,
+    /// `acl-pubsub-default`: whether a new user (or selector) may use
+    /// every channel (`allchannels`) or none (`resetchannels`, 7.0's
+    /// default).
+    pub acl_pubsub_default: String,
 }
 
 impl Default for Config {
@@ -404,6 +416,10 @@ impl Default for Config {
             masteruser: None,
             replica_read_only: true,
             replica_serve_stale_data: true,
+            aclfile: String::new(),
+            users: Vec::new(),
+            acllog_max_len: 128,
+            acl_pubsub_default: "resetchannels".into(),
         }
     }
 }
@@ -548,7 +564,7 @@ pub fn format_percentile(p: f64) -> String {
 }
 
 /// A directive of a feature Keel does not have yet (the latency
-/// monitor, streams, HyperLogLog, ACL LOG, the
+/// monitor, streams, HyperLogLog, the
 /// process title, which stays the command line Keel was started with),
 /// accepted with Redis's default value only, so that a stock redis.conf
 /// loads: that value asks for nothing Keel lacks (no notifications, the
@@ -963,7 +979,9 @@ pub static DIRECTIVES: &[Directive] = &[
     inert!("repl-diskless-sync-max-replicas", "0"),
     inert!("repl-diskless-load", "disabled"),
     inert!("repl-disable-tcp-nodelay", "no"),
-    inert!("acllog-max-len", "128"),
+    directive!("acllog-max-len", true, num(0, i64::MAX as u64), acllog_max_len),
+    directive!("aclfile", false, string, aclfile),
+    directive!("acl-pubsub-default", true, enum ["allchannels", "resetchannels"], acl_pubsub_default),
     inert!("latency-monitor-threshold", "0"),
     inert!("stream-node-max-bytes", "4096"),
     inert!("stream-node-max-entries", "100"),
@@ -1140,6 +1158,12 @@ impl Config {
         let Some((name, args)) = words.split_first() else {
             return Ok(());
         };
+        // `user` lines add up (Redis's ACLAppendUserForLoading); the
+        // rules are checked when the users are made, at start.
+        if name.eq_ignore_ascii_case("user") && !args.is_empty() {
+            self.users.push(args.to_vec());
+            return Ok(());
+        }
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         // A directive named on a line with no value means "empty" for
         // strings (e.g. `--save ''` arrives as `save ""`).
@@ -1147,14 +1171,22 @@ impl Config {
     }
 
     /// CONFIG REWRITE: the directives that differ from the defaults, in
-    /// the file's own order where it has them.
-    pub fn rewrite(&self, path: &Path) -> std::io::Result<()> {
+    /// the file's own order where it has them; with `users`, those `user`
+    /// lines in place of the file's (the rest at the end).
+    pub fn rewrite(&self, path: &Path, users: Option<&[String]>) -> std::io::Result<()> {
         let defaults = Config::default();
         let old = std::fs::read_to_string(path).unwrap_or_default();
         let mut out = String::new();
         let mut written = std::collections::HashSet::new();
+        let mut users = users.map(|u| u.iter());
         for line in old.lines() {
             let name = line.split_whitespace().next().unwrap_or("");
+            if let Some(users) = users.as_mut().filter(|_| name.eq_ignore_ascii_case("user")) {
+                if let Some(user) = users.next() {
+                    let _ = writeln!(out, "{user}");
+                }
+                continue;
+            }
             match find(name) {
                 Some(d) if !line.trim_start().starts_with('#') => {
                     if written.insert(d.name) {
@@ -1170,6 +1202,9 @@ impl Config {
             if !written.contains(d.name) && (d.get)(self) != (d.get)(&defaults) {
                 let _ = writeln!(out, "{} {}", d.name, quote((d.get)(self)));
             }
+        }
+        for user in users.into_iter().flatten() {
+            let _ = writeln!(out, "{user}");
         }
         let tmp = path.with_extension("tmp-rewrite");
         std::fs::write(&tmp, out)?;
@@ -1285,13 +1320,13 @@ mod tests {
 
     #[test]
     fn directives_of_missing_features_take_their_defaults_only() {
-        let c = Config::load(&args(&["--acllog-max-len", "128", "--latency-monitor-threshold", "00"])).expect("defaults");
+        let c = Config::load(&args(&["--replica-priority", "100", "--latency-monitor-threshold", "00"])).expect("defaults");
         assert_eq!(c.get("replica-read-only").as_deref(), Some("yes"));
         let mut c = Config::default();
         for (name, value) in [("slave-read-only", "YES"), ("repl-diskless-load", "Disabled"), ("stream-node-max-bytes", "4096")] {
             c.set_at_runtime(name, value).expect(name);
         }
-        for (name, value) in [("acllog-max-len", "10"), ("latency-monitor-threshold", "1"), ("replica-priority", "5")] {
+        for (name, value) in [("slave-priority", "10"), ("latency-monitor-threshold", "1"), ("replica-priority", "5")] {
             let err = c.set_at_runtime(name, value).expect_err(name);
             assert!(err.to_string().contains("only its default"), "{err}");
         }

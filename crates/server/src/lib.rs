@@ -23,12 +23,14 @@
 //! and [`replica`] replicates from a Redis (or Keel) master while
 //! `replicaof` is set; [`scripting`] runs Lua scripts (EVAL) and
 //! functions (FCALL) in a Lua interpreter per thread, each holding every
-//! shard; [`evict`] keeps used memory under `maxmemory` by the
-//! `maxmemory-policy`, before each command.
+//! shard; [`acl`] keeps the users, checks each command against its
+//! client's user, and keeps the ACL log; [`evict`] keeps used memory
+//! under `maxmemory` by the `maxmemory-policy`, before each command.
 //!
 //! A request flows: socket -> [`worker`] reads into the connection's buffer
 //! -> `keel_protocol::parse_request` -> [`command::execute`] looks the
-//! command up in the one table, locks the shards its keys live in, runs the
+//! command up in the one table, checks it against the client's user,
+//! locks the shards its keys live in, runs the
 //! handler, appends the reply and, for a write, the journal record
 //! ([`durability`]) -> the worker writes the replies the journal's durable
 //! position allows (under `everysec` and `no`, all of a loop turn's
@@ -36,6 +38,7 @@
 //! that creates a key some client is blocked on then serves that client
 //! ([`blocking`]).
 
+pub mod acl;
 pub mod alloc;
 pub mod behind;
 pub mod blocking;
@@ -114,6 +117,8 @@ pub fn run(config: Config) -> io::Result<()> {
         None => (None, None),
     };
     let server = Arc::new(Server::new(config, threads, journal));
+    let users = server.acl.start(&server.config.read());
+    users.map_err(io::Error::other)?;
     // Clients are accepted from the start: while the data loads they wait,
     // then are answered -LOADING ([`loading`]).
     let rdb_path = snapshot::dump_path(&server);

@@ -235,6 +235,12 @@ impl Run<'_> {
     /// names the keys to lock and what to log), in database 0.
     fn run_as<T>(&mut self, argv: &[&[u8]], op: impl FnOnce(&mut Ctx<'_>, &[&[u8]]) -> Result<T, CmdError>) -> Result<T, CmdError> {
         let resolved = command::table().lookup(argv[0]).expect("memcached commands run as known Redis commands");
+        // The default user's permissions hold for memcached clients too.
+        if self.client.user.as_ref().is_some_and(|u| !u.unrestricted()) {
+            let (index, spec) = resolved;
+            command::check_acl(self.server, self.client, index, spec, argv, crate::acl::Context::Toplevel)
+                .map_err(|denied| CmdError::other(denied.error(spec)))?;
+        }
         // As a Redis command: room is made first, and past `maxmemory` with
         // nothing left to evict, what may grow memory is refused.
         if crate::evict::perform(self.server) == crate::evict::Outcome::Fail && resolved.1.has(command::flags::DENYOOM) {

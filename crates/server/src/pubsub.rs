@@ -192,6 +192,28 @@ impl Registry {
             .collect()
     }
 
+    /// The subscribed clients of `user` with a subscription `allowed`
+    /// refuses (a name, and whether it is a pattern), each once.
+    pub fn subscribers_of(
+        &self,
+        user: &Arc<crate::acl::UserHandle>,
+        allowed: impl Fn(&[u8], bool) -> bool,
+    ) -> Vec<(Arc<ClientInfo>, usize)> {
+        let maps = self.maps.lock();
+        let mut found: Vec<(Arc<ClientInfo>, usize)> = Vec::new();
+        for kind in Kind::ALL {
+            for (name, subscribers) in &maps[kind.index()] {
+                for s in subscribers {
+                    let theirs = s.info.user.lock().as_ref().is_some_and(|u| Arc::ptr_eq(u, user));
+                    if theirs && !found.iter().any(|(i, _)| i.id == s.info.id) && !allowed(name, kind == Kind::Pattern) {
+                        found.push((s.info.clone(), s.worker));
+                    }
+                }
+            }
+        }
+        found
+    }
+
     /// How many distinct names some client listens to (PUBSUB NUMPAT, INFO).
     pub fn len(&self, kind: Kind) -> usize {
         self.maps.lock()[kind.index()].len()

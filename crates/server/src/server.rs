@@ -174,6 +174,8 @@ impl Mailbox {
 
 pub struct Server {
     pub config: RwLock<Config>,
+    /// Users, their permissions and the ACL log (`acl.rs`).
+    pub acl: crate::acl::Acl,
     pub keyspace: Keyspace,
     pub clients: Clients,
     /// Clients waiting in blocking pops.
@@ -351,6 +353,7 @@ impl Server {
         let mirrored = config.clone();
         let server = Server {
             config: RwLock::new(config),
+            acl: Default::default(),
             keyspace,
             clients: Clients::default(),
             blocking: Default::default(),
@@ -446,6 +449,9 @@ impl Server {
         self.lfu.store(lfu.unwrap_or(0), Ordering::Relaxed);
         self.aof.no_fsync_on_rewrite.store(config.no_appendfsync_on_rewrite, Ordering::Release);
         self.replica.mirror(config);
+        self.acl.log_max_len.store(config.acllog_max_len, Ordering::Relaxed);
+        self.acl.trim_log();
+        self.acl.pubsub_all.store(config.acl_pubsub_default == "allchannels", Ordering::Relaxed);
         crate::durability::suspend_fsync_while_saving(self, false);
     }
 

@@ -112,12 +112,13 @@ fn trimmed(argv: &[&[u8]], redacted: &[usize]) -> Vec<Vec<u8>> {
 }
 
 /// The arguments of `argv` that carry secrets, which Redis logs as
-/// "(redacted)": AUTH's, HELLO's after AUTH, and CONFIG SET's values of
+/// "(redacted)": AUTH's, HELLO's after AUTH, ACL SETUSER's, and CONFIG SET's values of
 /// `requirepass` and `masterauth`.
 pub fn redacted_args(argv: &[&[u8]]) -> Vec<usize> {
     let is = |arg: &[u8], word: &str| arg.eq_ignore_ascii_case(word.as_bytes());
     match argv {
         [name, ..] if is(name, "auth") => (1..argv.len()).collect(),
+        [name, sub, ..] if is(name, "acl") && is(sub, "setuser") => (2..argv.len()).collect(),
         [name, rest @ ..] if is(name, "hello") => match rest.iter().position(|a| is(a, "auth")) {
             Some(at) => vec![at + 2, at + 3],
             None => Vec::new(),

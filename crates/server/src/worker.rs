@@ -379,16 +379,21 @@ impl Worker {
     /// socket is worker 0's alone.
     fn admit(&mut self, mut stream: Stream, addr: String, laddr: String, local: bool, memcache: bool) {
         self.stats.connections_received.fetch_add(1, Ordering::Relaxed);
-        let (maxclients, needs_auth, protected) = {
+        let (maxclients, protected) = {
             let config = self.server.config.read();
-            (config.maxclients, config.requirepass.is_some(), config.protected_mode)
+            (config.maxclients, config.protected_mode)
         };
+        // A memcached client cannot authenticate: only a default user
+        // that needs no password serves it. Protected mode looks at
+        // nopass alone, as Redis's.
+        let needs_auth = !self.server.acl.default_open();
+        let nopass = self.server.acl.default_user().rules().flags & crate::acl::USER_NOPASS != 0;
         let refusal: Option<&[u8]> = if self.server.clients.connected.load(Ordering::Relaxed) >= maxclients {
             Some(if memcache { b"SERVER_ERROR max number of clients reached\r\n" } else { b"-ERR max number of clients reached\r\n" })
         } else if memcache && needs_auth {
             // The text protocol has no way to give a password.
             Some(b"SERVER_ERROR requirepass is set: Keel serves memcached clients only without a password\r\n")
-        } else if protected && !needs_auth && !local {
+        } else if protected && nopass && !local {
             Some(if memcache { MEMCACHE_PROTECTED_MODE_DENIED } else { PROTECTED_MODE_DENIED })
         } else {
             None
@@ -425,14 +430,14 @@ impl Worker {
     /// Starts serving a connection admitted here or by another worker.
     fn adopt(&mut self, accepted: Accepted) {
         let Accepted { mut stream, addr, laddr, memcache } = accepted;
-        let needs_auth = self.server.config.read().requirepass.is_some();
         let unix = matches!(stream, Stream::Unix(_));
         let fd = match &stream {
             Stream::Tcp(s) => std::os::fd::AsRawFd::as_raw_fd(s),
             Stream::Unix(s) => std::os::fd::AsRawFd::as_raw_fd(s),
         };
         let info = Arc::new(ClientInfo::new(self.server.clients.next_id(), addr, laddr, fd, unix));
-        let mut client = Client::new(info.clone(), !needs_auth || memcache);
+        let mut client = Client::new(info.clone(), self.server.acl.starts_authenticated() || memcache);
+        client.set_user(self.server.acl.default_user());
         client.worker = self.index;
         let entry = self.conns.vacant_entry();
         let token = Token(entry.key());
@@ -943,7 +948,7 @@ fn process(server: &Server, stats: &WorkerStats, conn: &mut Conn, limits: &Parse
     if conn.memcache.is_some() {
         return process_memcache(server, stats, conn, &limits.memcache);
     }
-    let unauthenticated = !conn.client.authenticated;
+    let unauthenticated = !conn.client.authenticated && !server.acl.default_open();
     let limits = keel_protocol::Limits { unauthenticated, ..limits.resp };
     let now_ms = unix_ms();
     conn.client.info.last_interaction_ms.store(now_ms, Ordering::Relaxed);

@@ -6,6 +6,7 @@ use std::sync::atomic::Ordering;
 
 use super::parse::{eq, i64_arg};
 use super::{acl, cmd, flags::*, CmdError, CmdResult, CommandSpec, Ctx, Keys};
+use crate::acl::{Context, Reason};
 use crate::client::{ClientInfo, Message, ReplyMode};
 use crate::server::unix_ms;
 
@@ -95,21 +96,28 @@ fn select(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     Ok(())
 }
 
-/// Checks a username/password pair against `requirepass` (the only user
-/// Keel has is `default`).
-fn check_password(ctx: &Ctx<'_>, user: &[u8], password: &[u8]) -> CmdResult {
-    let required = ctx.server.config.read().requirepass.clone();
-    match required {
-        Some(p) if user == b"default" && p == password => Ok(()),
-        None if user == b"default" => Ok(()),
-        _ => Err(CmdError::other("WRONGPASS invalid username-password pair or user is disabled.")),
+/// Authenticates the client as `user` (`ACLAuthenticateUser`): a failure
+/// is logged in the ACL log and answers WRONGPASS.
+fn authenticate(ctx: &mut Ctx<'_>, command: &[u8], user: &[u8], password: &[u8]) -> CmdResult {
+    match ctx.server.acl.authenticate(user, password) {
+        Some(handle) => {
+            ctx.client.authenticated = true;
+            ctx.client.set_user(handle);
+            Ok(())
+        }
+        None => {
+            let context = if ctx.client.multi.is_some() { Context::Multi } else { Context::Toplevel };
+            let info = client_line(&ctx.client.info, unix_ms());
+            ctx.server.acl.log(Reason::Auth, context, command, user, info);
+            Err(CmdError::other("WRONGPASS invalid username-password pair or user is disabled."))
+        }
     }
 }
 
 fn auth(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     let (user, password) = match argv {
         [_, password] => {
-            if ctx.server.config.read().requirepass.is_none() {
+            if ctx.server.acl.default_user().rules().flags & crate::acl::USER_NOPASS != 0 {
                 return Err(CmdError::other(
                     "ERR AUTH <password> called without any password configured for the default user. \
                      Are you sure your configuration is correct?",
@@ -120,8 +128,7 @@ fn auth(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
         [_, user, password] => (*user, *password),
         _ => return Err(CmdError::Syntax),
     };
-    check_password(ctx, user, password)?;
-    ctx.client.authenticated = true;
+    authenticate(ctx, argv[0], user, password)?;
     ctx.out.ok();
     Ok(())
 }
@@ -160,8 +167,7 @@ fn hello(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
         }
     }
     if let Some((user, password)) = credentials {
-        check_password(ctx, user, password)?;
-        ctx.client.authenticated = true;
+        authenticate(ctx, argv[0], user, password)?;
     }
     if let Some(name) = &name {
         super::server::validate_client_name(name)?;
@@ -221,7 +227,9 @@ fn reset(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
         ctx.server.clients.unregister_monitor(ctx.client.id);
     }
     ctx.server.pubsub.forget(ctx.client);
-    ctx.client.authenticated = ctx.server.config.read().requirepass.is_none();
+    // Redis's clientSetDefaultAuth.
+    ctx.client.set_user(ctx.server.acl.default_user());
+    ctx.client.authenticated = ctx.server.acl.starts_authenticated();
     ctx.out.simple("RESET");
     Ok(())
 }
@@ -364,6 +372,7 @@ pub fn client_line(info: &ClientInfo, now_ms: u64) -> String {
         n => super::table().all.get(n - 1).map(|s| s.name).unwrap_or("NULL"),
     };
     let name = info.name.lock().as_deref().map(|n| String::from_utf8_lossy(n).into_owned()).unwrap_or_default();
+    let user = info.user.lock().as_ref().map_or_else(|| "default".into(), |u| String::from_utf8_lossy(&u.name).into_owned());
     let age = now_ms.saturating_sub(info.created_ms) / 1000;
     let idle = now_ms.saturating_sub(info.last_interaction_ms.load(Ordering::Relaxed)) / 1000;
     let mut line = String::with_capacity(256);
@@ -371,7 +380,7 @@ pub fn client_line(info: &ClientInfo, now_ms: u64) -> String {
         line,
         "id={} addr={} laddr={} fd={} name={name} age={age} idle={idle} flags={flags} db={} sub={sub} psub={psub} ssub={ssub} \
          multi={} qbuf={qbuf} qbuf-free={qbuf_free} argv-mem=0 multi-mem={multi_mem} rbs={rbs} rbp={rbs} \
-         obl={obl} oll=0 omem=0 tot-mem={} events=r{} cmd={cmd_name} user=default redir=-1 resp={}",
+         obl={obl} oll=0 omem=0 tot-mem={} events=r{} cmd={cmd_name} user={user} redir=-1 resp={}",
         info.id,
         info.addr,
         info.laddr,
@@ -434,6 +443,7 @@ fn client_kill(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     let mut laddr: Option<&[u8]> = None;
     let mut ctype: Option<ClientType> = None;
     let mut id: Option<u64> = None;
+    let mut user: Option<std::sync::Arc<crate::acl::UserHandle>> = None;
     let mut skipme = true;
     let old_form = argv.len() == 3;
     if old_form {
@@ -456,9 +466,10 @@ fn client_kill(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
             } else if eq(opt, "laddr") {
                 laddr = Some(value);
             } else if eq(opt, "user") {
-                if value != b"default" {
-                    return Err(CmdError::other(format!("ERR No such user '{}'", String::from_utf8_lossy(value))));
-                }
+                let found = ctx.server.acl.get(value);
+                user = Some(found.ok_or_else(|| {
+                    CmdError::other(format!("ERR No such user '{}'", String::from_utf8_lossy(value)))
+                })?);
             } else if eq(opt, "skipme") {
                 skipme = if eq(value, "yes") {
                     true
@@ -482,6 +493,7 @@ fn client_kill(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
             || laddr.is_some_and(|a| a != info.laddr.as_bytes())
             || ctype.is_some_and(|t| t != type_of(&info))
             || id.is_some_and(|i| i != info.id)
+            || user.as_ref().is_some_and(|u| !info.user.lock().as_ref().is_some_and(|mine| std::sync::Arc::ptr_eq(u, mine)))
             || (skipme && info.id == me)
         {
             continue;
@@ -500,7 +512,7 @@ fn client_kill(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
         ctx.server.send(worker, Message::CheckKills);
     }
     // Replication links are no clients of a worker: by their type alone.
-    let by_type_alone = addr.is_none() && laddr.is_none() && id.is_none();
+    let by_type_alone = addr.is_none() && laddr.is_none() && id.is_none() && user.is_none();
     match ctype {
         Some(ClientType::Replica) if by_type_alone => {
             for replica in ctx.server.repl.replicas() {

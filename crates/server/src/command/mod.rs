@@ -25,6 +25,7 @@ pub mod sets;
 pub mod sort;
 pub mod strings;
 pub mod transactions;
+pub mod users;
 pub mod zsets;
 
 use std::collections::HashMap;
@@ -408,6 +409,7 @@ pub fn table() -> &'static Table {
             sort::COMMANDS,
             scripting::COMMANDS,
             transactions::COMMANDS,
+            users::COMMANDS,
         ]
         .iter()
         .flat_map(|group| group.iter())
@@ -835,11 +837,6 @@ fn dispatch(
     // queued, or refused), not the one before it.
     if let Ok((index, spec)) = resolved {
         client.info.last_cmd.store(index as u16 + 1, Ordering::Relaxed);
-        // As Redis, memory is made under `maxmemory` before any command
-        // runs or queues, and what the command may do is judged by it.
-        if client.authenticated || spec.has(flags::NO_AUTH) {
-            client.oom = crate::evict::perform(server) == crate::evict::Outcome::Fail;
-        }
         // A RESP2 subscriber cannot be in MULTI: MULTI is refused here.
         if !client.resp3 && client.subscriptions.any() && !pubsub::allowed_while_subscribed(spec.name) {
             stats.commands[index].rejected_calls.fetch_add(1, Ordering::Relaxed);
@@ -849,40 +846,59 @@ fn dispatch(
             )));
         }
     }
-    if let Some(multi) = client.multi.as_mut() {
-        match resolved {
-            Err(e) => {
+    let (index, spec) = match resolved {
+        Ok(found) => found,
+        Err(e) => {
+            if let Some(multi) = client.multi.as_mut() {
                 multi.aborted = true;
-                return Err(e);
             }
-            Ok((_, spec)) if spec.has(flags::NO_MULTI) && (client.authenticated || spec.has(flags::NO_AUTH)) => {
-                multi.aborted = true;
-                return Err(CmdError::other("ERR Command not allowed inside a transaction"));
-            }
-            Ok((_, spec)) if !runs_inside_multi(spec) => {
-                if !client.authenticated && !spec.has(flags::NO_AUTH) {
-                    return Err(CmdError::other("NOAUTH Authentication required."));
-                }
-                // Queueing itself takes memory: anything is refused past the
-                // limit (Redis's reject_cmd_on_oom in MULTI).
-                if let Some(error) = refusal(server, client.is_master, client.oom, spec.flags | flags::DENYOOM, spec.name == "ping") {
-                    multi.aborted = true;
-                    return Err(CmdError::other(error));
-                }
-                multi.queued.push(argv.iter().map(|a| a.to_vec()).collect());
-                multi.flags |= spec.flags;
-                multi.all_stale &= spec.has(flags::STALE);
-                client.info.multi_len.store(multi.queued.len() as u64, Ordering::Relaxed);
-                ReplyWriter::new(wbuf, client.resp3).simple("QUEUED");
-                return Ok(());
-            }
-            Ok(_) => {}
+            return Err(e);
         }
-    }
-    let (index, spec) = resolved?;
-    if !client.authenticated && !spec.has(flags::NO_AUTH) {
+    };
+    // Redis's processCommand order: authentication, a command MULTI
+    // refuses, then the ACL, then the rest; a refusal inside MULTI makes
+    // EXEC abort.
+    let authenticated = client.authenticated || server.acl.default_open();
+    if !authenticated && !spec.has(flags::NO_AUTH) {
         stats.commands[index].rejected_calls.fetch_add(1, Ordering::Relaxed);
         return Err(CmdError::other("NOAUTH Authentication required."));
+    }
+    if let Some(multi) = client.multi.as_mut() {
+        if spec.has(flags::NO_MULTI) {
+            multi.aborted = true;
+            return Err(CmdError::other("ERR Command not allowed inside a transaction"));
+        }
+    }
+    // One relaxed load for a user that may do everything.
+    if client.user.as_ref().is_some_and(|u| !u.unrestricted()) {
+        let context = if client.multi.is_some() { crate::acl::Context::Multi } else { crate::acl::Context::Toplevel };
+        if let Err(denied) = check_acl(server, client, index, spec, argv, context) {
+            stats.commands[index].rejected_calls.fetch_add(1, Ordering::Relaxed);
+            if let Some(multi) = client.multi.as_mut() {
+                multi.aborted = true;
+            }
+            return Err(CmdError::other(denied.error(spec)));
+        }
+    }
+    // As Redis, room is made under `maxmemory` before any command runs or
+    // queues, and what the command may do is judged by it.
+    client.oom = crate::evict::perform(server) == crate::evict::Outcome::Fail;
+    let ping = spec.name == "ping";
+    if let Some(multi) = client.multi.as_mut() {
+        if !runs_inside_multi(spec) {
+            // Queueing itself takes memory: anything is refused past the
+            // limit (Redis's reject_cmd_on_oom in MULTI).
+            if let Some(error) = refusal(server, client.is_master, client.oom, spec.flags | flags::DENYOOM, ping) {
+                multi.aborted = true;
+                return Err(CmdError::other(error));
+            }
+            multi.queued.push(argv.iter().map(|a| a.to_vec()).collect());
+            multi.flags |= spec.flags;
+            multi.all_stale &= spec.has(flags::STALE);
+            client.info.multi_len.store(multi.queued.len() as u64, Ordering::Relaxed);
+            ReplyWriter::new(wbuf, client.resp3).simple("QUEUED");
+            return Ok(());
+        }
     }
     // EXEC answers for what it would run: it is `stale` only if all of it is.
     let queued = client.multi.as_ref().filter(|_| spec.name == "exec");
@@ -890,7 +906,6 @@ fn dispatch(
     if queued.is_some_and(|m| !m.all_stale) {
         flags &= !flags::STALE;
     }
-    let ping = spec.name == "ping";
     let mut refused = refusal(server, client.is_master, client.oom, flags, ping);
     // A script is refused by the flags it declares, as a command that
     // writes, may grow memory or may not run stale would be; they are
@@ -921,6 +936,30 @@ fn dispatch(
         return Err(CmdError::other("ERR Replica can't interact with the keyspace"));
     }
     run_locked(server, stats, client, wbuf, (index, spec), argv, now_ms, lsn, spec.handler)
+}
+
+/// Checks `argv` against the client's user, logging a denial in the ACL
+/// log (Redis's ACLCheckAllPerm and addACLLogEntry).
+pub(crate) fn check_acl(
+    server: &Server,
+    client: &Client,
+    index: usize,
+    spec: &CommandSpec,
+    argv: &[&[u8]],
+    context: crate::acl::Context,
+) -> Result<(), crate::acl::Denied> {
+    let Some(user) = &client.user else { return Ok(()) };
+    let denied = match user.check(index, spec, argv) {
+        Ok(()) => return Ok(()),
+        Err(denied) => denied,
+    };
+    let object = match denied {
+        crate::acl::Denied::Command => spec.name.as_bytes(),
+        crate::acl::Denied::Key(at) | crate::acl::Denied::Channel(at) => argv[at],
+    };
+    let info = connection::client_line(&client.info, crate::server::unix_ms());
+    server.acl.log(denied.into(), context, object, &user.name, info);
+    Err(denied)
 }
 
 /// Runs `handler` as the command `spec` with `argv`: under the locks of

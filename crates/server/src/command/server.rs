@@ -1008,6 +1008,10 @@ fn config_set(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
         crate::process::apply_loglevel(&next);
     }
     ctx.server.mirror_config(&next);
+    // Redis's updateRequirePass: the default user's password follows.
+    if seen.contains(&"requirepass") {
+        ctx.server.acl.set_requirepass(next.requirepass.as_deref());
+    }
     let aof_turned_off = config.appendonly && !next.appendonly;
     *config = next;
     drop(config);
@@ -1045,7 +1049,13 @@ fn config_rewrite(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
     let Some(path) = config.config_file.clone() else {
         return Err(CmdError::other("ERR The server is running without a config file"));
     };
-    match config.rewrite(&path) {
+    // Without an aclfile the users live in the config file, as `user`
+    // lines (Redis's rewriteConfigUserOption).
+    let users: Option<Vec<String>> = config.aclfile.is_empty().then(|| {
+        let text = ctx.server.acl.file_text();
+        String::from_utf8_lossy(&text).lines().map(str::to_string).collect()
+    });
+    match config.rewrite(&path, users.as_deref()) {
         Ok(()) => {
             drop(config);
             tracing::info!("CONFIG REWRITE executed with success.");
@@ -1065,6 +1075,13 @@ fn config_rewrite(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
 /// group's) plus those Redis derives from its flags
 /// (`setImplicitACLCategories`), in Redis's order.
 pub fn acl_categories(spec: &CommandSpec) -> Vec<&'static str> {
+    let cats = acl_category_bits(spec);
+    acl::NAMES.iter().filter(|(c, _)| cats & c != 0).map(|(_, name)| *name).collect()
+}
+
+/// A command's ACL categories as `acl::*` bits: its own or its group's,
+/// and those Redis derives from its flags (`setImplicitACLCategories`).
+pub fn acl_category_bits(spec: &CommandSpec) -> u32 {
     let mut cats = spec.acl.unwrap_or(match spec.group {
         "generic" => acl::KEYSPACE,
         "string" => acl::STRING,
@@ -1101,7 +1118,7 @@ pub fn acl_categories(spec: &CommandSpec) -> Vec<&'static str> {
     if cats & acl::FAST == 0 {
         cats |= acl::SLOW;
     }
-    acl::NAMES.iter().filter(|(c, _)| cats & c != 0).map(|(_, name)| *name).collect()
+    cats
 }
 
 /// Redis's flag names in its output order, `movablekeys` included.

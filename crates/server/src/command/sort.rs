@@ -84,7 +84,10 @@ struct Options<'a> {
     get: Vec<&'a [u8]>,
 }
 
-fn parse_options<'a>(argv: &[&'a [u8]], readonly: bool) -> Result<Options<'a>, CmdError> {
+/// SORT's options. `full_read`: the user may read every key, which BY
+/// (with a pattern) and GET need, as they read keys the command does not
+/// name (Redis's `user_has_full_key_access`).
+fn parse_options<'a>(argv: &[&'a [u8]], readonly: bool, full_read: bool) -> Result<Options<'a>, CmdError> {
     let mut o = Options { desc: false, alpha: false, limit: None, store: None, by: None, dont_sort: false, get: Vec::new() };
     let mut j = 2;
     while j < argv.len() {
@@ -105,8 +108,14 @@ fn parse_options<'a>(argv: &[&'a [u8]], readonly: bool) -> Result<Options<'a>, C
         } else if eq(arg, "by") && left >= 1 {
             o.by = Some(argv[j + 1]);
             o.dont_sort = !argv[j + 1].contains(&b'*');
+            if !o.dont_sort && !full_read {
+                return Err(CmdError::other("ERR BY option of SORT denied due to insufficient ACL permissions."));
+            }
             j += 1;
         } else if eq(arg, "get") && left >= 1 {
+            if !full_read {
+                return Err(CmdError::other("ERR GET option of SORT denied due to insufficient ACL permissions."));
+            }
             o.get.push(argv[j + 1]);
             j += 1;
         } else {
@@ -126,7 +135,13 @@ struct Item {
 }
 
 fn sort_generic(ctx: &mut Ctx<'_>, argv: &[&[u8]], readonly: bool) -> CmdResult {
-    let mut o = parse_options(argv, readonly)?;
+    let full_read = ctx.client.user.as_ref().is_none_or(|user| {
+        user.unrestricted() || {
+            let (index, spec) = super::table().lookup(argv[0]).expect("SORT is in the table");
+            user.rules().check_with_all_keys(index, spec, argv, super::keyspec::ACCESS)
+        }
+    });
+    let mut o = parse_options(argv, readonly, full_read)?;
     let now = ctx.now_ms;
     let db = ctx.dbs.of(argv[1]);
     let entry = db.get(argv[1], now);

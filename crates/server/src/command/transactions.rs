@@ -138,11 +138,19 @@ fn exec(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
     ctx.durability.in_transaction = true;
     for argv in &queued {
         let result = match resolve(argv) {
-            Ok((index, spec)) => {
-                let result = run(ctx, index, spec, argv);
-                super::feed_monitors(ctx.server, ctx.client, spec, argv);
-                result
+            // The user's rules may have changed since the command was
+            // queued: Redis checks them again at EXEC.
+            Ok((index, spec)) if ctx.client.user.as_ref().is_some_and(|u| !u.unrestricted()) => {
+                match super::check_acl(ctx.server, ctx.client, index, spec, argv, crate::acl::Context::Multi) {
+                    Ok(()) => run_queued(ctx, index, spec, argv),
+                    Err(denied) => Err(CmdError::other(format!(
+                        "NOPERM ACLs rules changed between the moment the transaction was accumulated and the EXEC \
+                         call. This command is no longer allowed for the following reason: {}",
+                        denied.exec_reason()
+                    ))),
+                }
             }
+            Ok((index, spec)) => run_queued(ctx, index, spec, argv),
             Err(e) => Err(e),
         };
         if let Err(e) = result {
@@ -152,4 +160,11 @@ fn exec(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
     }
     ctx.durability.in_transaction = false;
     Ok(())
+}
+
+/// Runs one queued command of EXEC and shows it to MONITOR.
+fn run_queued(ctx: &mut Ctx<'_>, index: usize, spec: &CommandSpec, argv: &[&[u8]]) -> CmdResult {
+    let result = run(ctx, index, spec, argv);
+    super::feed_monitors(ctx.server, ctx.client, spec, argv);
+    result
 }

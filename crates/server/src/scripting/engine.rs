@@ -395,6 +395,7 @@ fn run_in(
     engine.resp3.set(false);
     let run = Run { resp3: engine.resp3.clone(), mode };
     let caller_resp3 = ctx.client.resp3;
+    let _caller = CallerUser::set(ctx.client.user.clone());
     let ctx = RefCell::new(ctx);
     let outcome = engine.lua.scope(|scope| {
         // redis.call raises a command's error; the \1 marks it as one
@@ -428,6 +429,47 @@ fn run_in(
         let _ = engine.lua.gc_step_kbytes(GC_PERIOD as i32);
     }
     outcome.map_err(lua_error)
+}
+
+thread_local! {
+    /// The user of the script running on this thread, for
+    /// `redis.acl_check_cmd` (None: one that may run anything).
+    static CALLER: RefCell<Option<Arc<crate::acl::UserHandle>>> = const { RefCell::new(None) };
+}
+
+/// Sets the running script's user for as long as it lives.
+struct CallerUser;
+
+impl CallerUser {
+    fn set(user: Option<Arc<crate::acl::UserHandle>>) -> CallerUser {
+        CALLER.with(|c| *c.borrow_mut() = user);
+        CallerUser
+    }
+}
+
+impl Drop for CallerUser {
+    fn drop(&mut self) {
+        CALLER.with(|c| *c.borrow_mut() = None);
+    }
+}
+
+/// `redis.acl_check_cmd`: whether the running script's user may run
+/// `argv` (Redis's check of the original client's user).
+pub(super) fn caller_may_run(argv: &[&[u8]]) -> Result<bool, mlua::Error> {
+    if argv.is_empty() {
+        return Err(api_error("Please specify at least one argument for this redis lib call"));
+    }
+    let table = command::table();
+    let invalid = || api_error("Invalid command passed to redis.acl_check_cmd()");
+    let (top, spec) = argv.first().and_then(|name| table.lookup(name)).ok_or_else(invalid)?;
+    let (id, spec) = match (spec.subcommands.is_empty(), argv.get(1)) {
+        (false, Some(sub)) => {
+            let (sub, subspec) = spec.subcommand(sub).ok_or_else(invalid)?;
+            (table.sub_index(top, sub), subspec)
+        }
+        _ => (top, spec),
+    };
+    Ok(CALLER.with(|c| c.borrow().as_ref().is_none_or(|user| user.check(id, spec, argv).is_ok())))
 }
 
 /// An error of Redis's script API (`luaPushError` then `luaError`): the
@@ -528,7 +570,7 @@ fn call_command(ctx: &mut Ctx<'_>, run: &Run, args: MultiValue) -> Result<Vec<u8
         Err(CmdError::Arity(_)) => return Err("Wrong number of args calling Redis command from script".into()),
         Err(_) => return Err("Unknown Redis command called from script".into()),
     };
-    if let Err(refused) = may_call(ctx, run, spec) {
+    if let Err(refused) = may_call(ctx, run, (index, spec), &argv) {
         ctx.stats.commands[index].rejected_calls.fetch_add(1, Ordering::Relaxed);
         return Err(refused);
     }
@@ -552,14 +594,19 @@ fn call_command(ctx: &mut Ctx<'_>, run: &Run, args: MultiValue) -> Result<Vec<u8
 
 /// Whether the running script may call `spec` now (Redis's checks in
 /// `scriptCall`), or Redis's error.
-fn may_call(ctx: &Ctx<'_>, run: &Run, spec: &command::CommandSpec) -> Result<(), String> {
+fn may_call(ctx: &Ctx<'_>, run: &Run, (index, spec): (usize, &command::CommandSpec), argv: &[&[u8]]) -> Result<(), String> {
     if spec.has(flags::NOSCRIPT) {
         return Err("This Redis command is not allowed from script".into());
     }
-    let writes = spec.has(flags::WRITE);
     if !spec.has(flags::STALE) && ctx.server.replica.is_stale() && !ctx.client.is_master {
         return Err("Can not execute the command on a stale replica".into());
     }
+    // The script runs as its caller's user.
+    if ctx.client.user.as_ref().is_some_and(|u| !u.unrestricted()) {
+        command::check_acl(ctx.server, ctx.client, index, spec, argv, crate::acl::Context::Lua)
+            .map_err(|denied| format!("The user executing the script {}", denied.script_reason()))?;
+    }
+    let writes = spec.has(flags::WRITE);
     if run.mode.read_only && (writes || matches!(spec.name, "publish" | "spublish")) {
         return Err("Write commands are not allowed from read-only scripts.".into());
     }

@@ -29,14 +29,9 @@ pub fn install(lua: &Lua) -> mlua::Result<()> {
         Ok(super::sha1_hex(&text))
     })?)?;
     redis.raw_set("acl_check_cmd", lua.create_function(|_, args: Variadic<mlua::String>| {
-        // Keel has one user with every permission: a command is allowed
-        // when it exists.
         let argv: Vec<Vec<u8>> = args.iter().map(|a| a.as_bytes().to_vec()).collect();
         let argv: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
-        match argv.first().and_then(|_| crate::command::resolve(&argv).ok()) {
-            Some(_) => Ok(true),
-            None => Err(super::engine::api_error("Invalid command passed to redis.acl_check_cmd()")),
-        }
+        super::engine::caller_may_run(&argv)
     })?)?;
     redis.raw_set("log", lua.create_function(|_, args: MultiValue| {
         if args.len() < 2 {
