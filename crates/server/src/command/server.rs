@@ -1071,6 +1071,7 @@ pub fn acl_categories(spec: &CommandSpec) -> Vec<&'static str> {
         "geo" => acl::GEO,
         "bitmap" => acl::BITMAP,
         "hyperloglog" => acl::HYPERLOGLOG,
+        "stream" => acl::STREAM,
         "transactions" => acl::TRANSACTION,
         "scripting" => acl::SCRIPTING,
         "connection" => acl::CONNECTION,

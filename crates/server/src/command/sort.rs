@@ -310,7 +310,7 @@ fn all_elements(value: &Value) -> Vec<Vec<u8>> {
         Value::List(l) => l.iter().map(<[u8]>::to_vec).collect(),
         Value::Set(s) => s.iter().map(|m| m.to_vec()).collect(),
         Value::ZSet(z) => z.iter().map(|(m, _)| m.to_vec()).collect(),
-        Value::Str(_) | Value::Hash(_) => Vec::new(),
+        Value::Str(_) | Value::Hash(_) | Value::Stream(_) => Vec::new(),
     }
 }
 
