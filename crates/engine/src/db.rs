@@ -453,6 +453,12 @@ impl Db {
     /// replace them are all newer than the snapshot, so they take no part.
     pub fn take_all(&mut self) -> DbData {
         self.touch_all_watched(None, 0);
+        // Readers blocked on a stream learn that it went.
+        let streams: Vec<Key> =
+            self.blocked.keys().filter(|k| matches!(self.data.keys.get(&k[..]), Some(e) if matches!(e.value, Value::Stream(_)))).cloned().collect();
+        for key in streams {
+            self.signal_ready(&key);
+        }
         let data = std::mem::take(&mut self.data);
         if data.snap.is_some() {
             self.detached.push(data);

@@ -918,3 +918,213 @@ impl Stream {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::BTreeMap;
+
+    fn fields(pairs: &[(&str, &str)]) -> Vec<Vec<u8>> {
+        pairs.iter().flat_map(|(f, v)| [f.as_bytes().to_vec(), v.as_bytes().to_vec()]).collect()
+    }
+
+    fn add(s: &mut Stream, id: StreamId, f: &[Vec<u8>], limits: NodeLimits) {
+        let args: Vec<&[u8]> = f.iter().map(Vec::as_slice).collect();
+        s.append(id, &args, limits).expect("id above the last");
+    }
+
+    /// The nodes read back as RDB would carry them give the same stream.
+    fn reloads_the_same(s: &Stream) {
+        let nodes: Vec<(StreamId, Vec<u8>)> = s.nodes().map(|(id, lp)| (id, lp.to_vec())).collect();
+        let back = Stream::from_nodes(nodes).expect("nodes we wrote are valid");
+        assert_eq!(back.len(), s.len());
+        assert_eq!(back.range(StreamId::MIN, StreamId::MAX, false, 0), s.range(StreamId::MIN, StreamId::MAX, false, 0));
+    }
+
+    #[test]
+    fn listpack_elements_use_redis_encodings() {
+        let mut lp = lp::new();
+        let values: [&[u8]; 10] = [b"0", b"127", b"128", b"-1", b"4095", b"-4096", b"40000", b"-9000000", b"9223372036854775807", b"abc"];
+        for v in values {
+            lp::append_str(&mut lp, v);
+        }
+        let long = vec![b'x'; 5000];
+        lp::append_str(&mut lp, &long);
+        assert_eq!(lp::valid(&lp), Some(11));
+        let mut off = lp::HEADER;
+        for v in values.iter().map(|v| v.to_vec()).chain([long]) {
+            let (e, next) = lp::read(&lp, off).expect("an element");
+            assert_eq!(e.to_vec(), v);
+            off = next;
+        }
+        // Redis's bytes for 127, 128 (13-bit) and "abc".
+        let mut one = lp::new();
+        lp::append_int(&mut one, 128);
+        assert_eq!(&one[lp::HEADER..], &[0xC0, 0x80, 2, 0xFF]);
+        let mut s = lp::new();
+        lp::append_str(&mut s, b"abc");
+        assert_eq!(&s[lp::HEADER..], &[0x83, b'a', b'b', b'c', 4, 0xFF]);
+        assert_eq!(u32::from_le_bytes(s[..4].try_into().unwrap()) as usize, s.len());
+    }
+
+    #[test]
+    fn entries_share_the_master_fields_and_nodes_fill_at_the_limits() {
+        let limits = NodeLimits { max_bytes: 4096, max_entries: 3 };
+        let mut s = Stream::new();
+        for i in 1..=7 {
+            let f = if i == 2 { fields(&[("other", "x")]) } else { fields(&[("f", "v")]) };
+            add(&mut s, StreamId::new(i, 0), &f, limits);
+        }
+        assert_eq!(s.len(), 7);
+        assert_eq!(s.node_count(), 3);
+        assert_eq!(s.first_id, StreamId::new(1, 0));
+        let all = s.range(StreamId::MIN, StreamId::MAX, false, 0);
+        assert_eq!(all[1].fields, fields(&[("other", "x")]));
+        assert_eq!(s.range(StreamId::new(3, 0), StreamId::new(5, 0), true, 2).iter().map(|e| e.id.ms).collect::<Vec<_>>(), [5, 4]);
+        reloads_the_same(&s);
+    }
+
+    #[test]
+    fn ids_come_from_the_clock_or_the_last_id() {
+        let mut s = Stream::new();
+        assert_eq!(s.next_id(None, true, 100), Ok(StreamId::new(100, 0)));
+        add(&mut s, StreamId::new(100, 0), &fields(&[("a", "1")]), NodeLimits::default());
+        // A clock behind the last ID takes the next sequence.
+        assert_eq!(s.next_id(None, true, 50), Ok(StreamId::new(100, 1)));
+        assert_eq!(s.next_id(Some(StreamId::new(100, 0)), false, 0), Ok(StreamId::new(100, 1)));
+        assert_eq!(s.next_id(Some(StreamId::new(100, 0)), true, 0), Err(AddError::NotGreater));
+        assert_eq!(s.next_id(Some(StreamId::new(7, 0)), false, 0), Err(AddError::NotGreater));
+    }
+
+    #[test]
+    fn deleting_marks_and_drops_empty_nodes() {
+        let limits = NodeLimits { max_bytes: 0, max_entries: 2 };
+        let mut s = Stream::new();
+        for i in 1..=4 {
+            add(&mut s, StreamId::new(i, 0), &fields(&[("f", "v")]), limits);
+        }
+        assert!(s.delete(StreamId::new(1, 0)));
+        assert!(!s.delete(StreamId::new(1, 0)));
+        assert_eq!(s.node_count(), 2);
+        assert!(s.delete(StreamId::new(2, 0)));
+        assert_eq!(s.node_count(), 1);
+        assert_eq!(s.len(), 2);
+        reloads_the_same(&s);
+    }
+
+    #[test]
+    fn approximate_trims_remove_whole_nodes_only() {
+        let limits = NodeLimits { max_bytes: 0, max_entries: 10 };
+        let mut s = Stream::new();
+        for i in 1..=25 {
+            add(&mut s, StreamId::new(i, 0), &fields(&[("f", "v")]), limits);
+        }
+        assert_eq!(s.trim(Trim::MaxLen(12), true, 0), 10);
+        assert_eq!(s.len(), 15);
+        assert_eq!(s.trim(Trim::MaxLen(12), false, 0), 3);
+        assert_eq!(s.first_id, StreamId::new(14, 0));
+        assert_eq!(s.first_id_with_tombstones(), StreamId::new(11, 0));
+        assert_eq!(s.trim(Trim::MinId(StreamId::new(23, 0)), false, 0), 9);
+        assert_eq!(s.range(StreamId::MIN, StreamId::MAX, false, 0).len(), 3);
+        reloads_the_same(&s);
+    }
+
+    #[test]
+    fn malformed_nodes_are_refused() {
+        let mut s = Stream::new();
+        add(&mut s, StreamId::new(1, 0), &fields(&[("f", "v")]), NodeLimits::default());
+        let (id, lp) = s.nodes().next().map(|(id, lp)| (id, lp.to_vec())).unwrap();
+        for cut in 0..lp.len() {
+            let mut bad = lp.clone();
+            bad[cut] ^= 0x5A;
+            // Anything accepted must read back without panicking.
+            if let Some(s) = Stream::from_nodes(vec![(id, bad)]) {
+                s.range(StreamId::MIN, StreamId::MAX, true, 0);
+            }
+        }
+        assert!(Stream::from_nodes(vec![(id, lp[..lp.len() - 1].to_vec())]).is_none());
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Add(u64, u8, bool),
+        Del(u64),
+        MaxLen(u64, bool),
+        MinId(u64, bool),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            6 => (1..4u64, 0..3u8, any::<bool>()).prop_map(|(gap, n, same)| Op::Add(gap, n, same)),
+            2 => (0..80u64).prop_map(Op::Del),
+            1 => (0..30u64, any::<bool>()).prop_map(|(n, a)| Op::MaxLen(n, a)),
+            1 => (0..80u64, any::<bool>()).prop_map(|(n, a)| Op::MinId(n, a)),
+        ]
+    }
+
+    proptest! {
+        /// Against a map of entries: every operation leaves the same
+        /// entries, length and first ID, and nodes that reload as they are.
+        #[test]
+        fn stream_matches_a_model(ops in proptest::collection::vec(op(), 1..120), per_node in 1..6usize) {
+            let limits = NodeLimits { max_bytes: 300, max_entries: per_node };
+            let mut s = Stream::new();
+            let mut model: BTreeMap<StreamId, Vec<Vec<u8>>> = BTreeMap::new();
+            let mut ms = 0;
+            for op in ops {
+                match op {
+                    Op::Add(gap, n, same) => {
+                        ms += gap;
+                        let f: Vec<Vec<u8>> = (0..=n)
+                            .flat_map(|i| [if same { format!("f{i}") } else { format!("g{ms}") }.into_bytes(), format!("{}", ms * 7 + u64::from(i)).into_bytes()])
+                            .collect();
+                        add(&mut s, StreamId::new(ms, 0), &f, limits);
+                        model.insert(StreamId::new(ms, 0), f);
+                    }
+                    Op::Del(at) => {
+                        let id = StreamId::new(at, 0);
+                        prop_assert_eq!(s.delete(id), model.remove(&id).is_some());
+                        if s.is_empty() { s.first_id = StreamId::MIN } else { s.first_id = s.edge(true).unwrap() }
+                    }
+                    Op::MaxLen(max, approx) => {
+                        let removed = s.trim(Trim::MaxLen(max), approx, 0);
+                        for _ in 0..removed {
+                            let first = *model.keys().next().unwrap();
+                            model.remove(&first);
+                        }
+                        if !approx {
+                            prop_assert!(model.len() as u64 <= max);
+                        }
+                    }
+                    Op::MinId(min, approx) => {
+                        let removed = s.trim(Trim::MinId(StreamId::new(min, 0)), approx, 0);
+                        let before = model.len();
+                        let keep = model.split_off(&StreamId::new(min, 0));
+                        if approx {
+                            // Whole nodes only: what went is a prefix.
+                            let mut gone: Vec<StreamId> = model.keys().copied().collect();
+                            gone.truncate(removed as usize);
+                            let mut rest = std::mem::replace(&mut model, keep);
+                            for id in gone { rest.remove(&id); }
+                            model.extend(rest);
+                        } else {
+                            model = keep;
+                            prop_assert_eq!(removed as usize, before - model.len());
+                        }
+                    }
+                }
+                prop_assert_eq!(s.len(), model.len() as u64);
+                let got: Vec<(StreamId, Vec<Vec<u8>>)> = s.range(StreamId::MIN, StreamId::MAX, false, 0).into_iter().map(|e| (e.id, e.fields)).collect();
+                let want: Vec<(StreamId, Vec<Vec<u8>>)> = model.iter().map(|(k, v)| (*k, v.clone())).collect();
+                prop_assert_eq!(&got, &want);
+                let mut rev = got.clone();
+                rev.reverse();
+                let back: Vec<(StreamId, Vec<Vec<u8>>)> = s.range(StreamId::MIN, StreamId::MAX, true, 0).into_iter().map(|e| (e.id, e.fields)).collect();
+                prop_assert_eq!(back, rev);
+                prop_assert_eq!(s.first_id, model.keys().next().copied().unwrap_or_default());
+                reloads_the_same(&s);
+            }
+        }
+    }
+}

@@ -298,6 +298,8 @@ fn serve_nth(server: &Server, stats: &WorkerStats, db: usize, key: &[u8], nth: u
     }
     remove_waiter(ctx.dbs.of(key), key, waiter.client);
     if let Some(text) = failed {
+        // The blocked call counts as failed (Redis's updateStatsOnUnblock).
+        stats.commands[index].failed_calls.fetch_add(1, Ordering::Relaxed);
         server.count_error(text);
         ctx.out.error(text);
         drop(ctx);

@@ -23,7 +23,7 @@ use smallvec::SmallVec;
 use super::keyspec::*;
 use super::parse::{eq, i64_arg};
 use super::server::{container, reply_help};
-use super::{cmd, flags::*, CmdError, CmdResult, CommandSpec, Ctx, Keys, KEY1};
+use super::{acl, cmd, flags::*, CmdError, CmdResult, CommandSpec, Ctx, Keys, KEY1};
 use crate::notify;
 
 pub static COMMANDS: &[CommandSpec] = &[
@@ -61,7 +61,8 @@ pub static COMMANDS: &[CommandSpec] = &[
         .specs(&[key_at(1, RW | UPDATE)]),
     cmd("xgroup", -2, 0, Keys::None, "stream", container)
         .doc("A container for consumer groups commands", "5.0.0")
-        .subs(XGROUP_SUBCOMMANDS),
+        .subs(XGROUP_SUBCOMMANDS)
+        .acl(acl::NONE),
     cmd("xreadgroup", -7, WRITE | BLOCKING, Keys::Custom(xreadgroup_keys), "stream", xreadgroup)
         .doc(
             "Return new entries from a stream using a consumer group, or access the history of the pending entries for a given consumer. Can block.",
@@ -94,7 +95,8 @@ pub static COMMANDS: &[CommandSpec] = &[
         .specs(&[key_at(1, RW | DELETE)]),
     cmd("xinfo", -2, 0, Keys::None, "stream", container)
         .doc("A container for stream introspection commands", "5.0.0")
-        .subs(XINFO_SUBCOMMANDS),
+        .subs(XINFO_SUBCOMMANDS)
+        .acl(acl::NONE),
 ];
 
 const KEY2: Keys = Keys::Range { first: 2, last: 2, step: 1 };
@@ -298,6 +300,18 @@ fn read_stream<'d>(stats: &crate::server::WorkerStats, db: &'d mut Db, key: &[u8
     stream_of(entry)
 }
 
+/// The time streams record (delivery and seen times, `*` IDs): the
+/// command's time, or the wall clock while the journal replays, where the
+/// command's time stands at 0 so that nothing expires (XCLAIM's TIME is
+/// capped at it, and consumers are seen at it, as in Redis).
+fn clock_ms(ctx: &Ctx<'_>) -> u64 {
+    if ctx.now_ms == 0 {
+        crate::server::unix_ms()
+    } else {
+        ctx.now_ms
+    }
+}
+
 fn nogroup(key: &[u8], group: &[u8], suffix: &str) -> CmdError {
     CmdError::other(format!(
         "NOGROUP No such key '{}' or consumer group '{}'{suffix}",
@@ -426,7 +440,7 @@ fn xadd(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
         return Err(CmdError::other("ERR The ID specified in XADD must be greater than 0-0"));
     }
     let key = argv[1];
-    let (now, lru) = (ctx.now_ms, ctx.lru_s);
+    let (now, lru, clock) = (ctx.now_ms, ctx.lru_s, clock_ms(ctx));
     let limits = ctx.encoding_limits().stream_node;
     let db = ctx.dbs.of(key);
     let mut fresh = None;
@@ -441,7 +455,7 @@ fn xadd(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     if s.last_id == StreamId::MAX {
         return Err(CmdError::other("ERR The stream has exhausted the last possible ID, unable to add more items"));
     }
-    let added = s.next_id(a.id, a.seq_given, now).and_then(|id| s.append(id, fields, limits).map(|()| id));
+    let added = s.next_id(a.id, a.seq_given, clock).and_then(|id| s.append(id, fields, limits).map(|()| id));
     let id = match added {
         Ok(id) => id,
         Err(AddError::NotGreater) => {
@@ -708,7 +722,7 @@ fn xreadgroup(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
 /// Redis's `xreadCommand`, both forms.
 fn read(ctx: &mut Ctx<'_>, argv: &[&[u8]], group_form: bool) -> CmdResult {
     let a = parse_read(ctx, argv, group_form)?;
-    let now = ctx.now_ms;
+    let (now, clock) = (ctx.now_ms, clock_ms(ctx));
     // First every key's type, group and ID, in Redis's order.
     let mut afters = Vec::with_capacity(a.keys.len());
     for (key, id) in a.keys.iter().zip(a.ids) {
@@ -751,15 +765,17 @@ fn read(ctx: &mut Ctx<'_>, argv: &[&[u8]], group_form: bool) -> CmdResult {
             served.push((key, s.range(start, StreamId::MAX, false, a.count)));
             continue;
         };
+        // History starts after the ID given (`streamIncrID` wraps the last
+        // possible ID to 0-0).
         let history = match *after {
-            After::Id(id) => Some(id),
+            After::Id(id) => Some(id.incr().unwrap_or(StreamId::MIN)),
             After::New => None,
         };
         let last = s.groups[group].last_id;
         if history.is_none() && (s.is_empty() || s.edge(false).is_none_or(|top| top <= last)) {
             continue;
         }
-        let (entries, created) = read_group(s, key, group, consumer, history, a.count, a.noack, now, &mut logged);
+        let (entries, created) = read_group(s, key, group, consumer, history, a.count, a.noack, clock, &mut logged);
         db.signal_modified(key);
         ctx.wrote(1);
         if created {
@@ -856,14 +872,14 @@ fn createconsumer_record(key: &[u8], group: &[u8], consumer: &[u8]) -> Vec<Vec<u
 /// The consumer `name` of `g`, created if missing (its seen time is now
 /// either way, as `streamLookupConsumer` refreshes it). Returns whether it
 /// was created.
-fn touch_consumer(g: &mut Group, name: &[u8], now: u64) -> bool {
+fn touch_consumer(g: &mut Group, name: &[u8], clock: u64) -> bool {
     match g.consumers.get_mut(name) {
         Some(c) => {
-            c.seen_time = now;
+            c.seen_time = clock;
             false
         }
         None => {
-            g.consumers.insert(name.to_vec(), Consumer { seen_time: now, pel: Default::default() });
+            g.consumers.insert(name.to_vec(), Consumer { seen_time: clock, pel: Default::default() });
             true
         }
     }
@@ -882,11 +898,11 @@ fn read_group(
     history: Option<StreamId>,
     count: usize,
     noack: bool,
-    now: u64,
+    clock: u64,
     logged: &mut Vec<Vec<Vec<u8>>>,
 ) -> (Vec<StreamEntry>, bool) {
     let mut g = s.groups.remove(group).expect("checked by the caller");
-    let created = touch_consumer(&mut g, consumer, now);
+    let created = touch_consumer(&mut g, consumer, clock);
     if created && noack && history.is_none() {
         logged.push(createconsumer_record(key, group, consumer));
     }
@@ -899,7 +915,7 @@ fn read_group(
             match s.get(id) {
                 Some(e) => {
                     let p = g.pel.get_mut(&id).expect("a consumer's PEL is in its group's");
-                    p.delivery_time = now;
+                    p.delivery_time = clock;
                     p.delivery_count += 1;
                     out.push(e);
                 }
@@ -927,14 +943,18 @@ fn read_group(
                     c.pel.remove(&e.id);
                 }
             }
-            let p = Pending { consumer: consumer.to_vec(), delivery_time: now, delivery_count: 1 };
+            let p = Pending { consumer: consumer.to_vec(), delivery_time: clock, delivery_count: 1 };
             g.consumers.get_mut(consumer).expect("touched above").pel.insert(e.id);
             logged.push(xclaim_record(key, group, &g, e.id, &p));
             g.pel.insert(e.id, p);
         }
         out.push(e);
     }
-    if noack && moved_last {
+    // Redis propagates the group's new position only after a NOACK read
+    // (the XCLAIMs carry it otherwise, but not its entries-read, which
+    // its replicas and AOF then lose); Keel logs it after every read that
+    // moved it, so that a replay gives the same counter.
+    if moved_last {
         logged.push(setid_record(key, group, &g));
     }
     s.groups.insert(group.to_vec(), g);
@@ -1094,7 +1114,7 @@ fn xgroup_destroy(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
 
 fn xgroup_createconsumer(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     xgroup_prelude(ctx, argv, true)?;
-    let (key, group, consumer, now) = (argv[2], argv[3], argv[4], ctx.now_ms);
+    let (key, group, consumer, now, clock) = (argv[2], argv[3], argv[4], ctx.now_ms, clock_ms(ctx));
     let db = ctx.dbs.of(key);
     let s = stream_mut(db.get_mut(key, now))?.expect("checked by the prelude");
     let g = s.groups.get_mut(group).expect("checked by the prelude");
@@ -1102,7 +1122,7 @@ fn xgroup_createconsumer(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
         ctx.out.int(0);
         return Ok(());
     }
-    g.consumers.insert(consumer.to_vec(), Consumer { seen_time: now, pel: Default::default() });
+    g.consumers.insert(consumer.to_vec(), Consumer { seen_time: clock, pel: Default::default() });
     db.signal_modified(key);
     ctx.out.int(1);
     ctx.wrote(1);
@@ -1185,7 +1205,7 @@ fn xpending(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
         end = range_end(argv[at + 1])?;
         consumer = argv.get(at + 3).copied();
     }
-    let now = ctx.now_ms;
+    let (now, clock) = (ctx.now_ms, clock_ms(ctx));
     let s = read_stream(ctx.stats, ctx.dbs.of(key), key, now)?;
     let Some(g) = s.and_then(|s| s.groups.get(group)) else { return Err(nogroup(key, group, "")) };
     let out = &mut ctx.out;
@@ -1222,7 +1242,7 @@ fn xpending(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
             break;
         }
         let p = &g.pel[&id];
-        let idle = now as i64 - p.delivery_time as i64;
+        let idle = clock as i64 - p.delivery_time as i64;
         if min_idle != 0 && idle < min_idle {
             continue;
         }
@@ -1242,7 +1262,7 @@ fn xpending(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
 // -------------------------------------------------- XCLAIM, XAUTOCLAIM
 
 fn xclaim(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
-    let (key, group, name, now) = (argv[1], argv[2], argv[3], ctx.now_ms);
+    let (key, group, name, now, clock) = (argv[1], argv[2], argv[3], ctx.now_ms, clock_ms(ctx));
     let exists = stream_of(ctx.dbs.of(key).get(key, now))?.is_some_and(|s| s.groups.contains_key(group));
     if !exists {
         return Err(nogroup(key, group, ""));
@@ -1268,7 +1288,7 @@ fn xclaim(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
             justid = true;
         } else if eq(opt, "idle") && more > 0 {
             j += 1;
-            delivery = Some(now as i64 - int(argv[j], "IDLE")?);
+            delivery = Some(clock as i64 - int(argv[j], "IDLE")?);
         } else if eq(opt, "time") && more > 0 {
             j += 1;
             delivery = Some(int(argv[j], "TIME")?);
@@ -1284,9 +1304,9 @@ fn xclaim(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
         j += 1;
     }
     let delivery = match delivery {
-        Some(t) if t < 0 || t > now as i64 => now,
+        Some(t) if t < 0 || t > clock as i64 => clock,
         Some(t) => t as u64,
-        None => now,
+        None => clock,
     };
     let db = ctx.dbs.of(key);
     let s = stream_mut(db.get_mut(key, now))?.expect("checked above");
@@ -1318,11 +1338,11 @@ fn xclaim(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
             g.pel.insert(id, Pending { consumer: Vec::new(), delivery_time: 0, delivery_count: 0 });
         }
         let Some(p) = g.pel.get(&id) else { continue };
-        if !p.consumer.is_empty() && min_idle != 0 && (now as i64 - p.delivery_time as i64) < min_idle {
+        if !p.consumer.is_empty() && min_idle != 0 && (clock as i64 - p.delivery_time as i64) < min_idle {
             continue;
         }
         if !consumer_ready {
-            created = touch_consumer(&mut g, name, now);
+            created = touch_consumer(&mut g, name, clock);
             consumer_ready = true;
         }
         let p = g.pel.get_mut(&id).expect("checked above");
@@ -1371,7 +1391,7 @@ fn xclaim(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
 }
 
 fn xautoclaim(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
-    let (key, group, name, now) = (argv[1], argv[2], argv[3], ctx.now_ms);
+    let (key, group, name, now, clock) = (argv[1], argv[2], argv[3], ctx.now_ms, clock_ms(ctx));
     let min_idle = i64_arg(argv[4]).map_err(|_| CmdError::other("ERR Invalid min-idle-time argument for XAUTOCLAIM"))?.max(0);
     let start = range_start(argv[5])?;
     let (mut count, mut justid) = (100i64, false);
@@ -1424,14 +1444,14 @@ fn xautoclaim(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
             count -= 1;
         } else {
             let p = &g.pel[&id];
-            if min_idle == 0 || (now as i64 - p.delivery_time as i64) >= min_idle {
+            if min_idle == 0 || (clock as i64 - p.delivery_time as i64) >= min_idle {
                 if !consumer_ready {
-                    created = touch_consumer(&mut g, name, now);
+                    created = touch_consumer(&mut g, name, clock);
                     consumer_ready = true;
                 }
                 let p = g.pel.get_mut(&id).expect("found above");
                 let old = std::mem::replace(&mut p.consumer, name.to_vec());
-                p.delivery_time = now;
+                p.delivery_time = clock;
                 if !justid {
                     p.delivery_count += 1;
                 }
@@ -1505,7 +1525,7 @@ fn lookup_info<'c, 'a>(ctx: &'c mut Ctx<'a>, key: &[u8]) -> Result<(&'c Stream, 
 
 fn xinfo_consumers(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     let (key, group) = (argv[2], argv[3]);
-    let now = ctx.now_ms;
+    let clock = clock_ms(ctx);
     let (s, out) = lookup_info(ctx, key)?;
     let Some(g) = s.groups.get(group) else {
         return Err(CmdError::other(format!(
@@ -1522,7 +1542,7 @@ fn xinfo_consumers(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
         out.bulk(b"pending");
         out.int(c.pel.len() as i64);
         out.bulk(b"idle");
-        out.int((now as i64 - c.seen_time as i64).max(0));
+        out.int((clock as i64 - c.seen_time as i64).max(0));
     }
     Ok(())
 }
