@@ -289,7 +289,7 @@ fn serve_nth(server: &Server, stats: &WorkerStats, db: usize, key: &[u8], nth: u
             Readiness::Wait => return Served::Skip,
             Readiness::Fail(text) => failed = Some(text),
         }
-    } else if !ctx.dbs.of(key).get(key, now_ms).is_some_and(|e| e.value.type_name() == waiter.serves_on()) {
+    } else if ctx.dbs.of(key).get(key, now_ms).is_none_or(|e| e.value.type_name() != waiter.serves_on()) {
         return Served::Nothing;
     }
     if !waiter.claim() {

@@ -132,7 +132,7 @@ fn sort_generic(ctx: &mut Ctx<'_>, argv: &[&[u8]], readonly: bool) -> CmdResult 
     let entry = db.get(argv[1], now);
     ctx.stats.hit(entry.is_some());
     let value = entry.map(|e| &e.value);
-    if matches!(value, Some(Value::Str(_)) | Some(Value::Hash(_))) {
+    if matches!(value, Some(Value::Str(_)) | Some(Value::Hash(_)) | Some(Value::Stream(_))) {
         return Err(CmdError::WrongType);
     }
     // A set has no native order: with STORE, or in a script, its result

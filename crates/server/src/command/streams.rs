@@ -673,7 +673,7 @@ fn parse_read<'a>(ctx: &Ctx<'_>, argv: &'a [&'a [u8]], group_form: bool) -> Resu
             count = i64_arg(argv[i])?.max(0) as usize;
         } else if eq(o, "streams") && more > 0 {
             let n = argv.len() - i - 1;
-            if n % 2 != 0 {
+            if !n.is_multiple_of(2) {
                 return Err(CmdError::other(
                     "ERR Unbalanced XREAD list of streams: for each stream key an ID or '$' must be specified.",
                 ));
@@ -1422,19 +1422,14 @@ fn xautoclaim(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     let (mut consumer_ready, mut created) = (false, false);
     let mut cursor = start;
     let mut next = None;
-    loop {
-        let Some(id) = g.pel.range(cursor..).next().map(|(id, _)| *id) else { break };
+    while let Some(id) = g.pel.range(cursor..).next().map(|(id, _)| *id) {
         if attempts == 0 || count == 0 {
             next = Some(id);
             break;
         }
         attempts -= 1;
-        cursor = match id.incr() {
-            Some(n) => n,
-            None => StreamId::MAX,
-        };
-        let entry = s.get(id);
-        if entry.is_none() {
+        cursor = id.incr().unwrap_or(StreamId::MAX);
+        let Some(entry) = s.get(id) else {
             let p = g.pel.remove(&id).expect("found above");
             logged.push(xclaim_record(key, group, &g, id, &p));
             if let Some(c) = g.consumers.get_mut(&p.consumer) {
@@ -1442,29 +1437,28 @@ fn xautoclaim(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
             }
             deleted.push(id);
             count -= 1;
-        } else {
-            let p = &g.pel[&id];
-            if min_idle == 0 || (clock as i64 - p.delivery_time as i64) >= min_idle {
-                if !consumer_ready {
-                    created = touch_consumer(&mut g, name, clock);
-                    consumer_ready = true;
-                }
-                let p = g.pel.get_mut(&id).expect("found above");
-                let old = std::mem::replace(&mut p.consumer, name.to_vec());
-                p.delivery_time = clock;
-                if !justid {
-                    p.delivery_count += 1;
-                }
-                if old != name {
-                    if let Some(c) = g.consumers.get_mut(&old) {
-                        c.pel.remove(&id);
-                    }
-                    g.consumers.get_mut(name).expect("touched above").pel.insert(id);
-                }
-                logged.push(xclaim_record(key, group, &g, id, &g.pel[&id]));
-                claimed.push(entry.expect("checked above"));
-                count -= 1;
+            continue;
+        };
+        if min_idle == 0 || (clock as i64 - g.pel[&id].delivery_time as i64) >= min_idle {
+            if !consumer_ready {
+                created = touch_consumer(&mut g, name, clock);
+                consumer_ready = true;
             }
+            let p = g.pel.get_mut(&id).expect("found above");
+            let old = std::mem::replace(&mut p.consumer, name.to_vec());
+            p.delivery_time = clock;
+            if !justid {
+                p.delivery_count += 1;
+            }
+            if old != name {
+                if let Some(c) = g.consumers.get_mut(&old) {
+                    c.pel.remove(&id);
+                }
+                g.consumers.get_mut(name).expect("touched above").pel.insert(id);
+            }
+            logged.push(xclaim_record(key, group, &g, id, &g.pel[&id]));
+            claimed.push(entry);
+            count -= 1;
         }
         if id == StreamId::MAX {
             break;
