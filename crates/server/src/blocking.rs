@@ -88,10 +88,12 @@ impl Waiter {
 
     /// The type a key must hold to serve this wait.
     fn serves_on(&self) -> &'static str {
-        match self.argv[0].get(1).map(u8::to_ascii_lowercase) {
-            Some(b'z') => "zset",
-            Some(b'r') if self.argv[0].len() > 2 => "stream",
-            _ => "list",
+        if self.reads_stream() {
+            "stream"
+        } else if self.argv[0].get(1).is_some_and(|c| c.eq_ignore_ascii_case(&b'z')) {
+            "zset"
+        } else {
+            "list"
         }
     }
 

@@ -329,3 +329,45 @@ fn a_redis_replica_of_keel_and_a_keel_replica_of_redis_hold_the_same_streams() {
     let want: Vec<Frame> = state(&mut m).into_iter().map(counters).collect();
     assert_same(&got, &want, "a Keel replica of Redis");
 }
+
+/// The generic key commands on a stream, and DEBUG DIGEST-VALUE, against
+/// redis-server: TYPE, OBJECT ENCODING, COPY, SCAN ... TYPE, MEMORY USAGE,
+/// and Redis's digest of the entries (groups are not digested).
+#[test]
+fn key_commands_and_digests_treat_streams_as_redis_does() {
+    let Some(redis) = Server::start_redis(&args(&["--enable-debug-command", "yes"])) else { return };
+    let keel = Server::start(&args(&["--enable-debug-command", "yes"]));
+    let (mut r, mut k) = (redis.client(), keel.client());
+    for c in [&mut r, &mut k] {
+        fill(c);
+        assert_eq!(c.cmd("SET plain x"), ok());
+    }
+    for line in [
+        "TYPE s",
+        "OBJECT ENCODING s",
+        "COPY s {t}copy",
+        "COPY s plain",
+        "XRANGE {t}copy - +",
+        "SCAN 0 TYPE stream COUNT 1000",
+        "SORT s",
+        "XINFO GROUPS {t}copy",
+        "DEBUG DIGEST-VALUE s {t}e {t}big {t}copy plain",
+        "XADD plain 1-1 f v",
+    ] {
+        let (want, got) = (r.cmd(line), k.cmd(line));
+        let sorted = |f: Frame| match f {
+            // SCAN's order is the table's: compare the keys as a set.
+            Frame::Array(mut parts) if line.starts_with("SCAN") => {
+                if let Frame::Array(keys) = &mut parts[1] {
+                    keys.sort_by_key(|k| format!("{k:?}"));
+                }
+                Frame::Array(parts)
+            }
+            other => other,
+        };
+        assert_eq!(sorted(got), sorted(want), "{line}");
+    }
+    // A copy is a stream of its own, groups included.
+    assert_same(&stream_state(&mut k, "{t}copy")[1..], &stream_state(&mut k, "s")[1..], "COPY");
+    assert!(matches!(k.cmd("MEMORY USAGE {t}big"), Frame::Integer(n) if n > 9000), "the entries' bytes are counted");
+}

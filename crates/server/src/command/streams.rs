@@ -1044,6 +1044,19 @@ fn xgroup_prelude(ctx: &mut Ctx<'_>, argv: &[&[u8]], needs_group: bool) -> Resul
     Ok((mkstream, entries_read))
 }
 
+/// The group the XGROUP prelude found.
+fn group_mut<'d>(db: &'d mut Db, key: &[u8], group: &[u8], now: u64) -> &'d mut Group {
+    let s = stream_mut(db.get_mut(key, now)).ok().flatten().expect("checked by the prelude");
+    s.groups.get_mut(group).expect("checked by the prelude")
+}
+
+/// An XGROUP change to `key`: signalled, counted and announced as `event`.
+fn group_changed(ctx: &mut Ctx<'_>, key: &[u8], event: &str) {
+    ctx.dbs.of(key).signal_modified(key);
+    ctx.wrote(1);
+    ctx.notify(notify::STREAM, event, key);
+}
+
 fn xgroup_create(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     let (mkstream, entries_read) = xgroup_prelude(ctx, argv, false)?;
     if argv.len() > 8 {
@@ -1065,10 +1078,8 @@ fn xgroup_create(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
         return Err(CmdError::other("BUSYGROUP Consumer Group name already exists"));
     }
     s.groups.insert(group.to_vec(), Group::new(id, entries_read));
-    db.signal_modified(key);
     ctx.out.ok();
-    ctx.wrote(1);
-    ctx.notify(notify::STREAM, "xgroup-create", key);
+    group_changed(ctx, key, "xgroup-create");
     Ok(())
 }
 
@@ -1087,10 +1098,8 @@ fn xgroup_setid(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     let g = s.groups.get_mut(group).expect("checked by the prelude");
     g.last_id = id;
     g.entries_read = entries_read;
-    db.signal_modified(key);
     ctx.out.ok();
-    ctx.wrote(1);
-    ctx.notify(notify::STREAM, "xgroup-setid", key);
+    group_changed(ctx, key, "xgroup-setid");
     Ok(())
 }
 
@@ -1103,39 +1112,31 @@ fn xgroup_destroy(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
         ctx.out.int(0);
         return Ok(());
     }
-    db.signal_modified(key);
     // Its blocked readers learn that it is gone.
     db.signal_ready(key);
     ctx.out.int(1);
-    ctx.wrote(1);
-    ctx.notify(notify::STREAM, "xgroup-destroy", key);
+    group_changed(ctx, key, "xgroup-destroy");
     Ok(())
 }
 
 fn xgroup_createconsumer(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     xgroup_prelude(ctx, argv, true)?;
     let (key, group, consumer, now, clock) = (argv[2], argv[3], argv[4], ctx.now_ms, clock_ms(ctx));
-    let db = ctx.dbs.of(key);
-    let s = stream_mut(db.get_mut(key, now))?.expect("checked by the prelude");
-    let g = s.groups.get_mut(group).expect("checked by the prelude");
+    let g = group_mut(ctx.dbs.of(key), key, group, now);
     if g.consumers.contains_key(consumer) {
         ctx.out.int(0);
         return Ok(());
     }
     g.consumers.insert(consumer.to_vec(), Consumer { seen_time: clock, pel: Default::default() });
-    db.signal_modified(key);
     ctx.out.int(1);
-    ctx.wrote(1);
-    ctx.notify(notify::STREAM, "xgroup-createconsumer", key);
+    group_changed(ctx, key, "xgroup-createconsumer");
     Ok(())
 }
 
 fn xgroup_delconsumer(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     xgroup_prelude(ctx, argv, true)?;
     let (key, group, consumer, now) = (argv[2], argv[3], argv[4], ctx.now_ms);
-    let db = ctx.dbs.of(key);
-    let s = stream_mut(db.get_mut(key, now))?.expect("checked by the prelude");
-    let g = s.groups.get_mut(group).expect("checked by the prelude");
+    let g = group_mut(ctx.dbs.of(key), key, group, now);
     let Some(c) = g.consumers.remove(consumer) else {
         ctx.out.int(0);
         return Ok(());
@@ -1144,10 +1145,8 @@ fn xgroup_delconsumer(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     for id in &c.pel {
         g.pel.remove(id);
     }
-    db.signal_modified(key);
     ctx.out.int(c.pel.len() as i64);
-    ctx.wrote(1);
-    ctx.notify(notify::STREAM, "xgroup-delconsumer", key);
+    group_changed(ctx, key, "xgroup-delconsumer");
     Ok(())
 }
 
