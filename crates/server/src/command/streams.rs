@@ -312,6 +312,15 @@ fn clock_ms(ctx: &Ctx<'_>) -> u64 {
     }
 }
 
+/// XGROUP's and XINFO's error for a group the stream lacks.
+fn no_such_group(group: &[u8], key: &[u8]) -> CmdError {
+    CmdError::other(format!(
+        "NOGROUP No such consumer group '{}' for key name '{}'",
+        String::from_utf8_lossy(group),
+        String::from_utf8_lossy(key)
+    ))
+}
+
 fn nogroup(key: &[u8], group: &[u8], suffix: &str) -> CmdError {
     CmdError::other(format!(
         "NOGROUP No such key '{}' or consumer group '{}'{suffix}",
@@ -1034,11 +1043,7 @@ fn xgroup_prelude(ctx: &mut Ctx<'_>, argv: &[&[u8]], needs_group: bool) -> Resul
             ));
         };
         if needs_group && !s.groups.contains_key(group) {
-            return Err(CmdError::other(format!(
-                "NOGROUP No such consumer group '{}' for key name '{}'",
-                String::from_utf8_lossy(group),
-                String::from_utf8_lossy(key)
-            )));
+            return Err(no_such_group(group, key));
         }
     }
     Ok((mkstream, entries_read))
@@ -1260,6 +1265,61 @@ fn xpending(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
 
 // -------------------------------------------------- XCLAIM, XAUTOCLAIM
 
+/// Drops the pending record of an entry that is gone (XCLAIM, XAUTOCLAIM),
+/// returning what Redis propagates for it.
+fn drop_pending(g: &mut Group, key: &[u8], group: &[u8], id: StreamId) -> Option<Vec<Vec<u8>>> {
+    let p = g.pel.remove(&id)?;
+    if let Some(c) = g.consumers.get_mut(&p.consumer) {
+        c.pel.remove(&id);
+    }
+    Some(xclaim_record(key, group, g, id, &p))
+}
+
+/// Gives pending entry `id` to consumer `name` (which exists) as
+/// delivered at `delivery`: its count becomes `retry` when given, else one
+/// more unless `justid`. Returns what Redis propagates for it.
+#[allow(clippy::too_many_arguments)]
+fn claim(g: &mut Group, key: &[u8], group: &[u8], id: StreamId, name: &[u8], delivery: u64, retry: Option<u64>, justid: bool) -> Vec<Vec<u8>> {
+    let p = g.pel.get_mut(&id).expect("a pending entry");
+    let old = std::mem::replace(&mut p.consumer, name.to_vec());
+    p.delivery_time = delivery;
+    match retry {
+        Some(n) => p.delivery_count = n,
+        None if !justid => p.delivery_count += 1,
+        None => {}
+    }
+    if old != name {
+        if let Some(c) = g.consumers.get_mut(&old) {
+            c.pel.remove(&id);
+        }
+        g.consumers.get_mut(name).expect("the claiming consumer").pel.insert(id);
+    }
+    xclaim_record(key, group, g, id, &g.pel[&id])
+}
+
+/// The entries (or, with JUSTID, the IDs) XCLAIM and XAUTOCLAIM claimed.
+fn reply_claimed(out: &mut ReplyWriter<'_>, claimed: &[StreamEntry], justid: bool) {
+    out.array(claimed.len());
+    for e in claimed {
+        if justid {
+            reply_id(out, e.id);
+        } else {
+            reply_entry(out, e);
+        }
+    }
+}
+
+/// The end of XCLAIM and XAUTOCLAIM: the changes counted, a new consumer
+/// announced, the records logged.
+fn finish_claims(ctx: &mut Ctx<'_>, key: &[u8], changes: u64, created: bool, logged: Vec<Vec<Vec<u8>>>) {
+    ctx.wrote(changes);
+    if created {
+        ctx.wrote(1);
+        ctx.notify(notify::STREAM, "xgroup-createconsumer", key);
+    }
+    ctx.propagate_as(logged);
+}
+
 fn xclaim(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     let (key, group, name, now, clock) = (argv[1], argv[2], argv[3], ctx.now_ms, clock_ms(ctx));
     let exists = stream_of(ctx.dbs.of(key).get(key, now))?.is_some_and(|s| s.groups.contains_key(group));
@@ -1320,19 +1380,15 @@ fn xclaim(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     let mut changes = 0u64;
     let (mut consumer_ready, mut created) = (false, false);
     for (id, _) in ids {
-        let entry = s.get(id);
-        if entry.is_none() {
+        let Some(entry) = s.get(id) else {
             // The entry is gone: so goes its pending record.
-            if let Some(p) = g.pel.remove(&id) {
-                logged.push(xclaim_record(key, group, &g, id, &p));
+            if let Some(record) = drop_pending(&mut g, key, group, id) {
+                logged.push(record);
                 propagate_last_id = false;
                 changes += 1;
-                if let Some(c) = g.consumers.get_mut(&p.consumer) {
-                    c.pel.remove(&id);
-                }
             }
             continue;
-        }
+        };
         if force && !g.pel.contains_key(&id) {
             g.pel.insert(id, Pending { consumer: Vec::new(), delivery_time: 0, delivery_count: 0 });
         }
@@ -1344,25 +1400,11 @@ fn xclaim(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
             created = touch_consumer(&mut g, name, clock);
             consumer_ready = true;
         }
-        let p = g.pel.get_mut(&id).expect("checked above");
-        let old = std::mem::replace(&mut p.consumer, name.to_vec());
-        p.delivery_time = delivery;
-        match retry {
-            Some(n) if n >= 0 => p.delivery_count = n as u64,
-            _ if !justid => p.delivery_count += 1,
-            _ => {}
-        }
-        if old != name {
-            if let Some(c) = g.consumers.get_mut(&old) {
-                c.pel.remove(&id);
-            }
-            g.consumers.get_mut(name).expect("touched above").pel.insert(id);
-        }
-        let p = &g.pel[&id];
-        logged.push(xclaim_record(key, group, &g, id, p));
+        let retry = retry.and_then(|n| u64::try_from(n).ok());
+        logged.push(claim(&mut g, key, group, id, name, delivery, retry, justid));
         propagate_last_id = false;
         changes += 1;
-        replies.push(entry.expect("checked above"));
+        replies.push(entry);
     }
     if propagate_last_id {
         logged.push(setid_record(key, group, &g));
@@ -1372,20 +1414,8 @@ fn xclaim(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     if changes > 0 || consumer_ready {
         db.signal_modified(key);
     }
-    ctx.out.array(replies.len());
-    for e in &replies {
-        if justid {
-            reply_id(&mut ctx.out, e.id);
-        } else {
-            reply_entry(&mut ctx.out, e);
-        }
-    }
-    ctx.wrote(changes);
-    if created {
-        ctx.wrote(1);
-        ctx.notify(notify::STREAM, "xgroup-createconsumer", key);
-    }
-    ctx.propagate_as(logged);
+    reply_claimed(&mut ctx.out, &replies, justid);
+    finish_claims(ctx, key, changes, created, logged);
     Ok(())
 }
 
@@ -1429,11 +1459,7 @@ fn xautoclaim(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
         attempts -= 1;
         cursor = id.incr().unwrap_or(StreamId::MAX);
         let Some(entry) = s.get(id) else {
-            let p = g.pel.remove(&id).expect("found above");
-            logged.push(xclaim_record(key, group, &g, id, &p));
-            if let Some(c) = g.consumers.get_mut(&p.consumer) {
-                c.pel.remove(&id);
-            }
+            logged.extend(drop_pending(&mut g, key, group, id));
             deleted.push(id);
             count -= 1;
             continue;
@@ -1443,19 +1469,7 @@ fn xautoclaim(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
                 created = touch_consumer(&mut g, name, clock);
                 consumer_ready = true;
             }
-            let p = g.pel.get_mut(&id).expect("found above");
-            let old = std::mem::replace(&mut p.consumer, name.to_vec());
-            p.delivery_time = clock;
-            if !justid {
-                p.delivery_count += 1;
-            }
-            if old != name {
-                if let Some(c) = g.consumers.get_mut(&old) {
-                    c.pel.remove(&id);
-                }
-                g.consumers.get_mut(name).expect("touched above").pel.insert(id);
-            }
-            logged.push(xclaim_record(key, group, &g, id, &g.pel[&id]));
+            logged.push(claim(&mut g, key, group, id, name, clock, None, justid));
             claimed.push(entry);
             count -= 1;
         }
@@ -1470,24 +1484,12 @@ fn xautoclaim(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     let out = &mut ctx.out;
     out.array(3);
     reply_id(out, next.unwrap_or(StreamId::MIN));
-    out.array(claimed.len());
-    for e in &claimed {
-        if justid {
-            reply_id(out, e.id);
-        } else {
-            reply_entry(out, e);
-        }
-    }
+    reply_claimed(out, &claimed, justid);
     out.array(deleted.len());
     for id in &deleted {
         reply_id(out, *id);
     }
-    ctx.wrote(logged.len() as u64);
-    if created {
-        ctx.wrote(1);
-        ctx.notify(notify::STREAM, "xgroup-createconsumer", key);
-    }
-    ctx.propagate_as(logged);
+    finish_claims(ctx, key, logged.len() as u64, created, logged);
     Ok(())
 }
 
@@ -1520,13 +1522,7 @@ fn xinfo_consumers(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     let (key, group) = (argv[2], argv[3]);
     let clock = clock_ms(ctx);
     let (s, out) = lookup_info(ctx, key)?;
-    let Some(g) = s.groups.get(group) else {
-        return Err(CmdError::other(format!(
-            "NOGROUP No such consumer group '{}' for key name '{}'",
-            String::from_utf8_lossy(group),
-            String::from_utf8_lossy(key)
-        )));
-    };
+    let Some(g) = s.groups.get(group) else { return Err(no_such_group(group, key)) };
     out.array(g.consumers.len());
     for (name, c) in &g.consumers {
         out.map(3);
