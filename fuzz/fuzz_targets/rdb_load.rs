@@ -10,7 +10,7 @@ use libfuzzer_sys::fuzz_target;
 fn canonical(v: &RdbValue) -> RdbValue {
     let mut v = v.clone();
     match &mut v {
-        RdbValue::String(_) | RdbValue::List(_) => {}
+        RdbValue::String(_) | RdbValue::List(_) | RdbValue::Stream(_) => {}
         RdbValue::Set(s) => s.sort(),
         RdbValue::Hash(h) => h.sort(),
         RdbValue::ZSet(z) => z.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.to_bits().cmp(&b.1.to_bits()))),

@@ -212,6 +212,9 @@ impl Db {
             entry.expire_at_ms = NO_EXPIRY;
             self.data.expires.remove(key);
         }
+        if !inserted && matches!(old, Value::Stream(_)) {
+            self.signal_ready(key);
+        }
         if inserted {
             self.signal_created(key);
         }
@@ -249,6 +252,9 @@ impl Db {
         let entry = self.data.keys.remove(key)?;
         if entry.has_expiry() {
             self.data.expires.remove(key);
+        }
+        if matches!(entry.value, Value::Stream(_)) {
+            self.signal_ready(key);
         }
         self.signal_modified(key);
         Some(entry)
@@ -379,6 +385,14 @@ impl Db {
         if RECORD_CREATED.load(Ordering::Relaxed) {
             self.created.push(key.into());
         }
+        self.signal_ready(key);
+    }
+
+    /// Queues `key` for serving if clients are blocked on it: at its
+    /// creation, and for streams, whose readers wait on existing keys, at
+    /// each XADD and when the stream goes (a waiting XREADGROUP then gets
+    /// an error, as in Redis 7.0).
+    pub fn signal_ready(&mut self, key: &[u8]) {
         if !self.blocked.is_empty() && self.blocked.contains_key(key) && !self.ready.iter().any(|k| &k[..] == key) {
             self.ready.push(key.into());
         }
@@ -439,6 +453,12 @@ impl Db {
     /// replace them are all newer than the snapshot, so they take no part.
     pub fn take_all(&mut self) -> DbData {
         self.touch_all_watched(None, 0);
+        // Readers blocked on a stream learn that it went.
+        let streams: Vec<Key> =
+            self.blocked.keys().filter(|k| matches!(self.data.keys.get(&k[..]), Some(e) if matches!(e.value, Value::Stream(_)))).cloned().collect();
+        for key in streams {
+            self.signal_ready(&key);
+        }
         let data = std::mem::take(&mut self.data);
         if data.snap.is_some() {
             self.detached.push(data);

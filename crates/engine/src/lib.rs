@@ -9,6 +9,8 @@
 //! - [`lfu`]: Redis's logarithmic access counter (OBJECT FREQ).
 //! - [`hash`], [`list`], [`set`], [`zset`]: the collection types, each in
 //!   its compact and its big encoding.
+//! - [`stream`]: streams in Redis's node layout (listpacks of entries by
+//!   master ID), consumer groups and their pending entries.
 //! - [`hyperloglog`]: HyperLogLog strings in Redis's exact format (dense
 //!   and sparse registers, the cached count, Ertl's estimator).
 //! - [`db`]: one numbered database inside a shard: keys, TTLs, WATCH,
@@ -30,9 +32,10 @@ pub mod listpack;
 pub mod set;
 pub mod slot;
 pub mod snapshot;
+pub mod stream;
 pub mod value;
 pub mod zset;
 
 pub use db::{Db, ItemMeta, Key, WatchFlag};
 pub use keyspace::{Keyspace, Locked, Shard};
-pub use value::{EncodingLimits, Entry, Hash, List, Set, Str, Value, ZSet};
+pub use value::{EncodingLimits, Entry, Hash, List, Set, Str, Stream, Value, ZSet};

@@ -3,6 +3,7 @@
 pub use crate::hash::Hash;
 pub use crate::list::List;
 pub use crate::set::Set;
+pub use crate::stream::Stream;
 pub use crate::zset::ZSet;
 
 /// Redis keeps strings that are canonical integers as a machine word
@@ -135,6 +136,7 @@ pub enum Value {
     Hash(Hash),
     Set(Set),
     ZSet(ZSet),
+    Stream(Box<Stream>),
 }
 
 impl Value {
@@ -146,6 +148,7 @@ impl Value {
             Value::Hash(_) => "hash",
             Value::Set(_) => "set",
             Value::ZSet(_) => "zset",
+            Value::Stream(_) => "stream",
         }
     }
 
@@ -157,6 +160,7 @@ impl Value {
             Value::Hash(h) => h.encoding(),
             Value::Set(s) => s.encoding(),
             Value::ZSet(z) => z.encoding(),
+            Value::Stream(_) => "stream",
         }
     }
 
@@ -168,6 +172,7 @@ impl Value {
             Value::Hash(h) => h.heap_size(),
             Value::Set(s) => s.heap_size(),
             Value::ZSet(z) => z.heap_size(),
+            Value::Stream(s) => std::mem::size_of::<Stream>() + s.heap_size(),
         }
     }
 
@@ -180,6 +185,8 @@ impl Value {
             Value::Hash(h) => h.len(),
             Value::Set(s) => s.len(),
             Value::ZSet(z) => z.len(),
+            // Freeing walks nodes, groups and their pending entries.
+            Value::Stream(s) => s.node_count() + s.groups.values().map(|g| g.pel.len() + g.consumers.len()).sum::<usize>(),
         }
     }
 }
@@ -197,6 +204,8 @@ pub struct EncodingLimits {
     /// Positive: entries per list node; -1..-5: node size 4, 8, 16, 32, 64 KiB.
     pub list_max_listpack_size: i64,
     pub list_compress_depth: usize,
+    /// `stream-node-max-bytes` and `stream-node-max-entries`.
+    pub stream_node: crate::stream::NodeLimits,
 }
 
 impl Default for EncodingLimits {
@@ -209,6 +218,7 @@ impl Default for EncodingLimits {
             zset_max_listpack_value: 64,
             list_max_listpack_size: -2,
             list_compress_depth: 0,
+            stream_node: crate::stream::NodeLimits::default(),
         }
     }
 }

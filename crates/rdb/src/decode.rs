@@ -117,7 +117,11 @@ pub(crate) fn read_value<R: BufRead>(input: &mut Input<R>, rdb_type: u8, type_at
             }
             RdbValue::ZSet(zset)
         }
-        TYPE_MODULE | TYPE_MODULE_2 | TYPE_STREAM_LISTPACKS | TYPE_STREAM_LISTPACKS_2 => {
+        TYPE_STREAM_LISTPACKS | TYPE_STREAM_LISTPACKS_2 => {
+            // An empty stream is a value (XTRIM can leave one), kept.
+            return Ok(Some(RdbValue::Stream(Box::new(crate::stream::read(input, rdb_type == TYPE_STREAM_LISTPACKS_2)?))));
+        }
+        TYPE_MODULE | TYPE_MODULE_2 => {
             return Err(RdbError::Unsupported { rdb_type, offset: type_at });
         }
         other => return Err(RdbError::corrupt(type_at, format!("unknown value type {other}"))),
@@ -140,6 +144,7 @@ fn is_empty(value: &RdbValue) -> bool {
         RdbValue::List(v) | RdbValue::Set(v) => v.is_empty(),
         RdbValue::Hash(v) => v.is_empty(),
         RdbValue::ZSet(v) => v.is_empty(),
+        RdbValue::Stream(_) => false,
     }
 }
 
@@ -155,7 +160,7 @@ fn check_unique(value: &RdbValue, at: u64) -> Result<(), RdbError> {
         }
     }
     match value {
-        RdbValue::String(_) | RdbValue::List(_) => Ok(()),
+        RdbValue::String(_) | RdbValue::List(_) | RdbValue::Stream(_) => Ok(()),
         RdbValue::Set(v) => unique(v.iter().map(Vec::as_slice), at, "set member"),
         RdbValue::Hash(v) => unique(v.iter().map(|(f, _)| f.as_slice()), at, "hash field"),
         RdbValue::ZSet(v) => unique(v.iter().map(|(m, _)| m.as_slice()), at, "sorted set member"),

@@ -191,6 +191,7 @@ pub(crate) enum Plan {
     Hash,
     ZSetListpack,
     ZSet2,
+    Stream,
 }
 
 impl Plan {
@@ -230,6 +231,7 @@ impl Plan {
                     Plan::ZSet2
                 }
             }
+            RdbValue::Stream(_) => Plan::Stream,
         }
     }
 
@@ -243,6 +245,7 @@ impl Plan {
             Plan::Hash => TYPE_HASH,
             Plan::ZSetListpack => TYPE_ZSET_LISTPACK,
             Plan::ZSet2 => TYPE_ZSET_2,
+            Plan::Stream => TYPE_STREAM_LISTPACKS_2,
         }
     }
 
@@ -307,6 +310,7 @@ impl Plan {
                     out.bytes(&score.to_le_bytes())
                 })
             }
+            (Plan::Stream, RdbValue::Stream(s)) => crate::stream::write(out, s, compression),
             _ => unreachable!("a plan is only used with the value it was made for"),
         }
     }

@@ -47,7 +47,7 @@ pub enum RdbError {
     #[error("corrupt RDB at byte {offset}: {what}")]
     Corrupt { offset: u64, what: String },
     /// A value type Redis 7.0 writes that this crate does not model:
-    /// streams (15, 19) and module values (6, 7).
+    /// module values (6, 7).
     #[error("unsupported RDB value type {rdb_type} ({}) at byte {offset}", type_name(*.rdb_type))]
     Unsupported { rdb_type: u8, offset: u64 },
     /// A DUMP payload whose RDB version is newer than 10, or whose CRC64 is
@@ -87,7 +87,6 @@ impl RdbError {
 fn type_name(rdb_type: u8) -> &'static str {
     match rdb_type {
         6 | 7 => "module value",
-        15 | 19 => "stream",
         _ => "unknown",
     }
 }

@@ -6,8 +6,9 @@
 //! * [`RdbReader`] decodes a file one [`RdbItem`] at a time from any
 //!   `BufRead`, checking the CRC64 trailer at the end. It reads every type
 //!   and encoding Redis 7.0 can load, back to RDB version 1 (zipmaps,
-//!   ziplists, intsets, listpacks, quicklists, LZF strings), except module
-//!   values and streams, which give [`RdbError::Unsupported`].
+//!   ziplists, intsets, listpacks, quicklists, LZF strings, streams with
+//!   their consumer groups), except module values, which give
+//!   [`RdbError::Unsupported`].
 //! * [`RdbWriter`] encodes a file Redis 7.0 loads, choosing encodings as
 //!   Redis would from [`Thresholds`] (listpacks and intsets when small,
 //!   quicklists of listpack nodes for lists, LZF for long strings).
@@ -44,11 +45,13 @@ mod input;
 pub mod lzf;
 mod num;
 mod reader;
+mod stream;
 mod writer;
 
 pub use crate::crc64::crc64;
 pub use dump::{dump_functions, dump_payload, restore_functions, restore_payload, FunctionsPayloadError};
 pub use encode::{EncodeOptions, Thresholds};
+pub use stream::{RdbGroup, RdbStream, StreamMeta};
 pub use error::{RdbError, BAD_DATA_FORMAT, DUMP_PAYLOAD_ERROR};
 pub use format::{ITEM_FLAGS_AUX, RDB_VERSION};
 pub use reader::{no_matching_module, ChecksumStatus, RdbItem, RdbReader};
@@ -69,6 +72,7 @@ pub enum RdbValue {
     Hash(Vec<(Vec<u8>, Vec<u8>)>),
     /// Member and score pairs.
     ZSet(Vec<(Vec<u8>, f64)>),
+    Stream(Box<RdbStream>),
 }
 
 impl RdbValue {
@@ -80,6 +84,7 @@ impl RdbValue {
             RdbValue::Set(_) => "set",
             RdbValue::Hash(_) => "hash",
             RdbValue::ZSet(_) => "zset",
+            RdbValue::Stream(_) => "stream",
         }
     }
 }

@@ -57,7 +57,7 @@ pub enum ChecksumStatus {
 /// the reader positioned just past the file (an AOF with an RDB preamble
 /// continues there). Iterating yields `Err` once and then ends.
 ///
-/// Reads versions 1 to 10. Module values and streams give
+/// Reads versions 1 to 10. Module values give
 /// [`RdbError::Unsupported`]; keys holding empty collections (which old
 /// Redis versions could write) are skipped as Redis skips them, and
 /// counted in [`empty_keys_skipped`].

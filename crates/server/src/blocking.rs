@@ -1,5 +1,6 @@
 //! Blocking pops (BLPOP, BRPOP, BLMOVE, BRPOPLPUSH, BLMPOP, BZPOPMIN,
-//! BZPOPMAX, BZMPOP): how a client waits for a key, and how it is served.
+//! BZPOPMAX, BZMPOP) and stream reads (XREAD, XREADGROUP with BLOCK): how
+//! a client waits for a key, and how it is served.
 //!
 //! # Waiting
 //!
@@ -13,9 +14,13 @@
 //!
 //! # Serving
 //!
-//! A blocked key is always absent (or holds another type), so the only
-//! event that can serve it is the key's creation, which `Db` notices and
-//! queues in `Db::ready`. After every command the dispatcher takes those
+//! A key blocked on by a pop is always absent (or holds another type), so
+//! the only event that can serve it is the key's creation, which `Db`
+//! notices and queues in `Db::ready`; a stream reader waits on a stream
+//! that may exist, and XADD, XGROUP DESTROY and the stream's deletion
+//! queue it too (`Db::signal_ready`). Each stream reader wants entries
+//! past its own ID, so a reader the key cannot serve yet is passed over
+//! for the next; one whose group or stream went gets Redis 7.0's error. After every command the dispatcher takes those
 //! ready keys ([`take_ready`]) and, once its own locks are released,
 //! [`serve`]s them: for each key, first blocked first served, the waiter's
 //! command runs again on its behalf, narrowed to the ready key and unable
@@ -45,6 +50,7 @@ use keel_protocol::ReplyWriter;
 use parking_lot::Mutex;
 
 use crate::client::{Client, ClientInfo, Message};
+use crate::command::streams::Readiness;
 use crate::command::{self, CmdError, Ctx};
 use crate::server::{Server, WorkerStats};
 
@@ -82,11 +88,19 @@ impl Waiter {
 
     /// The type a key must hold to serve this wait.
     fn serves_on(&self) -> &'static str {
-        if self.argv[0].get(1).is_some_and(|c| c.eq_ignore_ascii_case(&b'z')) {
+        if self.reads_stream() {
+            "stream"
+        } else if self.argv[0].get(1).is_some_and(|c| c.eq_ignore_ascii_case(&b'z')) {
             "zset"
         } else {
             "list"
         }
+    }
+
+    /// XREAD and XREADGROUP: each waiter wants entries past its own ID, so
+    /// the first in line may have to wait while others are served.
+    fn reads_stream(&self) -> bool {
+        self.argv[0].len() >= 5 && self.argv[0][..5].eq_ignore_ascii_case(b"xread")
     }
 }
 
@@ -217,10 +231,12 @@ pub fn take_ready(ctx: &mut Ctx<'_>) -> Vec<(usize, Key)> {
 pub fn serve(server: &Server, stats: &WorkerStats, ready: Vec<(usize, Key)>) {
     let mut work: VecDeque<(usize, Key)> = ready.into();
     while let Some((db, key)) = work.pop_front() {
+        let mut skip = 0;
         loop {
-            match serve_first(server, stats, db, &key) {
+            match serve_nth(server, stats, db, &key, skip) {
                 Served::Done(more) => work.extend(more),
                 Served::Stale => {}
+                Served::Skip => skip += 1,
                 Served::Nothing => break,
             }
         }
@@ -230,23 +246,26 @@ pub fn serve(server: &Server, stats: &WorkerStats, ready: Vec<(usize, Key)>) {
 enum Served {
     /// A waiter was served; these keys became ready meanwhile.
     Done(Vec<(usize, Key)>),
-    /// The first waiter had already finished: dropped from the queue.
+    /// The waiter had already finished: dropped from the queue.
     Stale,
+    /// A stream reader that the key cannot serve yet: try the next one.
+    Skip,
     /// No waiter, or the key holds nothing that serves the first one.
     Nothing,
 }
 
-/// Serves the first client waiting on `key`, if the key can serve it.
-fn serve_first(server: &Server, stats: &WorkerStats, db: usize, key: &[u8]) -> Served {
+/// Serves the `nth` client waiting on `key` (the first, but for stream
+/// readers, which the same XADD may serve or not), if the key can.
+fn serve_nth(server: &Server, stats: &WorkerStats, db: usize, key: &[u8], nth: usize) -> Served {
     let keyspace = &server.keyspace;
     let waiter = {
         let mut locked = keyspace.lock_one(keyspace.shard_of_key(key));
         let queue = locked.shard_for(keyspace, key).db(db).blocked.get(key);
-        let Some(&first) = queue.and_then(|q| q.front()) else { return Served::Nothing };
+        let Some(&first) = queue.and_then(|q| q.get(nth)) else { return Served::Nothing };
         match server.blocking.get(first) {
             Some(w) if !w.done.load(Ordering::Acquire) => w,
             _ => {
-                pop_front_if(locked.shard_for(keyspace, key).db(db), key, first);
+                remove_waiter(locked.shard_for(keyspace, key).db(db), key, first);
                 return Served::Stale;
             }
         }
@@ -265,15 +284,30 @@ fn serve_first(server: &Server, stats: &WorkerStats, db: usize, key: &[u8]) -> S
     let mut reply = Vec::new();
     let mut ctx = Ctx::new(server, stats, &mut client, &mut reply, locked, now_ms);
     ctx.may_block = false;
-    let servable = ctx.dbs.of(key).get(key, now_ms).is_some_and(|e| e.value.type_name() == waiter.serves_on());
-    if !servable {
+    let mut failed = None;
+    if waiter.reads_stream() {
+        match command::streams::readiness(&waiter.argv, ctx.dbs.of(key).get(key, now_ms), key) {
+            Readiness::Serve => {}
+            Readiness::Wait => return Served::Skip,
+            Readiness::Fail(text) => failed = Some(text),
+        }
+    } else if ctx.dbs.of(key).get(key, now_ms).is_none_or(|e| e.value.type_name() != waiter.serves_on()) {
         return Served::Nothing;
     }
     if !waiter.claim() {
-        pop_front_if(ctx.dbs.of(key), key, waiter.client);
+        remove_waiter(ctx.dbs.of(key), key, waiter.client);
         return Served::Stale;
     }
-    pop_front_if(ctx.dbs.of(key), key, waiter.client);
+    remove_waiter(ctx.dbs.of(key), key, waiter.client);
+    if let Some(text) = failed {
+        // The blocked call counts as failed (Redis's updateStatsOnUnblock).
+        stats.commands[index].failed_calls.fetch_add(1, Ordering::Relaxed);
+        server.count_error(text);
+        ctx.out.error(text);
+        drop(ctx);
+        server.send(waiter.worker, Message::Unblock { client: waiter.client, reply, lsn: 0 });
+        return Served::Done(Vec::new());
+    }
     if let Err(e) = command::run(&mut ctx, index, spec, &args) {
         let text = e.to_string();
         server.count_error(&text);
@@ -306,15 +340,16 @@ fn narrow(argv: &[Vec<u8>], key: &[u8]) -> Vec<Vec<u8>> {
             out.extend(argv.iter().skip(3 + numkeys).cloned());
             out
         }
+        b"xread" | b"xreadgroup" => command::streams::narrow(argv, key),
         // BLMOVE and BRPOPLPUSH wait on their one source key.
         _ => argv.to_vec(),
     }
 }
 
-fn pop_front_if(db: &mut keel_engine::Db, key: &[u8], client: u64) {
+fn remove_waiter(db: &mut keel_engine::Db, key: &[u8], client: u64) {
     if let Some(queue) = db.blocked.get_mut(key) {
-        if queue.front() == Some(&client) {
-            queue.pop_front();
+        if let Some(at) = queue.iter().position(|&id| id == client) {
+            queue.remove(at);
         }
         if queue.is_empty() {
             db.blocked.remove(key);

@@ -905,6 +905,8 @@ pub static DIRECTIVES: &[Directive] = &[
     directive!("list-max-listpack-size", true, num(i32::MIN as i64, i32::MAX as i64), encoding.list_max_listpack_size),
     directive!("list-max-ziplist-size", true, num(i32::MIN as i64, i32::MAX as i64), encoding.list_max_listpack_size),
     directive!("list-compress-depth", true, num(0, i32::MAX as usize), encoding.list_compress_depth),
+    directive!("stream-node-max-bytes", true, memory, encoding.stream_node.max_bytes),
+    directive!("stream-node-max-entries", true, num(0, i64::MAX as usize), encoding.stream_node.max_entries),
     Directive {
         name: "hll-sparse-max-bytes",
         mutable: true,
@@ -983,8 +985,6 @@ pub static DIRECTIVES: &[Directive] = &[
     directive!("aclfile", false, string, aclfile),
     directive!("acl-pubsub-default", true, enum ["allchannels", "resetchannels"], acl_pubsub_default),
     inert!("latency-monitor-threshold", "0"),
-    inert!("stream-node-max-bytes", "4096"),
-    inert!("stream-node-max-entries", "100"),
 ];
 
 /// `replicaof` as Redis's CONFIG GET shows it: `host port`, or empty.
@@ -1323,7 +1323,7 @@ mod tests {
         let c = Config::load(&args(&["--replica-priority", "100", "--latency-monitor-threshold", "00"])).expect("defaults");
         assert_eq!(c.get("replica-read-only").as_deref(), Some("yes"));
         let mut c = Config::default();
-        for (name, value) in [("slave-read-only", "YES"), ("repl-diskless-load", "Disabled"), ("stream-node-max-bytes", "4096")] {
+        for (name, value) in [("slave-read-only", "YES"), ("repl-diskless-load", "Disabled"), ("set-proc-title", "yes")] {
             c.set_at_runtime(name, value).expect(name);
         }
         for (name, value) in [("slave-priority", "10"), ("latency-monitor-threshold", "1"), ("replica-priority", "5")] {

@@ -35,8 +35,8 @@
 //! ([`durability`]) -> the worker writes the replies the journal's durable
 //! position allows (under `everysec` and `no`, all of a loop turn's
 //! replies at its end, once it has written the journal itself). A command
-//! that creates a key some client is blocked on then serves that client
-//! ([`blocking`]).
+//! that creates a key some client is blocked on (or adds to a stream one
+//! reads with BLOCK) then serves that client ([`blocking`]).
 
 pub mod acl;
 pub mod alloc;

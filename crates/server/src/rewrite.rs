@@ -818,6 +818,7 @@ pub fn emit(buf: &mut BaseBuffer, db: usize, key: &[u8], entry: &Entry, flags: u
             });
             push_batched(buf, db, b"ZADD", key, 2, pairs.flatten());
         }
+        Value::Stream(s) => emit_stream(buf, db, key, s),
     }
     if entry.has_expiry() {
         let mut scratch = itoa::Buffer::new();
@@ -825,6 +826,48 @@ pub fn emit(buf: &mut BaseBuffer, db: usize, key: &[u8], entry: &Entry, flags: u
     }
     if flags != 0 {
         buf.push_item_flags(flags);
+    }
+}
+
+/// What Redis's `rewriteStreamObject` writes: an XADD per entry (an empty
+/// stream as `XADD key MAXLEN 0 0-1 x y`), the XSETID that restores the
+/// last ID and counters, then each group's XGROUP CREATE with its
+/// entries-read, an XCLAIM ... FORCE for each pending entry and XGROUP
+/// CREATECONSUMER for each consumer that owns none.
+fn emit_stream(buf: &mut BaseBuffer, db: usize, key: &[u8], s: &keel_engine::Stream) {
+    use keel_engine::stream::StreamId;
+    let text = |id: StreamId| id.to_string().into_bytes();
+    if s.is_empty() {
+        buf.push(db, &[&b"XADD"[..], key, b"MAXLEN", b"0", b"0-1", b"x", b"y"]);
+    } else {
+        s.for_range(StreamId::MIN, StreamId::MAX, false, 0, |e| {
+            let id = text(e.id);
+            let mut argv: Vec<&[u8]> = vec![b"XADD", key, &id];
+            argv.extend(e.fields.iter().map(Vec::as_slice));
+            buf.push(db, &argv);
+        });
+    }
+    let mut scratch = itoa::Buffer::new();
+    let (last, max_deleted) = (text(s.last_id), text(s.max_deleted_entry_id));
+    let added = scratch.format(s.entries_added).as_bytes().to_vec();
+    buf.push(db, &[&b"XSETID"[..], key, &last, b"ENTRIESADDED", &added, b"MAXDELETEDID", &max_deleted]);
+    for (name, g) in &s.groups {
+        let read = scratch.format(g.entries_read).as_bytes().to_vec();
+        buf.push(db, &[&b"XGROUP"[..], b"CREATE", key, name, &text(g.last_id), b"ENTRIESREAD", &read]);
+        for (consumer, c) in &g.consumers {
+            if c.pel.is_empty() {
+                buf.push(db, &[&b"XGROUP"[..], b"CREATECONSUMER", key, name, consumer]);
+                continue;
+            }
+            for id in &c.pel {
+                let p = &g.pel[id];
+                let time = scratch.format(p.delivery_time).as_bytes().to_vec();
+                let count = scratch.format(p.delivery_count).as_bytes().to_vec();
+                let argv: [&[u8]; 12] =
+                    [b"XCLAIM", key, name, consumer, b"0", &text(*id), b"TIME", &time, b"RETRYCOUNT", &count, b"JUSTID", b"FORCE"];
+                buf.push(db, &argv);
+            }
+        }
     }
 }
 

@@ -6,7 +6,7 @@
 
 pub mod redis;
 
-use keel_rdb::{crc64, RdbItem, RdbReader, RdbValue};
+use keel_rdb::{crc64, RdbGroup, RdbItem, RdbReader, RdbStream, RdbValue, StreamMeta};
 
 /// A value in a canonical form for comparison: unordered collections
 /// sorted, scores compared by their bits (so -0 and 0 differ, inf counts).
@@ -17,6 +17,8 @@ pub enum Norm {
     Set(Vec<Vec<u8>>),
     Hash(Vec<(Vec<u8>, Vec<u8>)>),
     ZSet(Vec<(Vec<u8>, u64)>),
+    /// A stream, compared whole (its nodes are bytes already).
+    Stream(String),
 }
 
 pub fn norm(v: &RdbValue) -> Norm {
@@ -38,6 +40,64 @@ pub fn norm(v: &RdbValue) -> Norm {
             z.sort();
             Norm::ZSet(z)
         }
+        RdbValue::Stream(st) => Norm::Stream(format!("{st:?}")),
+    }
+}
+
+/// A listpack of small elements, as Redis lays it out: integers 0..=127
+/// as 7-bit integers, other text as strings of up to 63 bytes.
+pub fn small_listpack(elements: &[&[u8]]) -> Vec<u8> {
+    let mut body = Vec::new();
+    for e in elements {
+        let start = body.len();
+        let canonical = !e.is_empty() && e.iter().all(u8::is_ascii_digit) && (e.len() == 1 || e[0] != b'0');
+        match std::str::from_utf8(e).ok().and_then(|t| t.parse::<u8>().ok()) {
+            Some(v) if canonical && v < 128 => body.push(v),
+            _ => {
+                assert!(e.len() < 64);
+                body.push(0x80 | e.len() as u8);
+                body.extend_from_slice(e);
+            }
+        }
+        let len = body.len() - start;
+        assert!(len <= 127);
+        body.push(len as u8);
+    }
+    let mut lp = Vec::new();
+    lp.extend_from_slice(&((body.len() + 7) as u32).to_le_bytes());
+    lp.extend_from_slice(&(elements.len() as u16).to_le_bytes());
+    lp.extend_from_slice(&body);
+    lp.push(0xFF);
+    lp
+}
+
+/// A stream of two nodes as Redis 7.0 holds it: entries 5-0 (the master's
+/// fields), 5-1 (fields of its own), then a node at 9-0 with a deleted
+/// entry; a group with a consumer owning one pending entry and an idle
+/// consumer.
+pub fn sample_stream() -> RdbStream {
+    let node1 = small_listpack(&[
+        b"2", b"0", b"1", b"f", b"0", // master: 2 live, 0 deleted, fields [f]
+        b"2", b"0", b"0", b"v1", b"4", // 5-0, same fields
+        b"0", b"0", b"1", b"1", b"g", b"x", b"6", // 5-1, its own field
+    ]);
+    let node2 = small_listpack(&[
+        b"1", b"1", b"1", b"f", b"0", // master: 1 live, 1 deleted
+        b"3", b"0", b"0", b"gone", b"4", // 9-0, deleted
+        b"2", b"0", b"5", b"v3", b"4", // 9-5
+    ]);
+    RdbStream {
+        nodes: vec![((5, 0), node1), ((9, 0), node2)],
+        length: 3,
+        last_id: (9, 5),
+        meta: Some(StreamMeta { first_id: (5, 0), max_deleted_id: (9, 0), entries_added: 4 }),
+        groups: vec![RdbGroup {
+            name: b"grp".to_vec(),
+            last_id: (5, 1),
+            entries_read: Some(2),
+            pel: vec![((5, 1), 1_700_000_000_000, 3, 0)],
+            consumers: vec![(b"alice".to_vec(), 1_700_000_000_001), (b"bob".to_vec(), 1_700_000_000_002)],
+        }],
     }
 }
 

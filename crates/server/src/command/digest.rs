@@ -7,6 +7,7 @@
 //! As in Redis, keys are seen as stored: a key past its expiry that is not
 //! deleted yet still counts, and a TTL adds a marker, not its time.
 
+use keel_engine::stream::StreamId;
 use keel_engine::set::Member;
 use keel_engine::{Entry, Value};
 use sha1_smol::Sha1;
@@ -40,6 +41,7 @@ fn fold_value(digest: &mut Digest, entry: &Entry) {
         Value::Set(_) => 2,
         Value::ZSet(_) => 3,
         Value::Hash(_) => 4,
+        Value::Stream(_) => 6,
     };
     mix(digest, &type_id.to_be_bytes());
     let mut scratch = itoa::Buffer::new();
@@ -66,6 +68,11 @@ fn fold_value(digest: &mut Digest, entry: &Entry) {
                 xor(digest, &element);
             }
         }
+        // Entries in order, each ID as `ms.seq`; groups are not digested.
+        Value::Stream(s) => s.for_range(StreamId::MIN, StreamId::MAX, false, 0, |e| {
+            mix(digest, format!("{}.{}", e.id.ms, e.id.seq).as_bytes());
+            e.fields.iter().for_each(|f| mix(digest, f));
+        }),
     }
     if entry.has_expiry() {
         xor(digest, b"!!expire!!");

@@ -23,6 +23,7 @@ pub mod scripting;
 pub mod server;
 pub mod sets;
 pub mod sort;
+pub mod streams;
 pub mod strings;
 pub mod transactions;
 pub mod users;
@@ -404,6 +405,7 @@ pub fn table() -> &'static Table {
             sets::COMMANDS,
             zsets::COMMANDS,
             geo::COMMANDS,
+            streams::COMMANDS,
             pubsub::COMMANDS,
             replication::COMMANDS,
             sort::COMMANDS,

@@ -1092,6 +1092,7 @@ pub fn acl_category_bits(spec: &CommandSpec) -> u32 {
         "geo" => acl::GEO,
         "bitmap" => acl::BITMAP,
         "hyperloglog" => acl::HYPERLOGLOG,
+        "stream" => acl::STREAM,
         "transactions" => acl::TRANSACTION,
         "scripting" => acl::SCRIPTING,
         "connection" => acl::CONNECTION,

@@ -147,7 +147,7 @@ fn sort_generic(ctx: &mut Ctx<'_>, argv: &[&[u8]], readonly: bool) -> CmdResult 
     let entry = db.get(argv[1], now);
     ctx.stats.hit(entry.is_some());
     let value = entry.map(|e| &e.value);
-    if matches!(value, Some(Value::Str(_)) | Some(Value::Hash(_))) {
+    if matches!(value, Some(Value::Str(_)) | Some(Value::Hash(_)) | Some(Value::Stream(_))) {
         return Err(CmdError::WrongType);
     }
     // A set has no native order: with STORE, or in a script, its result
@@ -325,7 +325,7 @@ fn all_elements(value: &Value) -> Vec<Vec<u8>> {
         Value::List(l) => l.iter().map(<[u8]>::to_vec).collect(),
         Value::Set(s) => s.iter().map(|m| m.to_vec()).collect(),
         Value::ZSet(z) => z.iter().map(|(m, _)| m.to_vec()).collect(),
-        Value::Str(_) | Value::Hash(_) => Vec::new(),
+        Value::Str(_) | Value::Hash(_) | Value::Stream(_) => Vec::new(),
     }
 }
 
