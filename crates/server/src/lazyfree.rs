@@ -130,6 +130,11 @@ pub fn freed_objects() -> u64 {
     FREED.load(Ordering::Relaxed)
 }
 
+/// CONFIG RESETSTAT (Redis's `lazyfreeResetStats`).
+pub fn reset_freed_objects() {
+    FREED.store(0, Ordering::Relaxed);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -660,4 +660,14 @@ fn big_collections_are_freed_off_the_serving_path() {
     assert_eq!(c.cmd("CONFIG SET lazyfree-lazy-user-del yes"), Frame::Simple(b"OK".to_vec()));
     assert_eq!(c.cmd("DEL big2"), int(1));
     wait_freed(&mut c, before + 2);
+    // CONFIG RESETSTAT starts the count afresh, as Redis's
+    // lazyfreeResetStats (unit/lazyfree resets between its tests).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while c.info_field("memory", "lazyfree_pending_objects") != "0" {
+        assert!(std::time::Instant::now() < deadline, "the background frees never ended");
+        std::thread::yield_now();
+    }
+    assert_ne!(c.info_field("memory", "lazyfreed_objects"), "0");
+    assert_eq!(c.cmd("CONFIG RESETSTAT"), Frame::Simple(b"OK".to_vec()));
+    assert_eq!(c.info_field("memory", "lazyfreed_objects"), "0");
 }

@@ -1035,6 +1035,7 @@ fn config_resetstat(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
     server.peak_memory.store(0, Ordering::Relaxed);
     server.repl.reset_stats();
     server.evictor.reset_stats();
+    crate::lazyfree::reset_freed_objects();
     for shard in ctx.dbs.shards() {
         for db in shard.dbs_mut().iter_mut() {
             db.expired_keys = 0;
