@@ -5,10 +5,10 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::memcache::{start_keel, McClient};
-use common::{bulk, err, int, ok, readable, simple, temp_dir, Client, Frame, Server};
+use common::{bulk, err, int, ok, readable, simple, temp_dir, wait_for, Client, Frame, Server};
 
 const OOM: &str = "OOM command not allowed when used memory > 'maxmemory'.";
 
@@ -54,15 +54,6 @@ fn fill(c: &mut Client, prefix: &str, n: usize, size: usize, ttl: bool) -> Vec<(
         }
     }
     failed
-}
-
-/// Polls `done` until it holds, for at most 30 s.
-fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !done() {
-        assert!(Instant::now() < deadline, "{what}: still not so after 30 s");
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// How many of `<prefix>0..n` are still there.

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{bulk, err, int, ok, simple, Client, Frame, Server};
+use common::{bulk, err, int, ok, simple, wait_for, Client, Frame, Server};
 
 /// A redis-server master (no diskless delay: syncs start at once), or
 /// None where it is not installed.
@@ -42,14 +42,6 @@ fn text(frame: Frame) -> String {
 }
 
 /// Polls `what` until it holds, for at most 30 s.
-fn wait_for(what: &str, mut holds: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !holds() {
-        assert!(Instant::now() < deadline, "never happened: {what}");
-        thread::sleep(Duration::from_millis(20));
-    }
-}
-
 fn wait_link_up(replica: &mut Client) {
     wait_for("master_link_status:up", || replica.info_field("replication", "master_link_status") == "up");
 }

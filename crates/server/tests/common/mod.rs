@@ -77,6 +77,15 @@ pub struct Server {
     pub dir: Option<PathBuf>,
 }
 
+/// Polls `holds` every 20 ms until it is true, for at most 30 s.
+pub fn wait_for(what: &str, mut holds: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !holds() {
+        assert!(Instant::now() < deadline, "never happened: {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// A fresh empty directory under the system's temp dir.
 pub fn temp_dir(tag: &str) -> PathBuf {
     static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
