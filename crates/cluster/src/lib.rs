@@ -18,10 +18,12 @@
 //! that read a bus capture or a nodes.conf without a server.
 
 mod bus;
+mod nodes_file;
 
 use std::fmt;
 
 pub use bus::{frame_len, Body, BusError, Extension, Gossip, Header, Message, MessageType, HEADER_LEN};
+pub use nodes_file::{flags_from_text, flags_to_text, NodeLine, NodesFile, NodesFileError};
 
 /// Hash slots of a cluster.
 pub const SLOTS: usize = 16384;
