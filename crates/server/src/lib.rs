@@ -25,7 +25,9 @@
 //! functions (FCALL) in a Lua interpreter per thread, each holding every
 //! shard; [`acl`] keeps the users, checks each command against its
 //! client's user, and keeps the ACL log; [`evict`] keeps used memory
-//! under `maxmemory` by the `maxmemory-policy`, before each command.
+//! under `maxmemory` by the `maxmemory-policy`, before each command;
+//! [`migrate`] keeps MIGRATE's connections to its targets and talks to
+//! them.
 //!
 //! A request flows: socket -> [`worker`] reads into the connection's buffer
 //! -> `keel_protocol::parse_request` -> [`command::execute`] looks the
@@ -54,6 +56,7 @@ pub mod lazyfree;
 pub mod loading;
 pub mod memcache;
 pub mod metrics;
+pub mod migrate;
 pub mod notify;
 pub mod process;
 pub mod pubsub;

@@ -231,6 +231,8 @@ pub struct Server {
     pub maxmemory: AtomicU64,
     /// Eviction under `maxmemory` (`evict.rs`), with the policy mirrored.
     pub evictor: crate::evict::Evictor,
+    /// MIGRATE's connections to its targets (`migrate.rs`).
+    pub migrate: crate::migrate::Cache,
     /// `notify-keyspace-events` (`notify::*` bits), mirrored likewise.
     pub notify_flags: AtomicU32,
     /// `latency-tracking`, mirrored likewise.
@@ -384,6 +386,7 @@ impl Server {
             peak_memory: AtomicU64::new(0),
             maxmemory: AtomicU64::new(0),
             evictor: Default::default(),
+            migrate: Default::default(),
             notify_flags: AtomicU32::new(0),
             latency_tracking: AtomicBool::new(true),
             output_limit: Default::default(),

@@ -112,8 +112,8 @@ fn trimmed(argv: &[&[u8]], redacted: &[usize]) -> Vec<Vec<u8>> {
 }
 
 /// The arguments of `argv` that carry secrets, which Redis logs as
-/// "(redacted)": AUTH's, HELLO's after AUTH, ACL SETUSER's, and CONFIG SET's values of
-/// `requirepass` and `masterauth`.
+/// "(redacted)": AUTH's, HELLO's after AUTH, ACL SETUSER's, CONFIG SET's values of
+/// `requirepass` and `masterauth`, and MIGRATE's AUTH and AUTH2 arguments.
 pub fn redacted_args(argv: &[&[u8]]) -> Vec<usize> {
     let is = |arg: &[u8], word: &str| arg.eq_ignore_ascii_case(word.as_bytes());
     match argv {
@@ -129,8 +129,29 @@ pub fn redacted_args(argv: &[&[u8]]) -> Vec<usize> {
             .filter(|(_, pair)| is(pair[0], "requirepass") || is(pair[0], "masterauth"))
             .map(|(i, _)| 2 + 2 * i + 1)
             .collect(),
+        [name, ..] if is(name, "migrate") => migrate_secrets(argv),
         _ => Vec::new(),
     }
+}
+
+/// MIGRATE's AUTH password and AUTH2 user name and password, found as
+/// `migrateCommand` parses its options (what follows KEYS is keys).
+fn migrate_secrets(argv: &[&[u8]]) -> Vec<usize> {
+    let is = |arg: &[u8], word: &str| arg.eq_ignore_ascii_case(word.as_bytes());
+    let mut secrets = Vec::new();
+    let mut j = 6;
+    while j < argv.len() && !is(argv[j], "keys") {
+        let more = argv.len() - 1 - j;
+        if is(argv[j], "auth") && more >= 1 {
+            secrets.push(j + 1);
+            j += 1;
+        } else if is(argv[j], "auth2") && more >= 2 {
+            secrets.extend([j + 1, j + 2]);
+            j += 2;
+        }
+        j += 1;
+    }
+    secrets
 }
 
 #[cfg(test)]
@@ -156,6 +177,9 @@ mod tests {
         assert_eq!(redacted_args(&[b"HELLO", b"3", b"AUTH", b"u", b"p", b"SETNAME", b"n"]), [3, 4]);
         assert_eq!(redacted_args(&[b"CONFIG", b"SET", b"maxmemory", b"1", b"requirepass", b"x"]), [5]);
         assert!(redacted_args(&[b"GET", b"auth"]).is_empty());
+        let migrate: [&[u8]; 12] = [b"MIGRATE", b"h", b"1", b"", b"0", b"5", b"AUTH", b"p", b"AUTH2", b"u", b"q", b"KEYS"];
+        assert_eq!(redacted_args(&migrate), [7, 9, 10]);
+        assert!(redacted_args(&[b"MIGRATE", b"h", b"1", b"", b"0", b"5", b"KEYS", b"auth", b"k"]).is_empty());
         let log = SlowLog::new(0, 2);
         for i in 0..3u64 {
             log.push(&[b"AUTH", b"secret"], &redacted_args(&[b"AUTH", b"secret"]), i, "127.0.0.1:1", b"");

@@ -900,6 +900,7 @@ impl Worker {
             // while no command comes (Redis's eviction time proc).
             crate::evict::perform(&self.server);
             crate::memcache::flush_when_due(&self.server, now);
+            self.server.migrate.close_idle();
         }
         // As Redis's clientsCron: each tick looks at a hz-th of the
         // clients, at least 5, so each once a second or more often.

@@ -1,12 +1,19 @@
 //! DUMP and RESTORE: a value serialized as Redis's RDB does it, with the
 //! RDB version and a CRC64 footer, so payloads move between Keel and Redis
 //! both ways (`keel-rdb` does the format; `crate::rdb` the conversion).
+//! MIGRATE sends keys so serialized to another instance as RESTOREs and
+//! deletes them here once it took them (`crate::migrate` talks to the
+//! target); RESTORE-ASKING is RESTORE, which a cluster's target may run
+//! for a slot it is importing.
+
+use std::time::Duration;
 
 use keel_engine::Entry;
+use smallvec::SmallVec;
 
 use super::parse::{eq, i64_arg};
 use super::keyspec::*;
-use super::{acl, cmd, flags::*, Access, CmdError, CmdResult, CommandSpec, Ctx, KEY1};
+use super::{acl, cmd, flags::*, Access, CmdError, CmdResult, CommandSpec, Ctx, Keys, KEY1};
 use crate::notify;
 
 pub static COMMANDS: &[CommandSpec] = &[
@@ -17,11 +24,28 @@ pub static COMMANDS: &[CommandSpec] = &[
         .doc("Create a key using the provided serialized value, previously obtained using DUMP.", "2.6.0")
         .acl(acl::KEYSPACE | acl::DANGEROUS)
         .specs(&[key_at(1, OW | UPDATE)]),
+    cmd("migrate", -6, WRITE, Keys::Custom(migrate_keys), "generic", migrate)
+        .doc("Atomically transfer a key from a Redis instance to another one.", "2.6.0")
+        .acl(acl::KEYSPACE | acl::DANGEROUS)
+        .tips(&["nondeterministic_output"])
+        .specs(&[
+            key_at(3, RW | ACCESS | DELETE),
+            ks(RW | ACCESS | DELETE | INCOMPLETE, keyword("KEYS", -2), span(-1, 1, 0)),
+        ]),
+    cmd("restore-asking", -4, WRITE | DENYOOM | ASKING, KEY1, "server", restore)
+        .doc("An internal command for migrating keys in a cluster", "3.0.0")
+        .acl(acl::KEYSPACE | acl::DANGEROUS)
+        .specs(&[key_at(1, OW | UPDATE)]),
 ];
+
+/// How DUMP serializes values, as configured now.
+fn dump_options(ctx: &Ctx<'_>) -> keel_rdb::EncodeOptions {
+    crate::rdb::encode_options(&ctx.encoding_limits(), ctx.server.config.read().rdbcompression)
+}
 
 fn dump(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     let now = ctx.now_ms;
-    let options = crate::rdb::encode_options(&ctx.encoding_limits(), ctx.server.config.read().rdbcompression);
+    let options = dump_options(ctx);
     let entry = ctx.dbs.of(argv[1]).get(argv[1], now);
     ctx.stats.hit(entry.is_some());
     match entry {
@@ -109,6 +133,155 @@ fn restore(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     }
     ctx.wrote(1);
     ctx.notify(notify::GENERIC, "restore", key);
+    ctx.out.ok();
+    Ok(())
+}
+
+/// Redis's `migrateGetKeys`: the key argument, or what follows KEYS (none
+/// when the key argument is not empty then, which MIGRATE refuses).
+fn migrate_keys(argv: &[&[u8]]) -> SmallVec<[usize; 4]> {
+    let mut i = 6;
+    while i < argv.len() {
+        if eq(argv[i], "keys") {
+            return match argv[3].is_empty() {
+                true => (i + 1..argv.len()).collect(),
+                false => SmallVec::new(),
+            };
+        }
+        i += match () {
+            () if eq(argv[i], "auth") => 2,
+            () if eq(argv[i], "auth2") => 3,
+            () => 1,
+        };
+    }
+    if argv.len() > 3 {
+        smallvec::smallvec![3]
+    } else {
+        SmallVec::new()
+    }
+}
+
+/// MIGRATE host port key|"" destination-db timeout [COPY] [REPLACE]
+/// [AUTH password] [AUTH2 username password] [KEYS key ...], as Redis
+/// 7.0's `migrateCommand`: the keys found are sent as RESTOREs (their TTL
+/// as the time left, in ms), and unless COPY each the target took is
+/// deleted here, journaled and replicated as one DEL of those keys. A key
+/// the target refused (BUSYKEY without REPLACE) stays, and the first
+/// refusal is the reply.
+///
+/// The shards of the keys stay locked from the lookup to the deletion,
+/// across the exchange with the target, as Redis's one thread holds
+/// everything: no client can change a key between its serialization and
+/// its deletion (a write in between would be lost with the deletion, or a
+/// deleted key's newer value would be on neither side), and the DEL takes
+/// its place in the journal where the keys left. Other commands on those
+/// shards, and this worker's other clients, wait meanwhile, at most for
+/// the exchange's timeouts (connect, each write, each reply). A target
+/// that needs those very shards (this server, under another name) answers
+/// only once MIGRATE has timed out, as Redis migrating to itself does.
+/// The reply waits, as any write's, for the DEL to be durable.
+fn migrate(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
+    let (mut copy, mut replace) = (false, false);
+    let (mut username, mut password): (Option<&[u8]>, Option<&[u8]>) = (None, None);
+    let mut keys = &argv[3..4];
+    let mut j = 6;
+    while j < argv.len() {
+        let more = argv.len() - 1 - j;
+        if eq(argv[j], "copy") {
+            copy = true;
+        } else if eq(argv[j], "replace") {
+            replace = true;
+        } else if eq(argv[j], "auth") {
+            if more == 0 {
+                return Err(CmdError::Syntax);
+            }
+            j += 1;
+            password = Some(argv[j]);
+        } else if eq(argv[j], "auth2") {
+            if more < 2 {
+                return Err(CmdError::Syntax);
+            }
+            (username, password) = (Some(argv[j + 1]), Some(argv[j + 2]));
+            j += 2;
+        } else if eq(argv[j], "keys") {
+            if !argv[3].is_empty() {
+                return Err(CmdError::other(
+                    "ERR When using MIGRATE KEYS option, the key argument must be set to the empty string",
+                ));
+            }
+            keys = &argv[j + 1..];
+            break;
+        } else {
+            return Err(CmdError::Syntax);
+        }
+        j += 1;
+    }
+    let timeout_ms = i64_arg(argv[5])?;
+    let db = i64_arg(argv[4])?;
+    let timeout_ms = if timeout_ms <= 0 { 1000 } else { timeout_ms as u64 };
+
+    // Redis answers NOKEY, not an error, when none is here: often they
+    // just expired meanwhile.
+    let now = ctx.now_ms;
+    let options = dump_options(ctx);
+    let mut restores = Vec::new();
+    let mut moving: Vec<&[u8]> = Vec::new();
+    for &key in keys {
+        let entry = ctx.dbs.of(key).get(key, now);
+        ctx.stats.hit(entry.is_some());
+        let Some(entry) = entry else { continue };
+        let ttl_ms = match entry.has_expiry() {
+            true => entry.expire_at_ms.saturating_sub(now).max(1),
+            false => 0,
+        };
+        let payload = keel_rdb::dump_payload(&crate::rdb::to_rdb(&entry.value), &options);
+        // In cluster mode Redis sends RESTORE-ASKING, which a target
+        // importing the key's slot serves.
+        let ttl = ttl_ms.to_string();
+        let mut restore: SmallVec<[&[u8]; 5]> = smallvec::smallvec![&b"RESTORE"[..], key, ttl.as_bytes(), payload.as_slice()];
+        if replace {
+            restore.push(&b"REPLACE"[..]);
+        }
+        keel_journal::encode_command(&mut restores, &restore);
+        moving.push(key);
+    }
+    if moving.is_empty() {
+        ctx.out.simple("NOKEY");
+        return Ok(());
+    }
+    let request = crate::migrate::Request {
+        host: argv[1],
+        port: argv[2],
+        timeout: Duration::from_millis(timeout_ms),
+        auth: password.map(|p| (username, p)),
+        db,
+        restores: &restores,
+        count: moving.len(),
+    };
+    let outcome = crate::migrate::exchange(&ctx.server.migrate, &request);
+    if !copy {
+        let lazy = ctx.server.config.read().lazyfree_lazy_server_del;
+        let mut del = vec![b"DEL".to_vec()];
+        for (&key, _) in moving.iter().zip(&outcome.acked).filter(|(_, &acked)| acked) {
+            if let Some(entry) = ctx.dbs.of(key).remove(key) {
+                if lazy {
+                    crate::lazyfree::drop_value(entry);
+                }
+            }
+            ctx.notify(notify::GENERIC, "del", key);
+            del.push(key.to_vec());
+        }
+        if del.len() > 1 {
+            ctx.wrote(del.len() as u64 - 1);
+            ctx.propagate_as(vec![del]);
+        }
+    }
+    if let Some(error) = outcome.target_error {
+        return Err(CmdError::other(format!("ERR Target instance replied with error: {error}")));
+    }
+    if let Some(failure) = outcome.io_failure {
+        return Err(CmdError::other(failure.reply()));
+    }
     ctx.out.ok();
     Ok(())
 }

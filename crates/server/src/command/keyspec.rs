@@ -253,12 +253,7 @@ pub fn legacy_range(specs: &[KeySpec]) -> ((i64, i64, i64), bool) {
 /// them), else from the command's own key finding (`keys`, the positions
 /// `Keys` gives), as Redis then calls the command's getkeys function.
 pub fn keys_and_flags(specs: &[KeySpec], argv: &[&[u8]], keys: &[usize]) -> Vec<(usize, u16)> {
-    if specs.iter().all(|s| s.is_locatable() && s.flags & VARIABLE_FLAGS == 0) {
-        let mut found = Vec::new();
-        for s in specs.iter().filter(|s| s.flags & NOT_KEY == 0) {
-            let Some(indexes) = s.keys_in(argv) else { return Vec::new() };
-            found.extend(indexes.map(|i| (i, s.flags)));
-        }
+    if let Some(found) = keys_by_specs(specs, argv) {
         return found;
     }
     // A key no spec can place is one only the command finds, which Redis
@@ -274,6 +269,26 @@ pub fn keys_and_flags(specs: &[KeySpec], argv: &[&[u8]], keys: &[usize]) -> Vec<
             (i, flags & !(INCOMPLETE | VARIABLE_FLAGS))
         })
         .collect()
+}
+
+/// The keys the specs alone place, or None where Redis's
+/// `getKeysUsingKeySpecs` gives up for the command's own key finding: a
+/// spec that cannot place its keys, flags that depend on the arguments,
+/// or an INCOMPLETE spec that found some (MIGRATE's KEYS, whose list the
+/// options before it may hide).
+fn keys_by_specs(specs: &[KeySpec], argv: &[&[u8]]) -> Option<Vec<(usize, u16)>> {
+    if !specs.iter().all(|s| s.is_locatable() && s.flags & VARIABLE_FLAGS == 0) {
+        return None;
+    }
+    let mut found = Vec::new();
+    for s in specs.iter().filter(|s| s.flags & NOT_KEY == 0) {
+        let Some(indexes) = s.locate(argv) else { return Some(Vec::new()) };
+        if s.flags & INCOMPLETE != 0 && !indexes.is_empty() {
+            return None;
+        }
+        found.extend(indexes.step_by(s.step()).map(|i| (i, s.flags)));
+    }
+    Some(found)
 }
 
 #[cfg(test)]

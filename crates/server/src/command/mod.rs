@@ -128,6 +128,9 @@ pub mod flags {
     pub const NO_ASYNC_LOADING: u32 = 1 << 15;
     /// A command whose key arguments may all be absent (EVAL with 0 keys).
     pub const NO_MANDATORY_KEYS: u32 = 1 << 16;
+    /// Redis's `asking`: in cluster mode the command is served for a slot
+    /// being imported after ASKING (RESTORE-ASKING); nothing outside it.
+    pub const ASKING: u32 = 1 << 17;
     /// Keel's own: the command touches keys it cannot name up front
     /// (KEYS, DBSIZE, FLUSHALL...), so it locks every shard.
     pub const ALL_SHARDS: u32 = 1 << 24;
@@ -146,6 +149,7 @@ pub mod flags {
         (STALE, "stale"),
         (SKIP_MONITOR, "skip_monitor"),
         (SKIP_SLOWLOG, "skip_slowlog"),
+        (ASKING, "asking"),
         (FAST, "fast"),
         (NO_AUTH, "no_auth"),
         (NO_MANDATORY_KEYS, "no_mandatory_keys"),

@@ -531,10 +531,10 @@ fn write_section(ctx: &mut Ctx<'_>, section: &str, out: &mut String) {
             field!(out, "pubsub_channels", server.pubsub.len(crate::pubsub::Kind::Channel));
             field!(out, "pubsub_patterns", server.pubsub.len(crate::pubsub::Kind::Pattern));
             field!(out, "pubsubshard_channels", server.pubsub.len(crate::pubsub::Kind::Shard));
+            field!(out, "latest_fork_usec", 0);
+            field!(out, "total_forks", 0);
+            field!(out, "migrate_cached_sockets", server.migrate.len());
             for name in [
-                "latest_fork_usec",
-                "total_forks",
-                "migrate_cached_sockets",
                 "slave_expires_tracked_keys",
                 "active_defrag_hits",
                 "active_defrag_misses",
