@@ -165,6 +165,11 @@ pub struct Client {
     /// the running command began (Redis's `pre_command_oom_state`): it,
     /// and the commands a script it runs calls, may not grow memory.
     pub oom: bool,
+    /// ASKING: the next command may touch a slot this node is importing
+    /// (cleared after it, outside MULTI).
+    pub asking: bool,
+    /// READONLY: a replica serves reads of its master's slots.
+    pub readonly: bool,
 }
 
 impl Client {
@@ -191,6 +196,8 @@ impl Client {
             handoff: None,
             pushed_to: 0,
             oom: false,
+            asking: false,
+            readonly: false,
         }
     }
 

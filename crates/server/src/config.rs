@@ -278,6 +278,8 @@ pub struct Config {
     pub aof_disable_auto_gc: bool,
     /// The `*-max-listpack-*` thresholds of the collection encodings.
     pub encoding: keel_engine::EncodingLimits,
+    /// Cluster mode's settings (`cluster-*`, `crate::cluster`).
+    pub cluster: ClusterSettings,
     /// The file the configuration was read from, absolute (CONFIG REWRITE
     /// writes it back; INFO config_file shows it).
     pub config_file: Option<PathBuf>,
@@ -306,6 +308,58 @@ pub struct Config {
     /// every channel (`allchannels`) or none (`resetchannels`, 7.0's
     /// default).
     pub acl_pubsub_default: String,
+}
+
+/// The `cluster-*` settings, with Redis 7.0's names and defaults.
+#[derive(Debug, Clone)]
+pub struct ClusterSettings {
+    /// `cluster-enabled`: the node serves its slots only, and talks to the
+    /// others on the cluster bus.
+    pub enabled: bool,
+    /// `cluster-config-file`: the node's view of the cluster (nodes.conf),
+    /// written by the node itself, relative to `dir`.
+    pub config_file: String,
+    /// `cluster-node-timeout`, ms: how long a node may not answer before
+    /// it is suspected failing.
+    pub node_timeout: u64,
+    /// `cluster-port`: the bus port; 0 is the client port + 10000.
+    pub port: u16,
+    pub announce_ip: String,
+    pub announce_port: u16,
+    pub announce_bus_port: u16,
+    pub announce_hostname: String,
+    /// `cluster-preferred-endpoint-type`: ip, hostname or unknown-endpoint.
+    pub preferred_endpoint: String,
+    pub require_full_coverage: bool,
+    pub allow_reads_when_down: bool,
+    pub allow_pubsubshard_when_down: bool,
+    pub replica_validity_factor: u32,
+    pub migration_barrier: u32,
+    pub allow_replica_migration: bool,
+    pub replica_no_failover: bool,
+}
+
+impl Default for ClusterSettings {
+    fn default() -> ClusterSettings {
+        ClusterSettings {
+            enabled: false,
+            config_file: "nodes.conf".into(),
+            node_timeout: 15_000,
+            port: 0,
+            announce_ip: String::new(),
+            announce_port: 0,
+            announce_bus_port: 0,
+            announce_hostname: String::new(),
+            preferred_endpoint: "ip".into(),
+            require_full_coverage: true,
+            allow_reads_when_down: false,
+            allow_pubsubshard_when_down: true,
+            replica_validity_factor: 10,
+            migration_barrier: 1,
+            allow_replica_migration: true,
+            replica_no_failover: false,
+        }
+    }
 }
 
 impl Default for Config {
@@ -410,6 +464,7 @@ impl Default for Config {
             aof_rewrite_incremental_fsync: true,
             aof_disable_auto_gc: false,
             encoding: Default::default(),
+            cluster: Default::default(),
             config_file: None,
             replicaof: None,
             masterauth: None,
@@ -970,6 +1025,25 @@ pub static DIRECTIVES: &[Directive] = &[
     directive!("slave-read-only", true, bool, replica_read_only),
     directive!("replica-serve-stale-data", true, bool, replica_serve_stale_data),
     directive!("slave-serve-stale-data", true, bool, replica_serve_stale_data),
+    // Cluster mode (`crate::cluster`).
+    directive!("cluster-enabled", false, bool, cluster.enabled),
+    directive!("cluster-config-file", false, string, cluster.config_file),
+    directive!("cluster-node-timeout", true, num(0, i64::MAX as u64), cluster.node_timeout),
+    directive!("cluster-port", false, num(0, 65535), cluster.port),
+    directive!("cluster-announce-ip", true, string, cluster.announce_ip),
+    directive!("cluster-announce-port", true, num(0, 65535), cluster.announce_port),
+    directive!("cluster-announce-bus-port", true, num(0, 65535), cluster.announce_bus_port),
+    directive!("cluster-announce-hostname", true, string, cluster.announce_hostname),
+    directive!("cluster-preferred-endpoint-type", true, enum ["ip", "hostname", "unknown-endpoint"], cluster.preferred_endpoint),
+    directive!("cluster-require-full-coverage", true, bool, cluster.require_full_coverage),
+    directive!("cluster-allow-reads-when-down", true, bool, cluster.allow_reads_when_down),
+    directive!("cluster-allow-pubsubshard-when-down", true, bool, cluster.allow_pubsubshard_when_down),
+    directive!("cluster-replica-validity-factor", true, num(0, i32::MAX as u32), cluster.replica_validity_factor),
+    directive!("cluster-slave-validity-factor", true, num(0, i32::MAX as u32), cluster.replica_validity_factor),
+    directive!("cluster-migration-barrier", true, num(0, i32::MAX as u32), cluster.migration_barrier),
+    directive!("cluster-allow-replica-migration", true, bool, cluster.allow_replica_migration),
+    directive!("cluster-replica-no-failover", true, bool, cluster.replica_no_failover),
+    directive!("cluster-slave-no-failover", true, bool, cluster.replica_no_failover),
     // Features Keel does not have yet; their defaults ask for nothing.
     inert!("set-proc-title", "yes"),
     inert!("proc-title-template", "{title} {listen-addr} {server-mode}"),

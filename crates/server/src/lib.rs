@@ -46,6 +46,7 @@ pub mod behind;
 pub mod blocking;
 pub mod client;
 pub mod command;
+pub mod cluster;
 pub mod config;
 pub mod doorbell;
 pub mod give_way;
@@ -119,7 +120,14 @@ pub fn run(config: Config) -> io::Result<()> {
         Some((journal, replay)) => (Some(Arc::new(journal)), Some(replay)),
         None => (None, None),
     };
-    let server = Arc::new(Server::new(config, threads, journal));
+    let (cluster, bus) = match config.cluster.enabled {
+        true => {
+            let (cluster, bus) = cluster::Cluster::open(&config).map_err(io::Error::other)?;
+            (Some(cluster), Some(bus))
+        }
+        false => (None, None),
+    };
+    let server = Arc::new(Server::new(config, threads, journal, cluster));
     let users = server.acl.start(&server.config.read());
     users.map_err(io::Error::other)?;
     // Clients are accepted from the start: while the data loads they wait,
@@ -152,6 +160,11 @@ pub fn run(config: Config) -> io::Result<()> {
     let rewriter = rewrite::spawn(server.clone())?;
     let bgsaver = snapshot::spawn(server.clone())?;
     let replica_link = replica::spawn(server.clone())?;
+    if let (Some(cluster), Some(bus)) = (&server.cluster, bus) {
+        // What nodes.conf said of this node's master takes effect now.
+        cluster.with(&server, |_| ());
+        bus.spawn(server.clone())?;
+    }
     signals::spawn(server.clone())?;
     // Stops everything after a failed load; `main` logs the error.
     let fail = |e: String, handles: Vec<std::thread::JoinHandle<()>>| -> io::Result<()> {
@@ -252,7 +265,7 @@ fn show_banner(config: &Config) {
 /// another port when they read "Failed listening on port".
 /// One blocking listener on each `bind` address for `port` (a port served
 /// by a thread of its own, not by the workers).
-fn bind_plain(config: &Config, port: u16) -> io::Result<Vec<std::net::TcpListener>> {
+pub(crate) fn bind_plain(config: &Config, port: u16) -> io::Result<Vec<std::net::TcpListener>> {
     let mut listeners = Vec::new();
     for addr in &config.bind {
         let (optional, addr) = match addr.strip_prefix('-') {

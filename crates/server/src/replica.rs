@@ -382,6 +382,33 @@ pub fn replicaof(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     Ok(())
 }
 
+/// Cluster mode's REPLICAOF: follow `host:port` (a new master, or the same
+/// one at a new address).
+pub fn follow(server: &Server, host: String, port: u16) {
+    {
+        let mut config = server.config.write();
+        if config.replicaof.as_ref().is_some_and(|(h, p)| *h == host && *p == port) {
+            return;
+        }
+        config.replicaof = Some((host, port));
+        server.replica.mirror(&config);
+    }
+    set_master(server);
+}
+
+/// Cluster mode's REPLICAOF NO ONE (a replica won its election).
+pub fn stop_following(server: &Server) {
+    let was = {
+        let mut config = server.config.write();
+        let was = config.replicaof.take();
+        server.replica.mirror(&config);
+        was
+    };
+    if was.is_some() {
+        unset_master(server);
+    }
+}
+
 /// A new master: the link to the old one (if any) ends before the reply.
 /// What was processed stays the PSYNC's cursor, as Redis keeps its cached
 /// master (a new master that shares the history continues it).

@@ -266,6 +266,8 @@ pub struct Server {
     pub replica: crate::replica::Replica,
     /// The Lua script cache and the running script (`scripting`).
     pub scripts: crate::scripting::Scripts,
+    /// Cluster mode's state and bus, when `cluster-enabled` (`cluster`).
+    pub cluster: Option<Box<crate::cluster::Cluster>>,
 }
 
 /// Samples of the running totals taken every ~100 ms; the instantaneous
@@ -343,12 +345,18 @@ impl Server {
         config: Config,
         thread_count: usize,
         journal: Option<Arc<keel_journal::Journal>>,
+        cluster: Option<crate::cluster::Cluster>,
     ) -> Server {
         let command_count = crate::command::table().stat_count();
         // Enough shards that two threads rarely want the same lock at the
         // same instant, few enough that ALL_SHARDS commands stay cheap.
         let shards = (thread_count * 16).next_power_of_two().clamp(16, 1024);
-        let keyspace = Keyspace::new(shards, config.databases);
+        // A cluster node serves database 0 only, one shard per slot
+        // (`crate::cluster`).
+        let keyspace = match cluster {
+            Some(_) => Keyspace::new(keel_engine::slot::SLOTS, 1),
+            None => Keyspace::new(shards, config.databases),
+        };
         let run_id = crate::replication::random_id();
         let port = config.port;
         let config_fsync = config.appendfsync;
@@ -400,6 +408,7 @@ impl Server {
             rdb: Default::default(),
             replica: Default::default(),
             scripts: Default::default(),
+            cluster: cluster.map(Box::new),
         };
         server.mirror_config(&mirrored);
         server

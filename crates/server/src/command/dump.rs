@@ -238,7 +238,8 @@ fn migrate(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
         // In cluster mode Redis sends RESTORE-ASKING, which a target
         // importing the key's slot serves.
         let ttl = ttl_ms.to_string();
-        let mut restore: SmallVec<[&[u8]; 5]> = smallvec::smallvec![&b"RESTORE"[..], key, ttl.as_bytes(), payload.as_slice()];
+        let name: &[u8] = if ctx.server.cluster.is_some() { b"RESTORE-ASKING" } else { b"RESTORE" };
+        let mut restore: SmallVec<[&[u8]; 5]> = smallvec::smallvec![name, key, ttl.as_bytes(), payload.as_slice()];
         if replace {
             restore.push(&b"REPLACE"[..]);
         }

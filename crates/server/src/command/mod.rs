@@ -8,6 +8,7 @@
 
 pub mod bitmaps;
 pub mod blocking;
+pub mod cluster;
 pub mod connection;
 pub mod digest;
 pub mod dump;
@@ -398,6 +399,7 @@ pub fn table() -> &'static Table {
         let commands: Vec<&'static CommandSpec> = [
             connection::COMMANDS,
             server::COMMANDS,
+            cluster::COMMANDS,
             keys::COMMANDS,
             dump::COMMANDS,
             strings::COMMANDS,
@@ -826,6 +828,10 @@ pub fn execute(
     if client.info.kill.load(Ordering::Relaxed) {
         client.close_after_reply = true;
     }
+    // ASKING lasts one command, or one transaction.
+    if client.asking && client.multi.is_none() && !argv[0].eq_ignore_ascii_case(b"asking") {
+        client.asking = false;
+    }
     lsn
 }
 
@@ -884,6 +890,21 @@ fn dispatch(
                 multi.aborted = true;
             }
             return Err(CmdError::other(denied.error(spec)));
+        }
+    }
+    // Cluster mode: a key of another node's slot is redirected there;
+    // EXEC is judged by its whole transaction.
+    if server.cluster.is_some() && !client.is_master && !client.is_loader {
+        let exec = spec.name == "exec";
+        let queued = client.multi.as_ref().filter(|_| exec);
+        if let Some(error) = crate::cluster::redirect(server, client, spec, argv, queued) {
+            stats.commands[index].rejected_calls.fetch_add(1, Ordering::Relaxed);
+            if exec {
+                transactions::discard_state(server, client);
+            } else if let Some(multi) = client.multi.as_mut() {
+                multi.aborted = true;
+            }
+            return Err(CmdError::other(error));
         }
     }
     // As Redis, room is made under `maxmemory` before any command runs or

@@ -333,7 +333,7 @@ fn write_section(ctx: &mut Ctx<'_>, section: &str, out: &mut String) {
             field!(out, "redis_git_sha1", "00000000");
             field!(out, "redis_git_dirty", 0);
             field!(out, "redis_build_id", "0");
-            field!(out, "redis_mode", "standalone");
+            field!(out, "redis_mode", if server.cluster.is_some() { "cluster" } else { "standalone" });
             field!(out, "os", uname());
             field!(out, "arch_bits", usize::BITS);
             field!(out, "monotonic_clock", "POSIX clock_gettime");
@@ -670,7 +670,7 @@ fn write_section(ctx: &mut Ctx<'_>, section: &str, out: &mut String) {
         }
         "cluster" => {
             out.push_str("# Cluster\r\n");
-            field!(out, "cluster_enabled", 0);
+            field!(out, "cluster_enabled", u8::from(ctx.server.cluster.is_some()));
         }
         "keyspace" => {
             out.push_str("# Keyspace\r\n");

@@ -1,0 +1,503 @@
+//! Cluster mode (`cluster-enabled yes`), as Redis 7.0 runs it: the 16384
+//! hash slots are served by masters, each with its replicas; clients are
+//! redirected (-MOVED, -ASK) to the node serving a key's slot; the nodes
+//! talk on the cluster bus in Redis's own binary format (`keel-cluster`),
+//! so Keel and Redis nodes can form one cluster, and `redis-cli --cluster`
+//! creates, checks and reshards it.
+//!
+//! - [`state`]: the node's view (nodes, slots, epochs), the handling of
+//!   each bus message, failure detection and the replicas' election.
+//! - [`bus`]: the `keel-cluster-bus` thread: the bus listener, the links,
+//!   the 100 ms cron.
+//! - here: start-up (nodes.conf), the slot table the workers read without
+//!   a lock, the redirection of a command ([`redirect`]), and the effects
+//!   a change has on the rest of the server.
+//!
+//! The keyspace has one shard per slot in cluster mode (`Server::new`), so
+//! CLUSTER COUNTKEYSINSLOT is a length, GETKEYSINSLOT a walk of one table,
+//! and dropping a lost slot's keys empties one shard.
+
+pub mod bus;
+pub mod state;
+
+use std::fs::{self, File};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+
+use keel_cluster::{flags, NodeLine, NodeName, NodesFile, SLOTS};
+use keel_engine::slot::key_slot;
+use parking_lot::Mutex;
+
+use crate::client::{Client, Multi};
+use crate::command::CommandSpec;
+use crate::config::Config;
+use crate::server::{unix_ms, Server};
+use state::{Effect, Env, Node, State};
+
+/// The slot table's bits, per slot: what a command's check reads.
+const MINE: u8 = 1;
+const MIGRATING: u8 = 2;
+const IMPORTING: u8 = 4;
+/// Served by this replica's master (READONLY reads are served here).
+const MASTER_OWNS: u8 = 8;
+
+pub struct Cluster {
+    state: Mutex<State>,
+    /// Per slot, the bits above: mirrored from `state` after every change.
+    slots: Box<[AtomicU8]>,
+    ok: AtomicBool,
+    /// Wakes the bus thread (a MEET to send, a message to publish).
+    waker: mio::Waker,
+    /// PUBLISHes to send on the bus: kept apart from `state` because a
+    /// command that publishes may hold shard locks, which must never wait
+    /// for the cluster lock while the bus thread's own work needs them.
+    publishes: Mutex<Vec<(bool, Vec<u8>, Vec<u8>)>>,
+}
+
+/// Why cluster mode could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("Unrecoverable error: corrupted cluster config file \"{0}\": {1}")]
+    Corrupt(String, String),
+    #[error("Can't open the cluster config file {0}: {1}")]
+    Io(String, io::Error),
+    #[error("Can't bind the cluster bus port {0}: {1}")]
+    Bind(u16, io::Error),
+}
+
+impl Cluster {
+    /// Loads nodes.conf (or makes a new node) and binds the bus port.
+    pub fn open(config: &Config) -> Result<(Cluster, bus::Bus), StartError> {
+        let path = config.dir.join(&config.cluster.config_file);
+        let poll = mio::Poll::new().map_err(|e| StartError::Io(path.display().to_string(), e))?;
+        let waker = mio::Waker::new(poll.registry(), bus::WAKER)
+            .map_err(|e| StartError::Io(path.display().to_string(), e))?;
+        let registry = poll.registry().try_clone().map_err(|e| StartError::Io(path.display().to_string(), e))?;
+        let env = Env { now: unix_ms(), ..Env::default() };
+        let mut state = match fs::read_to_string(&path) {
+            Ok(text) if !text.trim().is_empty() => load(&text, path.clone(), registry, env)
+                .map_err(|e| StartError::Corrupt(path.display().to_string(), e))?,
+            Ok(_) => State::new(NodeName::random(), path.clone(), registry, env),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                let state = State::new(NodeName::random(), path.clone(), registry, env);
+                tracing::info!("No cluster configuration found, I'm {}", state.myself);
+                state
+            }
+            Err(e) => return Err(StartError::Io(path.display().to_string(), e)),
+        };
+        let bus_port = bus_port(config);
+        let listeners = crate::bind_plain(config, bus_port).map_err(|e| StartError::Bind(bus_port, e))?;
+        state.dirty = true;
+        save(&mut state).map_err(|e| StartError::Io(path.display().to_string(), e))?;
+        let cluster = Cluster {
+            state: Mutex::new(state),
+            slots: (0..SLOTS).map(|_| AtomicU8::new(0)).collect(),
+            ok: AtomicBool::new(false),
+            waker,
+            publishes: Mutex::new(Vec::new()),
+        };
+        cluster.mirror(&cluster.state.lock());
+        Ok((cluster, bus::Bus::new(poll, listeners)))
+    }
+
+    /// Runs `f` on the state under the lock, with the server's settings
+    /// read afresh; then saves what changed, mirrors the slot table and,
+    /// with the lock released, applies what `f` asked of the server.
+    pub fn with<R>(&self, server: &Server, f: impl FnOnce(&mut State) -> R) -> R {
+        let (result, effects) = {
+            let mut st = self.state.lock();
+            st.env = env(server, &st);
+            st.announce_myself();
+            let result = f(&mut st);
+            if st.update_state {
+                st.judge_state();
+            }
+            if st.dirty {
+                if let Err(e) = save(&mut st) {
+                    tracing::warn!("Could not save the cluster configuration: {e}");
+                }
+            }
+            self.mirror(&st);
+            (result, std::mem::take(&mut st.effects))
+        };
+        for effect in effects {
+            apply(server, effect);
+        }
+        result
+    }
+
+    fn mirror(&self, st: &State) {
+        let me = st.myself;
+        let master = st.me().master.filter(|_| st.me().is_replica());
+        for (slot, cell) in self.slots.iter().enumerate() {
+            let owner = st.owners[slot];
+            let mut bits = 0;
+            if owner == Some(me) {
+                bits |= MINE;
+            }
+            if owner.is_some() && owner == master {
+                bits |= MASTER_OWNS;
+            }
+            if st.migrating.contains_key(&(slot as u16)) {
+                bits |= MIGRATING;
+            }
+            if st.importing.contains_key(&(slot as u16)) {
+                bits |= IMPORTING;
+            }
+            cell.store(bits, Ordering::Relaxed);
+        }
+        self.ok.store(st.ok, Ordering::Relaxed);
+    }
+
+    /// Queues a PUBLISH (or SPUBLISH) for the other nodes.
+    pub fn publish(&self, shard: bool, channel: &[u8], message: &[u8]) {
+        self.publishes.lock().push((shard, channel.to_vec(), message.to_vec()));
+        let _ = self.waker.wake();
+    }
+
+    /// Asks the bus thread to look at the state now (a MEET to send).
+    pub fn wake(&self) {
+        let _ = self.waker.wake();
+    }
+
+    pub fn is_ok(&self) -> bool {
+        self.ok.load(Ordering::Relaxed)
+    }
+
+    pub fn serves(&self, slot: u16) -> bool {
+        self.slots[slot as usize].load(Ordering::Relaxed) & MINE != 0
+    }
+}
+
+/// The bus port: `cluster-port`, or the client port + 10000.
+pub fn bus_port(config: &Config) -> u16 {
+    match config.cluster.port {
+        0 => config.port.wrapping_add(10_000),
+        port => port,
+    }
+}
+
+fn env(server: &Server, st: &State) -> Env {
+    let config = server.config.read();
+    let c = &config.cluster;
+    let replica = st.me().is_replica().then(|| crate::replica::status(server)).flatten();
+    let (repl_offset, master_silence_ms) = match &replica {
+        Some(status) => {
+            let silence_s = if status.link_up { status.last_io_seconds_ago } else { status.link_down_since_seconds };
+            (status.offset.max(0) as u64, silence_s.max(0) as u64 * 1000)
+        }
+        None => (server.repl.end(), 0),
+    };
+    Env {
+        now: unix_ms(),
+        port: if c.announce_port != 0 { c.announce_port } else { config.port },
+        cport: if c.announce_bus_port != 0 { c.announce_bus_port } else { bus_port(&config) },
+        announce_ip: c.announce_ip.clone(),
+        hostname: c.announce_hostname.clone(),
+        node_timeout: c.node_timeout,
+        require_full_coverage: c.require_full_coverage,
+        replica_validity_factor: u64::from(c.replica_validity_factor),
+        repl_ping_period_s: config.repl_ping_replica_period,
+        replica_no_failover: c.replica_no_failover,
+        allow_replica_migration: c.allow_replica_migration,
+        repl_offset,
+        master_silence_ms,
+    }
+}
+
+fn apply(server: &Server, effect: Effect) {
+    match effect {
+        Effect::Follow(host, port) => crate::replica::follow(server, host, port),
+        Effect::StopFollowing => crate::replica::stop_following(server),
+        Effect::DropSlotKeys(slot) => {
+            let dropped = drop_slot_keys(server, slot);
+            if dropped > 0 {
+                tracing::warn!("Deleted {dropped} keys from slot {slot}: it is served by another node now");
+            }
+        }
+        Effect::Publish { shard, channel, message } => {
+            let kind = if shard { crate::pubsub::Kind::Shard } else { crate::pubsub::Kind::Channel };
+            let published = server.pubsub.publish(None, kind, &channel, &message);
+            crate::pubsub::deliver(server, published.others);
+        }
+        Effect::PauseWrites(until_ms) => {
+            server.pause_writes_only.store(true, Ordering::Relaxed);
+            server.pause_until_ms.fetch_max(until_ms, Ordering::AcqRel);
+        }
+        Effect::ResumeWrites(until_ms) => {
+            // Only the failover's own pause: a later CLIENT PAUSE stays.
+            let _ = server.pause_until_ms.compare_exchange(until_ms, 0, Ordering::AcqRel, Ordering::Relaxed);
+            server.broadcast(|| crate::client::Message::Resume);
+        }
+    }
+}
+
+/// Redis's delKeysInSlot: each key goes as a DEL in the journal and the
+/// replication stream, with its keyspace event.
+pub fn drop_slot_keys(server: &Server, slot: u16) -> usize {
+    let index = server.keyspace.shard_of_slot(slot);
+    let mut locked = server.keyspace.lock_one(index);
+    let shard = locked.shard(index);
+    let keys: Vec<Box<[u8]>> =
+        shard.db(0).iter().filter(|(k, _)| key_slot(k) == slot).map(|(k, _)| Box::from(k)).collect();
+    for key in &keys {
+        shard.db(0).remove(key);
+        shard.db(0).signal_modified(key);
+        if crate::durability::changes_logged(server) {
+            let (lsn, _) = crate::durability::append(server, 0, &[b"DEL".as_slice(), key], None);
+            shard.removed_lsn = shard.removed_lsn.max(lsn);
+        }
+        let mut out = Vec::new();
+        crate::notify::event(server, crate::notify::GENERIC, "del", key, 0, &mut out);
+        crate::pubsub::deliver(server, out);
+    }
+    keys.len()
+}
+
+/// How many keys `slot` holds.
+pub fn count_keys_in_slot(server: &Server, slot: u16) -> usize {
+    let index = server.keyspace.shard_of_slot(slot);
+    let mut locked = server.keyspace.lock_one(index);
+    let db = locked.shard(index).db(0);
+    if server.keyspace.shard_count() == SLOTS {
+        db.len()
+    } else {
+        db.iter().filter(|(k, _)| key_slot(k) == slot).count()
+    }
+}
+
+/// Keys in database `db`, every shard counted.
+pub fn keys_in_db(server: &Server, db: usize) -> usize {
+    (0..server.keyspace.shard_count()).map(|i| server.keyspace.lock_one(i).shard(i).db(db).len()).sum()
+}
+
+// ---- nodes.conf ----
+
+fn load(text: &str, path: PathBuf, registry: mio::Registry, env: Env) -> Result<State, String> {
+    let file = NodesFile::parse(text).map_err(|e| e.to_string())?;
+    let myself = file
+        .nodes
+        .iter()
+        .find(|n| n.flags & flags::MYSELF != 0)
+        .map(|n| n.name)
+        .ok_or_else(|| "no node is flagged myself".to_string())?;
+    let mut st = State::new(myself, path, registry, env);
+    st.current_epoch = file.current_epoch;
+    st.last_vote_epoch = file.last_vote_epoch;
+    for line in &file.nodes {
+        let mut node = Node::new(line.name, line.flags, st.env.now);
+        node.ip = line.ip.clone();
+        node.port = line.port;
+        node.cport = line.cport;
+        node.hostname = line.hostname.clone().unwrap_or_default();
+        node.master = line.master;
+        node.config_epoch = line.config_epoch;
+        // As Redis: a loaded node is not trusted to be reachable.
+        node.ping_sent = 0;
+        node.pong_received = line.pong_received_ms;
+        if node.name != myself {
+            node.flags &= !(flags::MYSELF | flags::PFAIL);
+        }
+        st.nodes.insert(node.name, node);
+    }
+    for line in &file.nodes {
+        for &(from, to) in &line.slots {
+            for slot in from..=to {
+                st.add_slot(line.name, slot);
+            }
+        }
+        if line.name == myself {
+            st.migrating.extend(line.migrating.iter().copied());
+            st.importing.extend(line.importing.iter().copied());
+        }
+    }
+    if st.me().is_replica() {
+        if let Some(master) = st.me().master.and_then(|m| st.nodes.get(&m)) {
+            st.effects.push(Effect::Follow(master.ip.clone(), master.port));
+        }
+    }
+    Ok(st)
+}
+
+/// The node as CLUSTER NODES and nodes.conf describe it.
+pub fn node_line(st: &State, node: &Node) -> NodeLine {
+    let me = node.name == st.myself;
+    NodeLine {
+        name: node.name,
+        ip: node.ip.clone(),
+        port: node.port,
+        cport: node.cport,
+        hostname: Some(node.hostname.clone()).filter(|h| !h.is_empty()),
+        flags: node.flags,
+        master: node.master.filter(|_| node.is_replica()),
+        ping_sent_ms: node.ping_sent,
+        pong_received_ms: node.pong_received,
+        config_epoch: node.config_epoch,
+        connected: me || node.link.is_some(),
+        slots: node.slots.ranges(),
+        migrating: if me { st.migrating.iter().map(|(s, n)| (*s, *n)).collect() } else { Vec::new() },
+        importing: if me { st.importing.iter().map(|(s, n)| (*s, *n)).collect() } else { Vec::new() },
+    }
+}
+
+/// Every node's line, myself first as Redis lists them... in the order of
+/// Redis's dict is arbitrary; Keel lists myself first, then by name.
+pub fn nodes_file(st: &State) -> NodesFile {
+    let mut nodes: Vec<&Node> = st.nodes.values().filter(|n| !n.in_handshake() || n.name == st.myself).collect();
+    nodes.sort_by_key(|n| (n.name != st.myself, n.name));
+    NodesFile {
+        nodes: nodes.into_iter().map(|n| node_line(st, n)).collect(),
+        current_epoch: st.current_epoch,
+        last_vote_epoch: st.last_vote_epoch,
+    }
+}
+
+/// Writes nodes.conf whole, to a temporary file renamed over it. Synced
+/// (file and directory) when an epoch or a vote changed, as Redis syncs
+/// then: a vote given twice, or an epoch reused, could elect two masters.
+pub fn save(st: &mut State) -> io::Result<()> {
+    let text = nodes_file(st).write();
+    let epochs = (st.current_epoch, st.last_vote_epoch, st.me().config_epoch);
+    let sync = epochs != st.saved_epochs;
+    write_file(&st.path, text.as_bytes(), sync)?;
+    st.saved_epochs = epochs;
+    st.dirty = false;
+    Ok(())
+}
+
+fn write_file(path: &Path, bytes: &[u8], sync: bool) -> io::Result<()> {
+    let tmp = path.with_extension("tmp-keel");
+    let mut file = File::create(&tmp)?;
+    file.write_all(bytes)?;
+    if sync {
+        file.sync_all()?;
+    }
+    fs::rename(&tmp, path)?;
+    if sync {
+        if let Some(dir) = path.parent() {
+            File::open(if dir.as_os_str().is_empty() { Path::new(".") } else { dir })?.sync_all()?;
+        }
+    }
+    Ok(())
+}
+
+// ---- Redirection ----
+
+/// Redis's getNodeByQuery and clusterRedirectClient: the error that sends
+/// the command elsewhere, if it must go elsewhere. `queued` is EXEC's
+/// transaction. None: run it here.
+pub fn redirect(server: &Server, client: &Client, spec: &CommandSpec, argv: &[&[u8]], queued: Option<&Multi>) -> Option<String> {
+    let cluster = server.cluster.as_ref()?;
+    let mut first: Option<&[u8]> = None;
+    let mut slot = 0u16;
+    let mut multiple_keys = false;
+    let mut keys: Vec<&[u8]> = Vec::new();
+    let mut any_write = spec.has(crate::command::flags::WRITE);
+    let commands: Vec<(&CommandSpec, Vec<&[u8]>)> = match queued {
+        Some(multi) => multi
+            .queued
+            .iter()
+            .filter_map(|args| {
+                let argv: Vec<&[u8]> = args.iter().map(|a| a.as_slice()).collect();
+                crate::command::resolve(&argv).ok().map(|(_, s)| (s, argv))
+            })
+            .collect(),
+        None => vec![(spec, argv.to_vec())],
+    };
+    let shard_pubsub = matches!(spec.name, "ssubscribe" | "sunsubscribe" | "spublish");
+    for (spec, argv) in &commands {
+        any_write |= spec.has(crate::command::flags::WRITE);
+        for at in spec.key_indexes(argv) {
+            let key = argv[at];
+            match first {
+                None => {
+                    first = Some(key);
+                    slot = key_slot(key);
+                }
+                Some(f) if f != key => {
+                    if key_slot(key) != slot {
+                        return Some("CROSSSLOT Keys in request don't hash to the same slot".into());
+                    }
+                    multiple_keys = true;
+                }
+                Some(_) => {}
+            }
+            keys.push(key);
+        }
+    }
+    let first = first?;
+    let _ = first;
+    let bits = cluster.slots[slot as usize].load(Ordering::Relaxed);
+    let ok = cluster.is_ok();
+    // The common case: a slot of ours, stable, a healthy cluster.
+    if bits == MINE && ok {
+        return None;
+    }
+    let (owner_addr, migrating_to, config) = {
+        let st = cluster.state.lock();
+        let addr = |name: &NodeName| st.nodes.get(name).map(|n| format!("{}:{}", n.ip, n.port));
+        let owner = st.owners[slot as usize];
+        (
+            owner.map(|o| addr(&o)),
+            st.migrating.get(&slot).and_then(addr),
+            (
+                server.config.read().cluster.allow_reads_when_down,
+                server.config.read().cluster.allow_pubsubshard_when_down,
+            ),
+        )
+    };
+    let Some(owner_addr) = owner_addr else {
+        return Some("CLUSTERDOWN Hash slot not served".into());
+    };
+    if !ok {
+        let (reads_when_down, pubsub_when_down) = config;
+        if shard_pubsub {
+            if !pubsub_when_down {
+                return Some("CLUSTERDOWN The cluster is down".into());
+            }
+        } else if !reads_when_down {
+            return Some("CLUSTERDOWN The cluster is down".into());
+        } else if any_write {
+            return Some("CLUSTERDOWN The cluster is down and only accepts read commands".into());
+        }
+    }
+    let migrating = bits & MINE != 0 && bits & MIGRATING != 0;
+    let importing = bits & MINE == 0 && bits & IMPORTING != 0;
+    if (migrating || importing) && spec.name == "migrate" {
+        return None;
+    }
+    let (mut missing, mut existing) = (0, 0);
+    if (migrating || importing) && !shard_pubsub {
+        let index = server.keyspace.shard_of_slot(slot);
+        let mut locked = server.keyspace.lock_one(index);
+        let db = locked.shard(index).db(0);
+        for key in &keys {
+            if db.peek(key).is_some() {
+                existing += 1;
+            } else {
+                missing += 1;
+            }
+        }
+    }
+    if migrating && missing > 0 {
+        if existing > 0 {
+            return Some("TRYAGAIN Multiple keys request during rehashing of slot".into());
+        }
+        return migrating_to.map(|to| format!("ASK {slot} {to}"));
+    }
+    let asking = client.asking || spec.has(crate::command::flags::ASKING);
+    if importing && asking {
+        if multiple_keys && missing > 0 {
+            return Some("TRYAGAIN Multiple keys request during rehashing of slot".into());
+        }
+        return None;
+    }
+    if (client.readonly || shard_pubsub) && !any_write && bits & MASTER_OWNS != 0 {
+        return None;
+    }
+    if bits & MINE != 0 {
+        return None;
+    }
+    owner_addr.map(|to| format!("MOVED {slot} {to}"))
+}
