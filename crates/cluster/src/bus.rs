@@ -175,8 +175,9 @@ pub struct Gossip {
 }
 
 /// A ping extension. Redis 7.0 sends only the hostname
-/// (`cluster-announce-hostname`); extensions of other types are skipped
-/// on decoding, as Redis skips them.
+/// (`cluster-announce-hostname`, which holds no NUL: the wire ends it
+/// with one); extensions of other types are skipped on decoding, as Redis
+/// skips them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Extension {
     Hostname(String),
@@ -394,6 +395,8 @@ impl Message {
                 if mflags_bytes[0] & mflags::EXT_DATA != 0 {
                     for _ in 0..extension_count {
                         let left = frame.len() - at;
+                        // Redis reads an absent extension's header past
+                        // the packet; here it is one too long for it.
                         if left < EXT_HEADER_LEN {
                             return Err(BusError::ExtensionTooLong { length: EXT_HEADER_LEN as u32, left });
                         }

@@ -86,12 +86,14 @@ impl Redis {
     }
 }
 
-/// Reads one whole frame, cut with `frame_len`, and decodes it.
+/// Reads one whole frame, cut with `frame_len`, and decodes it. Encoding
+/// the message gives Redis's bytes back exactly.
 fn read_message(conn: &mut TcpStream, buf: &mut Vec<u8>) -> Message {
     loop {
         if let Some(len) = frame_len(buf).unwrap() {
             if buf.len() >= len {
                 let message = Message::decode(&buf[..len]).unwrap();
+                assert_eq!(message.encode(), buf[..len], "{message:?}");
                 buf.drain(..len);
                 return message;
             }
