@@ -345,6 +345,10 @@ pub fn info(server: &Server, out: &mut String) {
 /// `replicaofCommand`.
 pub fn replicaof(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     let server = ctx.server;
+    // A cluster node follows the master CLUSTER REPLICATE names.
+    if server.cluster.is_some() {
+        return Err(CmdError::other("ERR REPLICAOF not allowed in cluster mode."));
+    }
     let who = || command::connection::client_line(&ctx.client.info, unix_ms());
     if eq(argv[1], "no") && eq(argv[2], "one") {
         let was = {

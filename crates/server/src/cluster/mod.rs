@@ -28,6 +28,7 @@ use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use keel_cluster::{flags, NodeLine, NodeName, NodesFile, SLOTS};
 use keel_engine::slot::key_slot;
 use parking_lot::Mutex;
+use smallvec::SmallVec;
 
 use crate::client::{Client, Multi};
 use crate::command::CommandSpec;
@@ -41,6 +42,8 @@ const MIGRATING: u8 = 2;
 const IMPORTING: u8 = 4;
 /// Served by this replica's master (READONLY reads are served here).
 const MASTER_OWNS: u8 = 8;
+/// Served by some node.
+const ASSIGNED: u8 = 16;
 
 pub struct Cluster {
     state: Mutex<State>,
@@ -133,6 +136,9 @@ impl Cluster {
         for (slot, cell) in self.slots.iter().enumerate() {
             let owner = st.owners[slot];
             let mut bits = 0;
+            if owner.is_some() {
+                bits |= ASSIGNED;
+            }
             if owner == Some(me) {
                 bits |= MINE;
             }
@@ -387,51 +393,61 @@ fn write_file(path: &Path, bytes: &[u8], sync: bool) -> io::Result<()> {
 /// Redis's getNodeByQuery and clusterRedirectClient: the error that sends
 /// the command elsewhere, if it must go elsewhere. `queued` is EXEC's
 /// transaction. None: run it here.
-pub fn redirect(server: &Server, client: &Client, spec: &CommandSpec, argv: &[&[u8]], queued: Option<&Multi>) -> Option<String> {
+pub fn redirect<'a>(
+    server: &Server,
+    client: &Client,
+    spec: &CommandSpec,
+    argv: &[&'a [u8]],
+    queued: Option<&'a Multi>,
+) -> Option<String> {
     let cluster = server.cluster.as_ref()?;
     let mut first: Option<&[u8]> = None;
     let mut slot = 0u16;
     let mut multiple_keys = false;
-    let mut keys: Vec<&[u8]> = Vec::new();
+    let mut keys: SmallVec<[&[u8]; 4]> = SmallVec::new();
     let mut any_write = spec.has(crate::command::flags::WRITE);
-    let commands: Vec<(&CommandSpec, Vec<&[u8]>)> = match queued {
-        Some(multi) => multi
-            .queued
-            .iter()
-            .filter_map(|args| {
-                let argv: Vec<&[u8]> = args.iter().map(|a| a.as_slice()).collect();
-                crate::command::resolve(&argv).ok().map(|(_, s)| (s, argv))
-            })
-            .collect(),
-        None => vec![(spec, argv.to_vec())],
-    };
-    let shard_pubsub = matches!(spec.name, "ssubscribe" | "sunsubscribe" | "spublish");
-    for (spec, argv) in &commands {
-        any_write |= spec.has(crate::command::flags::WRITE);
-        for at in spec.key_indexes(argv) {
-            let key = argv[at];
-            match first {
-                None => {
-                    first = Some(key);
-                    slot = key_slot(key);
+    // Each key of the command (or of every queued one), in order, as
+    // Redis's getNodeByQuery visits them.
+    let mut visit = |key: &'a [u8]| -> Result<(), String> {
+        match first {
+            None => {
+                first = Some(key);
+                slot = key_slot(key);
+                // As Redis, an unserved first key answers before any
+                // other key is looked at.
+                if cluster.slots[slot as usize].load(Ordering::Relaxed) & ASSIGNED == 0 {
+                    return Err("CLUSTERDOWN Hash slot not served".into());
                 }
-                Some(f) if f != key => {
-                    if key_slot(key) != slot {
-                        return Some("CROSSSLOT Keys in request don't hash to the same slot".into());
-                    }
-                    multiple_keys = true;
-                }
-                Some(_) => {}
             }
-            keys.push(key);
+            Some(f) if f != key => {
+                if key_slot(key) != slot {
+                    return Err("CROSSSLOT Keys in request don't hash to the same slot".into());
+                }
+                multiple_keys = true;
+            }
+            Some(_) => {}
         }
+        keys.push(key);
+        Ok(())
+    };
+    let visited = match queued {
+        Some(multi) => multi.queued.iter().try_for_each(|args| {
+            let argv: SmallVec<[&[u8]; 8]> = args.iter().map(|a| a.as_slice()).collect();
+            let Ok((_, spec)) = crate::command::resolve(&argv) else { return Ok(()) };
+            any_write |= spec.has(crate::command::flags::WRITE);
+            spec.key_indexes(&argv).into_iter().try_for_each(|at| visit(args[at].as_slice()))
+        }),
+        None => spec.key_indexes(argv).into_iter().try_for_each(|at| visit(argv[at])),
+    };
+    if let Err(e) = visited {
+        return Some(e);
     }
-    let first = first?;
-    let _ = first;
+    let shard_pubsub = matches!(spec.name, "ssubscribe" | "sunsubscribe" | "spublish");
+    first?;
     let bits = cluster.slots[slot as usize].load(Ordering::Relaxed);
     let ok = cluster.is_ok();
     // The common case: a slot of ours, stable, a healthy cluster.
-    if bits == MINE && ok {
+    if bits == MINE | ASSIGNED && ok {
         return None;
     }
     let (owner_addr, migrating_to, config) = {

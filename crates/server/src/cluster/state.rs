@@ -246,7 +246,8 @@ impl State {
             migrating: BTreeMap::new(),
             importing: BTreeMap::new(),
             ok: false,
-            size: 0,
+            // As Redis's clusterInit, until the first judgement counts.
+            size: 1,
             blacklist: HashMap::new(),
             links: HashMap::new(),
             next_link: FIRST_LINK,
@@ -1409,7 +1410,9 @@ impl State {
         if self.manual.end == 0 || self.manual.can_start {
             return;
         }
-        if self.manual.master_offset == Some(self.env.repl_offset) {
+        // At least (Redis: exactly) the paused master's offset: a PING the
+        // master's stream carries after it adds nothing to wait for.
+        if self.manual.master_offset.is_some_and(|offset| self.env.repl_offset >= offset) {
             self.manual.can_start = true;
             tracing::warn!("All master replication stream processed, manual failover can start.");
         }

@@ -86,6 +86,9 @@ fn echo(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
 
 fn select(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     let index = i64_arg(argv[1])?;
+    if ctx.server.cluster.is_some() && index != 0 {
+        return Err(CmdError::other("ERR SELECT is not allowed in cluster mode"));
+    }
     if index < 0 || index as usize >= ctx.server.keyspace.databases() {
         return Err(CmdError::DbIndexOutOfRange);
     }

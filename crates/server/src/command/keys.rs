@@ -494,6 +494,9 @@ fn rename_generic(ctx: &mut Ctx<'_>, argv: &[&[u8]], nx: bool) -> CmdResult {
 }
 
 fn move_(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
+    if ctx.server.cluster.is_some() {
+        return Err(CmdError::other("ERR MOVE is not allowed in cluster mode"));
+    }
     let key = argv[1];
     let now = ctx.now_ms;
     let target = int_arg(argv[2], None)?;
@@ -539,6 +542,9 @@ fn copy(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
             return Err(CmdError::Syntax);
         }
         j += 1;
+    }
+    if ctx.server.cluster.is_some() && (source != 0 || target != 0) {
+        return Err(CmdError::other("ERR Copying to another database is not allowed in cluster mode"));
     }
     if source == target && src == dst {
         return Err(CmdError::other(SAME_OBJECT));
@@ -859,6 +865,9 @@ fn object_help(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
 // ------------------------------------------------ SWAPDB, FLUSHDB, FLUSHALL
 
 fn swapdb(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
+    if ctx.server.cluster.is_some() {
+        return Err(CmdError::other("ERR SWAPDB is not allowed in cluster mode"));
+    }
     let a = int_arg(argv[1], Some("ERR invalid first DB index"))?;
     let b = int_arg(argv[2], Some("ERR invalid second DB index"))?;
     let (a, b) = (db_index(ctx, a)?, db_index(ctx, b)?);

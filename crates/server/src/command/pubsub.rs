@@ -154,9 +154,13 @@ fn spublish(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
 /// others leave with the command (`Ctx::published`), once what it
 /// depends on is logged.
 fn publish_to(ctx: &mut Ctx<'_>, kind: Kind, channel: &[u8], message: &[u8]) -> CmdResult {
-    // Replicas publish it to their own subscribers, as Redis's do; the
-    // journal keeps no message.
-    if ctx.server.repl.feeding() {
+    // A cluster's other nodes hear it on the bus (all of them, or for
+    // SPUBLISH the slot's master and replicas), as Redis's
+    // clusterPropagatePublish; replicas outside a cluster publish it to
+    // their own subscribers, as Redis's do. The journal keeps no message.
+    if let Some(cluster) = &ctx.server.cluster {
+        cluster.publish(kind == Kind::Shard, channel, message);
+    } else if ctx.server.repl.feeding() {
         ctx.durability.forced = true;
         ctx.durability.replicas_only = true;
     }
