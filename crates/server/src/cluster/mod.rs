@@ -131,27 +131,26 @@ impl Cluster {
     }
 
     fn mirror(&self, st: &State) {
-        let me = st.myself;
+        let me = Some(st.myself);
         let master = st.me().master.filter(|_| st.me().is_replica());
-        for (slot, cell) in self.slots.iter().enumerate() {
-            let owner = st.owners[slot];
+        for (cell, owner) in self.slots.iter().zip(&st.owners) {
             let mut bits = 0;
             if owner.is_some() {
                 bits |= ASSIGNED;
-            }
-            if owner == Some(me) {
-                bits |= MINE;
-            }
-            if owner.is_some() && owner == master {
-                bits |= MASTER_OWNS;
-            }
-            if st.migrating.contains_key(&(slot as u16)) {
-                bits |= MIGRATING;
-            }
-            if st.importing.contains_key(&(slot as u16)) {
-                bits |= IMPORTING;
+                if *owner == me {
+                    bits |= MINE;
+                }
+                if *owner == master {
+                    bits |= MASTER_OWNS;
+                }
             }
             cell.store(bits, Ordering::Relaxed);
+        }
+        for slot in st.migrating.keys() {
+            self.slots[*slot as usize].fetch_or(MIGRATING, Ordering::Relaxed);
+        }
+        for slot in st.importing.keys() {
+            self.slots[*slot as usize].fetch_or(IMPORTING, Ordering::Relaxed);
         }
         self.ok.store(st.ok, Ordering::Relaxed);
     }
@@ -359,31 +358,49 @@ pub fn nodes_file(st: &State) -> NodesFile {
     }
 }
 
-/// Writes nodes.conf whole, to a temporary file renamed over it. Synced
-/// (file and directory) when an epoch or a vote changed, as Redis syncs
-/// then: a vote given twice, or an epoch reused, could elect two masters.
+/// Writes nodes.conf. When an epoch or a vote changed it goes to a
+/// temporary file, synced, renamed over the old one, the directory synced:
+/// a vote given twice, or an epoch reused, could elect two masters. Other
+/// changes (slots, addresses, flags), which gossip restores, are written
+/// over the old file in place without a sync, as Redis's
+/// clusterSaveConfig does: a rename makes the file system write its data
+/// out, and resharding saves after each of its thousands of commands.
 pub fn save(st: &mut State) -> io::Result<()> {
     let text = nodes_file(st).write();
     let epochs = (st.current_epoch, st.last_vote_epoch, st.me().config_epoch);
-    let sync = epochs != st.saved_epochs;
-    write_file(&st.path, text.as_bytes(), sync)?;
+    if epochs != st.saved_epochs {
+        write_synced(&st.path, text.as_bytes())?;
+    } else {
+        write_in_place(&st.path, text.as_bytes())?;
+    }
     st.saved_epochs = epochs;
     st.dirty = false;
     Ok(())
 }
 
-fn write_file(path: &Path, bytes: &[u8], sync: bool) -> io::Result<()> {
+fn write_synced(path: &Path, bytes: &[u8]) -> io::Result<()> {
     let tmp = path.with_extension("tmp-keel");
     let mut file = File::create(&tmp)?;
     file.write_all(bytes)?;
-    if sync {
-        file.sync_all()?;
-    }
+    file.sync_all()?;
     fs::rename(&tmp, path)?;
-    if sync {
-        if let Some(dir) = path.parent() {
-            File::open(if dir.as_os_str().is_empty() { Path::new(".") } else { dir })?.sync_all()?;
-        }
+    if let Some(dir) = path.parent() {
+        File::open(if dir.as_os_str().is_empty() { Path::new(".") } else { dir })?.sync_all()?;
+    }
+    Ok(())
+}
+
+/// Overwrites from the start, padding with newlines to the old length,
+/// then cuts the padding: the file is never shorter than a whole
+/// description while it is written.
+fn write_in_place(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let mut file = fs::OpenOptions::new().write(true).create(true).truncate(false).open(path)?;
+    let old_len = file.metadata()?.len() as usize;
+    let mut padded = bytes.to_vec();
+    padded.resize(old_len.max(bytes.len()), b'\n');
+    file.write_all(&padded)?;
+    if padded.len() > bytes.len() {
+        file.set_len(bytes.len() as u64)?;
     }
     Ok(())
 }

@@ -1218,7 +1218,8 @@ impl State {
         }
         let mut ok = true;
         if self.env.require_full_coverage {
-            ok = self.owners.iter().all(|o| o.is_some_and(|o| self.nodes.get(&o).is_some_and(|n| !n.failed())));
+            let failed: Vec<NodeName> = self.nodes.values().filter(|n| n.failed()).map(|n| n.name).collect();
+            ok = self.owners.iter().all(|o| o.is_some_and(|o| !failed.contains(&o)));
         }
         let masters = self.nodes.values().filter(|n| n.is_master() && n.numslots > 0);
         let (mut size, mut reachable) = (0, 0);
