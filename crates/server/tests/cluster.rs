@@ -208,6 +208,14 @@ fn three_masters_redirect_clients_and_agree() {
     assert_eq!(nodes[2].client().cmd("MSET {foo}a 1 {foo}b 2"), ok());
     assert_eq!(nodes[2].client().cmd("CLUSTER COUNTKEYSINSLOT 12182"), int(3));
     assert_eq!(nodes[2].client().cmd("SELECT 1"), err("ERR SELECT is not allowed in cluster mode"));
+    // A script may touch this node's keys of one slot, unless its flags say.
+    let script = "#!lua\nredis.call('get', 'foo'); return redis.call('get', 'a')";
+    let reply = text_of_error(&nodes[2].client().send(&["EVAL", script, "0"]));
+    assert!(reply.starts_with("ERR Script attempted to access keys that do not hash to the same slot"), "{reply}");
+    let script = "#!lua flags=allow-cross-slot-keys\nredis.call('get', 'foo'); return redis.call('get', 'a')";
+    assert_eq!(nodes[2].client().send(&["EVAL", script, "0"]), Frame::Null);
+    let reply = text_of_error(&nodes[0].client().send(&["EVAL", "return redis.call('get', 'foo')", "0"]));
+    assert!(reply.starts_with("ERR Script attempted to access a non local key in a cluster node"), "{reply}");
     // A transaction is judged whole at EXEC.
     let mut c = nodes[0].client();
     assert_eq!(c.cmd("MULTI"), ok());
@@ -235,6 +243,13 @@ fn three_masters_redirect_clients_and_agree() {
     sub.cmd("SUBSCRIBE news");
     assert_eq!(nodes[0].client().cmd("PUBLISH news hello"), int(0));
     assert_eq!(sub.read(), Frame::Array(vec![bulk("message"), bulk("news"), bulk("hello")]));
+}
+
+fn text_of_error(frame: &Frame) -> String {
+    match frame {
+        Frame::Error(e) => String::from_utf8_lossy(e).into_owned(),
+        other => panic!("expected an error, got {other:?}"),
+    }
 }
 
 fn sorted_slots(frame: &Frame) -> Vec<String> {
@@ -525,6 +540,11 @@ fn a_lone_node_answers_as_redis_does() {
         "READWRITE",
         "ASKING",
         "INFO cluster",
+        // Arguments with spaces: split at '|'.
+        "EVAL|return redis.call('get', KEYS[1])|1|foo",
+        "EVAL|return 1|0",
+        "EVAL|return redis.call('get', 'x')|0",
+        "EVAL|#!lua\nreturn redis.call('get', 'x')|0",
     ];
     let run = |node: &Node| -> Vec<String> {
         let id = node.id();
@@ -538,7 +558,7 @@ fn a_lone_node_answers_as_redis_does() {
             .iter()
             .map(|line| {
                 let line = line.replace("MYID", &id).replace("OTHER", other);
-                let argv: Vec<&str> = line.split(' ').collect();
+                let argv: Vec<&str> = if line.contains('|') { line.split('|').collect() } else { line.split(' ').collect() };
                 mask(render(&c.send(&argv)))
             })
             .collect()

@@ -277,6 +277,52 @@ pub fn keys_in_db(server: &Server, db: usize) -> usize {
     (0..server.keyspace.shard_count()).map(|i| server.keyspace.lock_one(i).shard(i).db(db).len()).sum()
 }
 
+/// Whether `key` is in database 0, its shard locked for the look.
+pub fn key_exists(server: &Server, key: &[u8]) -> bool {
+    let index = server.keyspace.shard_of_key(key);
+    server.keyspace.lock_one(index).shard(index).db(0).peek(key).is_some()
+}
+
+/// Redis's scriptVerifyClusterState: a command a script calls must touch
+/// keys this node serves and, unless the script allows cross-slot keys,
+/// keys of one slot (`slot`: the one the script's keys so far hashed to).
+pub fn script_refusal(
+    ctx: &mut crate::command::Ctx<'_>,
+    spec: &CommandSpec,
+    argv: &[&[u8]],
+    slot: &std::cell::Cell<Option<u16>>,
+    allow_cross_slot: bool,
+) -> Option<&'static str> {
+    let server = ctx.server;
+    if server.cluster.is_none() || ctx.client.is_master || ctx.client.is_loader {
+        return None;
+    }
+    // The script holds every shard: keys are looked up through its locks.
+    let dbs = &mut ctx.dbs;
+    if let Some(error) = redirect(server, ctx.client, spec, argv, None, |key| dbs.of_in(0, key).peek(key).is_some()) {
+        return Some(match error.as_str() {
+            "CLUSTERDOWN The cluster is down and only accepts read commands" => {
+                "Script attempted to execute a write command while the cluster is down and readonly"
+            }
+            "CLUSTERDOWN The cluster is down" => "Script attempted to execute a command while the cluster is down",
+            _ => "Script attempted to access a non local key in a cluster node",
+        });
+    }
+    if !allow_cross_slot {
+        if let Some(&at) = spec.key_indexes(argv).first() {
+            let this = key_slot(argv[at]);
+            match slot.get() {
+                None => slot.set(Some(this)),
+                Some(first) if first != this => {
+                    return Some("Script attempted to access keys that do not hash to the same slot");
+                }
+                Some(_) => {}
+            }
+        }
+    }
+    None
+}
+
 // ---- nodes.conf ----
 
 fn load(text: &str, path: PathBuf, registry: mio::Registry, env: Env) -> Result<State, String> {
@@ -409,13 +455,15 @@ fn write_in_place(path: &Path, bytes: &[u8]) -> io::Result<()> {
 
 /// Redis's getNodeByQuery and clusterRedirectClient: the error that sends
 /// the command elsewhere, if it must go elsewhere. `queued` is EXEC's
-/// transaction. None: run it here.
+/// transaction; `exists` says whether a key is here (asked only for a
+/// slot being migrated or imported). None: run it here.
 pub fn redirect<'a>(
     server: &Server,
     client: &Client,
     spec: &CommandSpec,
     argv: &[&'a [u8]],
     queued: Option<&'a Multi>,
+    mut exists: impl FnMut(&[u8]) -> bool,
 ) -> Option<String> {
     let cluster = server.cluster.as_ref()?;
     let mut first: Option<&[u8]> = None;
@@ -502,11 +550,8 @@ pub fn redirect<'a>(
     }
     let (mut missing, mut existing) = (0, 0);
     if (migrating || importing) && !shard_pubsub {
-        let index = server.keyspace.shard_of_slot(slot);
-        let mut locked = server.keyspace.lock_one(index);
-        let db = locked.shard(index).db(0);
         for key in &keys {
-            if db.peek(key).is_some() {
+            if exists(key) {
                 existing += 1;
             } else {
                 missing += 1;

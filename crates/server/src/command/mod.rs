@@ -897,7 +897,8 @@ fn dispatch(
     if server.cluster.is_some() && !client.is_master && !client.is_loader {
         let exec = spec.name == "exec";
         let queued = client.multi.as_ref().filter(|_| exec);
-        if let Some(error) = crate::cluster::redirect(server, client, spec, argv, queued) {
+        let exists = |key: &[u8]| crate::cluster::key_exists(server, key);
+        if let Some(error) = crate::cluster::redirect(server, client, spec, argv, queued, exists) {
             stats.commands[index].rejected_calls.fetch_add(1, Ordering::Relaxed);
             if exec {
                 transactions::discard_state(server, client);

@@ -314,6 +314,9 @@ struct Run {
     /// (`redis.setresp`).
     resp3: Rc<Cell<bool>>,
     mode: Mode,
+    /// Cluster mode: the slot of the keys the script declared or touched
+    /// first.
+    slot: Cell<Option<u16>>,
 }
 
 /// Runs `target` with its keys and arguments under every shard lock and
@@ -353,6 +356,9 @@ pub(super) struct Mode {
     pub read_only: bool,
     /// `allow-oom`: commands run past `maxmemory`.
     pub allow_oom: bool,
+    /// `allow-cross-slot-keys` (or no shebang): in cluster mode, the
+    /// commands may touch keys of several slots.
+    pub allow_cross_slot: bool,
 }
 
 enum Reply {
@@ -369,6 +375,7 @@ fn run_in(
     args: &[&[u8]],
     mode: Mode,
 ) -> Result<Reply, CmdError> {
+    let declared_slot = keys_slot(ctx, keys);
     let name = match target {
         Target::Script(script) => script.sha.as_str(),
         Target::Function(name) => name,
@@ -393,7 +400,7 @@ fn run_in(
         }
     };
     engine.resp3.set(false);
-    let run = Run { resp3: engine.resp3.clone(), mode };
+    let run = Run { resp3: engine.resp3.clone(), mode, slot: Cell::new(declared_slot) };
     let caller_resp3 = ctx.client.resp3;
     let _caller = CallerUser::set(ctx.client.user.clone());
     let ctx = RefCell::new(ctx);
@@ -594,7 +601,13 @@ fn call_command(ctx: &mut Ctx<'_>, run: &Run, args: MultiValue) -> Result<Vec<u8
 
 /// Whether the running script may call `spec` now (Redis's checks in
 /// `scriptCall`), or Redis's error.
-fn may_call(ctx: &Ctx<'_>, run: &Run, (index, spec): (usize, &command::CommandSpec), argv: &[&[u8]]) -> Result<(), String> {
+/// The slot of a script's declared keys, in cluster mode.
+fn keys_slot(ctx: &Ctx<'_>, keys: &[&[u8]]) -> Option<u16> {
+    ctx.server.cluster.as_ref()?;
+    keys.first().map(|k| keel_engine::slot::key_slot(k))
+}
+
+fn may_call(ctx: &mut Ctx<'_>, run: &Run, (index, spec): (usize, &command::CommandSpec), argv: &[&[u8]]) -> Result<(), String> {
     if spec.has(flags::NOSCRIPT) {
         return Err("This Redis command is not allowed from script".into());
     }
@@ -611,14 +624,17 @@ fn may_call(ctx: &Ctx<'_>, run: &Run, (index, spec): (usize, &command::CommandSp
         return Err("Write commands are not allowed from read-only scripts.".into());
     }
     // Once a script has written, it cannot stop halfway on a refusal.
-    if ctx.server.scripts.run.wrote.load(Ordering::Relaxed) {
-        return Ok(());
+    if !ctx.server.scripts.run.wrote.load(Ordering::Relaxed) {
+        let checked = if run.mode.allow_oom { spec.flags & !flags::DENYOOM } else { spec.flags };
+        if let Some(error) = command::refusal(ctx.server, ctx.client.is_master, ctx.client.oom, checked, false) {
+            return Err(format!("-{error}"));
+        }
+        crate::durability::check_writable(ctx.server, spec).map_err(|e| format!("-{e}"))?;
     }
-    let checked = if run.mode.allow_oom { spec.flags & !flags::DENYOOM } else { spec.flags };
-    if let Some(error) = command::refusal(ctx.server, ctx.client.is_master, ctx.client.oom, checked, false) {
-        return Err(format!("-{error}"));
+    match crate::cluster::script_refusal(ctx, spec, argv, &run.slot, run.mode.allow_cross_slot) {
+        Some(error) => Err(error.into()),
+        None => Ok(()),
     }
-    crate::durability::check_writable(ctx.server, spec).map_err(|e| format!("-{e}"))
 }
 
 /// Redis's `luaPushErrorBuff`: `-CODE message` or a message (code ERR)

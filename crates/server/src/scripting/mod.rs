@@ -350,7 +350,7 @@ pub fn fcall(ctx: &mut Ctx<'_>, argv: &[&[u8]], read_only: bool) -> CmdResult {
 /// write where writes are refused.
 fn mode(ctx: &Ctx<'_>, script_flags: u32, read_only: bool) -> Result<engine::Mode, CmdError> {
     if script_flags & flags::COMPAT != 0 {
-        return Ok(engine::Mode { read_only, allow_oom: false });
+        return Ok(engine::Mode { read_only, allow_oom: false, allow_cross_slot: true });
     }
     let server = ctx.server;
     let obeyed = ctx.client.is_master;
@@ -385,6 +385,7 @@ fn mode(ctx: &Ctx<'_>, script_flags: u32, read_only: bool) -> Result<engine::Mod
     Ok(engine::Mode {
         read_only: read_only || script_flags & flags::NO_WRITES != 0,
         allow_oom: script_flags & flags::ALLOW_OOM != 0,
+        allow_cross_slot: script_flags & flags::ALLOW_CROSS_SLOT != 0,
     })
 }
 
