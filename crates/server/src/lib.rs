@@ -27,11 +27,14 @@
 //! client's user, and keeps the ACL log; [`evict`] keeps used memory
 //! under `maxmemory` by the `maxmemory-policy`, before each command;
 //! [`migrate`] keeps MIGRATE's connections to its targets and talks to
-//! them.
+//! them; [`cluster`] is cluster mode (the node's view of the cluster,
+//! the bus thread speaking Redis's cluster bus, and the redirection of
+//! commands whose keys another node serves).
 //!
 //! A request flows: socket -> [`worker`] reads into the connection's buffer
 //! -> `keel_protocol::parse_request` -> [`command::execute`] looks the
 //! command up in the one table, checks it against the client's user,
+//! in cluster mode redirects it if another node serves its keys,
 //! locks the shards its keys live in, runs the
 //! handler, appends the reply and, for a write, the journal record
 //! ([`durability`]) -> the worker writes the replies the journal's durable
