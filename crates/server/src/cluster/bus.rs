@@ -77,7 +77,7 @@ impl Bus {
                 }
                 for event in events.iter() {
                     let id = event.token().0;
-                    if id < super::state::FIRST_LINK || id >= LISTENER_BASE {
+                    if !(super::state::FIRST_LINK..LISTENER_BASE).contains(&id) {
                         continue;
                     }
                     if event.is_writable() && st.flush(id).is_err() {

@@ -45,6 +45,9 @@ const MASTER_OWNS: u8 = 8;
 /// Served by some node.
 const ASSIGNED: u8 = 16;
 
+/// A message to publish on the bus: (shard channel, channel, message).
+type Publish = (bool, Vec<u8>, Vec<u8>);
+
 pub struct Cluster {
     state: Mutex<State>,
     /// Per slot, the bits above: mirrored from `state` after every change.
@@ -55,7 +58,7 @@ pub struct Cluster {
     /// PUBLISHes to send on the bus: kept apart from `state` because a
     /// command that publishes may hold shard locks, which must never wait
     /// for the cluster lock while the bus thread's own work needs them.
-    publishes: Mutex<Vec<(bool, Vec<u8>, Vec<u8>)>>,
+    publishes: Mutex<Vec<Publish>>,
 }
 
 /// Why cluster mode could not start.
@@ -164,6 +167,11 @@ impl Cluster {
     /// Asks the bus thread to look at the state now (a MEET to send).
     pub fn wake(&self) {
         let _ = self.waker.wake();
+    }
+
+    /// The bus's open links, both ways (INFO cluster_connections).
+    pub fn links(&self) -> usize {
+        self.state.lock().links.len()
     }
 
     pub fn is_ok(&self) -> bool {

@@ -617,8 +617,9 @@ impl State {
             .nodes
             .values()
             .filter(|n| {
-                !n.has(flags::MYSELF | flags::PFAIL | flags::HANDSHAKE | flags::NOADDR)
-                    && !(n.link.is_none() && n.numslots == 0)
+                let skipped = n.has(flags::MYSELF | flags::PFAIL | flags::HANDSHAKE | flags::NOADDR);
+                // Nodes with neither a link nor slots say nothing useful.
+                !skipped && (n.link.is_some() || n.numslots > 0)
             })
             .collect();
         let mut tries = wanted * 3;
@@ -891,9 +892,7 @@ impl State {
                 if let Body::Ping { extensions, .. } | Body::Pong { extensions, .. } | Body::Meet { extensions, .. } =
                     &message.body
                 {
-                    let hostname = extensions.iter().find_map(|e| match e {
-                        Extension::Hostname(h) => Some(h.clone()),
-                    });
+                    let hostname = extensions.iter().map(|Extension::Hostname(h)| h.clone()).next();
                     let n = self.nodes.get_mut(&name).expect("sender is known");
                     let hostname = hostname.unwrap_or_default();
                     if n.hostname != hostname {
@@ -1288,7 +1287,7 @@ impl State {
         }
         // Every second, a PING to the node among five random ones that
         // answered longest ago.
-        if self.iteration % 10 == 0 && !names.is_empty() {
+        if self.iteration.is_multiple_of(10) && !names.is_empty() {
             let mut oldest: Option<(u64, LinkId)> = None;
             for _ in 0..5 {
                 let n = &self.nodes.get(&names[rand::random::<usize>() % names.len()]);
@@ -1431,7 +1430,8 @@ impl State {
         let me = self.me();
         let Some(master) = me.master.filter(|_| me.is_replica()) else { return };
         let Some(m) = self.nodes.get(&master) else { return };
-        if (!m.failed() && !manual) || (self.env.replica_no_failover && !manual) || m.numslots == 0 {
+        let wanted = manual || (m.failed() && !self.env.replica_no_failover);
+        if !wanted || m.numslots == 0 {
             return;
         }
         let mut data_age = self.env.master_silence_ms;

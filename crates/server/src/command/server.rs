@@ -365,7 +365,7 @@ fn write_section(ctx: &mut Ctx<'_>, section: &str, out: &mut String) {
             let blocked = clients.iter().filter(|(c, _)| c.blocked.load(Ordering::Relaxed)).count();
             out.push_str("# Clients\r\n");
             field!(out, "connected_clients", clients.len());
-            field!(out, "cluster_connections", 0);
+            field!(out, "cluster_connections", server.cluster.as_ref().map_or(0, |c| c.links()));
             field!(out, "maxclients", server.config.read().maxclients);
             field!(out, "client_recent_max_input_buffer", max_in);
             field!(out, "client_recent_max_output_buffer", max_out);
