@@ -532,7 +532,7 @@ fn meta_flags<'a>(key: &'a [u8], flag_tokens: &[&'a [u8]]) -> Result<(Cow<'a, [u
 
 /// The checks mg, md and ma share before their flags: a key token of legal length, and at most
 /// [`META_TOKENS_MAX`] tokens. `too_long` is the command's text for the second.
-fn meta_line<'a>(t: &[&'a [u8]], line_len: usize, too_long: &'static str) -> Result<(), Refused> {
+fn meta_line(t: &[&[u8]], line_len: usize, too_long: &'static str) -> Result<(), Refused> {
     if t.len() < 2 {
         return Err(Refused::error(line_len));
     }

@@ -9,8 +9,12 @@
 //! journaled, held until durable under `appendfsync always`, announced to
 //! keyspace subscribers, shown to MONITOR and counted in INFO
 //! commandstats as that command. What memcached keeps beside a value, its
-//! flags and CAS value, lives in the database's item table
-//! ([`keel_engine::ItemMeta`]); a write through a Redis command drops both.
+//! flags and CAS value (and the fetched and recache-token marks the meta
+//! flags `h` and `R` report), lives in the database's item table
+//! ([`keel_engine::ItemMeta`]); a write through a Redis command drops them.
+//!
+//! The meta commands (`mg`, `ms`, `md`, `ma`, `mn`) run the same way and
+//! write their own reply lines, echoing the flags in the order given.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
