@@ -11,22 +11,8 @@
 
 mod common;
 
-use common::memcache::{start_keel, start_keel_in, start_memcached, McClient};
-use common::{bulk, temp_dir, Frame, Server};
-
-/// The server under test and its memcached port (see `memcache.rs`).
-fn start() -> Option<(Server, u16)> {
-    if reference() {
-        let server = start_memcached(&["-o", "no_lru_maintainer"])?;
-        let port = server.port;
-        return Some((server, port));
-    }
-    Some(start_keel(&[]))
-}
-
-fn reference() -> bool {
-    std::env::var_os("KEEL_MEMCACHE_REFERENCE").is_some()
-}
+use common::memcache::{reference, start_keel, start_keel_in, start_under_test as start, McClient};
+use common::{bulk, temp_dir, Frame};
 
 /// Sends `requests` (lines joined by `\r\n`, data blocks included) and an
 /// `mn`, and returns every line that came before its `MN`: a quiet reply
