@@ -466,16 +466,10 @@ impl Run<'_> {
             let Some(entry) = db.get(key, now) else { return Ok(None) };
             let Value::Str(s) = &entry.value else { return Ok(Some(None)) };
             let old = s.as_bytes(&mut itoa::Buffer::new()).to_vec();
-            let Some(value) = keel_protocol::memcache::item_number(&old) else { return Ok(Some(None)) };
-            let value = if incr { value.wrapping_add(delta) } else { value.saturating_sub(delta) };
-            let digits = value.to_string();
-            let mut stored = digits.clone().into_bytes();
-            if stored.len() < old.len() {
-                stored.resize(old.len(), b' ');
-            }
+            let Some((digits, stored)) = apply_delta(&old, incr, delta) else { return Ok(Some(None)) };
             db.set(key, Value::Str(Str::from_bytes(&stored)), true, lru);
             ctx.wrote(1);
-            keep_meta(ctx, key, ItemMeta { flags: meta.flags, ..ItemMeta::default() });
+            keep_meta(ctx, key, rewritten(meta, digits.len() <= old.len()));
             ctx.notify(notify::STRING, if incr { "incrby" } else { "decrby" }, key);
             ctx.propagate_as(vec![vec![b"SET".to_vec(), key.to_vec(), stored, b"KEEPTTL".to_vec()]]);
             Ok(Some(Some(digits)))
@@ -752,9 +746,9 @@ impl Run<'_> {
             let lru = ctx.lru_s;
             let db = ctx.dbs.of(key);
             let mut item = db.item_meta(key);
-            let (digits, created, mut expiry) = match db.get(key, now) {
+            let (digits, stored, created, mut expiry) = match db.get(key, now) {
                 None if f.vivify.is_none() => return Ok(Some(MetaArith::NotFound)),
-                None => (f.initial.to_string(), true, None),
+                None => (f.initial.to_string(), f.initial.to_string().into_bytes(), true, None),
                 Some(entry) => {
                     let expiry = entry.has_expiry().then_some(entry.expire_at_ms);
                     let Value::Str(s) = &entry.value else { return Ok(None) };
@@ -766,23 +760,11 @@ impl Run<'_> {
                     if f.compare_cas.is_some_and(|c| c != 0 && (item.cas == 0 || item.cas != c)) {
                         return Ok(Some(MetaArith::Exists));
                     }
-                    let Some(value) = keel_protocol::memcache::item_number(&old) else {
-                        return Ok(None);
-                    };
-                    let value = if incr { value.wrapping_add(delta) } else { value.saturating_sub(delta) };
-                    (value.to_string(), false, expiry)
+                    let Some((digits, stored)) = apply_delta(&old, incr, delta) else { return Ok(None) };
+                    item = rewritten(item, digits.len() <= old.len());
+                    (digits, stored, false, expiry)
                 }
             };
-            let mut stored = digits.clone().into_bytes();
-            if !created {
-                let old_len = db.peek(key).map_or(0, |e| match &e.value {
-                    Value::Str(s) => s.as_bytes(&mut itoa::Buffer::new()).len(),
-                    _ => 0,
-                });
-                if stored.len() < old_len {
-                    stored.resize(old_len, b' ');
-                }
-            }
             db.set(key, Value::Str(Str::from_bytes(&stored)), true, lru);
             let event = match (created, incr) {
                 (true, _) => "set",
@@ -791,7 +773,6 @@ impl Run<'_> {
             };
             ctx.wrote(1);
             ctx.notify(notify::STRING, event, key);
-            item = ItemMeta { flags: if created { 0 } else { item.flags }, cas: 0, fetched: false, token_sent: false };
             if wants_cas {
                 item.cas = ctx.server.memcache.next_cas();
             }
@@ -946,6 +927,29 @@ fn keep_meta(ctx: &mut Ctx<'_>, key: &[u8], meta: ItemMeta) {
         db.set_item_meta(key, meta);
         ctx.log_item_flags(meta.flags);
     }
+}
+
+/// The number an incr (or decr) by `delta` leaves in an item that holds
+/// `old`, and the value stored: memcached's unsigned 64-bit arithmetic,
+/// incr wrapping, decr stopping at 0, a shorter result padded with spaces
+/// to the old length (memcached rewrites the item in place then). None
+/// when `old` is not a number memcached reads.
+fn apply_delta(old: &[u8], incr: bool, delta: u64) -> Option<(String, Vec<u8>)> {
+    let value = keel_protocol::memcache::item_number(old)?;
+    let value = if incr { value.wrapping_add(delta) } else { value.saturating_sub(delta) };
+    let digits = value.to_string();
+    let mut stored = digits.clone().into_bytes();
+    if stored.len() < old.len() {
+        stored.resize(old.len(), b' ');
+    }
+    Some((digits, stored))
+}
+
+/// What an item keeps through incr or decr: its flags, and a new CAS
+/// value when next asked; memcached's fetched and token marks only when
+/// it rewrote the item in place (the result no longer than the value).
+fn rewritten(meta: ItemMeta, in_place: bool) -> ItemMeta {
+    ItemMeta { flags: meta.flags, cas: 0, fetched: in_place && meta.fetched, token_sent: in_place && meta.token_sent }
 }
 
 /// PREPEND, which Redis lacks: the new value keeps the key's TTL and is
