@@ -862,7 +862,7 @@ enum MetaArith {
 /// The refusal of mg's `l` flag under an LFU `maxmemory-policy`, where a
 /// key's access word holds its frequency rather than its last access (as
 /// OBJECT IDLETIME refuses).
-const NO_LAST_ACCESS: &str = "ERR an LFU maxmemory-policy is selected, last access not tracked";
+const NO_LAST_ACCESS: &str = "an LFU maxmemory-policy is selected, last access not tracked";
 
 /// The flag tokens up to the first opaque token too long to echo, and the
 /// error that token ends the reply with.

@@ -377,7 +377,8 @@ fn ms_too_large_unlinks() {
 /// What Keel refuses, with a clear error: the I flag (a stale mark) and
 /// mg's N (a vivified item's win token) could not survive a restart or
 /// reach a replica, where memcached loses the whole item; `me` shows
-/// memcached's slab internals, which Keel does not have.
+/// memcached's slab internals, which Keel does not have; mg's l under an
+/// LFU maxmemory-policy, where no last access is kept.
 #[test]
 fn keel_refuses_what_it_cannot_keep() {
     if reference() {
@@ -393,6 +394,12 @@ fn keel_refuses_what_it_cannot_keep() {
     assert_eq!(one(&mut c, "me k"), "CLIENT_ERROR Keel does not support the me command");
     assert_eq!(script(&mut c, &["mg k v"]), ["VA 1", "x"], "the item is untouched");
     assert_eq!(one(&mut c, "mg nope"), "EN", "nothing was created");
+    // Under an LFU policy a key's access word counts, it does not date.
+    let (_server, port) = start_keel(&["--maxmemory-policy", "allkeys-lfu"]);
+    let mut c = McClient::connect(port);
+    assert_eq!(script(&mut c, &["ms k 1", "x"]), ["HD"]);
+    assert_eq!(one(&mut c, "mg k h l"), "SERVER_ERROR an LFU maxmemory-policy is selected, last access not tracked");
+    assert_eq!(one(&mut c, "mg k h"), "HD h0", "the failed read did not count");
 }
 
 /// Meta writes are the Redis commands they stand for: Redis clients see
