@@ -53,8 +53,9 @@ pub struct DbData {
     /// can hand both over together ([`Db::take_all`]).
     pub(crate) snap: Option<Box<DbSnapshot>>,
     /// What memcached keeps per item besides its value, for the keys that
-    /// have some: non-zero flags, or a CAS value handed out. Most keys
-    /// have neither, so a side table costs them nothing; any change to a
+    /// have some: non-zero flags, a CAS value handed out, or a read by a
+    /// memcached client. Keys only Redis clients use have none of these,
+    /// so a side table costs them nothing; any change to a
     /// key through anything but the memcached commands drops its entry
     /// ([`Db::signal_modified`]), which resets its flags and gives it a
     /// fresh CAS value when next asked.
@@ -67,6 +68,12 @@ pub struct DbData {
 pub struct ItemMeta {
     pub flags: u32,
     pub cas: u64,
+    /// A memcached client has read the item since it was written
+    /// (memcached's ITEM_FETCHED, which `mg`'s `h` flag reports).
+    pub fetched: bool,
+    /// An `mg` with `R` has handed out the item's recache token since it
+    /// was written (memcached's ITEM_TOKEN_SENT: the next ones see `Z`).
+    pub token_sent: bool,
 }
 
 #[derive(Default)]
@@ -638,7 +645,7 @@ mod tests {
     #[test]
     fn item_meta_goes_with_any_write_and_never_outlives_its_key() {
         let mut db = Db::default();
-        let meta = ItemMeta { flags: 7, cas: 9 };
+        let meta = ItemMeta { flags: 7, cas: 9, ..ItemMeta::default() };
         db.set_item_meta(b"absent", meta);
         assert_eq!(db.item_meta(b"absent"), ItemMeta::default(), "no meta without a key");
         db.set(b"k", s(b"v"), false, 0);

@@ -1090,7 +1090,7 @@ mod tests {
     #[test]
     fn flags_are_emitted_as_they_were_at_s() {
         use crate::db::ItemMeta;
-        let meta = |flags| ItemMeta { flags, cas: 0 };
+        let meta = |flags| ItemMeta { flags, ..ItemMeta::default() };
         let mut shard = Shard::new(0, 2);
         for db in 0..2 {
             for k in 0..2000 {

@@ -11,7 +11,13 @@
 //! cas <key> <flags> <exptime> <bytes> <cas unique> [noreply]\r\n<data>\r\n
 //! delete <key> [0] [noreply]     incr|decr <key> <delta> [noreply]     touch <key> <exptime> [noreply]
 //! flush_all [delay] [noreply]    verbosity <level> [noreply]           stats [args]    version    quit
+//! mg|md|ma <key> <flag>*         ms <key> <datalen> <flag>*\r\n<data>\r\n                 mn
 //! ```
+//!
+//! A meta command's flags are tokens whose first byte names them, some with an argument (`T30`,
+//! `Oabc`); they are read as memcached's `_meta_flag_preparse` reads them ([`Meta`]), and the
+//! reply echoes them in the order given, so the tokens are kept. `me` (a debug dump of memcached's
+//! item header: slab class, item size) is one Keel does not serve.
 //!
 //! The parser is a pure function of the bytes buffered so far, like [`crate::request`]: memcached's
 //! decisions depend only on the bytes it has seen, so re-parsing from the start of the request when
@@ -38,6 +44,8 @@
 //! * A line with no `\n` in its first 2048 bytes closes the connection unless it starts, after at
 //!   most 100 spaces, with `get ` or `gets ` (multigets are unbounded); a line longer than
 //!   memcached's 16 KiB read buffer closes it as well.
+
+use std::borrow::Cow;
 
 use smallvec::SmallVec;
 
@@ -120,16 +128,70 @@ pub enum McRequest<'a> {
     Stats { args: SmallVec<[&'a [u8]; 2]> },
     /// `quit`, whatever follows it: close without a reply.
     Quit,
-    /// A `set` whose item would pass the size limit. memcached answers `SERVER_ERROR object too large
-    /// for cache` (unless `noreply`), swallows the data block (`swallow` bytes after `consumed`, which
-    /// may not have arrived yet), and unlinks the key, so that the value the set meant to replace does
-    /// not outlive it. A too-large add, replace, append, prepend or cas leaves the key alone: that is
-    /// a [`Refused`].
-    SetTooLarge { key: &'a [u8], swallow: usize, noreply: bool },
-    /// A command memcached 1.6.18 knows that Keel does not implement (meta commands mg/ms/md/ma/mn/me,
+    /// A `set`, or an `ms` in any mode, whose item would pass the size limit. memcached answers
+    /// `SERVER_ERROR object too large for cache` (unless a set's `noreply`), swallows the data block
+    /// (`swallow` bytes after `consumed`, which may not have arrived yet), and unlinks the key, so
+    /// that the value the set meant to replace does not outlive it. A too-large add, replace,
+    /// append, prepend or cas leaves the key alone: that is a [`Refused`].
+    SetTooLarge { key: Cow<'a, [u8]>, swallow: usize, noreply: bool },
+    /// `mg <key> <flags>*`.
+    MetaGet(Meta<'a>),
+    /// `ms <key> <datalen> <flags>*\r\n<data>\r\n`.
+    MetaSet { meta: Meta<'a>, data: &'a [u8] },
+    /// `md <key> <flags>*`.
+    MetaDelete(Meta<'a>),
+    /// `ma <key> <flags>*`.
+    MetaArith(Meta<'a>),
+    /// `mn`, whatever follows it: answered `MN`.
+    MetaNoop,
+    /// A command memcached 1.6.18 knows that Keel does not implement (the debug command `me`,
     /// shutdown, slabs, lru_crawler, watch, cache_memlimit, ...): the server answers a clear error.
-    /// For `ms`, `consumed` covers its data block too, so the stream stays in step.
     Unsupported { name: &'a [u8] },
+}
+
+/// A meta command's key and flags. Flags are single letters, some followed by a token
+/// (`T30`, `Oopaque`); each may appear once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Meta<'a> {
+    /// The key, decoded when the `b` flag says it was sent in base64.
+    pub key: Cow<'a, [u8]>,
+    pub flags: MetaFlags,
+    /// The flag tokens in the order sent: replies echo `O`, `k`, `c`, ... in this order, and mg
+    /// and ma apply `T` and `N` at their place in it.
+    pub tokens: SmallVec<[&'a [u8]; 8]>,
+}
+
+/// What the flags of a meta command ask for (memcached's `struct _meta_flags`). Flags that only
+/// ask for a field of the reply (`c`, `f`, `h`, `k`, `l`, `O`, `s`, `t`) are read from
+/// [`Meta::tokens`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MetaFlags {
+    /// `b`: the key token is base64.
+    pub base64: bool,
+    /// `q`: the nominal reply is not sent (mg's EN, ms's and md's HD, ma's HD or VA).
+    pub quiet: bool,
+    /// `v`: the reply carries the value.
+    pub value: bool,
+    /// `u`: the read does not count as an access.
+    pub no_bump: bool,
+    /// `T<exptime>`: a new expiry time.
+    pub ttl: Option<i64>,
+    /// `N<exptime>`: create the item on a miss, with this expiry time.
+    pub vivify: Option<i64>,
+    /// `R<exptime>`: win the recache token when the item's remaining time is below this.
+    pub recache: Option<i64>,
+    /// `F<flags>`: the client flags an ms stores.
+    pub client_flags: u32,
+    /// `C<cas>`: act only if the item's CAS value is this.
+    pub compare_cas: Option<u64>,
+    /// `M<mode>`: the mode switch of ms (E A P R S) and ma (I + D -), checked by those commands.
+    pub mode: Option<u8>,
+    /// `J<initial>`: the value ma creates on a miss.
+    pub initial: u64,
+    /// `D<delta>`: ma's delta.
+    pub delta: Option<u64>,
+    /// `I`: invalidate (mark stale) rather than delete or fail; Keel refuses it.
+    pub invalidate: bool,
 }
 
 /// A request memcached refuses: `reply` is the line it answers (without "\r\n"; None when memcached sends
@@ -225,8 +287,12 @@ fn parse_line<'a>(
     // does not know; only a name matched by no branch gets the HTTP test.
     match cmd[0] {
         b'm' if cmd.len() == 2 => match cmd[1] {
+            b'g' => meta_get(&t, line_len),
             b's' => meta_set(buf, &t, line_len, limits),
-            b'g' | b'd' | b'n' | b'a' | b'e' => unsupported(),
+            b'd' => meta_delete(&t, line_len),
+            b'a' => meta_arith(&t, line_len),
+            b'n' => done(McRequest::MetaNoop),
+            b'e' => unsupported(),
             _ => Err(Refused::error(line_len)),
         },
         b'g' => {
@@ -345,7 +411,7 @@ fn store<'a>(
     let Some(nbytes) = data_block_len(vlen) else { return Err(refuse(BAD_FORMAT)) };
     if too_large(key.len(), flags, nbytes, limits) {
         if kind == StoreKind::Set {
-            return Ok(Some((McRequest::SetTooLarge { key, swallow: nbytes, noreply }, line_len)));
+            return Ok(Some((McRequest::SetTooLarge { key: Cow::Borrowed(key), swallow: nbytes, noreply }, line_len)));
         }
         return Err(Refused { swallow: nbytes, ..refuse(TOO_LARGE) });
     }
@@ -371,31 +437,257 @@ fn data_block_len(vlen: i32) -> Option<usize> {
     Some(vlen as usize + 2)
 }
 
-/// `ms`, which Keel refuses with an error (`McRequest::Unsupported`): its data block is consumed with
-/// it when memcached would read one, that is once the line has a key of legal length, a valid length
-/// and at most 19 tokens, so that the block is not then run as commands.
+/// The most tokens a meta command may have, its name and the terminal token included
+/// (memcached's MFLAG_MAX_OPT_LENGTH against its `ntokens`).
+const META_TOKENS_MAX: usize = 20;
+/// The longest opaque token (`O...`) a meta reply echoes (MFLAG_MAX_OPAQUE_LENGTH).
+pub const OPAQUE_MAX_LEN: usize = 32;
+
+const DUPLICATE_FLAG: &str = "CLIENT_ERROR duplicate flag";
+const INVALID_FLAG: &str = "CLIENT_ERROR invalid flag";
+const BAD_TOKEN: &str = "CLIENT_ERROR bad token in command line format";
+const INVALID_OR_DUPLICATE: &str = "CLIENT_ERROR invalid or duplicate flag";
+const FLAGS_TOO_LONG: &str = "CLIENT_ERROR options flags too long";
+/// The refusal of an `O` token longer than [`OPAQUE_MAX_LEN`].
+pub const OPAQUE_TOO_LONG: &str = "CLIENT_ERROR opaque token too long";
+/// Flags whose meaning Keel cannot keep: the stale mark of `I` and the win token an `mg` with `N`
+/// leaves on the empty item it creates would be lost at a restart or on a replica, where memcached
+/// loses the whole item; a client would then read a stale or empty value as good.
+const NO_INVALIDATE: &str = "CLIENT_ERROR Keel does not support the I flag";
+const NO_VIVIFY: &str = "CLIENT_ERROR Keel does not support the N flag of mg";
+
+/// memcached's `_meta_flag_preparse` over the flag tokens: the key (decoded when `b` asks) and the
+/// flags, or the error line. A repeated flag, a first byte past 126 or an unknown flag is refused
+/// at once; an unreadable number is refused once every flag is read, with the text of the last one.
+fn meta_flags<'a>(key: &'a [u8], flag_tokens: &[&'a [u8]]) -> Result<(Cow<'a, [u8]>, MetaFlags), &'static str> {
+    let mut f = MetaFlags::default();
+    let mut key = Cow::Borrowed(key);
+    let mut seen = [false; 127];
+    // memcached's has_error and errstr: a bad client flags token fails with whatever text is there.
+    let mut error: Option<&'static str> = None;
+    let mut errstr = BAD_FORMAT;
+    for tok in flag_tokens {
+        let o = tok[0];
+        if o >= 127 || seen[o as usize] {
+            return Err(DUPLICATE_FLAG);
+        }
+        seen[o as usize] = true;
+        let arg = &tok[1..];
+        let mut fail = |text: Option<&'static str>| {
+            if let Some(text) = text {
+                errstr = text;
+            }
+            error = Some(errstr);
+        };
+        match o {
+            b'b' => {
+                f.base64 = true;
+                match base64_decode(&key) {
+                    Some(decoded) => key = Cow::Owned(decoded),
+                    None => fail(Some("CLIENT_ERROR error decoding key")),
+                }
+            }
+            b'N' | b'T' | b'R' => match safe_strtol(arg) {
+                Some(t) => {
+                    let t = Some(i64::from(t));
+                    match o {
+                        b'N' => f.vivify = t,
+                        b'T' => f.ttl = t,
+                        _ => f.recache = t,
+                    }
+                }
+                None => fail(Some(BAD_TOKEN)),
+            },
+            b'O' | b'P' | b'L' | b'k' | b's' | b't' | b'c' | b'f' | b'h' | b'l' => {}
+            b'v' => f.value = true,
+            b'u' => f.no_bump = true,
+            b'q' => f.quiet = true,
+            b'F' => match safe_strtoul(arg) {
+                Some(flags) => f.client_flags = flags,
+                None => fail(None),
+            },
+            b'C' => match safe_strtoull(arg) {
+                Some(cas) => f.compare_cas = Some(cas),
+                None => fail(Some(BAD_TOKEN)),
+            },
+            b'M' if tok.len() == 2 => f.mode = Some(tok[1]),
+            b'M' => fail(Some("CLIENT_ERROR incorrect length for M token")),
+            b'J' => match safe_strtoull(arg) {
+                Some(initial) => f.initial = initial,
+                None => fail(Some("CLIENT_ERROR invalid numeric initial value")),
+            },
+            b'D' => match safe_strtoull(arg) {
+                Some(delta) => f.delta = Some(delta),
+                None => fail(Some("CLIENT_ERROR invalid numeric delta value")),
+            },
+            b'I' => f.invalidate = true,
+            _ => return Err(INVALID_FLAG),
+        }
+    }
+    match error {
+        Some(text) => Err(text),
+        None => Ok((key, f)),
+    }
+}
+
+/// The checks mg, md and ma share before their flags: a key token of legal length, and at most
+/// [`META_TOKENS_MAX`] tokens. `too_long` is the command's text for the second.
+fn meta_line(t: &[&[u8]], line_len: usize, too_long: &'static str) -> Result<(), Refused> {
+    if t.len() < 2 {
+        return Err(Refused::error(line_len));
+    }
+    if t[1].len() > KEY_MAX_LEN {
+        return Err(Refused::new(BAD_FORMAT, false, line_len));
+    }
+    if t.len() + 1 > META_TOKENS_MAX {
+        return Err(Refused::new(too_long, false, line_len));
+    }
+    Ok(())
+}
+
+fn meta_of<'a>(t: &[&'a [u8]], first_flag: usize) -> Result<Meta<'a>, &'static str> {
+    let (key, flags) = meta_flags(t[1], &t[first_flag..])?;
+    Ok(Meta { key, flags, tokens: t[first_flag..].iter().copied().collect() })
+}
+
+/// `mg`. A too-long opaque token is refused by the server when it writes the reply, as memcached
+/// does, after the `T` flags before it took effect.
+fn meta_get<'a>(t: &[&'a [u8]], line_len: usize) -> Result<Option<(McRequest<'a>, usize)>, Refused> {
+    meta_line(t, line_len, "CLIENT_ERROR options flags are too long")?;
+    let meta = meta_of(t, 2).map_err(|text| Refused::new(text, false, line_len))?;
+    if meta.flags.vivify.is_some() {
+        return Err(Refused::new(NO_VIVIFY, false, line_len));
+    }
+    Ok(Some((McRequest::MetaGet(meta), line_len)))
+}
+
+/// Whether a token of `tokens` is an opaque token too long to echo.
+pub fn opaque_too_long(tokens: &[&[u8]]) -> bool {
+    tokens.iter().any(|t| t[0] == b'O' && t.len() > OPAQUE_MAX_LEN)
+}
+
+/// `md`: every flag error reads `invalid or duplicate flag`; the opaque token is checked before
+/// the item is looked up.
+fn meta_delete<'a>(t: &[&'a [u8]], line_len: usize) -> Result<Option<(McRequest<'a>, usize)>, Refused> {
+    meta_line(t, line_len, FLAGS_TOO_LONG)?;
+    let meta = meta_of(t, 2).map_err(|_| Refused::new(INVALID_OR_DUPLICATE, false, line_len))?;
+    if opaque_too_long(&meta.tokens) {
+        return Err(Refused::new(OPAQUE_TOO_LONG, false, line_len));
+    }
+    if meta.flags.invalidate {
+        return Err(Refused::new(NO_INVALIDATE, false, line_len));
+    }
+    Ok(Some((McRequest::MetaDelete(meta), line_len)))
+}
+
+/// `ma`: every flag error reads `invalid or duplicate flag`, then the mode is checked. A too-long
+/// opaque token is refused by the server after the arithmetic, as memcached does.
+fn meta_arith<'a>(t: &[&'a [u8]], line_len: usize) -> Result<Option<(McRequest<'a>, usize)>, Refused> {
+    meta_line(t, line_len, FLAGS_TOO_LONG)?;
+    let meta = meta_of(t, 2).map_err(|_| Refused::new(INVALID_OR_DUPLICATE, false, line_len))?;
+    if !matches!(meta.flags.mode, None | Some(b'I' | b'+' | b'D' | b'-')) {
+        return Err(Refused::new("CLIENT_ERROR invalid mode for ma M token", false, line_len));
+    }
+    Ok(Some((McRequest::MetaArith(meta), line_len)))
+}
+
+/// `ms`. Once the line has a key of legal length, a valid length and at most 19 tokens, every
+/// refusal swallows the data block, as memcached does; before that, none does, and the block is
+/// then read as commands. Errors are answered even with `q`.
 fn meta_set<'a>(
     buf: &'a [u8],
     t: &[&'a [u8]],
     line_len: usize,
     limits: &McLimits,
 ) -> Result<Option<(McRequest<'a>, usize)>, Refused> {
-    let name = t[0];
-    let nbytes = match t {
-        [_, key, len, ..] if key.len() <= KEY_MAX_LEN && t.len() <= 19 => safe_strtol(len).and_then(data_block_len),
-        _ => None,
-    };
-    let Some(nbytes) = nbytes else { return Ok(Some((McRequest::Unsupported { name }, line_len))) };
-    // Not buffered when memcached would not store it either (it answers this, or an earlier error
-    // about the flags, and swallows the block just the same).
-    if too_large(t[1].len(), 0, nbytes, limits) {
-        return Err(Refused { reply: Some(TOO_LARGE), consumed: line_len, swallow: nbytes, close: false });
+    if t.len() < 2 {
+        return Err(Refused::error(line_len));
+    }
+    let bad_format = Refused::new(BAD_FORMAT, false, line_len);
+    if t[1].len() > KEY_MAX_LEN || t.len() == 2 {
+        return Err(bad_format);
+    }
+    if t.len() + 1 > META_TOKENS_MAX {
+        return Err(Refused::new(FLAGS_TOO_LONG, false, line_len));
+    }
+    let Some(nbytes) = safe_strtol(t[2]).and_then(data_block_len) else { return Err(bad_format) };
+    let swallowing = |text| Refused { reply: Some(text), consumed: line_len, swallow: nbytes, close: false };
+    let meta = meta_of(t, 3).map_err(swallowing)?;
+    if opaque_too_long(&meta.tokens) {
+        return Err(swallowing(OPAQUE_TOO_LONG));
+    }
+    if !matches!(meta.flags.mode, None | Some(b'E' | b'A' | b'P' | b'R' | b'S')) {
+        return Err(swallowing("CLIENT_ERROR invalid mode for ms M token"));
+    }
+    if meta.flags.invalidate {
+        return Err(swallowing(NO_INVALIDATE));
+    }
+    if too_large(meta.key.len(), meta.flags.client_flags, nbytes, limits) {
+        return Ok(Some((McRequest::SetTooLarge { key: meta.key, swallow: nbytes, noreply: false }, line_len)));
     }
     let end = line_len + nbytes;
     if buf.len() < end {
         return Ok(None);
     }
-    Ok(Some((McRequest::Unsupported { name }, end)))
+    if &buf[end - 2..end] != b"\r\n" {
+        return Err(Refused::new(BAD_DATA_CHUNK, false, end));
+    }
+    Ok(Some((McRequest::MetaSet { meta, data: &buf[line_len..end - 2] }, end)))
+}
+
+/// memcached's `base64_decode` of a key: bytes outside the alphabet are skipped, the rest must
+/// come in fours, and decoding stops at the first group with padding (`=` counts as a zero digit
+/// there). `None` where memcached's returns 0: nothing to decode, a count not a multiple of four,
+/// or three or more `=` in a group.
+pub fn base64_decode(src: &[u8]) -> Option<Vec<u8>> {
+    let digit = |b: u8| match b {
+        b'A'..=b'Z' => Some(b - b'A'),
+        b'a'..=b'z' => Some(b - b'a' + 26),
+        b'0'..=b'9' => Some(b - b'0' + 52),
+        b'+' => Some(62),
+        b'/' => Some(63),
+        b'=' => Some(0),
+        _ => None,
+    };
+    let count = src.iter().filter(|&&b| digit(b).is_some()).count();
+    if count == 0 || count % 4 != 0 {
+        return None;
+    }
+    let mut out = Vec::with_capacity(count / 4 * 3);
+    let mut block = [0u8; 4];
+    let (mut n, mut pad) = (0, 0);
+    for &b in src {
+        let Some(d) = digit(b) else { continue };
+        if b == b'=' {
+            pad += 1;
+        }
+        block[n] = d;
+        n += 1;
+        if n == 4 {
+            out.extend_from_slice(&[block[0] << 2 | block[1] >> 4, block[1] << 4 | block[2] >> 2, block[2] << 6 | block[3]]);
+            n = 0;
+            if pad > 0 {
+                if pad > 2 {
+                    return None;
+                }
+                out.truncate(out.len() - pad);
+                break;
+            }
+        }
+    }
+    Some(out)
+}
+
+/// memcached's `base64_encode`, as meta replies echo a binary key.
+pub fn base64_encode(src: &[u8], out: &mut Vec<u8>) {
+    const TABLE: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    for chunk in src.chunks(3) {
+        let b = [chunk[0], chunk.get(1).copied().unwrap_or(0), chunk.get(2).copied().unwrap_or(0)];
+        out.push(TABLE[usize::from(b[0] >> 2)]);
+        out.push(TABLE[usize::from((b[0] & 0x03) << 4 | b[1] >> 4)]);
+        out.push(if chunk.len() > 1 { TABLE[usize::from((b[1] & 0x0f) << 2 | b[2] >> 6)] } else { b'=' });
+        out.push(if chunk.len() > 2 { TABLE[usize::from(b[2] & 0x3f)] } else { b'=' });
+    }
 }
 
 fn delete<'a>(t: &[&'a [u8]], line_len: usize) -> Result<Option<(McRequest<'a>, usize)>, Refused> {
@@ -638,7 +930,7 @@ mod tests {
         assert_eq!(parse(line, &small), Err(Refused { reply: Some(TOO_LARGE), consumed: 15, swallow: 102, close: false }));
         assert_eq!(
             parse(b"set k 0 0 100\r\n", &small),
-            Ok(Some((McRequest::SetTooLarge { key: b"k", swallow: 102, noreply: false }, 15)))
+            Ok(Some((McRequest::SetTooLarge { key: Cow::Borrowed(b"k"), swallow: 102, noreply: false }, 15)))
         );
     }
 
@@ -658,9 +950,11 @@ mod tests {
         assert_eq!(refused(b"verbosity\r\n"), Refused::error(11));
         assert_eq!(ok(b"stats\r\n").0, McRequest::Stats { args: SmallVec::new() });
         assert_eq!(ok(b"quit\r\n").0, McRequest::Quit);
-        assert_eq!(ok(b"mg k v\r\n").0, McRequest::Unsupported { name: b"mg" });
+        let McRequest::MetaGet(meta) = ok(b"mg k v\r\n").0 else { panic!() };
+        assert_eq!((&meta.key[..], meta.flags.value, &meta.tokens[..]), (&b"k"[..], true, &[&b"v"[..]][..]));
         // ms carries a data block: consumed with it.
-        assert_eq!(ok(b"ms k 2\r\nab\r\nget k\r\n"), (McRequest::Unsupported { name: b"ms" }, 12));
+        let (req, n) = ok(b"ms k 2\r\nab\r\nget k\r\n");
+        assert!(matches!(req, McRequest::MetaSet { data: b"ab", .. }) && n == 12);
     }
 
     #[test]
@@ -987,9 +1281,10 @@ mod tests {
         }
         // Decided on the line alone, the whole block swallowed, noreply or not.
         let line = b"set a 0 0 2147483645\r\n";
-        assert_eq!(ok(line), (McRequest::SetTooLarge { key: b"a", swallow: 2147483647, noreply: false }, line.len()));
+        let key = Cow::Borrowed(&b"a"[..]);
+        assert_eq!(ok(line), (McRequest::SetTooLarge { key: key.clone(), swallow: 2147483647, noreply: false }, line.len()));
         let mut buf = b"set a 0 0 2000000 noreply\r\n".to_vec();
-        let want = (McRequest::SetTooLarge { key: b"a", swallow: 2000002, noreply: true }, buf.len());
+        let want = (McRequest::SetTooLarge { key, swallow: 2000002, noreply: true }, buf.len());
         buf.extend_from_slice(b"xxxx");
         assert_eq!(parse(&buf, &LIMITS), Ok(Some(want)));
         let line = b"cas a 0 0 2000000 1\r\n";
@@ -1039,9 +1334,8 @@ mod tests {
         for bad in unknown.into_iter().chain([&b"sfoo a HTTP/1.1\r\n"[..]]) {
             assert_eq!(refused(bad), Refused::error(bad.len()), "{:?}", String::from_utf8_lossy(bad));
         }
-        let meta = ["mn", "mg", "md", "ma", "me"];
-        let admin = ["shutdown", "lru", "lru_crawler", "slabs", "cache_memlimit", "watch", "refresh_certs"];
-        for name in meta.into_iter().chain(admin) {
+        let admin = ["me", "shutdown", "lru", "lru_crawler", "slabs", "cache_memlimit", "watch", "refresh_certs"];
+        for name in admin {
             let line = format!("{name}\r\n");
             assert_eq!(ok(line.as_bytes()), (McRequest::Unsupported { name: name.as_bytes() }, line.len()));
         }
@@ -1094,28 +1388,154 @@ mod tests {
         assert!(matches!(ok(line.as_bytes()), (McRequest::Get { .. }, n) if n == line.len()));
     }
 
+    fn meta(req: McRequest<'_>) -> Meta<'_> {
+        match req {
+            McRequest::MetaGet(m) | McRequest::MetaDelete(m) | McRequest::MetaArith(m) => m,
+            McRequest::MetaSet { meta, .. } => meta,
+            other => panic!("{other:?}"),
+        }
+    }
+
     #[test]
     fn probed_meta_set() {
-        let ms = |buf: &'static [u8], consumed| assert_eq!(ok(buf), (McRequest::Unsupported { name: b"ms" }, consumed));
-        // memcached reads the block once the line has a key, a valid length and at most 19 tokens.
+        let ms = |buf: &'static [u8], consumed| {
+            let (req, n) = ok(buf);
+            assert!(matches!(req, McRequest::MetaSet { .. }), "{req:?}");
+            assert_eq!(n, consumed);
+        };
         ms(b"ms key 3\r\nabc\r\nmn\r\n", 15);
         ms(b"ms key 3 q\r\nabc\r\nmn\r\n", 17);
-        ms(b"ms key 3\r\nabcde\r\nmn\r\n", 15);
         ms(b"ms key 4294967299\r\nabc\r\nmn\r\n", 24);
-        ms(b"ms key abc\r\nabc\r\n", 12);
-        ms(b"ms key -1\r\nabc\r\n", 11);
-        ms(b"ms key\r\nabc\r\n", 8);
-        ms(b"ms\r\nabc\r\n", 4);
-        let line = format!("ms key 3{}\r\n", " T1".repeat(17));
-        assert_eq!(ok(format!("{line}abc\r\n").as_bytes()).1, line.len());
         let line = format!("ms key 3{}\r\n", " T1".repeat(16));
-        assert_eq!(ok(format!("{line}abc\r\n").as_bytes()).1, line.len() + 5);
+        assert_eq!(refused(format!("{line}abc\r\n").as_bytes()), Refused { swallow: 5, ..Refused::new(DUPLICATE_FLAG, false, line.len()) });
+        // Refused before the length is known: no block is read, it is then read as commands.
+        for (buf, reply) in [
+            (&b"ms key abc\r\nabc\r\n"[..], BAD_FORMAT),
+            (b"ms key -1\r\nabc\r\n", BAD_FORMAT),
+            (b"ms key\r\nabc\r\n", BAD_FORMAT),
+        ] {
+            let line = buf.iter().position(|&b| b == b'\n').unwrap() + 1;
+            assert_eq!(refused(buf), Refused::new(reply, false, line), "{:?}", String::from_utf8_lossy(buf));
+        }
+        assert_eq!(refused(b"ms\r\nabc\r\n"), Refused::error(4));
+        let line = format!("ms key 3{}\r\n", " T1".repeat(17));
+        assert_eq!(refused(line.as_bytes()), Refused::new(FLAGS_TOO_LONG, false, line.len()));
         let line = format!("ms {} 3\r\n", "k".repeat(KEY_MAX_LEN + 1));
-        assert_eq!(ok(format!("{line}abc\r\n").as_bytes()).1, line.len());
+        assert_eq!(refused(line.as_bytes()), Refused::new(BAD_FORMAT, false, line.len()));
+        // After it, every refusal swallows the block, answered even under q.
+        let swallowed = |reply, line: &str| Refused { reply: Some(reply), consumed: line.len(), swallow: 5, close: false };
+        for (line, reply) in [
+            ("ms k 3 E q\r\n", INVALID_FLAG),
+            ("ms k 3 S\r\n", INVALID_FLAG),
+            ("ms k 3 T1 T2\r\n", DUPLICATE_FLAG),
+            ("ms k 3 \u{7f}\r\n", DUPLICATE_FLAG),
+            ("ms k 3 Fx\r\n", BAD_FORMAT),
+            ("ms k 3 Tx Fx\r\n", BAD_TOKEN),
+            ("ms k 3 C-1\r\n", BAD_TOKEN),
+            ("ms k 3 b\r\n", "CLIENT_ERROR error decoding key"),
+            ("ms k 3 MX\r\n", "CLIENT_ERROR invalid mode for ms M token"),
+            ("ms k 3 Mee\r\n", "CLIENT_ERROR incorrect length for M token"),
+            ("ms k 3 I\r\n", NO_INVALIDATE),
+        ] {
+            assert_eq!(refused(format!("{line}abc\r\n").as_bytes()), swallowed(reply, line), "{line:?}");
+        }
+        let line = format!("ms k 3 O{}\r\n", "o".repeat(OPAQUE_MAX_LEN));
+        assert_eq!(refused(line.as_bytes()), swallowed(OPAQUE_TOO_LONG, &line));
+        // A bad data chunk is answered even under q.
+        assert_eq!(refused(b"ms k 3 q\r\nabcde\r\n"), Refused::new(BAD_DATA_CHUNK, false, 15));
         assert_eq!(parse(b"ms key 3\r\nab", &LIMITS), Ok(None));
-        let line = b"ms key 2000000\r\n";
-        let too_large = Refused { reply: Some(TOO_LARGE), consumed: line.len(), swallow: 2000002, close: false };
-        assert_eq!(refused(line), too_large);
+        // Too large in any mode, judged on the decoded key and the F flags: unlinked and swallowed.
+        let line = b"ms key 2000000 MA\r\n";
+        assert_eq!(ok(line), (McRequest::SetTooLarge { key: Cow::Borrowed(b"key"), swallow: 2000002, noreply: false }, line.len()));
+        let (req, _) = ok(b"ms a2V5 3 b F1 T-1 C9 MR q k c O1\r\nabc\r\n");
+        let m = meta(req);
+        assert_eq!(&m.key[..], b"key");
+        let f = MetaFlags {
+            base64: true,
+            quiet: true,
+            ttl: Some(-1),
+            client_flags: 1,
+            compare_cas: Some(9),
+            mode: Some(b'R'),
+            ..MetaFlags::default()
+        };
+        assert_eq!(m.flags, f);
+        assert_eq!(m.tokens.len(), 9);
+    }
+
+    #[test]
+    fn probed_meta_get_delete_arith() {
+        let m = meta(ok(b"mg k s v t c f h l k O123 q u P L T30 R-5\r\n").0);
+        let f = MetaFlags { quiet: true, value: true, no_bump: true, ttl: Some(30), recache: Some(-5), ..MetaFlags::default() };
+        assert_eq!((m.flags, m.tokens.len()), (f, 15));
+        for (line, reply) in [
+            ("mg k E\r\n", INVALID_FLAG),
+            ("mg k x\r\n", INVALID_FLAG),
+            ("mg k v v\r\n", DUPLICATE_FLAG),
+            ("mg k \u{80}\r\n", DUPLICATE_FLAG),
+            ("mg k Tx Nx\r\n", BAD_TOKEN),
+            ("mg k T\r\n", BAD_TOKEN),
+            ("mg a2V=A b\r\n", "CLIENT_ERROR error decoding key"),
+            ("mg k N30\r\n", NO_VIVIFY),
+            ("mg k q Fx\r\n", BAD_FORMAT),
+            ("md k x\r\n", INVALID_OR_DUPLICATE),
+            ("md k Tx\r\n", INVALID_OR_DUPLICATE),
+            ("md k I T30\r\n", NO_INVALIDATE),
+            ("ma k Dx\r\n", INVALID_OR_DUPLICATE),
+            ("ma k Jx\r\n", INVALID_OR_DUPLICATE),
+            ("ma k MX\r\n", "CLIENT_ERROR invalid mode for ma M token"),
+        ] {
+            assert_eq!(refused(line.as_bytes()), Refused::new(reply, false, line.len()), "{line:?}");
+        }
+        let line = format!("md k O{}\r\n", "o".repeat(OPAQUE_MAX_LEN));
+        assert_eq!(refused(line.as_bytes()), Refused::new(OPAQUE_TOO_LONG, false, line.len()));
+        // mg and ma answer a long opaque token themselves, after what comes before it.
+        let line = format!("mg k O{}\r\n", "o".repeat(OPAQUE_MAX_LEN));
+        assert!(opaque_too_long(&meta(ok(line.as_bytes()).0).tokens));
+        assert_eq!(refused(b"mg\r\n"), Refused::error(4));
+        assert_eq!(refused(b"md\r\n"), Refused::error(4));
+        let too_many = format!("mg k{}\r\n", " a".repeat(18));
+        assert_eq!(refused(too_many.as_bytes()), Refused::new("CLIENT_ERROR options flags are too long", false, too_many.len()));
+        let too_many = format!("md k{}\r\n", " a".repeat(18));
+        assert_eq!(refused(too_many.as_bytes()), Refused::new(FLAGS_TOO_LONG, false, too_many.len()));
+        let line = format!("mg {}\r\n", "k".repeat(KEY_MAX_LEN + 1));
+        assert_eq!(refused(line.as_bytes()), Refused::new(BAD_FORMAT, false, line.len()));
+        let m = meta(ok(b"ma k N0 J5 D7 M- C3 q\r\n").0);
+        let f = MetaFlags {
+            quiet: true,
+            vivify: Some(0),
+            initial: 5,
+            delta: Some(7),
+            mode: Some(b'-'),
+            compare_cas: Some(3),
+            ..MetaFlags::default()
+        };
+        assert_eq!(m.flags, f);
+        assert_eq!(ok(b"mn foo\r\n"), (McRequest::MetaNoop, 8));
+        assert_eq!(ok(b"me k\r\n").0, McRequest::Unsupported { name: b"me" });
+    }
+
+    #[test]
+    fn base64_keys_decode_as_memcached_does() {
+        for (text, want) in [
+            (&b"a2V5"[..], Some(&b"key"[..])),
+            (b"Zm9vYg==", Some(b"foob")),
+            (b"Zm9vYmE=", Some(b"fooba")),
+            (b"Zm9v\x01YmE=", Some(b"fooba")),
+            (b"A=AA", Some(b"\x00\x00")),
+            (b"AA==BBBB", Some(b"\x00")),
+            (b"A===", None),
+            (b"a2V", None),
+            (b"", None),
+            (b"!!!!", None),
+        ] {
+            assert_eq!(base64_decode(text).as_deref(), want, "{:?}", String::from_utf8_lossy(text));
+        }
+        for key in [&b""[..], b"k", b"ke", b"key", b"\x00\xff\x10binary"] {
+            let mut text = Vec::new();
+            base64_encode(key, &mut text);
+            assert_eq!(base64_decode(&text).unwrap_or_default(), key);
+        }
     }
 
     #[test]
@@ -1146,7 +1566,56 @@ mod tests {
         Stats { args: Vec<Vec<u8>> },
         Version,
         Quit,
-        MetaSet { key: Vec<u8>, data: Vec<u8> },
+        MetaSet { key: Vec<u8>, data: Vec<u8>, flags: MetaSpec },
+        /// mg, md, ma (`name` 0, 1, 2).
+        Meta { name: usize, key: Vec<u8>, flags: MetaSpec },
+        MetaNoop,
+    }
+
+    const META_NAMES: [&str; 3] = ["mg", "md", "ma"];
+
+    /// Flags every meta command accepts: what they read as, and their tokens in order.
+    #[derive(Debug, Clone)]
+    struct MetaSpec {
+        plain: Vec<u8>,
+        ttl: Option<i32>,
+        cas: Option<u64>,
+        delta: Option<u64>,
+        tokens: Vec<Vec<u8>>,
+    }
+
+    fn meta_spec() -> impl Strategy<Value = MetaSpec> {
+        let plain = proptest::sample::subsequence(b"kstcfhlqvu".to_vec(), 0..=10);
+        let opaque = proptest::collection::vec(b'!'..=b'~', 0..OPAQUE_MAX_LEN);
+        (plain, proptest::option::of(any::<i32>()), proptest::option::of(any::<u64>()), proptest::option::of(any::<u64>()), proptest::option::of(opaque))
+            .prop_map(|(plain, ttl, cas, delta, opaque)| {
+                let mut tokens: Vec<Vec<u8>> = plain.iter().map(|&b| vec![b]).collect();
+                tokens.extend(ttl.map(|v| format!("T{v}").into_bytes()));
+                tokens.extend(cas.map(|v| format!("C{v}").into_bytes()));
+                tokens.extend(delta.map(|v| format!("D{v}").into_bytes()));
+                tokens.extend(opaque.iter().map(|o| [&b"O"[..], o].concat()));
+                MetaSpec { plain, ttl, cas, delta, tokens }
+            })
+    }
+
+    impl MetaSpec {
+        fn tokens(&self) -> Vec<Vec<u8>> {
+            self.tokens.clone()
+        }
+
+        fn expected<'a>(&'a self, key: &'a [u8]) -> Meta<'a> {
+            let has = |b: u8| self.plain.contains(&b);
+            let flags = MetaFlags {
+                quiet: has(b'q'),
+                value: has(b'v'),
+                no_bump: has(b'u'),
+                ttl: self.ttl.map(i64::from),
+                compare_cas: self.cas,
+                delta: self.delta,
+                ..MetaFlags::default()
+            };
+            Meta { key: Cow::Borrowed(key), flags, tokens: self.tokens.iter().map(|t| &t[..]).collect() }
+        }
     }
 
     const GETS: [&str; 5] = ["get", "gets", "gat", "gats", "bget"];
@@ -1190,7 +1659,9 @@ mod tests {
             proptest::collection::vec(word, 0..4).prop_map(|args| Spec::Stats { args }),
             Just(Spec::Version),
             Just(Spec::Quit),
-            (key(), data).prop_map(|(key, data)| Spec::MetaSet { key, data }),
+            (key(), data, meta_spec()).prop_map(|(key, data, flags)| Spec::MetaSet { key, data, flags }),
+            (0usize..3, key(), meta_spec()).prop_map(|(name, key, flags)| Spec::Meta { name, key, flags }),
+            Just(Spec::MetaNoop),
         ]
     }
 
@@ -1242,7 +1713,17 @@ mod tests {
             Spec::Stats { args } => (std::iter::once(b"stats".to_vec()).chain(args.iter().cloned()).collect(), None),
             Spec::Version => (vec![b"version".to_vec()], None),
             Spec::Quit => (vec![b"quit".to_vec()], None),
-            Spec::MetaSet { key, data } => (vec![b"ms".to_vec(), key.clone(), num(&data.len())], Some(data)),
+            Spec::MetaSet { key, data, flags } => {
+                let mut t = vec![b"ms".to_vec(), key.clone(), num(&data.len())];
+                t.extend(flags.tokens());
+                (t, Some(data))
+            }
+            Spec::Meta { name, key, flags } => {
+                let mut t = vec![META_NAMES[*name].as_bytes().to_vec(), key.clone()];
+                t.extend(flags.tokens());
+                (t, None)
+            }
+            Spec::MetaNoop => (vec![b"mn".to_vec()], None),
         };
         let mut out = vec![b' '; lead];
         out.extend(tokens.join(&vec![b' '; spaces][..]));
@@ -1283,7 +1764,11 @@ mod tests {
             Spec::Stats { args } => McRequest::Stats { args: args.iter().map(|a| &a[..]).collect() },
             Spec::Version => McRequest::Version,
             Spec::Quit => McRequest::Quit,
-            Spec::MetaSet { .. } => McRequest::Unsupported { name: b"ms" },
+            Spec::MetaSet { key, data, flags } => McRequest::MetaSet { meta: flags.expected(key), data },
+            Spec::Meta { name: 0, key, flags } => McRequest::MetaGet(flags.expected(key)),
+            Spec::Meta { name: 1, key, flags } => McRequest::MetaDelete(flags.expected(key)),
+            Spec::Meta { key, flags, .. } => McRequest::MetaArith(flags.expected(key)),
+            Spec::MetaNoop => McRequest::MetaNoop,
         }
     }
 

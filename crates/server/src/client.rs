@@ -136,6 +136,10 @@ pub struct Client {
     pub reply: ReplyMode,
     /// QUIT, or a protocol error: close once the pending replies are written.
     pub close_after_reply: bool,
+    /// The running command's keys are not marked accessed before it runs:
+    /// a memcached `mg` reads the item's last access and fetched mark
+    /// first, and records the access itself unless its `u` flag says not to.
+    pub no_touch: bool,
     pub info: Arc<ClientInfo>,
     /// The worker thread that owns the connection.
     pub worker: usize,
@@ -185,6 +189,7 @@ impl Client {
             watch_flag: WatchFlag::default(),
             reply: ReplyMode::On,
             close_after_reply: false,
+            no_touch: false,
             info,
             worker: 0,
             is_loader: false,

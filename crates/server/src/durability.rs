@@ -321,7 +321,7 @@ fn replay_held(ctx: &mut Ctx<'_>, mut replay: Replay) -> Result<(), String> {
 fn restore_item_flags(locked: &mut keel_engine::Locked<'_>, server: &Server, db: usize, argv: &[Vec<u8>], flags: u32) {
     let Some(key) = argv.get(1) else { return };
     let shard = locked.shard_for(&server.keyspace, key);
-    shard.db(db).set_item_meta(key, keel_engine::ItemMeta { flags, cas: 0 });
+    shard.db(db).set_item_meta(key, keel_engine::ItemMeta { flags, ..Default::default() });
 }
 
 fn run_replayed(ctx: &mut Ctx<'_>, replay: &Replay, db: usize, argv: &[Vec<u8>]) -> Result<(), String> {

@@ -982,7 +982,7 @@ fn insert_into(db: &mut keel_engine::Db, key: &[u8], entry: Entry, flags: u32, r
     db.insert_entry(key, entry);
     // After the insert, which drops a replaced key's flags.
     if flags != 0 {
-        db.set_item_meta(key, keel_engine::ItemMeta { flags, cas: 0 });
+        db.set_item_meta(key, keel_engine::ItemMeta { flags, ..Default::default() });
     }
     Ok(())
 }

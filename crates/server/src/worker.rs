@@ -1083,7 +1083,11 @@ fn held_by_pause_memcache(server: &Server, request: &keel_protocol::memcache::Mc
                 | McRequest::Touch { .. }
                 | McRequest::FlushAll { .. }
                 | McRequest::Get { touch: Some(_), .. }
+                | McRequest::MetaSet { .. }
+                | McRequest::MetaDelete(_)
+                | McRequest::MetaArith(_)
         )
+        || matches!(request, McRequest::MetaGet(meta) if meta.flags.ttl.is_some())
 }
 
 /// How many pipelined requests are parsed before the first of them runs.

@@ -16,30 +16,9 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use common::memcache::{start_keel, start_keel_in, start_memcached, Item, McClient};
+use common::memcache::{start_keel, start_keel_in, start_under_test as start, Item, McClient};
 use common::{bulk, int, ok, temp_dir, Client, Frame, Server};
 use rand::{Rng, SeedableRng};
-
-/// The server under test and its memcached port: Keel, or Debian's
-/// memcached with `KEEL_MEMCACHE_REFERENCE=1` (None when it is not
-/// installed: the test then returns). memcached runs with its segmented
-/// LRU off: with it on, an incr/decr shortly after the second fetch of an
-/// item may find it held by an asynchronous LRU bump and then replace it
-/// with one of the result's length rather than pad it in place (see
-/// `differential_memcache.rs`); Keel always pads.
-fn start() -> Option<(Server, u16)> {
-    if reference() {
-        let server = start_memcached(&["-o", "no_lru_maintainer"])?;
-        let port = server.port;
-        return Some((server, port));
-    }
-    Some(start_keel(&[]))
-}
-
-/// Whether the tests run against memcached itself (see `start`).
-fn reference() -> bool {
-    std::env::var_os("KEEL_MEMCACHE_REFERENCE").is_some()
-}
 
 fn now() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).expect("clock").as_secs() as i64
@@ -594,24 +573,20 @@ fn a_redis_write_resets_flags_and_cas() {
     assert_eq!(fv(&mut c, "k"), some(42, "v"), "a Redis read dropped the flags");
 }
 
-/// The meta commands and the admin commands Keel lacks answer a line
-/// starting CLIENT_ERROR (not ERROR, which says "unknown command"), and the
-/// connection goes on; `ms` has a data block, which must not be run as a
-/// command.
+/// The admin commands Keel lacks (and memcached's debug command `me`)
+/// answer a line starting CLIENT_ERROR (not ERROR, which says "unknown
+/// command"), and the connection goes on. The meta commands have their
+/// own tests (`memcache_meta.rs`).
 #[test]
-fn meta_and_admin_commands_are_refused_with_client_error() {
+fn admin_commands_are_refused_with_client_error() {
     let (_server, port) = start_keel(&[]);
     let mut c = McClient::connect(port);
     assert_eq!(c.set("a", 0, 0, "x"), "STORED");
-    for line in ["mg a v", "md a", "ma a", "mn", "me a", "lru_crawler metadump all", "slabs automove 1", "cache_memlimit 100", "lru mode flat", "watch"] {
+    for line in ["me a", "lru_crawler metadump all", "slabs automove 1", "cache_memlimit 100", "lru mode flat", "watch"] {
         let reply = c.cmd(line);
         assert!(reply.starts_with("CLIENT_ERROR "), "`{line}`: {reply}");
         assert_eq!(fv(&mut c, "a"), some(0, "x"), "after `{line}`");
     }
-    c.write_raw(b"ms a 2\r\nmg\r\n");
-    let reply = c.line();
-    assert!(reply.starts_with("CLIENT_ERROR "), "`ms`: {reply}");
-    assert_eq!(fv(&mut c, "a"), some(0, "x"), "after `ms` (its data block run as `mg`?)");
 }
 
 /// Unknown commands and lines without enough tokens are ERROR (commands

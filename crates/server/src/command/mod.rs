@@ -1065,7 +1065,7 @@ fn run_with(
     if spec.has(flags::WRITE) && ctx.server.snapshot_active.load(Ordering::Relaxed) {
         crate::rewrite::preserve_keys(ctx, spec, argv);
     }
-    if touches_keys(spec) {
+    if touches_keys(spec) && !ctx.client.no_touch {
         for i in spec.key_indexes(argv) {
             if let Some(entry) = ctx.dbs.of(argv[i]).peek_mut(argv[i]) {
                 ctx.access.touch(entry);

@@ -62,6 +62,27 @@ pub fn start_keel(extra: &[&str]) -> (Server, u16) {
     (server, mc_port)
 }
 
+/// The server a memcached test runs against, and its memcached port:
+/// Keel, or Debian's memcached with `KEEL_MEMCACHE_REFERENCE=1` (None
+/// when it is not installed: the test then returns). memcached runs with
+/// its segmented LRU off: with it on, an incr/decr shortly after the
+/// second fetch of an item may find it held by an asynchronous LRU bump
+/// and then replace it with one of the result's length rather than pad it
+/// in place (see `differential_memcache.rs`); Keel always pads.
+pub fn start_under_test() -> Option<(Server, u16)> {
+    if reference() {
+        let server = start_memcached(&["-o", "no_lru_maintainer"])?;
+        let port = server.port;
+        return Some((server, port));
+    }
+    Some(start_keel(&[]))
+}
+
+/// Whether the tests run against memcached itself (see `start_under_test`).
+pub fn reference() -> bool {
+    std::env::var_os("KEEL_MEMCACHE_REFERENCE").is_some()
+}
+
 /// `start_keel` on `dir`, kept on drop (crash tests restart on it).
 pub fn start_keel_in(dir: &Path, extra: &[&str]) -> (Server, u16) {
     let mc_port = free_port();
