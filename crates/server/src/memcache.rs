@@ -252,6 +252,14 @@ impl Run<'_> {
             command::check_acl(self.server, self.client, index, spec, argv, crate::acl::Context::Toplevel)
                 .map_err(|denied| CmdError::other(denied.error(spec)))?;
         }
+        // In cluster mode an item of another node's slot is not served
+        // here: the error names the node (memcached has no redirection).
+        if self.server.cluster.is_some() {
+            let exists = |key: &[u8]| crate::cluster::key_exists(self.server, key);
+            if let Some(error) = crate::cluster::redirect(self.server, self.client, resolved.1, argv, None, exists) {
+                return Err(CmdError::other(error));
+            }
+        }
         // As a Redis command: room is made first, and past `maxmemory` with
         // nothing left to evict, what may grow memory is refused.
         if crate::evict::perform(self.server) == crate::evict::Outcome::Fail && resolved.1.has(command::flags::DENYOOM) {
