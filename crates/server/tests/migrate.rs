@@ -233,8 +233,12 @@ fn a_silent_target_times_out() {
     assert_eq!(s.cmd("GET k"), bulk("v"));
     assert_eq!(s.info_field("stats", "migrate_cached_sockets"), "0");
     drop(listener);
-    // Nobody listens there now.
+    // Nobody listens there now: Redis's connect does not notice, its
+    // write does.
     let reply = s.send(&["MIGRATE", "127.0.0.1", &port, "k", "0", "200"]);
+    assert_eq!(reply, Frame::Error(b"IOERR error or timeout writing to target instance".to_vec()));
+    // A host with no address is the one failure to connect.
+    let reply = s.send(&["MIGRATE", "256.1.1.1", &port, "k", "0", "200"]);
     assert_eq!(reply, Frame::Error(b"IOERR error or timeout connecting to the client".to_vec()));
 }
 
