@@ -212,11 +212,16 @@ fn auth_and_auth2_to_a_target_with_a_password() {
     // there, as it does in Redis.
     assert_eq!(s.cmd("GET c"), bulk("3"));
     assert_eq!(t.cmd("GET c"), bulk("3"));
-    // The password is not in the slow log.
+    // The password is not in the slow log, nor shown to MONITOR.
     s.cmd("CONFIG SET slowlog-log-slower-than 0");
+    let mut monitor = source.client();
+    assert_eq!(monitor.cmd("MONITOR"), ok());
     assert_eq!(migrate(&mut s, &target, &["d", "0", "1000", "AUTH2", "mover", "pw"]), ok());
     let log = common::readable(&format!("{:?}", s.cmd("SLOWLOG GET 1")));
     assert!(log.contains(r#"Bulk("AUTH2"), Bulk("(redacted)"), Bulk("(redacted)")"#), "{log}");
+    let Frame::Simple(line) = monitor.read() else { panic!("MONITOR line") };
+    let line = String::from_utf8_lossy(&line);
+    assert!(line.ends_with(r#""AUTH2" "(redacted)" "(redacted)""#), "{line}");
 }
 
 /// A target that accepts and never answers: the reply is Redis's IOERR
