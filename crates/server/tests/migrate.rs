@@ -291,3 +291,32 @@ fn a_moved_key_stays_gone_after_kill_9() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// RESTORE-ASKING is RESTORE outside cluster mode, in Keel as in
+/// redis-server, and survives a restart (journaled with its absolute TTL).
+#[test]
+fn restore_asking_is_restore() {
+    let dir = temp_dir("restore-asking");
+    let keel = Server::start_in(&dir, &[]);
+    let mut servers = vec![keel];
+    servers.extend(Server::start_redis(&[]));
+    for server in &servers {
+        let mut c = server.client();
+        c.cmd("RPUSH l a b c");
+        let Frame::Bulk(payload) = c.cmd("DUMP l") else { panic!("DUMP") };
+        assert_eq!(
+            c.send(&[&b"RESTORE-ASKING"[..], b"l", b"0", &payload]),
+            Frame::Error(b"BUSYKEY Target key name already exists.".to_vec())
+        );
+        assert_eq!(c.send(&[&b"RESTORE-ASKING"[..], b"m", b"100000", &payload]), ok());
+        assert_eq!(c.cmd("LRANGE m 0 -1"), Frame::Array(vec![bulk("a"), bulk("b"), bulk("c")]));
+        assert_eq!(c.send(&[&b"restore-asking"[..], b"m", b"0", b"junk", b"REPLACE"]), Frame::Error(b"ERR DUMP payload version or checksum are wrong".to_vec()));
+    }
+    let keel = servers.remove(0);
+    keel.kill9();
+    let keel = Server::start_last_in(&dir, &[]);
+    let mut c = keel.client();
+    assert_eq!(c.cmd("LRANGE m 0 -1"), Frame::Array(vec![bulk("a"), bulk("b"), bulk("c")]));
+    let Frame::Integer(ttl) = c.cmd("PTTL m") else { panic!("PTTL") };
+    assert!(ttl > 0 && ttl <= 100_000, "TTL {ttl}");
+}

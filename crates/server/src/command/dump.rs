@@ -235,8 +235,9 @@ fn migrate(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
             false => 0,
         };
         let payload = keel_rdb::dump_payload(&crate::rdb::to_rdb(&entry.value), &options);
-        // In cluster mode Redis sends RESTORE-ASKING, which a target
-        // importing the key's slot serves.
+        // Outside cluster mode Redis sends RESTORE; in cluster mode
+        // RESTORE-ASKING, which a target importing the key's slot serves
+        // (to send once Keel has a cluster mode).
         let ttl = ttl_ms.to_string();
         let mut restore: SmallVec<[&[u8]; 5]> = smallvec::smallvec![&b"RESTORE"[..], key, ttl.as_bytes(), payload.as_slice()];
         if replace {
