@@ -2,8 +2,9 @@
 //! redis-server 7.0.15 and redis-server to Keel; one key and the KEYS
 //! form, COPY, REPLACE, a busy key, NOKEY, TTLs, every type, the target
 //! database, AUTH and AUTH2, a target that never answers, the cached
-//! connection, the source's keyspace events and WATCH, and the deletion's
-//! durability across a kill -9.
+//! connection, the source's keyspace events and WATCH, a write that comes
+//! while MIGRATE waits for the target, the deletion's durability across a
+//! kill -9, and RESTORE-ASKING.
 
 mod common;
 
@@ -319,4 +320,41 @@ fn restore_asking_is_restore() {
     assert_eq!(c.cmd("LRANGE m 0 -1"), Frame::Array(vec![bulk("a"), bulk("b"), bulk("c")]));
     let Frame::Integer(ttl) = c.cmd("PTTL m") else { panic!("PTTL") };
     assert!(ttl > 0 && ttl <= 100_000, "TTL {ttl}");
+}
+
+/// A write to a key while MIGRATE waits for the target's answer waits for
+/// MIGRATE (the key's shard stays locked): it lands after the deletion
+/// instead of being deleted with the key. The target here is a listener
+/// that answers only once the write was dispatched.
+#[test]
+fn a_write_during_the_exchange_waits_for_it() {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port().to_string();
+    let source = Server::start(&["--threads", "4"]);
+    let (mut s, mut writer, mut observer) = (source.client(), source.client(), source.client());
+    s.cmd("SET k old");
+    s.write_command(&["MIGRATE", "127.0.0.1", &port, "k", "0", "10000"]);
+    let (mut target, _) = listener.accept().expect("accept");
+    // SELECT 0, then the RESTORE: read until both have come whole.
+    let (mut got, mut commands) = (Vec::new(), 0);
+    while commands < 2 {
+        let mut buf = [0u8; 4096];
+        let n = target.read(&mut buf).expect("read");
+        assert!(n > 0, "MIGRATE closed the connection");
+        got.extend_from_slice(&buf[..n]);
+        while let Ok(Some((_, used))) = keel_protocol::frame::parse_frame(&got) {
+            got.drain(..used);
+            commands += 1;
+        }
+    }
+    writer.write_command(&["SET", "k", "new"]);
+    common::wait_for("the SET to be dispatched", || {
+        let Frame::Bulk(list) = observer.cmd("CLIENT LIST") else { return false };
+        String::from_utf8_lossy(&list).lines().any(|l| l.contains("cmd=set"))
+    });
+    target.write_all(b"+OK\r\n+OK\r\n").expect("answer");
+    assert_eq!(s.read(), ok());
+    assert_eq!(writer.read(), ok());
+    assert_eq!(s.cmd("GET k"), bulk("new"));
 }
