@@ -235,9 +235,8 @@ fn migrate(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
             false => 0,
         };
         let payload = keel_rdb::dump_payload(&crate::rdb::to_rdb(&entry.value), &options);
-        // Outside cluster mode Redis sends RESTORE; in cluster mode
-        // RESTORE-ASKING, which a target importing the key's slot serves
-        // (to send once Keel has a cluster mode).
+        // In cluster mode Redis sends RESTORE-ASKING, which a target
+        // importing the key's slot serves.
         let ttl = ttl_ms.to_string();
         let mut restore: SmallVec<[&[u8]; 5]> = smallvec::smallvec![&b"RESTORE"[..], key, ttl.as_bytes(), payload.as_slice()];
         if replace {
