@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs units of Redis's Tcl test suite that start their own servers
-# (AOF loading, rewriting, the manifest, RDB; tagged external:skip) against
+# (AOF loading, rewriting, the manifest, RDB, MIGRATE's second server in
+# unit/dump; tagged external:skip) against
 # Keel and against Redis, and prints a Markdown table of [ok] / [err] counts
 # per unit.
 #
@@ -13,6 +14,7 @@
 # its own, where the suite looks for its binaries:
 #   src/redis-server     -> target/release/keel-server, or /usr/bin/redis-server
 #   src/redis-check-aof  -> target/release/keel-check-aof, or /usr/bin/redis-check-aof
+# (target/ is $CARGO_TARGET_DIR where that is set).
 #   src/redis-cli, src/redis-benchmark -> Debian's, for both
 # The copy's tests/assets/default.conf (the config every test server starts
 # from) drops, for both servers alike, the directives of features Keel does
@@ -30,7 +32,7 @@ set -uo pipefail
 UNITS=(integration/aof integration/aof-multi-part unit/aofrw integration/rdb
     integration/convert-zipmap-hash-on-load integration/convert-ziplist-hash-on-load
     integration/convert-ziplist-zset-on-load unit/shutdown
-    integration/replication-2 integration/replication-3 integration/block-repl)
+    integration/replication-2 integration/replication-3 integration/block-repl unit/dump)
 if [[ -n "${COMPAT_UNITS:-}" ]]; then read -r -a UNITS <<<"$COMPAT_UNITS"; fi
 DROPPED_DIRECTIVES='notify-keyspace-events|latency-monitor-threshold|repl-diskless-sync-delay|slave-serve-stale-data|enable-protected-configs|enable-module-command|propagation-error-behavior'
 # Tests skipped for both servers: each starts a server with a directive of
@@ -49,10 +51,12 @@ UNIT_TIMEOUT="${COMPAT_UNIT_TIMEOUT:-900}"
 
 [[ $# -eq 1 ]] || { echo "usage: $0 <path-to-redis-checkout>" >&2; exit 2; }
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# Keel's binaries are cargo's: under CARGO_TARGET_DIR where that is set.
+target_dir="${CARGO_TARGET_DIR:-$repo_root/target}"
 redis_dir="$(cd "$1" 2>/dev/null && pwd)" || { echo "no such directory: $1" >&2; exit 2; }
 [[ -x "$redis_dir/runtest" && -f "$redis_dir/tests/test_helper.tcl" ]] ||
     { echo "$redis_dir does not look like a redis checkout (runtest, tests/)" >&2; exit 2; }
-for bin in "$repo_root/target/release/keel-server" "$repo_root/target/release/keel-check-aof" \
+for bin in "$target_dir/release/keel-server" "$target_dir/release/keel-check-aof" \
     /usr/bin/redis-server /usr/bin/redis-check-aof /usr/bin/redis-cli /usr/bin/redis-benchmark; do
     [[ -x "$bin" ]] || { echo "missing $bin (cargo build --release; apt-get install redis-server redis-tools)" >&2; exit 2; }
 done
@@ -93,7 +97,7 @@ labels=(Keel Redis)
 for label in "${labels[@]}"; do
     tree="$log_dir/tree-$label"
     if [[ $label == Keel ]]; then
-        make_tree "$tree" "$repo_root/target/release/keel-server" "$repo_root/target/release/keel-check-aof"
+        make_tree "$tree" "$target_dir/release/keel-server" "$target_dir/release/keel-check-aof"
     else
         make_tree "$tree" /usr/bin/redis-server /usr/bin/redis-check-aof
     fi

@@ -10,7 +10,10 @@
 //! [`Cache::close_idle`]), and when a new target needs a place among the
 //! [`CACHE_ITEMS_MAX`] kept. Every step is blocking and bounded by the
 //! command's timeout: the connect, each write of at most 64 KB, each reply
-//! line read.
+//! line read. The replies are Redis's, quirks included: a connection
+//! refused or timed out is reported as a failed write (Redis's blocking
+//! connect returns success either way and its first write fails), and
+//! only a host that resolves to nothing as a failure to connect.
 //!
 //! A MIGRATE takes its target's connection out of the cache while it uses
 //! it, so two workers migrating to one target at once never interleave on
@@ -36,14 +39,19 @@ const WRITE_CHUNK_BYTES: usize = 64 * 1024;
 /// the exchange fails as an I/O error rather than buffer without bound.
 const LINE_BYTES_MAX: usize = 64 * 1024;
 
+/// `last_db` of a connection whose database is unknown. It is Redis's -1,
+/// which a MIGRATE to database -1 takes as already selected (so sends no
+/// SELECT, and the target answers for the database it has), as Redis does.
+const NO_DB: i64 = -1;
+
 /// A connection to a target instance.
 pub struct Target {
     stream: TcpStream,
     /// Bytes read past the last line (replies arrive together).
     rbuf: Vec<u8>,
     /// The database the last successful MIGRATE selected (Redis's
-    /// `last_dbid`); None forces a SELECT.
-    last_db: Option<i64>,
+    /// `last_dbid`), or [`NO_DB`].
+    last_db: i64,
     last_use: Instant,
 }
 
@@ -149,7 +157,19 @@ pub fn exchange(cache: &Cache, request: &Request<'_>) -> Outcome {
             Some(target) => target,
             None => match connect(request.host, request.port, request.timeout) {
                 Ok(target) => target,
-                Err(_) => return Outcome { io_failure: Some(IoFailure::Connect), ..Default::default() },
+                Err(Unreachable::Unresolved) => {
+                    return Outcome { io_failure: Some(IoFailure::Connect), ..Default::default() };
+                }
+                // Redis's blocking connect reports success once the
+                // socket is writable or the time is up, refused or not:
+                // the write that follows fails, and that is the reply.
+                Err(Unreachable::Failed(e)) if may_retry && !is_timeout(&e) => {
+                    may_retry = false;
+                    continue;
+                }
+                Err(Unreachable::Failed(_)) => {
+                    return Outcome { io_failure: Some(IoFailure::Write), ..Default::default() };
+                }
             },
         };
         match attempt(&mut target, request) {
@@ -184,7 +204,7 @@ fn attempt(target: &mut Target, request: &Request<'_>) -> Attempt {
         argv.push(password);
         keel_journal::encode_command(&mut out, &argv);
     }
-    let select = target.last_db != Some(request.db);
+    let select = target.last_db != request.db;
     if select {
         keel_journal::encode_command(&mut out, &[b"SELECT".as_slice(), request.db.to_string().as_bytes()]);
     }
@@ -232,12 +252,12 @@ fn attempt(target: &mut Target, request: &Request<'_>) -> Attempt {
             if outcome.target_error.is_none() {
                 outcome.target_error = Some(String::from_utf8_lossy(&error[1..]).into_owned());
             }
-            target.last_db = None;
+            target.last_db = NO_DB;
         }
         outcome.acked.push(error.is_none());
     }
     if outcome.target_error.is_none() {
-        target.last_db = Some(request.db);
+        target.last_db = request.db;
     }
     Attempt::Done(outcome)
 }
@@ -246,19 +266,27 @@ fn is_timeout(e: &io::Error) -> bool {
     matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut)
 }
 
+/// Why no connection was made.
+enum Unreachable {
+    /// The host has no address (Redis's `anetTcpNonBlockConnect` fails).
+    Unresolved,
+    Failed(io::Error),
+}
+
 /// Connects within `timeout` to the first address `host` resolves to
-/// that accepts. The port is read as C's `atoi` reads it, as Redis does.
-fn connect(host: &[u8], port: &[u8], timeout: Duration) -> io::Result<Target> {
-    let host = std::str::from_utf8(host).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-    let port = u16::try_from(atoi(port)).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-    let mut last = io::Error::from(io::ErrorKind::AddrNotAvailable);
-    for addr in (host, port).to_socket_addrs()? {
-        match TcpStream::connect_timeout(&addr, timeout) {
-            Ok(stream) => {
-                stream.set_nodelay(true)?;
-                return Ok(Target { stream, rbuf: Vec::new(), last_db: None, last_use: Instant::now() });
-            }
-            Err(e) => last = e,
+/// that accepts. The port is read as C's `atoi` reads it and cut to 16
+/// bits, as Redis's resolver gets it.
+fn connect(host: &[u8], port: &[u8], timeout: Duration) -> Result<Target, Unreachable> {
+    let host = std::str::from_utf8(host).map_err(|_| Unreachable::Unresolved)?;
+    let addrs: Vec<_> = match (host, atoi(port) as u16).to_socket_addrs() {
+        Ok(addrs) => addrs.collect(),
+        Err(_) => return Err(Unreachable::Unresolved),
+    };
+    let mut last = Unreachable::Unresolved;
+    for addr in addrs {
+        match TcpStream::connect_timeout(&addr, timeout).and_then(|s| s.set_nodelay(true).map(|()| s)) {
+            Ok(stream) => return Ok(Target { stream, rbuf: Vec::new(), last_db: NO_DB, last_use: Instant::now() }),
+            Err(e) => last = Unreachable::Failed(e),
         }
     }
     Err(last)
@@ -354,7 +382,7 @@ mod tests {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
         let port = listener.local_addr().expect("addr").port().to_string();
         let cache = Cache::default();
-        let open = || connect(b"127.0.0.1", port.as_bytes(), Duration::from_secs(1)).expect("connect");
+        let open = || connect(b"127.0.0.1", port.as_bytes(), Duration::from_secs(1)).ok().expect("connect");
         cache.put(b"a:1".to_vec(), open());
         cache.put(b"a:1".to_vec(), open());
         assert_eq!(cache.len(), 1);

@@ -2,8 +2,9 @@
 //! redis-server 7.0.15 and redis-server to Keel; one key and the KEYS
 //! form, COPY, REPLACE, a busy key, NOKEY, TTLs, every type, the target
 //! database, AUTH and AUTH2, a target that never answers, the cached
-//! connection, the source's keyspace events and WATCH, and the deletion's
-//! durability across a kill -9.
+//! connection, the source's keyspace events and WATCH, a write that comes
+//! while MIGRATE waits for the target, the deletion's durability across a
+//! kill -9, and RESTORE-ASKING.
 
 mod common;
 
@@ -212,11 +213,16 @@ fn auth_and_auth2_to_a_target_with_a_password() {
     // there, as it does in Redis.
     assert_eq!(s.cmd("GET c"), bulk("3"));
     assert_eq!(t.cmd("GET c"), bulk("3"));
-    // The password is not in the slow log.
+    // The password is not in the slow log, nor shown to MONITOR.
     s.cmd("CONFIG SET slowlog-log-slower-than 0");
+    let mut monitor = source.client();
+    assert_eq!(monitor.cmd("MONITOR"), ok());
     assert_eq!(migrate(&mut s, &target, &["d", "0", "1000", "AUTH2", "mover", "pw"]), ok());
     let log = common::readable(&format!("{:?}", s.cmd("SLOWLOG GET 1")));
     assert!(log.contains(r#"Bulk("AUTH2"), Bulk("(redacted)"), Bulk("(redacted)")"#), "{log}");
+    let Frame::Simple(line) = monitor.read() else { panic!("MONITOR line") };
+    let line = String::from_utf8_lossy(&line);
+    assert!(line.ends_with(r#""AUTH2" "(redacted)" "(redacted)""#), "{line}");
 }
 
 /// A target that accepts and never answers: the reply is Redis's IOERR
@@ -233,8 +239,12 @@ fn a_silent_target_times_out() {
     assert_eq!(s.cmd("GET k"), bulk("v"));
     assert_eq!(s.info_field("stats", "migrate_cached_sockets"), "0");
     drop(listener);
-    // Nobody listens there now.
+    // Nobody listens there now: Redis's connect does not notice, its
+    // write does.
     let reply = s.send(&["MIGRATE", "127.0.0.1", &port, "k", "0", "200"]);
+    assert_eq!(reply, Frame::Error(b"IOERR error or timeout writing to target instance".to_vec()));
+    // A host with no address is the one failure to connect.
+    let reply = s.send(&["MIGRATE", "256.1.1.1", &port, "k", "0", "200"]);
     assert_eq!(reply, Frame::Error(b"IOERR error or timeout connecting to the client".to_vec()));
 }
 
@@ -281,4 +291,70 @@ fn a_moved_key_stays_gone_after_kill_9() {
         source.kill9();
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// RESTORE-ASKING is RESTORE outside cluster mode, in Keel as in
+/// redis-server, and survives a restart (journaled with its absolute TTL).
+#[test]
+fn restore_asking_is_restore() {
+    let dir = temp_dir("restore-asking");
+    let keel = Server::start_in(&dir, &[]);
+    let mut servers = vec![keel];
+    servers.extend(Server::start_redis(&[]));
+    for server in &servers {
+        let mut c = server.client();
+        c.cmd("RPUSH l a b c");
+        let Frame::Bulk(payload) = c.cmd("DUMP l") else { panic!("DUMP") };
+        assert_eq!(
+            c.send(&[&b"RESTORE-ASKING"[..], b"l", b"0", &payload]),
+            Frame::Error(b"BUSYKEY Target key name already exists.".to_vec())
+        );
+        assert_eq!(c.send(&[&b"RESTORE-ASKING"[..], b"m", b"100000", &payload]), ok());
+        assert_eq!(c.cmd("LRANGE m 0 -1"), Frame::Array(vec![bulk("a"), bulk("b"), bulk("c")]));
+        assert_eq!(c.send(&[&b"restore-asking"[..], b"m", b"0", b"junk", b"REPLACE"]), Frame::Error(b"ERR DUMP payload version or checksum are wrong".to_vec()));
+    }
+    let keel = servers.remove(0);
+    keel.kill9();
+    let keel = Server::start_last_in(&dir, &[]);
+    let mut c = keel.client();
+    assert_eq!(c.cmd("LRANGE m 0 -1"), Frame::Array(vec![bulk("a"), bulk("b"), bulk("c")]));
+    let Frame::Integer(ttl) = c.cmd("PTTL m") else { panic!("PTTL") };
+    assert!(ttl > 0 && ttl <= 100_000, "TTL {ttl}");
+}
+
+/// A write to a key while MIGRATE waits for the target's answer waits for
+/// MIGRATE (the key's shard stays locked): it lands after the deletion
+/// instead of being deleted with the key. The target here is a listener
+/// that answers only once the write was dispatched.
+#[test]
+fn a_write_during_the_exchange_waits_for_it() {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port().to_string();
+    let source = Server::start(&["--threads", "4"]);
+    let (mut s, mut writer, mut observer) = (source.client(), source.client(), source.client());
+    s.cmd("SET k old");
+    s.write_command(&["MIGRATE", "127.0.0.1", &port, "k", "0", "10000"]);
+    let (mut target, _) = listener.accept().expect("accept");
+    // SELECT 0, then the RESTORE: read until both have come whole.
+    let (mut got, mut commands) = (Vec::new(), 0);
+    while commands < 2 {
+        let mut buf = [0u8; 4096];
+        let n = target.read(&mut buf).expect("read");
+        assert!(n > 0, "MIGRATE closed the connection");
+        got.extend_from_slice(&buf[..n]);
+        while let Ok(Some((_, used))) = keel_protocol::frame::parse_frame(&got) {
+            got.drain(..used);
+            commands += 1;
+        }
+    }
+    writer.write_command(&["SET", "k", "new"]);
+    common::wait_for("the SET to be dispatched", || {
+        let Frame::Bulk(list) = observer.cmd("CLIENT LIST") else { return false };
+        String::from_utf8_lossy(&list).lines().any(|l| l.contains("cmd=set"))
+    });
+    target.write_all(b"+OK\r\n+OK\r\n").expect("answer");
+    assert_eq!(s.read(), ok());
+    assert_eq!(writer.read(), ok());
+    assert_eq!(s.cmd("GET k"), bulk("new"));
 }

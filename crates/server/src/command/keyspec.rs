@@ -347,6 +347,21 @@ mod tests {
         }
     }
 
+    /// MIGRATE: the key argument unless KEYS is found, then the
+    /// command's own finding (which skips AUTH's password).
+    #[test]
+    fn an_incomplete_spec_that_finds_keys_defers_to_the_command() {
+        let migrate = [
+            key_at(3, RW | ACCESS | DELETE),
+            ks(RW | ACCESS | DELETE | INCOMPLETE, keyword("KEYS", -2), span(-1, 1, 0)),
+        ];
+        assert_eq!(keys_and_flags(&migrate, &argv("migrate h p k 0 0"), &[]), vec![(3, RW | ACCESS | DELETE)]);
+        let found = keys_and_flags(&migrate, &argv("migrate h p  0 0 auth keys a"), &[3]);
+        assert_eq!(found, vec![(3, RW | ACCESS | DELETE)]);
+        let found = keys_and_flags(&migrate, &argv("migrate h p  0 0 keys a b"), &[7, 8]);
+        assert_eq!(found, vec![(7, RW | ACCESS | DELETE), (8, RW | ACCESS | DELETE)]);
+    }
+
     #[test]
     fn unplaced_keys_take_the_last_unknown_spec() {
         let sort = [

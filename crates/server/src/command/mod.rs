@@ -1120,16 +1120,21 @@ fn run_with(
 /// Sends a command that ran to every MONITOR client, as Redis's call()
 /// does once it has run it: a command queued by MULTI shows when EXEC runs
 /// it (before the EXEC), one refused before running never, and ADMIN and
-/// `skip_monitor` commands never.
+/// `skip_monitor` commands never. Secrets (AUTH's, MIGRATE's) show as
+/// "(redacted)", as in the slow log.
 pub(crate) fn feed_monitors(server: &Server, client: &Client, spec: &CommandSpec, argv: &[&[u8]]) {
     if server.clients.monitor_count.load(Ordering::Relaxed) == 0 || spec.has(flags::SKIP_MONITOR | flags::ADMIN) {
         return;
     }
     let us = crate::server::unix_us();
     let mut line = format!("+{}.{:06} [{} {}]", us / 1_000_000, us % 1_000_000, client.db, client.info.addr);
-    for arg in argv {
+    let redacted = crate::slowlog::redacted_args(argv);
+    for (i, arg) in argv.iter().enumerate() {
         line.push(' ');
-        line.push_str(&repr(arg));
+        match redacted.contains(&i) {
+            true => line.push_str("\"(redacted)\""),
+            false => line.push_str(&repr(arg)),
+        }
     }
     line.push_str("\r\n");
     let monitors = server.clients.monitors.lock().clone();
