@@ -285,10 +285,16 @@ pub fn keys_in_db(server: &Server, db: usize) -> usize {
     (0..server.keyspace.shard_count()).map(|i| server.keyspace.lock_one(i).shard(i).db(db).len()).sum()
 }
 
-/// Whether `key` is in database 0, its shard locked for the look.
+/// Whether `key` is in database 0 and alive (Redis's lookup without
+/// expiring it), its shard locked for the look.
 pub fn key_exists(server: &Server, key: &[u8]) -> bool {
     let index = server.keyspace.shard_of_key(key);
-    server.keyspace.lock_one(index).shard(index).db(0).peek(key).is_some()
+    alive(server.keyspace.lock_one(index).shard(index).db(0).peek(key))
+}
+
+/// A key past its time is missing to a migration, as to Redis's lookup.
+fn alive(entry: Option<&keel_engine::Entry>) -> bool {
+    entry.is_some_and(|e| !e.is_expired(unix_ms()))
 }
 
 /// Redis's scriptVerifyClusterState: a command a script calls must touch
@@ -307,7 +313,7 @@ pub fn script_refusal(
     }
     // The script holds every shard: keys are looked up through its locks.
     let dbs = &mut ctx.dbs;
-    if let Some(error) = redirect(server, ctx.client, spec, argv, None, |key| dbs.of_in(0, key).peek(key).is_some()) {
+    if let Some(error) = redirect(server, ctx.client, spec, argv, None, |key| alive(dbs.of_in(0, key).peek(key))) {
         return Some(match error.as_str() {
             "CLUSTERDOWN The cluster is down and only accepts read commands" => {
                 "Script attempted to execute a write command while the cluster is down and readonly"
