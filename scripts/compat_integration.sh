@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs units of Redis's Tcl test suite that start their own servers
 # (AOF loading, rewriting, the manifest, RDB, MIGRATE's second server in
-# unit/dump; tagged external:skip) against
+# unit/dump, the clusters of unit/cluster; tagged external:skip) against
 # Keel and against Redis, and prints a Markdown table of [ok] / [err] counts
 # per unit.
 #
@@ -32,7 +32,8 @@ set -uo pipefail
 UNITS=(integration/aof integration/aof-multi-part unit/aofrw integration/rdb
     integration/convert-zipmap-hash-on-load integration/convert-ziplist-hash-on-load
     integration/convert-ziplist-zset-on-load unit/shutdown
-    integration/replication-2 integration/replication-3 integration/block-repl unit/dump)
+    integration/replication-2 integration/replication-3 integration/block-repl unit/dump
+    unit/cluster/misc unit/cluster/links unit/cluster/announced-endpoints)
 if [[ -n "${COMPAT_UNITS:-}" ]]; then read -r -a UNITS <<<"$COMPAT_UNITS"; fi
 DROPPED_DIRECTIVES='notify-keyspace-events|latency-monitor-threshold|repl-diskless-sync-delay|slave-serve-stale-data|enable-protected-configs|enable-module-command|propagation-error-behavior'
 # Tests skipped for both servers: each starts a server with a directive of

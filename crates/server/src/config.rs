@@ -327,6 +327,9 @@ pub struct ClusterSettings {
     pub announce_ip: String,
     pub announce_port: u16,
     pub announce_bus_port: u16,
+    /// `cluster-announce-tls-port`: kept and reported; Redis announces it
+    /// only over TLS (`tls-cluster`), which Keel does not have.
+    pub announce_tls_port: u16,
     pub announce_hostname: String,
     /// `cluster-preferred-endpoint-type`: ip, hostname or unknown-endpoint.
     pub preferred_endpoint: String,
@@ -349,6 +352,7 @@ impl Default for ClusterSettings {
             announce_ip: String::new(),
             announce_port: 0,
             announce_bus_port: 0,
+            announce_tls_port: 0,
             announce_hostname: String::new(),
             preferred_endpoint: "ip".into(),
             require_full_coverage: true,
@@ -1033,6 +1037,7 @@ pub static DIRECTIVES: &[Directive] = &[
     directive!("cluster-announce-ip", true, string, cluster.announce_ip),
     directive!("cluster-announce-port", true, num(0, 65535), cluster.announce_port),
     directive!("cluster-announce-bus-port", true, num(0, 65535), cluster.announce_bus_port),
+    directive!("cluster-announce-tls-port", true, num(0, 65535), cluster.announce_tls_port),
     directive!("cluster-announce-hostname", true, string, cluster.announce_hostname),
     directive!("cluster-preferred-endpoint-type", true, enum ["ip", "hostname", "unknown-endpoint"], cluster.preferred_endpoint),
     directive!("cluster-require-full-coverage", true, bool, cluster.require_full_coverage),

@@ -467,6 +467,24 @@ impl State {
         }
     }
 
+    /// DEBUG CLUSTERLINK KILL: drops the links with `node` of `direction`
+    /// (`to`, `from` or `all`); the cron opens ours again.
+    pub fn kill_links(&mut self, direction: &[u8], node: &[u8]) -> Result<(), String> {
+        let name = NodeName::parse(node).filter(|n| self.nodes.contains_key(n));
+        let name = name.ok_or_else(|| format!("Unknown node {}", String::from_utf8_lossy(node)))?;
+        let n = &self.nodes[&name];
+        let links = match direction.to_ascii_lowercase().as_slice() {
+            b"to" => vec![n.link],
+            b"from" => vec![n.inbound_link],
+            b"all" => vec![n.link, n.inbound_link],
+            _ => return Err(format!("Unknown direction {}", String::from_utf8_lossy(direction))),
+        };
+        for link in links.into_iter().flatten() {
+            self.close_link(link);
+        }
+        Ok(())
+    }
+
     fn send(&mut self, id: LinkId, message: &Message) {
         let kind = usize::from(message.kind().code());
         let Some(link) = self.links.get_mut(&id) else { return };

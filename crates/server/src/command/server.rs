@@ -1474,6 +1474,8 @@ fn debug(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
                 &[
                     "AOF-FLUSH-SLEEP <microsec>",
                     "    Server will sleep before flushing the AOF, this is used for testing.",
+                    "CLUSTERLINK KILL <to|from|all> <node-id>",
+                    "    Kills the link based on the direction to/from (both) with the provided node.",
                     "DIGEST",
                     "    Output a hex signature representing the current DB content.",
                     "DIGEST-VALUE <key> [<key> ...]",
@@ -1525,6 +1527,15 @@ fn debug(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
                 // Every shard stays locked meanwhile: the keyspace freezes.
                 std::thread::sleep(std::time::Duration::from_micros(micros as u64));
             }
+            ctx.out.ok();
+            Ok(())
+        }
+        5 if eq(sub, "clusterlink") && eq(argv[2], "kill") => {
+            let Some(cluster) = &ctx.server.cluster else {
+                return Err(CmdError::other("ERR Debug option only available for cluster mode enabled setup!"));
+            };
+            let (direction, node) = (argv[3], argv[4]);
+            cluster.with(ctx.server, |st| st.kill_links(direction, node)).map_err(|e| CmdError::other(format!("ERR {e}")))?;
             ctx.out.ok();
             Ok(())
         }
