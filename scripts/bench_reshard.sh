@@ -48,6 +48,10 @@ run() {
     local name=$1 bin=$2
     local dirs=()
     for p in 17701 17702 17703; do
+        if redis-cli -p $p ping >/dev/null 2>&1; then
+            echo "port $p is taken: stop what listens there first" >&2
+            exit 1
+        fi
         local d="$WORK/$name-$p"
         rm -rf "$d" && mkdir -p "$d"
         dirs+=("$d")
