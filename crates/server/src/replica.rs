@@ -351,14 +351,7 @@ pub fn replicaof(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     }
     let who = || command::connection::client_line(&ctx.client.info, unix_ms());
     if eq(argv[1], "no") && eq(argv[2], "one") {
-        let was = {
-            let mut config = server.config.write();
-            let was = config.replicaof.take();
-            server.replica.mirror(&config);
-            was
-        };
-        if was.is_some() {
-            unset_master(server);
+        if stop_following(server) {
             tracing::info!("MASTER MODE enabled (user request from '{}')", who());
         }
         ctx.out.ok();
@@ -400,8 +393,9 @@ pub fn follow(server: &Server, host: String, port: u16) {
     set_master(server);
 }
 
-/// Cluster mode's REPLICAOF NO ONE (a replica won its election).
-pub fn stop_following(server: &Server) {
+/// REPLICAOF NO ONE, and cluster mode's promotion: the link ends, the
+/// data stays. Returns whether there was a master.
+pub fn stop_following(server: &Server) -> bool {
     let was = {
         let mut config = server.config.write();
         let was = config.replicaof.take();
@@ -411,6 +405,7 @@ pub fn stop_following(server: &Server) {
     if was.is_some() {
         unset_master(server);
     }
+    was.is_some()
 }
 
 /// A new master: the link to the old one (if any) ends before the reply.

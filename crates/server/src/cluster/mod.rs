@@ -222,7 +222,9 @@ fn env(server: &Server, st: &State) -> Env {
 fn apply(server: &Server, effect: Effect) {
     match effect {
         Effect::Follow(host, port) => crate::replica::follow(server, host, port),
-        Effect::StopFollowing => crate::replica::stop_following(server),
+        Effect::StopFollowing => {
+            crate::replica::stop_following(server);
+        }
         Effect::DropSlotKeys(slot) => {
             let dropped = drop_slot_keys(server, slot);
             if dropped > 0 {

@@ -668,6 +668,10 @@ impl State {
     /// A message to every node we have a link to (handshakes excluded).
     fn broadcast(&mut self, body: Body) {
         let message = self.message(body);
+        self.broadcast_message(&message);
+    }
+
+    fn broadcast_message(&mut self, message: &Message) {
         let targets: Vec<LinkId> = self
             .nodes
             .values()
@@ -675,7 +679,7 @@ impl State {
             .filter_map(|n| n.link)
             .collect();
         for id in targets {
-            self.send(id, &message);
+            self.send(id, message);
         }
     }
 
@@ -1504,15 +1508,7 @@ impl State {
             if self.manual.end != 0 {
                 message.header.mflags[0] |= mflags::FORCEACK;
             }
-            let targets: Vec<LinkId> = self
-                .nodes
-                .values()
-                .filter(|n| !n.has(flags::MYSELF | flags::HANDSHAKE))
-                .filter_map(|n| n.link)
-                .collect();
-            for id in targets {
-                self.send(id, &message);
-            }
+            self.broadcast_message(&message);
             self.election.auth_sent = true;
             self.dirty = true;
             self.update_state = true;
