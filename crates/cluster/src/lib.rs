@@ -141,9 +141,11 @@ impl SlotBitmap {
         self.0.iter().map(|b| b.count_ones() as usize).sum()
     }
 
-    /// The set slots, ascending.
+    /// The set slots, ascending; empty bytes are skipped whole.
     pub fn iter(&self) -> impl Iterator<Item = u16> + '_ {
-        (0..SLOTS as u16).filter(|&slot| self.get(slot))
+        self.0.iter().enumerate().filter(|(_, byte)| **byte != 0).flat_map(|(i, &byte)| {
+            (0..8u16).filter(move |bit| byte & (1 << bit) != 0).map(move |bit| i as u16 * 8 + bit)
+        })
     }
 
     /// The set slots as inclusive ranges, ascending and maximal (the

@@ -204,6 +204,8 @@ pub struct State {
     pub current_epoch: u64,
     pub last_vote_epoch: u64,
     pub owners: Vec<Option<NodeName>>,
+    /// How many slots have an owner.
+    assigned: usize,
     pub migrating: BTreeMap<u16, NodeName>,
     pub importing: BTreeMap<u16, NodeName>,
     pub ok: bool,
@@ -243,6 +245,7 @@ impl State {
             current_epoch: 0,
             last_vote_epoch: 0,
             owners: vec![None; SLOTS],
+            assigned: 0,
             migrating: BTreeMap::new(),
             importing: BTreeMap::new(),
             ok: false,
@@ -325,11 +328,13 @@ impl State {
             }
         }
         self.owners[slot as usize] = Some(node);
+        self.assigned += 1;
         true
     }
 
     pub fn del_slot(&mut self, slot: u16) -> bool {
         let Some(owner) = self.owners[slot as usize].take() else { return false };
+        self.assigned -= 1;
         if let Some(n) = self.nodes.get_mut(&owner) {
             if n.slots.get(slot) {
                 n.slots.clear(slot);
@@ -1239,8 +1244,9 @@ impl State {
         }
         let mut ok = true;
         if self.env.require_full_coverage {
-            let failed: Vec<NodeName> = self.nodes.values().filter(|n| n.failed()).map(|n| n.name).collect();
-            ok = self.owners.iter().all(|o| o.is_some_and(|o| !failed.contains(&o)));
+            // Every slot assigned, none to a failed master.
+            let failed: Vec<NodeName> = self.nodes.values().filter(|n| n.failed() && n.numslots > 0).map(|n| n.name).collect();
+            ok = self.assigned == SLOTS && (failed.is_empty() || self.owners.iter().all(|o| o.is_some_and(|o| !failed.contains(&o))));
         }
         let masters = self.nodes.values().filter(|n| n.is_master() && n.numslots > 0);
         let (mut size, mut reachable) = (0, 0);
