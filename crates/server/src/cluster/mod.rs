@@ -274,12 +274,8 @@ pub fn drop_slot_keys(server: &Server, slot: u16) -> usize {
 pub fn count_keys_in_slot(server: &Server, slot: u16) -> usize {
     let index = server.keyspace.shard_of_slot(slot);
     let mut locked = server.keyspace.lock_one(index);
-    let db = locked.shard(index).db(0);
-    if server.keyspace.shard_count() == SLOTS {
-        db.len()
-    } else {
-        db.iter().filter(|(k, _)| key_slot(k) == slot).count()
-    }
+    // A cluster node's keyspace has one shard per slot (`Server::new`).
+    locked.shard(index).db(0).len()
 }
 
 /// Keys in database `db`, every shard counted.
@@ -408,8 +404,8 @@ pub fn node_line(st: &State, node: &Node) -> NodeLine {
     }
 }
 
-/// Every node's line, myself first as Redis lists them... in the order of
-/// Redis's dict is arbitrary; Keel lists myself first, then by name.
+/// nodes.conf's contents: every node but those in a handshake, myself
+/// first, then by name (Redis's order is its dict's, arbitrary).
 pub fn nodes_file(st: &State) -> NodesFile {
     let mut nodes: Vec<&Node> = st.nodes.values().filter(|n| !n.in_handshake() || n.name == st.myself).collect();
     nodes.sort_by_key(|n| (n.name != st.myself, n.name));
@@ -538,10 +534,10 @@ pub fn redirect<'a>(
         (
             owner.map(|o| addr(&o)),
             st.migrating.get(&slot).and_then(addr),
-            (
-                server.config.read().cluster.allow_reads_when_down,
-                server.config.read().cluster.allow_pubsubshard_when_down,
-            ),
+            {
+                let config = server.config.read();
+                (config.cluster.allow_reads_when_down, config.cluster.allow_pubsubshard_when_down)
+            },
         )
     };
     let Some(owner_addr) = owner_addr else {

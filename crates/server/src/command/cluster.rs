@@ -454,18 +454,17 @@ fn keyslot(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
 
 fn links(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
     let rows = with_state(ctx, |st| {
-        let now = st.env.now;
         let mut rows = Vec::new();
         for node in st.nodes.values() {
             for (id, direction) in [(node.link, "to"), (node.inbound_link, "from")] {
                 let Some(link) = id.and_then(|id| st.links.get(&id)) else { continue };
-                rows.push((direction, node.name, link.ctime, now, link.pending_out()));
+                rows.push((direction, node.name, link.ctime, link.pending_out()));
             }
         }
         Ok(rows)
     })?;
     ctx.out.array(rows.len());
-    for (direction, name, ctime, _now, pending) in rows {
+    for (direction, name, ctime, pending) in rows {
         ctx.out.map(6);
         ctx.out.bulk(b"direction");
         ctx.out.bulk(direction.as_bytes());
