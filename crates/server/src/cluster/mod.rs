@@ -133,10 +133,14 @@ impl Cluster {
         result
     }
 
+    /// Publishes the slots' bits for the lock-free redirection. Each cell
+    /// is written once with its whole value: clearing it and then setting
+    /// MIGRATING or IMPORTING in a second step would let a concurrent
+    /// redirection see a moving slot as stable.
     fn mirror(&self, st: &State) {
         let me = Some(st.myself);
         let master = st.me().master.filter(|_| st.me().is_replica());
-        for (cell, owner) in self.slots.iter().zip(&st.owners) {
+        for (slot, (cell, owner)) in self.slots.iter().zip(&st.owners).enumerate() {
             let mut bits = 0;
             if owner.is_some() {
                 bits |= ASSIGNED;
@@ -147,13 +151,14 @@ impl Cluster {
                     bits |= MASTER_OWNS;
                 }
             }
+            let slot = slot as u16;
+            if st.migrating.contains_key(&slot) {
+                bits |= MIGRATING;
+            }
+            if st.importing.contains_key(&slot) {
+                bits |= IMPORTING;
+            }
             cell.store(bits, Ordering::Relaxed);
-        }
-        for slot in st.migrating.keys() {
-            self.slots[*slot as usize].fetch_or(MIGRATING, Ordering::Relaxed);
-        }
-        for slot in st.importing.keys() {
-            self.slots[*slot as usize].fetch_or(IMPORTING, Ordering::Relaxed);
         }
         self.ok.store(st.ok, Ordering::Relaxed);
     }
