@@ -243,6 +243,12 @@ pub enum Message {
     /// Serve this connection: another worker admitted it, and this one
     /// served the fewest.
     Adopt(crate::worker::Accepted),
+    /// A slot left this node's shard, or the cluster went down: end the
+    /// waits of blocked clients whose keys must now be asked elsewhere.
+    RedirectBlocked,
+    /// These shard channels of a client went with their slot: unsubscribe
+    /// it from them, with a confirmation for each.
+    ShardChannelsGone { client: u64, channels: Vec<Box<[u8]>> },
 }
 
 /// The registry of live clients and the mailboxes of the worker threads.

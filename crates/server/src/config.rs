@@ -1225,6 +1225,17 @@ impl Config {
             }
         }
         flush(&mut line, &mut config)?;
+        // Redis's sanity check after reading: a cluster node's master is
+        // chosen by the cluster (CLUSTER REPLICATE), never by a directive.
+        if config.cluster.enabled {
+            if let Some((host, port)) = &config.replicaof {
+                return Err(StartupConfigError {
+                    origin: "configuration".into(),
+                    line: format!("replicaof {host} {port}"),
+                    reason: ConfigError::Invalid("replicaof directive not allowed in cluster mode".into()),
+                });
+            }
+        }
         Ok(config)
     }
 
@@ -1395,6 +1406,13 @@ mod tests {
         assert!(err.to_string().contains("between 0 and 65535"), "{err}");
         let err = Config::load(&args(&["--no-such-thing", "1"])).expect_err("unknown");
         assert!(err.to_string().contains("Bad directive"), "{err}");
+    }
+
+    #[test]
+    fn a_cluster_node_refuses_a_replicaof_directive() {
+        let err = Config::load(&args(&["--cluster-enabled", "yes", "--replicaof", "127.0.0.1", "6380"])).expect_err("refused");
+        assert!(err.to_string().contains("replicaof directive not allowed in cluster mode"), "{err}");
+        assert!(Config::load(&args(&["--replicaof", "127.0.0.1", "6380"])).is_ok());
     }
 
     #[test]

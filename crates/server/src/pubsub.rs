@@ -253,6 +253,40 @@ pub fn deliver(server: &Server, mut deliveries: Vec<Delivery>) {
     }
 }
 
+/// Redis's removeChannelsInSlot: the shard channels of `slot`, which left
+/// this node's shard, lose their subscribers, each told by its worker
+/// (`Message::ShardChannelsGone`).
+pub fn drop_slot_channels(server: &Server, slot: u16) {
+    let mut gone: HashMap<(usize, u64), Vec<Box<[u8]>>> = HashMap::new();
+    {
+        let maps = server.pubsub.maps.lock();
+        for (name, subscribers) in &maps[Kind::Shard.index()] {
+            if keel_engine::slot::key_slot(name) == slot {
+                for s in subscribers {
+                    gone.entry((s.worker, s.info.id)).or_default().push(name.clone());
+                }
+            }
+        }
+    }
+    for ((worker, client), channels) in gone {
+        server.send(worker, Message::ShardChannelsGone { client, channels });
+    }
+}
+
+/// Unsubscribes `client` from the shard `channels` whose slot went,
+/// writing to `out` the `sunsubscribe` confirmation of each it still had.
+pub fn unsubscribe_gone(server: &Server, client: &mut Client, channels: &[Box<[u8]>], out: &mut Vec<u8>) {
+    for channel in channels {
+        if server.pubsub.unsubscribe(client, Kind::Shard, channel) {
+            let mut reply = keel_protocol::ReplyWriter::new(out, client.resp3);
+            reply.push(3);
+            reply.bulk(Kind::Shard.confirmation(false).as_bytes());
+            reply.bulk(channel);
+            reply.int(client.subscriptions.count(Kind::Shard) as i64);
+        }
+    }
+}
+
 /// `message`, `pmessage` or `smessage`, as an array (RESP2) or a push
 /// (RESP3).
 fn message_frame(resp3: bool, kind: Kind, pattern: Option<&[u8]>, channel: &[u8], message: &[u8]) -> Vec<u8> {

@@ -514,6 +514,14 @@ impl Worker {
                 Message::Resume => self.resume_if_unpaused(),
                 Message::Durable => self.release_durable(),
                 Message::Adopt(accepted) => self.adopt(accepted),
+                Message::RedirectBlocked => self.redirect_blocked(),
+                Message::ShardChannelsGone { client, channels } => {
+                    if let Some(key) = self.conn_of(client) {
+                        let conn = &mut self.conns[key];
+                        crate::pubsub::unsubscribe_gone(&self.server, &mut conn.client, &channels, &mut conn.wbuf);
+                        self.flush(key);
+                    }
+                }
             }
         }
     }
@@ -658,6 +666,32 @@ impl Worker {
             let waiter = self.conns[key].client.blocked.clone().expect("filtered on blocked");
             if waiter.claim() {
                 self.unblock(key, &crate::blocking::timeout_reply(&self.server, &waiter), 0);
+            }
+        }
+    }
+
+    /// Ends, with a -MOVED or -CLUSTERDOWN, the waits whose keys this
+    /// node no longer serves: the push that would serve them can only
+    /// happen elsewhere now.
+    fn redirect_blocked(&mut self) {
+        let redirected: Vec<(usize, String)> = self
+            .blocked
+            .iter()
+            .filter_map(|&k| {
+                let client = &self.conns.get(k)?.client;
+                let waiter = client.blocked.as_ref()?;
+                // Every key of a blocking command is in one slot.
+                let key = waiter.keys.first()?;
+                let replica_read = client.readonly && waiter.argv[0].eq_ignore_ascii_case(b"xread");
+                Some((k, crate::cluster::blocked_redirect(&self.server, key, replica_read)?))
+            })
+            .collect();
+        for (key, error) in redirected {
+            let waiter = self.conns[key].client.blocked.clone().expect("filtered on blocked");
+            if waiter.claim() {
+                let mut reply = Vec::new();
+                keel_protocol::ReplyWriter::new(&mut reply, waiter.resp3).error(&error);
+                self.unblock(key, &reply, 0);
             }
         }
     }

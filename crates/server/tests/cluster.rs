@@ -465,6 +465,45 @@ fn redis_cli_creates_and_reshards_under_load_losing_nothing() {
     assert_eq!(total, 2000);
 }
 
+/// Redis's clusterRedirectBlockedClientIfNeeded and removeChannelsInSlot,
+/// on two masters: a slot given away ends the waits on its keys with
+/// -MOVED and unsubscribes its shard channels; a slot deleted takes the
+/// cluster down, which ends the other waits with -CLUSTERDOWN.
+fn a_slot_leaving_ends_its_waits_and_shard_channels(a: Node, b: Node) {
+    form(&[&a, &b], 2);
+    // "b" and "{b}ch" hash to slot 3300, "c" to 7365: both the first node's.
+    let mut blocked = a.client();
+    blocked.write_command(&["BLPOP", "b", "0"]);
+    let mut reader = a.client();
+    reader.write_command(&["XREAD", "BLOCK", "0", "STREAMS", "c", "$"]);
+    let mut sub = a.client();
+    assert_eq!(sub.send(&["SSUBSCRIBE", "{b}ch"]), Frame::Array(vec![bulk("ssubscribe"), bulk("{b}ch"), int(1)]));
+    wait_for("two clients blocked", || text(&a.client().cmd("INFO clients")).contains("blocked_clients:2"));
+    let b_id = b.id();
+    assert_eq!(b.client().send(&["CLUSTER", "SETSLOT", "3300", "NODE", &b_id]), ok());
+    assert_eq!(a.client().send(&["CLUSTER", "SETSLOT", "3300", "NODE", &b_id]), ok());
+    assert_eq!(blocked.read(), err(&format!("MOVED 3300 127.0.0.1:{}", b.port())));
+    assert_eq!(sub.read(), Frame::Array(vec![bulk("sunsubscribe"), bulk("{b}ch"), int(0)]));
+    // Out of pub/sub mode again: an ordinary command is answered.
+    assert_eq!(sub.cmd("PING"), Frame::Simple(b"PONG".to_vec()));
+    assert_eq!(a.client().cmd("CLUSTER DELSLOTS 7365"), ok());
+    assert_eq!(reader.read(), err("CLUSTERDOWN The cluster is down"));
+    assert!(text(&a.client().cmd("INFO clients")).contains("blocked_clients:0"));
+}
+
+#[test]
+fn a_slot_leaving_ends_its_waits_and_shard_channels_in_keel() {
+    a_slot_leaving_ends_its_waits_and_shard_channels(Node::keel(), Node::keel());
+}
+
+/// The same steps against two redis-server nodes, so that the test itself
+/// is checked against Redis.
+#[test]
+fn a_slot_leaving_ends_its_waits_and_shard_channels_in_redis() {
+    let (Some(a), Some(b)) = (Node::redis(), Node::redis()) else { return };
+    a_slot_leaving_ends_its_waits_and_shard_channels(a, b);
+}
+
 #[test]
 fn cluster_commands_outside_cluster_mode_are_refused() {
     let server = Server::start(&[]);

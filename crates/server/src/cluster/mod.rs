@@ -109,9 +109,10 @@ impl Cluster {
 
     /// Runs `f` on the state under the lock, with the server's settings
     /// read afresh; then saves what changed, mirrors the slot table and,
-    /// with the lock released, applies what `f` asked of the server.
+    /// with the lock released, applies what `f` asked of the server (and
+    /// has blocked clients redirected if a slot left).
     pub fn with<R>(&self, server: &Server, f: impl FnOnce(&mut State) -> R) -> R {
-        let (result, effects) = {
+        let (result, effects, lost) = {
             let mut st = self.state.lock();
             st.env = env(server, &st);
             st.announce_myself();
@@ -124,11 +125,14 @@ impl Cluster {
                     tracing::warn!("Could not save the cluster configuration: {e}");
                 }
             }
-            self.mirror(&st);
-            (result, std::mem::take(&mut st.effects))
+            let lost = self.mirror(&st);
+            (result, std::mem::take(&mut st.effects), lost)
         };
         for effect in effects {
             apply(server, effect);
+        }
+        if lost && server.blocking.any() {
+            server.broadcast(|| crate::client::Message::RedirectBlocked);
         }
         result
     }
@@ -136,10 +140,13 @@ impl Cluster {
     /// Publishes the slots' bits for the lock-free redirection. Each cell
     /// is written once with its whole value: clearing it and then setting
     /// MIGRATING or IMPORTING in a second step would let a concurrent
-    /// redirection see a moving slot as stable.
-    fn mirror(&self, st: &State) {
+    /// redirection see a moving slot as stable. True if a slot left this
+    /// node's shard or the cluster went down: blocked clients may have to
+    /// go elsewhere.
+    fn mirror(&self, st: &State) -> bool {
         let me = Some(st.myself);
         let master = st.me().master.filter(|_| st.me().is_replica());
+        let mut lost = false;
         for (slot, (cell, owner)) in self.slots.iter().zip(&st.owners).enumerate() {
             let mut bits = 0;
             if owner.is_some() {
@@ -158,9 +165,11 @@ impl Cluster {
             if st.importing.contains_key(&slot) {
                 bits |= IMPORTING;
             }
-            cell.store(bits, Ordering::Relaxed);
+            let was = cell.swap(bits, Ordering::Relaxed);
+            lost |= was & (MINE | MASTER_OWNS) & !bits != 0;
         }
-        self.ok.store(st.ok, Ordering::Relaxed);
+        let was_ok = self.ok.swap(st.ok, Ordering::Relaxed);
+        lost || (was_ok && !st.ok)
     }
 
     /// Queues a PUBLISH (or SPUBLISH) for the other nodes.
@@ -236,6 +245,7 @@ fn apply(server: &Server, effect: Effect) {
                 tracing::warn!("Deleted {dropped} keys from slot {slot}: it is served by another node now");
             }
         }
+        Effect::DropSlotChannels(slot) => crate::pubsub::drop_slot_channels(server, slot),
         Effect::Publish { shard, channel, message } => {
             let kind = if shard { crate::pubsub::Kind::Shard } else { crate::pubsub::Kind::Channel };
             let published = server.pubsub.publish(None, kind, &channel, &message);
@@ -469,6 +479,27 @@ fn write_in_place(path: &Path, bytes: &[u8]) -> io::Result<()> {
 }
 
 // ---- Redirection ----
+
+/// Redis's clusterRedirectBlockedClientIfNeeded: the error that ends the
+/// wait of a client blocked on `key` once the cluster is down or the key's
+/// slot is served elsewhere (unless it is being imported here, or the
+/// client reads on its master's replica: `replica_read`).
+pub fn blocked_redirect(server: &Server, key: &[u8], replica_read: bool) -> Option<String> {
+    let cluster = server.cluster.as_ref()?;
+    if !cluster.is_ok() {
+        return Some("CLUSTERDOWN The cluster is down".into());
+    }
+    let slot = key_slot(key);
+    let bits = cluster.slots[slot as usize].load(Ordering::Relaxed);
+    if bits & (MINE | IMPORTING) != 0 || (replica_read && bits & MASTER_OWNS != 0) {
+        return None;
+    }
+    let st = cluster.state.lock();
+    Some(match st.owners[slot as usize].and_then(|o| st.nodes.get(&o)) {
+        Some(owner) => format!("MOVED {slot} {}:{}", owner.ip, owner.port),
+        None => "CLUSTERDOWN Hash slot not served".into(),
+    })
+}
 
 /// Redis's getNodeByQuery and clusterRedirectClient: the error that sends
 /// the command elsewhere, if it must go elsewhere. `queued` is EXEC's

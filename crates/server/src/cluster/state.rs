@@ -49,6 +49,9 @@ pub enum Effect {
     StopFollowing,
     /// The slot went to another node: its keys are dropped.
     DropSlotKeys(u16),
+    /// A slot of this node's shard (served by it or by its master) lost
+    /// its owner: its shard channels' subscribers are unsubscribed.
+    DropSlotChannels(u16),
     /// A message published on another node (`shard`: SPUBLISH).
     Publish { shard: bool, channel: Vec<u8>, message: Vec<u8> },
     /// Pause writes until this Unix ms (a manual failover's master side).
@@ -335,6 +338,10 @@ impl State {
     pub fn del_slot(&mut self, slot: u16) -> bool {
         let Some(owner) = self.owners[slot as usize].take() else { return false };
         self.assigned -= 1;
+        // Redis's clusterDelSlot: the slot leaves this node's shard.
+        if owner == self.myself || self.me().master.is_some_and(|m| m == owner && self.me().is_replica()) {
+            self.effects.push(Effect::DropSlotChannels(slot));
+        }
         if let Some(n) = self.nodes.get_mut(&owner) {
             if n.slots.get(slot) {
                 n.slots.clear(slot);
