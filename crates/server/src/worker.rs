@@ -881,8 +881,11 @@ impl Worker {
         // quarter of the tick spread over this worker's shards, as Redis
         // gives its slow cycle 25% of the CPU.
         // A replica leaves expiry to its master, whose DELs come in the
-        // stream (Redis's replicas run no active cycle either).
-        let active_expire = self.server.active_expire.load(Ordering::Relaxed) && !self.server.replica.is_replica();
+        // stream (Redis's replicas run no active cycle either); nothing
+        // expires while clients are paused.
+        let active_expire = self.server.active_expire.load(Ordering::Relaxed)
+            && !self.server.replica.is_replica()
+            && self.server.paused(unix_ms).is_none();
         let loading = self.server.loading.load(Ordering::Relaxed);
         let (hz, active_rehashing) = {
             let config = self.server.config.read();
@@ -1165,21 +1168,30 @@ fn held_by_pause(server: &Server, client: &Client, argv: &[&[u8]]) -> bool {
     if !writes_only {
         return true;
     }
-    if may_replicate(spec) {
+    if may_replicate(server, spec, argv) {
         return true;
     }
     spec.name == "exec"
         && client.multi.as_ref().is_some_and(|m| {
             m.queued.iter().any(|q| {
                 let argv: Vec<&[u8]> = q.iter().map(Vec::as_slice).collect();
-                command::resolve(&argv).is_ok_and(|(_, s)| may_replicate(s))
+                command::resolve(&argv).is_ok_and(|(_, s)| may_replicate(server, s, &argv))
             })
         })
 }
 
 /// Redis's `CMD_WRITE | CMD_MAY_REPLICATE`: writes, and the commands that
-/// feed the replication stream without writing keys.
-fn may_replicate(spec: &command::CommandSpec) -> bool {
+/// feed the replication stream without writing keys. A script that
+/// declares its flags is judged by them (`scriptFlagsToCmdFlags`): one
+/// with `no-writes` is a read, one without is a write, whatever command
+/// runs it.
+fn may_replicate(server: &Server, spec: &command::CommandSpec, argv: &[&[u8]]) -> bool {
+    if spec.group == "scripting" {
+        let declared = crate::scripting::declared_flags(server, spec, argv);
+        if let Some(declared) = declared.filter(|d| d & crate::scripting::flags::COMPAT == 0) {
+            return crate::scripting::command_flags(spec.flags, declared) & command::flags::WRITE != 0;
+        }
+    }
     spec.has(command::flags::WRITE)
         || matches!(spec.name, "publish" | "spublish" | "pfcount" | "eval" | "evalsha" | "fcall")
 }

@@ -6,7 +6,7 @@ mod common;
 use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
-use common::{bulk, err, int, ok, simple, Client, Frame, Server};
+use common::{bulk, err, int, ok, simple, wait_for, Client, Frame, Server};
 
 fn text(frame: Frame) -> String {
     match frame {
@@ -214,6 +214,54 @@ fn client_pause_holds_writes_or_everything() {
     let started = Instant::now();
     assert_eq!(writers[1].cmd("PING"), simple("PONG"));
     assert!(started.elapsed() >= Duration::from_millis(250), "{:?}", started.elapsed());
+}
+
+/// Redis 7.0 judges a script under a WRITE pause by the flags it
+/// declares: `no-writes` runs, a shebang without it waits, and so does a
+/// script without a shebang (EVAL may replicate).
+#[test]
+fn client_pause_write_judges_scripts_by_their_flags() {
+    let server = Server::start(&["--threads", "2"]);
+    let mut admin = server.client();
+    // FUNCTION LOAD writes: it would wait too.
+    let fcall = "#!lua name=lib\nredis.register_function{function_name='f', callback=function() return 'f' end, flags={'no-writes'}}";
+    assert_eq!(admin.send(&["FUNCTION", "LOAD", fcall]), bulk("lib"));
+    assert_eq!(admin.cmd("CLIENT PAUSE 100000 WRITE"), ok());
+    let mut reader = server.client();
+    assert_eq!(reader.send(&["EVAL", "#!lua flags=no-writes\nreturn 'read'", "0"]), bulk("read"));
+    assert_eq!(reader.send(&["FCALL", "f", "0"]), bulk("f"));
+    let mut shebang = server.client();
+    shebang.write_command(&["EVAL", "#!lua\nreturn 1", "0"]);
+    let mut plain = server.client();
+    plain.write_command(&["EVAL", "return 2", "0"]);
+    wait_for("both scripts held", || text(admin.send(&["INFO", "clients"])).contains("blocked_clients:2"));
+    assert_eq!(admin.cmd("CLIENT UNPAUSE"), ok());
+    assert_eq!(shebang.read(), int(1));
+    assert_eq!(plain.read(), int(2));
+}
+
+/// While clients are paused the dataset stands still: a key past its time
+/// reads as absent but is not deleted, by access or by the active cycle,
+/// until the pause ends (Redis's expireIfNeeded and activeExpireCycle).
+#[test]
+fn nothing_expires_while_clients_are_paused() {
+    let server = Server::start(&["--hz", "100"]);
+    let mut c = server.client();
+    let expired = |c: &mut Client| text(c.send(&["INFO", "stats"])).lines().find_map(|l| l.strip_prefix("expired_keys:").map(str::to_string));
+    assert_eq!(c.cmd("MULTI"), ok());
+    assert_eq!(c.cmd("SET a 1 PX 10"), simple("QUEUED"));
+    assert_eq!(c.cmd("SET b 1 PX 10"), simple("QUEUED"));
+    assert_eq!(c.cmd("CLIENT PAUSE 100000 WRITE"), simple("QUEUED"));
+    assert_eq!(c.cmd("EXEC"), Frame::Array(vec![ok(), ok(), ok()]));
+    wait_for("both keys read as gone", || c.cmd("GET a") == Frame::Null && c.cmd("GET b") == Frame::Null);
+    // Long enough for many active cycles at hz 100.
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(expired(&mut c).as_deref(), Some("0"));
+    assert_eq!(c.cmd("DBSIZE"), int(2));
+    assert_eq!(c.cmd("CLIENT UNPAUSE"), ok());
+    assert_eq!(c.cmd("GET a"), Frame::Null);
+    wait_for("both expired", || expired(&mut c).as_deref() == Some("2"));
+    assert_eq!(c.cmd("DBSIZE"), int(0));
 }
 
 #[test]

@@ -1074,8 +1074,12 @@ fn run_with(
     }
     // A replica's reads see a key past its time as absent and leave it to
     // the master's DEL, as Redis's; its writes (a writable replica's)
-    // expire it, and the master's commands never do (`replica.rs`).
-    let hide_expired = !spec.has(flags::WRITE) && !ctx.client.is_master && ctx.server.replica.is_replica();
+    // expire it, and the master's commands never do (`replica.rs`). While
+    // clients are paused nothing expires either: the dataset stays as it
+    // is (a failover may be under way), as Redis keeps it.
+    let hide_expired = !ctx.client.is_master
+        && ((!spec.has(flags::WRITE) && ctx.server.replica.is_replica())
+            || ctx.server.paused(crate::server::unix_ms).is_some());
     if hide_expired {
         keel_engine::db::hide_expired(true);
     }
