@@ -57,7 +57,8 @@ static OOM_BASE: Mutex<Option<i32>> = Mutex::new(None);
 const OOM_PATH: &str = "/proc/self/oom_score_adj";
 
 /// Applies `oom-score-adj` and `oom-score-adj-values` as Redis's
-/// `setOOMScoreAdj` for a master: `absolute` writes the master's value,
+/// `setOOMScoreAdj`, with the master's value or, while `replicaof` names
+/// a master, the replica's: `absolute` writes that value,
 /// `relative` (or `yes`) adds it to the score the process started with,
 /// clamped to [-1000, 1000]; `no` puts back that starting score if Keel had
 /// changed it. `Err` carries CONFIG SET's reason.
@@ -84,8 +85,8 @@ pub fn apply_oom_score(config: &Config) -> Result<(), String> {
                     }
                 }
             };
-            let master = config.oom_score_adj_values[0];
-            let v = if mode == OomScoreAdj::Relative { master + b } else { master };
+            let class = config.oom_score_adj_values[usize::from(config.replicaof.is_some())];
+            let v = if mode == OomScoreAdj::Relative { class + b } else { class };
             v.clamp(-1000, 1000)
         }
     };

@@ -412,6 +412,9 @@ pub fn stop_following(server: &Server) -> bool {
 /// What was processed stays the PSYNC's cursor, as Redis keeps its cached
 /// master (a new master that shares the history continues it).
 fn set_master(server: &Server) {
+    // As Redis's replicationSetMaster and replicationUnsetMaster: the OOM
+    // score of the new role (a failure is only logged).
+    let _ = crate::process::apply_oom_score(&server.config.read());
     let replica = &server.replica;
     replica.generation.fetch_add(1, Ordering::AcqRel);
     let _applying = replica.applying.lock();
@@ -421,6 +424,7 @@ fn set_master(server: &Server) {
 
 /// REPLICAOF NO ONE: the link ends before the reply; the data stays.
 fn unset_master(server: &Server) {
+    let _ = crate::process::apply_oom_score(&server.config.read());
     let replica = &server.replica;
     replica.generation.fetch_add(1, Ordering::AcqRel);
     let cursor = {

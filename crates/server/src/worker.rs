@@ -689,6 +689,7 @@ impl Worker {
         for (key, error) in redirected {
             let waiter = self.conns[key].client.blocked.clone().expect("filtered on blocked");
             if waiter.claim() {
+                self.server.count_error(&error);
                 let mut reply = Vec::new();
                 keel_protocol::ReplyWriter::new(&mut reply, waiter.resp3).error(&error);
                 self.unblock(key, &reply, 0);

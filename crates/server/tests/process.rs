@@ -31,6 +31,8 @@ fn oom_script(server: &Server) -> Vec<(Frame, i32)> {
         "CONFIG GET oom-score-adj-values",
         "CONFIG SET oom-score-adj no",
         "CONFIG SET oom-score-adj absolute",
+        "REPLICAOF 127.0.0.1 1",
+        "REPLICAOF NO ONE",
         "CONFIG SET disable-thp no",
         "CONFIG SET daemonize yes",
     ] {
@@ -51,8 +53,9 @@ fn oom_score_adj_follows_its_directives_as_redis_s() {
     let keel = Server::start(&flags);
     let got = oom_script(&keel);
     let scores: Vec<i32> = got.iter().map(|(_, s)| *s).collect();
-    // absolute 5; values 7; relative: base + 7; no: back to base; absolute 7.
-    assert_eq!(scores, [5, 7, base + 7, base + 7, base + 7, base + 7, base + 7, base + 7, base, 7, 7, 7]);
+    // absolute 5; values 7; relative: base + 7; no: back to base; absolute
+    // 7; a replica's 200, then the master's 7 again.
+    assert_eq!(scores, [5, 7, base + 7, base + 7, base + 7, base + 7, base + 7, base + 7, base, 7, 200, 7, 7, 7]);
     assert_eq!(got[3].0, Frame::Array(vec![common::bulk("oom-score-adj"), common::bulk("yes")]));
     if let Some(redis) = Server::start_redis(&flags) {
         assert_eq!(got, oom_script(&redis));

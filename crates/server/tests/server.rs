@@ -107,6 +107,42 @@ fn info_reports_live_counters() {
     assert!(!text(c.send(&["INFO", "errorstats"])).contains("errorstat_"));
 }
 
+/// Redis's accounting of refused and failed calls (unit/info's
+/// errorstats tests): a wrong arity is a rejected call of the command,
+/// inside MULTI too, and a blocked command ended by CLIENT UNBLOCK ...
+/// ERROR failed with an UNBLOCKED error.
+#[test]
+fn rejected_and_unblocked_calls_are_counted_as_redis_counts_them() {
+    let server = Server::start(&[]);
+    let mut c = server.client();
+    let cmdstat = |c: &mut Client, name: &str| {
+        let stats = text(c.send(&["INFO", "commandstats"]));
+        let prefix = format!("cmdstat_{name}:");
+        stats.lines().find_map(|l| l.strip_prefix(&prefix).map(|s| s.split_once(",usec_per_call").map_or("", |p| p.1).to_string()))
+    };
+    assert!(matches!(c.cmd("SET k"), Frame::Error(_)));
+    assert_eq!(c.cmd("SET k v"), ok());
+    assert_eq!(cmdstat(&mut c, "set").as_deref().map(|s| s.split_once(',').map(|p| p.1)), Some(Some("rejected_calls=1,failed_calls=0")));
+    assert!(text(c.send(&["INFO", "commandstats"])).contains("cmdstat_set:calls=1,"));
+    assert!(matches!(c.cmd("CONFIG GET"), Frame::Error(_)));
+    assert!(text(c.send(&["INFO", "commandstats"])).contains("cmdstat_config|get:calls=0,"), "a subcommand's arity");
+    assert_eq!(c.cmd("MULTI"), ok());
+    assert!(matches!(c.cmd("GET"), Frame::Error(_)));
+    assert!(matches!(c.cmd("EXEC"), Frame::Error(_)));
+    assert!(text(c.send(&["INFO", "commandstats"])).contains("cmdstat_get:calls=0,"));
+    assert!(text(c.send(&["INFO", "errorstats"])).contains("errorstat_EXECABORT:count=1"));
+
+    let mut blocked = server.client();
+    let Frame::Integer(id) = blocked.cmd("CLIENT ID") else { panic!("CLIENT ID") };
+    blocked.write_command(&["BLPOP", "list", "0"]);
+    common::wait_for("blocked", || info_field(&mut c, "clients", "blocked_clients") == "1");
+    assert_eq!(c.send(&["CLIENT", "UNBLOCK", &id.to_string(), "ERROR"]), int(1));
+    assert_eq!(blocked.read(), err("UNBLOCKED client unblocked via CLIENT UNBLOCK"));
+    assert!(text(c.send(&["INFO", "errorstats"])).contains("errorstat_UNBLOCKED:count=1"));
+    let blpop = cmdstat(&mut c, "blpop").expect("blpop stats");
+    assert!(blpop.ends_with("rejected_calls=0,failed_calls=1"), "{blpop}");
+}
+
 /// INFO latencystats: a line of percentiles per command called, subcommands
 /// by their full name, in the percentiles configured; none once
 /// `latency-tracking` is off or after CONFIG RESETSTAT. DEBUG SLEEP's

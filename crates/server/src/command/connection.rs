@@ -623,8 +623,16 @@ fn client_unblock(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     match waiter {
         Some(w) if w.claim() => {
             let reply = if error {
+                let message = "UNBLOCKED client unblocked via CLIENT UNBLOCK";
+                // An error reply of the blocked command: counted as its
+                // failure, as Redis's updateStatsOnUnblock does.
+                ctx.server.count_error(message);
+                let argv: Vec<&[u8]> = w.argv.iter().map(Vec::as_slice).collect();
+                if let Ok((index, _)) = super::resolve(&argv) {
+                    ctx.stats.commands[index].failed_calls.fetch_add(1, Ordering::Relaxed);
+                }
                 let mut out = Vec::new();
-                keel_protocol::ReplyWriter::new(&mut out, w.resp3).error("UNBLOCKED client unblocked via CLIENT UNBLOCK");
+                keel_protocol::ReplyWriter::new(&mut out, w.resp3).error(message);
                 out
             } else {
                 crate::blocking::timeout_reply(ctx.server, &w)

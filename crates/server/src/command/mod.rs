@@ -628,18 +628,25 @@ pub fn lock_for<'a>(keyspace: &'a Keyspace, spec: &CommandSpec, argv: &[&[u8]]) 
     }
 }
 
-/// Checks arity and looks `argv[0]` up (and `argv[1]` for container
-/// commands), answering Redis's errors. The index is the stat index.
+/// Looks `argv[0]` up (and `argv[1]` for container commands) and checks
+/// the arity, answering Redis's errors. The index is the stat index.
 pub fn resolve(argv: &[&[u8]]) -> Result<(usize, &'static CommandSpec), CmdError> {
+    let (index, spec) = lookup(argv)?;
+    if !spec.arity_ok(argv.len()) {
+        return Err(CmdError::Arity(spec.name.to_string()));
+    }
+    Ok((index, spec))
+}
+
+/// [`resolve`] without the arity check: Redis's lookupCommand, whose
+/// command a wrong arity counts as a rejected call.
+fn lookup(argv: &[&[u8]]) -> Result<(usize, &'static CommandSpec), CmdError> {
     let name = argv[0];
     let table = table();
     let Some((index, spec)) = table.lookup(name) else {
         return Err(unknown_command(argv));
     };
     if spec.subcommands.is_empty() || argv.len() < 2 {
-        if !spec.arity_ok(argv.len()) {
-            return Err(CmdError::Arity(spec.name.to_string()));
-        }
         return Ok((index, spec));
     }
     let Some((sub, subspec)) = spec.subcommand(argv[1]) else {
@@ -648,9 +655,6 @@ pub fn resolve(argv: &[&[u8]]) -> Result<(usize, &'static CommandSpec), CmdError
             sub: String::from_utf8_lossy(&argv[1][..argv[1].len().min(128)]).into_owned(),
         });
     };
-    if !subspec.arity_ok(argv.len()) {
-        return Err(CmdError::Arity(subspec.name.to_string()));
-    }
     Ok((table.sub_index(index, sub), subspec))
 }
 
@@ -861,6 +865,9 @@ fn dispatch(
     let (index, spec) = match resolved {
         Ok(found) => found,
         Err(e) => {
+            if let (CmdError::Arity(_), Ok((index, _))) = (&e, lookup(argv)) {
+                stats.commands[index].rejected_calls.fetch_add(1, Ordering::Relaxed);
+            }
             if let Some(multi) = client.multi.as_mut() {
                 multi.aborted = true;
             }
