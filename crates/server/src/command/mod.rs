@@ -17,6 +17,7 @@ pub mod hashes;
 pub mod hyperloglog;
 pub mod keys;
 pub mod keyspec;
+pub mod latency;
 pub mod lists;
 pub mod pubsub;
 pub mod replication;
@@ -399,6 +400,7 @@ pub fn table() -> &'static Table {
         let commands: Vec<&'static CommandSpec> = [
             connection::COMMANDS,
             server::COMMANDS,
+            latency::COMMANDS,
             cluster::COMMANDS,
             keys::COMMANDS,
             dump::COMMANDS,
@@ -1105,6 +1107,10 @@ fn run_with(
     if ctx.server.latency_tracking.load(Ordering::Relaxed) {
         ctx.stats.record_latency(index, took.as_nanos() as u64);
     }
+    // The latency monitor's `fast-command` or `command` event, by the
+    // command's flag, as Redis's call() records it.
+    let event = if spec.has(flags::FAST) { "fast-command" } else { "command" };
+    ctx.server.latency_monitor.record(event, took);
     if ctx.server.slowlog.wants(us) && !spec.has(flags::SKIP_SLOWLOG) {
         let name = ctx.client.info.name.lock().clone().unwrap_or_default();
         let redacted = crate::slowlog::redacted_args(argv);
