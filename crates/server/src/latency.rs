@@ -164,11 +164,14 @@ pub fn graph(event: &str, series: &Series, now_s: i64) -> String {
         .samples()
         .map(|s| {
             let ago = now_s - s.time_s;
-            let label = match ago {
-                ..60 => format!("{ago}s"),
-                ..3600 => format!("{}m", ago / 60),
-                ..86_400 => format!("{}h", ago / 3600),
-                _ => format!("{}d", ago / 86_400),
+            let label = if ago < 60 {
+                format!("{ago}s")
+            } else if ago < 3600 {
+                format!("{}m", ago / 60)
+            } else if ago < 86_400 {
+                format!("{}h", ago / 3600)
+            } else {
+                format!("{}d", ago / 86_400)
             };
             (s.ms, label)
         })
