@@ -1,5 +1,6 @@
 //! The latency monitor over real sockets: `latency-monitor-threshold`,
-//! the `command`, `fast-command` and `expire-cycle` events, and LATENCY
+//! the `command`, `fast-command`, `expire-cycle`, `eviction-del` and
+//! `eviction-cycle` events, and LATENCY
 //! LATEST, HISTORY, RESET, GRAPH, DOCTOR, HISTOGRAM and HELP. No test
 //! asserts a time beyond "at least the threshold".
 
@@ -136,6 +137,34 @@ fn a_big_key_expiring_is_an_expire_cycle_event() {
     assert!(*ms >= 1 && max >= ms);
     let history = items(c.cmd("LATENCY HISTORY expire-cycle"));
     assert!(!history.is_empty());
+}
+
+#[test]
+fn evicting_a_big_key_is_an_eviction_del_and_eviction_cycle_event() {
+    let server = Server::start(&[]);
+    let mut c = server.client();
+    let fill = "local i = 0 while i < tonumber(ARGV[1]) do redis.call('sadd', KEYS[1], 'a member long enough to live on the heap ' .. i) i = i + 1 end";
+    assert_eq!(c.send(&["EVAL", fill, "1", "mybigkey", "200000"]), Frame::Null);
+    assert_eq!(c.cmd("CONFIG SET latency-monitor-threshold 1"), ok());
+    assert_eq!(c.cmd("CONFIG SET maxmemory-policy allkeys-random"), ok());
+    // Below what the process uses with no key at all: everything goes,
+    // from the cron or before the next command.
+    assert_eq!(c.cmd("CONFIG SET maxmemory 1mb"), ok());
+    wait_for("the big key's eviction", || {
+        c.cmd("PING");
+        c.cmd("DBSIZE") == int(0)
+    });
+    wait_for("the eviction events", || {
+        let events = latest(&mut c);
+        event(&events, "eviction-del").is_some() && event(&events, "eviction-cycle").is_some()
+    });
+    let events = latest(&mut c);
+    // Freeing two hundred thousand allocations takes more than a millisecond.
+    // Each deletion is within a cycle, so the worst cycle is no shorter.
+    let (_, _, _, del_max) = event(&events, "eviction-del").expect("eviction-del");
+    let (_, _, _, cycle_max) = event(&events, "eviction-cycle").expect("eviction-cycle");
+    assert!(*del_max >= 1 && cycle_max >= del_max, "{events:?}");
+    assert_eq!(c.cmd("CONFIG SET maxmemory 0"), ok());
 }
 
 #[test]
