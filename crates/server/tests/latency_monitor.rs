@@ -44,6 +44,13 @@ fn event<'a>(events: &'a [(String, i64, i64, i64)], name: &str) -> Option<&'a (S
     events.iter().find(|e| e.0 == name)
 }
 
+/// `mybigkey`: a set of two hundred thousand members, each its own
+/// allocation, so that freeing it takes more than a millisecond.
+fn fill_big_set(c: &mut Client) {
+    let fill = "local i = 0 while i < tonumber(ARGV[1]) do redis.call('sadd', KEYS[1], 'a member long enough to live on the heap ' .. i) i = i + 1 end";
+    assert_eq!(c.send(&["EVAL", fill, "1", "mybigkey", "200000"]), Frame::Null);
+}
+
 fn server_time(c: &mut Client) -> i64 {
     text(items(c.cmd("TIME")).remove(0)).parse().expect("seconds")
 }
@@ -125,11 +132,8 @@ fn a_big_key_expiring_is_an_expire_cycle_event() {
     let server = Server::start(&[]);
     let mut c = server.client();
     assert_eq!(c.cmd("CONFIG SET latency-monitor-threshold 1"), ok());
-    let fill = "local i = 0 while i < tonumber(ARGV[1]) do redis.call('sadd', KEYS[1], 'a member long enough to live on the heap ' .. i) i = i + 1 end";
-    assert_eq!(c.send(&["EVAL", fill, "1", "mybigkey", "200000"]), Frame::Null);
+    fill_big_set(&mut c);
     assert_eq!(c.cmd("PEXPIRE mybigkey 50"), int(1));
-    // Freeing two hundred thousand allocations takes the active cycle
-    // that expires the key more than a millisecond.
     wait_for("the key to expire", || c.cmd("DBSIZE") == int(0));
     wait_for("an expire-cycle event", || event(&latest(&mut c), "expire-cycle").is_some());
     let events = latest(&mut c);
@@ -143,8 +147,7 @@ fn a_big_key_expiring_is_an_expire_cycle_event() {
 fn evicting_a_big_key_is_an_eviction_del_and_eviction_cycle_event() {
     let server = Server::start(&[]);
     let mut c = server.client();
-    let fill = "local i = 0 while i < tonumber(ARGV[1]) do redis.call('sadd', KEYS[1], 'a member long enough to live on the heap ' .. i) i = i + 1 end";
-    assert_eq!(c.send(&["EVAL", fill, "1", "mybigkey", "200000"]), Frame::Null);
+    fill_big_set(&mut c);
     assert_eq!(c.cmd("CONFIG SET latency-monitor-threshold 1"), ok());
     assert_eq!(c.cmd("CONFIG SET maxmemory-policy allkeys-random"), ok());
     // Below what the process uses with no key at all: everything goes,
@@ -159,7 +162,6 @@ fn evicting_a_big_key_is_an_eviction_del_and_eviction_cycle_event() {
         event(&events, "eviction-del").is_some() && event(&events, "eviction-cycle").is_some()
     });
     let events = latest(&mut c);
-    // Freeing two hundred thousand allocations takes more than a millisecond.
     // Each deletion is within a cycle, so the worst cycle is no shorter.
     let (_, _, _, del_max) = event(&events, "eviction-del").expect("eviction-del");
     let (_, _, _, cycle_max) = event(&events, "eviction-cycle").expect("eviction-cycle");
