@@ -1,7 +1,7 @@
 //! The latency monitor (Redis's `latency.c`): with
 //! `latency-monitor-threshold` set, every event that took at least that
 //! many milliseconds (a command's run, an expiry or eviction cycle, one
-//! evicted key's deletion) is kept as a sample of its event's history,
+//! expired or evicted key's deletion) is kept as a sample of its event's history,
 //! which LATENCY LATEST, HISTORY, GRAPH and DOCTOR report.
 //!
 //! Each event keeps Redis's ring of the last `HISTORY_LEN` seconds that
@@ -92,11 +92,16 @@ impl LatencyMonitor {
         self.threshold_ms.load(Ordering::Relaxed)
     }
 
+    #[inline]
+    pub fn is_on(&self) -> bool {
+        self.threshold_ms() != 0
+    }
+
     /// When an event to be timed starts, if the monitor is on (Redis's
     /// `latencyStartMonitor`): with it off, no clock is read.
     #[inline]
     pub fn start(&self) -> Option<Instant> {
-        (self.threshold_ms() != 0).then(Instant::now)
+        self.is_on().then(Instant::now)
     }
 
     /// Ends an event [`start`](Self::start) began.
@@ -114,6 +119,15 @@ impl LatencyMonitor {
         let threshold = self.threshold_ms();
         if threshold != 0 && took.as_millis() >= u128::from(threshold) {
             self.add_sample(event, took.as_millis().min(u128::from(u32::MAX)) as u32, (crate::server::unix_ms() / 1000) as i64);
+        }
+    }
+
+    /// The `expire-del` event: the slowest deletion of an expired key the
+    /// calling thread made since it last asked (the engine times them
+    /// while the monitor is on), as Redis's deleteExpiredKeyAndPropagate.
+    pub fn record_expired_deletes(&self) {
+        if let Some(took) = keel_engine::db::take_slowest_expired_delete() {
+            self.record("expire-del", took);
         }
     }
 

@@ -448,6 +448,7 @@ impl Server {
         keel_engine::db::record_created_keys(config.notify_keyspace_events & crate::notify::NEW != 0);
         self.slowlog.configure(config.slowlog_log_slower_than, config.slowlog_max_len);
         self.latency_monitor.configure(config.latency_monitor_threshold);
+        keel_engine::db::time_expired_deletes(config.latency_monitor_threshold != 0);
         for (cells, limit) in self.output_limit.iter().zip(config.output_limits) {
             for (cell, v) in cells.iter().zip([limit.hard, limit.soft, limit.soft_seconds]) {
                 cell.store(v, Ordering::Relaxed);

@@ -929,8 +929,9 @@ impl Worker {
                 }
             }
         }
-        if active_expire && !loading {
+        if active_expire && !loading && self.server.latency_monitor.is_on() {
             self.server.latency_monitor.record("expire-cycle", expiring);
+            self.server.latency_monitor.record_expired_deletes();
         }
         let totals = [
             self.server.total(|w| &w.total_commands),

@@ -1,6 +1,6 @@
 //! The latency monitor over real sockets: `latency-monitor-threshold`,
-//! the `command`, `fast-command`, `expire-cycle`, `eviction-del` and
-//! `eviction-cycle` events, and LATENCY
+//! the `command`, `fast-command`, `expire-cycle`, `expire-del`,
+//! `eviction-del` and `eviction-cycle` events, and LATENCY
 //! LATEST, HISTORY, RESET, GRAPH, DOCTOR, HISTOGRAM and HELP. No test
 //! asserts a time beyond "at least the threshold".
 
@@ -128,7 +128,7 @@ fn a_slow_fast_command_is_a_fast_command_event() {
 }
 
 #[test]
-fn a_big_key_expiring_is_an_expire_cycle_event() {
+fn a_big_key_expiring_is_an_expire_cycle_and_expire_del_event() {
     let server = Server::start(&[]);
     let mut c = server.client();
     assert_eq!(c.cmd("CONFIG SET latency-monitor-threshold 1"), ok());
@@ -141,6 +141,9 @@ fn a_big_key_expiring_is_an_expire_cycle_event() {
     assert!(*ms >= 1 && max >= ms);
     let history = items(c.cmd("LATENCY HISTORY expire-cycle"));
     assert!(!history.is_empty());
+    // The key's own deletion, within that cycle, is an expire-del event.
+    let (_, _, _, del_max) = event(&events, "expire-del").expect("expire-del");
+    assert!(*del_max >= 1 && max >= del_max, "{events:?}");
 }
 
 #[test]

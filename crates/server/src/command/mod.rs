@@ -1108,9 +1108,13 @@ fn run_with(
         ctx.stats.record_latency(index, took.as_nanos() as u64);
     }
     // The latency monitor's `fast-command` or `command` event, by the
-    // command's flag, as Redis's call() records it.
-    let event = if spec.has(flags::FAST) { "fast-command" } else { "command" };
-    ctx.server.latency_monitor.record(event, took);
+    // command's flag, as Redis's call() records it, and `expire-del` for
+    // the keys the command found expired.
+    let monitor = &ctx.server.latency_monitor;
+    if monitor.is_on() {
+        monitor.record(if spec.has(flags::FAST) { "fast-command" } else { "command" }, took);
+        monitor.record_expired_deletes();
+    }
     if ctx.server.slowlog.wants(us) && !spec.has(flags::SKIP_SLOWLOG) {
         let name = ctx.client.info.name.lock().clone().unwrap_or_default();
         let redacted = crate::slowlog::redacted_args(argv);
