@@ -128,6 +128,25 @@ fn a_slow_fast_command_is_a_fast_command_event() {
 }
 
 #[test]
+fn the_journal_s_replay_records_nothing() {
+    let dir = common::temp_dir("latency-replay");
+    let mut sadd: Vec<String> = vec!["SADD".into(), "big".into()];
+    sadd.extend((0..300_000).map(|i| i.to_string()));
+    {
+        let server = Server::start_in(&dir, &["--latency-monitor-threshold", "1"]);
+        let mut c = server.client();
+        assert_eq!(c.send(&sadd), int(300_000));
+        assert!(event(&latest(&mut c), "fast-command").is_some());
+    }
+    // The same SADD, replayed at start, is no event (Redis's AOF load runs
+    // its commands without the monitor too).
+    let server = Server::start_last_in(&dir, &["--latency-monitor-threshold", "1"]);
+    let mut c = server.client();
+    assert!(event(&latest(&mut c), "fast-command").is_none());
+    assert_eq!(c.cmd("SCARD big"), int(300_000));
+}
+
+#[test]
 fn a_big_key_expiring_is_an_expire_cycle_and_expire_del_event() {
     let server = Server::start(&[]);
     let mut c = server.client();

@@ -1109,9 +1109,10 @@ fn run_with(
     }
     // The latency monitor's `fast-command` or `command` event, by the
     // command's flag, as Redis's call() records it, and `expire-del` for
-    // the keys the command found expired.
+    // the keys the command found expired; not for the journal's replay,
+    // which Redis's AOF load runs without them.
     let monitor = &ctx.server.latency_monitor;
-    if monitor.is_on() {
+    if monitor.is_on() && !ctx.server.loading.load(Ordering::Relaxed) {
         monitor.record(if spec.has(flags::FAST) { "fast-command" } else { "command" }, took);
         monitor.record_expired_deletes();
     }
