@@ -29,7 +29,7 @@ UNITS=(
     unit/protocol unit/scan unit/info-command unit/bitops unit/type/hash
     unit/type/list unit/type/list-2 unit/type/list-3 unit/type/set
     unit/type/zset unit/sort unit/dump unit/other unit/introspection unit/introspection-2
-    unit/lazyfree unit/querybuf unit/slowlog unit/geo unit/pubsub unit/hyperloglog
+    unit/lazyfree unit/querybuf unit/slowlog unit/latency-monitor unit/geo unit/pubsub unit/hyperloglog
     unit/scripting unit/functions unit/type/stream unit/type/stream-cgroups
     unit/acl unit/acl-v2 unit/auth unit/bitfield unit/pause unit/quit unit/violations
 )

@@ -112,10 +112,30 @@ pub fn record_created_keys(on: bool) {
     RECORD_CREATED.store(on, Ordering::Relaxed);
 }
 
+/// Whether deleting an expired key is timed ([`take_slowest_expired_delete`]):
+/// on while the server's latency monitor is, for its `expire-del` event.
+/// One flag for the process, as [`RECORD_CREATED`].
+static TIME_EXPIRED_DELETES: AtomicBool = AtomicBool::new(false);
+
+/// Turns the timing of expired keys' deletions on or off.
+pub fn time_expired_deletes(on: bool) {
+    TIME_EXPIRED_DELETES.store(on, Ordering::Relaxed);
+}
+
 thread_local! {
     /// Lookups on this thread treat a key past its time as absent but
     /// leave it in place ([`hide_expired`]).
     static HIDE_EXPIRED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// The longest deletion of an expired key on this thread since the
+    /// last [`take_slowest_expired_delete`], while they are timed.
+    static SLOWEST_EXPIRED_DELETE: std::cell::Cell<Option<std::time::Duration>> = const { std::cell::Cell::new(None) };
+}
+
+/// The longest deletion of an expired key (its removal and freeing) on
+/// the calling thread since the last call, if any was timed
+/// ([`time_expired_deletes`]).
+pub fn take_slowest_expired_delete() -> Option<std::time::Duration> {
+    SLOWEST_EXPIRED_DELETE.with(std::cell::Cell::take)
 }
 
 /// While on, lookups on the calling thread answer a key past its time as
@@ -156,7 +176,12 @@ impl Db {
     fn expire_if_needed(&mut self, key: &[u8], now_ms: u64) -> bool {
         let expired = matches!(self.data.keys.get(key), Some(e) if e.is_expired(now_ms));
         if expired && !HIDE_EXPIRED.with(std::cell::Cell::get) {
-            self.remove(key);
+            let started = TIME_EXPIRED_DELETES.load(Ordering::Relaxed).then(std::time::Instant::now);
+            drop(self.remove(key));
+            if let Some(started) = started {
+                let took = started.elapsed();
+                SLOWEST_EXPIRED_DELETE.with(|slowest| slowest.set(Some(slowest.get().map_or(took, |s| s.max(took)))));
+            }
             self.expired_keys += 1;
             self.expired.push(key.into());
         }
@@ -718,6 +743,22 @@ mod tests {
         assert_eq!(expired, 500);
         assert_eq!(db.len(), 500);
         assert_eq!(db.expires_len(), 500);
+    }
+
+    #[test]
+    fn expired_deletes_are_timed_only_while_asked() {
+        let mut db = Db::default();
+        for key in [&b"a"[..], b"b"] {
+            db.set(key, s(b"v"), false, 0);
+            db.set_expire(key, 10, 0);
+        }
+        assert!(db.get(b"a", 20).is_none());
+        assert_eq!(take_slowest_expired_delete(), None);
+        time_expired_deletes(true);
+        assert!(db.get(b"b", 20).is_none());
+        time_expired_deletes(false);
+        assert!(take_slowest_expired_delete().is_some());
+        assert_eq!(take_slowest_expired_delete(), None);
     }
 
     fn flagged(flag: &WatchFlag) -> bool {

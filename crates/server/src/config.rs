@@ -130,6 +130,9 @@ pub struct Config {
     pub latency_tracking: bool,
     /// `latency-tracking-info-percentiles`: the percentiles INFO reports.
     pub latency_tracking_info_percentiles: Vec<f64>,
+    /// `latency-monitor-threshold` (ms): the latency monitor keeps the
+    /// events that took at least this long; 0 turns it off.
+    pub latency_monitor_threshold: u64,
     /// `busy-reply-threshold` (alias `lua-time-limit`, ms): how long a
     /// script runs before other clients get -BUSY and SCRIPT KILL may
     /// stop it (`scripting`).
@@ -398,6 +401,7 @@ impl Default for Config {
             slowlog_max_len: 128,
             latency_tracking: true,
             latency_tracking_info_percentiles: vec![50.0, 99.0, 99.9],
+            latency_monitor_threshold: 0,
             busy_reply_threshold: 5000,
             activerehashing: true,
             dir: PathBuf::from("."),
@@ -622,13 +626,11 @@ pub fn format_percentile(p: f64) -> String {
     text.trim_end_matches('0').trim_end_matches('.').to_string()
 }
 
-/// A directive of a feature Keel does not have yet (the latency
-/// monitor, streams, HyperLogLog, the
-/// process title, which stays the command line Keel was started with),
-/// accepted with Redis's default value only, so that a stock redis.conf
-/// loads: that value asks for nothing Keel lacks (no notifications, the
-/// monitor off, tunables that only a replica or its master read). Any
-/// other value is refused, saying why.
+/// A directive of a feature Keel does not have yet (the process title,
+/// which stays the command line Keel was started with, and replication
+/// tunables), accepted with Redis's default value only, so that a stock
+/// redis.conf loads: that value asks for nothing Keel lacks. Any other
+/// value is refused, saying why.
 macro_rules! inert {
     ($name:literal, $default:literal) => {
         Directive {
@@ -1063,7 +1065,7 @@ pub static DIRECTIVES: &[Directive] = &[
     directive!("acllog-max-len", true, num(0, i64::MAX as u64), acllog_max_len),
     directive!("aclfile", false, string, aclfile),
     directive!("acl-pubsub-default", true, enum ["allchannels", "resetchannels"], acl_pubsub_default),
-    inert!("latency-monitor-threshold", "0"),
+    directive!("latency-monitor-threshold", true, num(0, i64::MAX as u64), latency_monitor_threshold),
 ];
 
 /// `replicaof` as Redis's CONFIG GET shows it: `host port`, or empty.
@@ -1417,13 +1419,13 @@ mod tests {
 
     #[test]
     fn directives_of_missing_features_take_their_defaults_only() {
-        let c = Config::load(&args(&["--replica-priority", "100", "--latency-monitor-threshold", "00"])).expect("defaults");
+        let c = Config::load(&args(&["--replica-priority", "100", "--repl-diskless-sync-delay", "05"])).expect("defaults");
         assert_eq!(c.get("replica-read-only").as_deref(), Some("yes"));
         let mut c = Config::default();
         for (name, value) in [("slave-read-only", "YES"), ("repl-diskless-load", "Disabled"), ("set-proc-title", "yes")] {
             c.set_at_runtime(name, value).expect(name);
         }
-        for (name, value) in [("slave-priority", "10"), ("latency-monitor-threshold", "1"), ("replica-priority", "5")] {
+        for (name, value) in [("slave-priority", "10"), ("repl-diskless-sync-delay", "1"), ("replica-priority", "5")] {
             let err = c.set_at_runtime(name, value).expect_err(name);
             assert!(err.to_string().contains("only its default"), "{err}");
         }

@@ -228,6 +228,8 @@ fn perform_over(server: &Server, limit: u64) -> Outcome {
             break Outcome::Running;
         }
     };
+    // The latency monitor's `eviction-cycle`, as Redis's performEvictions.
+    server.latency_monitor.record("eviction-cycle", started.elapsed());
     // What a key frees is an estimate: the counter is read again within
     // a millisecond (`alloc::used_memory_recent`), and a shortfall is
     // evicted then. Reading it after every eviction would double its cost.
@@ -405,11 +407,17 @@ impl Scorer {
 /// Removes `key` from database `db` of `shard` (locked) as an eviction;
 /// returns about how many bytes its entry held.
 fn evict(server: &Server, shard: &mut Shard, db: usize, key: &[u8], lazy: bool) -> usize {
+    // The latency monitor's `eviction-del`: the removal and the freeing
+    // (or its hand-off), as Redis times its dbSyncDelete / dbAsyncDelete.
+    let started = server.latency_monitor.start();
     let Some(entry) = shard.db(db).remove(key) else { return 0 };
     let bytes = key.len() + std::mem::size_of::<Entry>() + entry.value.heap_size();
     if lazy {
         crate::lazyfree::drop_value(entry);
+    } else {
+        drop(entry);
     }
+    server.latency_monitor.end("eviction-del", started);
     server.evictor.evicted_keys.fetch_add(1, Ordering::Relaxed);
     if crate::durability::changes_logged(server) {
         let del: [&[u8]; 2] = [if lazy { b"UNLINK" } else { b"DEL" }, key];

@@ -12,7 +12,8 @@
 //! SIGINT into SHUTDOWN; [`alloc`] is jemalloc and its counters;
 //! [`process`] what the server does to its own process (`daemonize`,
 //! `disable-thp`, `oom-score-adj`, `jemalloc-bg-thread`); [`slowlog`] keeps
-//! SLOWLOG's entries; [`loading`] paces a load and decides what clients
+//! SLOWLOG's entries; [`latency`] is the latency monitor (LATENCY's
+//! events); [`loading`] paces a load and decides what clients
 //! see meanwhile; [`pubsub`] keeps who listens to which channel and
 //! carries PUBLISH's messages to them, whatever worker serves them;
 //! [`notify`] turns changes to keys into such messages; [`memcache`] runs
@@ -56,6 +57,7 @@ pub mod give_way;
 pub mod durability;
 pub mod evict;
 pub mod glob;
+pub mod latency;
 pub mod lazyfree;
 pub mod loading;
 pub mod memcache;

@@ -238,6 +238,8 @@ pub struct Server {
     /// `latency-tracking`, mirrored likewise.
     pub latency_tracking: AtomicBool,
     pub slowlog: crate::slowlog::SlowLog,
+    /// The latency monitor (LATENCY LATEST, HISTORY, GRAPH, DOCTOR).
+    pub latency_monitor: crate::latency::LatencyMonitor,
     /// `client-output-buffer-limit` (hard, soft, soft seconds) by class
     /// (`config::OUTPUT_LIMIT_CLASSES`), mirrored for the workers, which
     /// check it at every flush.
@@ -400,6 +402,7 @@ impl Server {
             output_limit: Default::default(),
             // Configured by `mirror_config` below, as at each CONFIG SET.
             slowlog: crate::slowlog::SlowLog::new(-1, 0),
+            latency_monitor: crate::latency::LatencyMonitor::new(),
             min_replicas_unmet: AtomicBool::new(false),
             lfu: AtomicU64::new(0),
             snapshot_active: AtomicBool::new(false),
@@ -444,6 +447,8 @@ impl Server {
         self.latency_tracking.store(config.latency_tracking, Ordering::Relaxed);
         keel_engine::db::record_created_keys(config.notify_keyspace_events & crate::notify::NEW != 0);
         self.slowlog.configure(config.slowlog_log_slower_than, config.slowlog_max_len);
+        self.latency_monitor.configure(config.latency_monitor_threshold);
+        keel_engine::db::time_expired_deletes(config.latency_monitor_threshold != 0);
         for (cells, limit) in self.output_limit.iter().zip(config.output_limits) {
             for (cell, v) in cells.iter().zip([limit.hard, limit.soft, limit.soft_seconds]) {
                 cell.store(v, Ordering::Relaxed);
@@ -498,6 +503,25 @@ impl Server {
     /// Sums of every worker's counters.
     pub fn total(&self, counter: impl Fn(&WorkerStats) -> &AtomicU64) -> u64 {
         self.workers.iter().map(|w| counter(w).load(Ordering::Relaxed)).sum()
+    }
+
+    /// Each command's latency histogram (by stat index) merged over the
+    /// workers, for INFO latencystats and LATENCY HISTOGRAM; `None` for a
+    /// command not called since the last CONFIG RESETSTAT.
+    pub fn command_latencies(&self) -> Vec<Option<LatencyHistogram>> {
+        let locked: Vec<_> = self.workers.iter().map(|w| w.latency.lock()).collect();
+        (0..locked.first().map_or(0, |l| l.len()))
+            .map(|index| {
+                let mut merged: Option<LatencyHistogram> = None;
+                for histogram in locked.iter().filter_map(|l| l[index].as_deref()) {
+                    match merged.as_mut() {
+                        Some(m) => m.add(histogram).expect("histograms of the same bounds"),
+                        None => merged = Some(histogram.clone()),
+                    }
+                }
+                merged
+            })
+            .collect()
     }
 
     /// Starts an orderly stop: every worker leaves its loop at its next wake.

@@ -895,6 +895,10 @@ impl Worker {
         };
         let own_shards = (shards / workers.max(1)).max(1) as u64;
         let shard_budget = Duration::from_micros(250_000 / hz / own_shards);
+        // The latency monitor's `expire-cycle`: this tick's expiry over
+        // the worker's shards, the DELs it journals included, as Redis's
+        // activeExpireCycle times its run and the DELs it propagates.
+        let mut expiring = Duration::ZERO;
         for index in (self.index..shards).step_by(workers) {
             if let Some(mut shard) = self.server.keyspace.try_lock_shard(index) {
                 let deadline = Instant::now() + shard_budget;
@@ -902,7 +906,9 @@ impl Worker {
                     if !db.is_empty() {
                         // Nothing expires while the journal replays.
                         if active_expire && !loading {
+                            let started = self.server.latency_monitor.start();
                             db.active_expire_cycle(now, deadline);
+                            expiring += started.map_or(Duration::ZERO, |t| t.elapsed());
                         }
                         // Without it a table rehashes only as commands touch it.
                         // Not while loading (Redis's databasesCron does not run
@@ -916,14 +922,20 @@ impl Worker {
                     }
                     // Expiries are journaled as DELs under the shard's lock,
                     // so they take their place among the shard's writes.
+                    let started = if db.expired.is_empty() { None } else { self.server.latency_monitor.start() };
                     for key in db.expired.drain(..) {
                         if crate::durability::changes_logged(&self.server) {
                             crate::durability::append(&self.server, index, &[&b"DEL"[..], &key], None);
                         }
                         crate::notify::expired(&self.server, index, &key);
                     }
+                    expiring += started.map_or(Duration::ZERO, |t| t.elapsed());
                 }
             }
+        }
+        if active_expire && !loading && self.server.latency_monitor.is_on() {
+            self.server.latency_monitor.record("expire-cycle", expiring);
+            self.server.latency_monitor.record_expired_deletes();
         }
         let totals = [
             self.server.total(|w| &w.total_commands),

@@ -17,6 +17,7 @@ pub mod hashes;
 pub mod hyperloglog;
 pub mod keys;
 pub mod keyspec;
+pub mod latency;
 pub mod lists;
 pub mod pubsub;
 pub mod replication;
@@ -399,6 +400,7 @@ pub fn table() -> &'static Table {
         let commands: Vec<&'static CommandSpec> = [
             connection::COMMANDS,
             server::COMMANDS,
+            latency::COMMANDS,
             cluster::COMMANDS,
             keys::COMMANDS,
             dump::COMMANDS,
@@ -1115,6 +1117,15 @@ fn run_with(
     stat.usec.fetch_add(us, Ordering::Relaxed);
     if ctx.server.latency_tracking.load(Ordering::Relaxed) {
         ctx.stats.record_latency(index, took.as_nanos() as u64);
+    }
+    // The latency monitor's `fast-command` or `command` event, by the
+    // command's flag, as Redis's call() records it, and `expire-del` for
+    // the keys the command found expired; not for the journal's replay,
+    // which Redis's AOF load runs without them.
+    let monitor = &ctx.server.latency_monitor;
+    if monitor.is_on() && !ctx.server.loading.load(Ordering::Relaxed) {
+        monitor.record(if spec.has(flags::FAST) { "fast-command" } else { "command" }, took);
+        monitor.record_expired_deletes();
     }
     if ctx.server.slowlog.wants(us) && !spec.has(flags::SKIP_SLOWLOG) {
         let name = ctx.client.info.name.lock().clone().unwrap_or_default();

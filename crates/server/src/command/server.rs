@@ -649,15 +649,7 @@ fn write_section(ctx: &mut Ctx<'_>, section: &str, out: &mut String) {
         "latencystats" => {
             out.push_str("# Latencystats\r\n");
             let percentiles = server.config.read().latency_tracking_info_percentiles.clone();
-            let locked: Vec<_> = server.workers.iter().map(|w| w.latency.lock()).collect();
-            for (index, spec) in table().all.iter().enumerate() {
-                let mut merged: Option<crate::server::LatencyHistogram> = None;
-                for histogram in locked.iter().filter_map(|l| l[index].as_deref()) {
-                    match merged.as_mut() {
-                        Some(m) => m.add(histogram).expect("histograms of the same bounds"),
-                        None => merged = Some(histogram.clone()),
-                    }
-                }
+            for (spec, merged) in table().all.iter().zip(server.command_latencies()) {
                 let Some(merged) = merged else { continue };
                 let _ = write!(out, "latency_percentiles_usec_{}:", safe_info_string(spec.name));
                 for (i, p) in percentiles.iter().enumerate() {
@@ -1271,7 +1263,7 @@ fn reply_command_docs(ctx: &mut Ctx<'_>, spec: &CommandSpec) {
 }
 
 /// A command by its full name: "get", or "config|get" for a subcommand.
-fn lookup_full_name(name: &[u8]) -> Option<&'static CommandSpec> {
+pub(super) fn lookup_full_name(name: &[u8]) -> Option<&'static CommandSpec> {
     let mut parts = name.splitn(2, |&b| b == b'|');
     let (_, parent) = table().lookup(parts.next()?)?;
     match parts.next() {
