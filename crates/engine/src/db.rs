@@ -99,6 +99,21 @@ pub struct Db {
     /// Contents flushed (FLUSHDB, FLUSHALL) while the snapshot still had to
     /// emit them: the snapshot owns them now and frees them as it goes.
     pub(crate) detached: Vec<DbData>,
+    /// Keys modified since the server last looked, while some client
+    /// tracks keys ([`track_modified`]), each with whether its time ran
+    /// out (no client wrote it): client-side caching's invalidations,
+    /// which `Shard::take_modified` matches against the shard's table.
+    pub(crate) modified: Vec<(Key, bool)>,
+}
+
+/// Whether every database notes the keys modified in `Db::modified`: on
+/// while a client tracks keys or the tracking table holds any, so that a
+/// write costs one relaxed load when nobody does.
+static TRACK_MODIFIED: AtomicBool = AtomicBool::new(false);
+
+/// Turns the noting of modified keys (`Db::modified`) on or off.
+pub fn track_modified(on: bool) {
+    TRACK_MODIFIED.store(on, Ordering::Relaxed);
 }
 
 /// Whether every database notes the keys it creates in `Db::created`.
@@ -157,6 +172,13 @@ impl Db {
         let expired = matches!(self.data.keys.get(key), Some(e) if e.is_expired(now_ms));
         if expired && !HIDE_EXPIRED.with(std::cell::Cell::get) {
             self.remove(key);
+            // Expiry is nobody's write: a NOLOOP client in BCAST mode
+            // hears of it even when its own command found the key expired.
+            if let Some((last, by_expiry)) = self.modified.last_mut() {
+                if &last[..] == key {
+                    *by_expiry = true;
+                }
+            }
             self.expired_keys += 1;
             self.expired.push(key.into());
         }
@@ -326,6 +348,9 @@ impl Db {
     pub fn signal_modified(&mut self, key: &[u8]) {
         if !self.data.items.is_empty() {
             self.data.items.remove(key);
+        }
+        if TRACK_MODIFIED.load(Ordering::Relaxed) {
+            self.modified.push((key.into(), false));
         }
         if self.watched.is_empty() {
             return;

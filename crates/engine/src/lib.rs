@@ -37,5 +37,5 @@ pub mod value;
 pub mod zset;
 
 pub use db::{Db, ItemMeta, Key, WatchFlag};
-pub use keyspace::{Keyspace, Locked, Shard};
+pub use keyspace::{Keyspace, Locked, Shard, Trackers};
 pub use value::{EncodingLimits, Entry, Hash, List, Set, Str, Stream, Value, ZSet};

@@ -130,6 +130,9 @@ pub struct Config {
     pub latency_tracking: bool,
     /// `latency-tracking-info-percentiles`: the percentiles INFO reports.
     pub latency_tracking_info_percentiles: Vec<f64>,
+    /// `tracking-table-max-keys`: the most keys client-side caching's
+    /// table holds before it forgets some (0: no limit).
+    pub tracking_table_max_keys: u64,
     /// `busy-reply-threshold` (alias `lua-time-limit`, ms): how long a
     /// script runs before other clients get -BUSY and SCRIPT KILL may
     /// stop it (`scripting`).
@@ -398,6 +401,7 @@ impl Default for Config {
             slowlog_max_len: 128,
             latency_tracking: true,
             latency_tracking_info_percentiles: vec![50.0, 99.0, 99.9],
+            tracking_table_max_keys: 1_000_000,
             busy_reply_threshold: 5000,
             activerehashing: true,
             dir: PathBuf::from("."),
@@ -761,6 +765,7 @@ pub static DIRECTIVES: &[Directive] = &[
     directive!("slowlog-log-slower-than", true, num(i64::MIN, i64::MAX), slowlog_log_slower_than),
     directive!("slowlog-max-len", true, num(0, i64::MAX as usize), slowlog_max_len),
     directive!("latency-tracking", true, bool, latency_tracking),
+    directive!("tracking-table-max-keys", true, num(0, i64::MAX as u64), tracking_table_max_keys),
     Directive {
         name: "latency-tracking-info-percentiles",
         mutable: true,

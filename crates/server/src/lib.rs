@@ -73,6 +73,7 @@ pub mod server;
 pub mod signals;
 pub mod slowlog;
 pub mod snapshot;
+pub mod tracking;
 pub mod worker;
 
 use std::io;

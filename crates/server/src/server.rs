@@ -182,6 +182,8 @@ pub struct Server {
     pub blocking: crate::blocking::Registry,
     /// Who listens to which channel (SUBSCRIBE and its kin).
     pub pubsub: crate::pubsub::Registry,
+    /// Client-side caching: who tracks, BCAST prefixes (`tracking.rs`).
+    pub tracking: crate::tracking::Tracking,
     /// The memcached protocol's counters and CAS values (`crate::memcache`).
     pub memcache: crate::memcache::State,
     pub workers: Vec<Arc<WorkerStats>>,
@@ -368,6 +370,7 @@ impl Server {
             clients: Clients::default(),
             blocking: Default::default(),
             pubsub: Default::default(),
+            tracking: Default::default(),
             memcache: crate::memcache::State::new(),
             workers: (0..thread_count).map(|_| Arc::new(WorkerStats::new(command_count))).collect(),
             worker_cores: crate::give_way::WorkerCores::new(thread_count),
