@@ -116,6 +116,19 @@ pub fn track_modified(on: bool) {
     TRACK_MODIFIED.store(on, Ordering::Relaxed);
 }
 
+thread_local! {
+    /// Writes on this thread are not noted in `Db::modified` ([`loading`]).
+    static LOADING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// While on, writes on the calling thread are not noted as modified: a
+/// dataset loaded in place of a flushed one (DEBUG RELOAD, a replica's
+/// full sync), whose flush already told every tracking client, as Redis's
+/// loading signals no key.
+pub fn loading(on: bool) {
+    LOADING.with(|l| l.set(on));
+}
+
 /// Whether every database notes the keys it creates in `Db::created`.
 /// One flag for the process rather than one per database: the server sets
 /// it from `notify-keyspace-events`, and the two places that create keys
@@ -349,7 +362,7 @@ impl Db {
         if !self.data.items.is_empty() {
             self.data.items.remove(key);
         }
-        if TRACK_MODIFIED.load(Ordering::Relaxed) {
+        if TRACK_MODIFIED.load(Ordering::Relaxed) && !LOADING.with(std::cell::Cell::get) {
             self.modified.push((key.into(), false));
         }
         if self.watched.is_empty() {

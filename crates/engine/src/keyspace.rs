@@ -132,7 +132,7 @@ impl Shard {
     }
 
     /// Hands over the keys modified in this shard since the last call,
-    /// in the order of their changes, each with whether its time ran out
+    /// database by database in the order of their changes, each with whether its time ran out
     /// and the clients that tracked it, which the table forgets (Redis's
     /// `trackingInvalidateKey`).
     pub fn take_modified(&mut self, mut f: impl FnMut(&[u8], bool, Trackers)) {
@@ -379,6 +379,38 @@ impl<'a> Locked<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_tracked_key_leaves_the_table_at_its_first_change_with_its_clients() {
+        // Other tests' writes are noted too while this is on: harmless.
+        crate::db::track_modified(true);
+        let mut shard = Shard::new(0, 2);
+        assert_eq!(shard.track(b"k", 7), (true, true));
+        assert_eq!(shard.track(b"k", 7), (false, false));
+        assert_eq!(shard.track(b"k", 9), (false, true));
+        shard.track(b"other", 7);
+        let s = |v: &str| crate::Value::Str(crate::value::Str::Raw(v.as_bytes().into()));
+        // The table is per name: a write in another database counts.
+        shard.db(1).set(b"k", s("v"), false, 0);
+        shard.db(0).set(b"untracked", s("v"), false, 0);
+        let mut seen = Vec::new();
+        shard.take_modified(|key, by_expiry, ids| seen.push((key.to_vec(), by_expiry, ids.to_vec())));
+        // Database by database.
+        assert_eq!(seen, [(b"untracked".to_vec(), false, vec![]), (b"k".to_vec(), false, vec![7, 9])]);
+        assert_eq!(shard.tracked_len(), 1);
+        // A key that expires on a lookup is nobody's write.
+        shard.track(b"t", 1);
+        shard.db(0).set(b"t", s("v"), false, 0);
+        shard.db(0).set_expire(b"t", 10, 5);
+        shard.take_modified(|_, _, _| {});
+        shard.track(b"t", 1);
+        assert!(shard.db(0).get(b"t", 20).is_none());
+        let mut seen = Vec::new();
+        shard.take_modified(|key, by_expiry, ids| seen.push((key.to_vec(), by_expiry, ids.to_vec())));
+        assert_eq!(seen, [(b"t".to_vec(), true, vec![1])]);
+        assert_eq!(shard.untrack_all(), (1, 1));
+        crate::db::track_modified(false);
+    }
 
     #[test]
     fn shards_own_contiguous_slot_ranges() {
