@@ -534,10 +534,10 @@ mod tests {
     fn prefixes_collide_when_one_starts_the_other() {
         let none = BTreeSet::new();
         assert!(check_prefixes(&none, &prefixes(&["a:", "b:"])).is_ok());
-        let e = check_prefixes(&none, &prefixes(&["FOO", "FOOBAR"])).unwrap_err().to_string();
+        let e = check_prefixes(&none, &prefixes(&["FOO", "FOOBAR"])).expect_err("they overlap").to_string();
         assert_eq!(e, "ERR Prefix 'FOO' overlaps with another provided prefix 'FOOBAR'. Prefixes for a single client must not overlap.");
         let existing: BTreeSet<Box<[u8]>> = prefixes(&["BAR"]).into_iter().collect();
-        let e = check_prefixes(&existing, &prefixes(&["BARB"])).unwrap_err().to_string();
+        let e = check_prefixes(&existing, &prefixes(&["BARB"])).expect_err("it overlaps").to_string();
         assert_eq!(e, "ERR Prefix 'BARB' overlaps with an existing prefix 'BAR'. Prefixes for a single client must not overlap.");
         // The empty prefix collides with any other.
         assert!(check_prefixes(&none, &prefixes(&["", "x"])).is_err());

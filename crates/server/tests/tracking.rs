@@ -118,7 +118,7 @@ fn redirection_to_a_resp2_subscriber_or_a_resp3_client() {
     let mut c = server.client();
     let mut writer = server.client();
     check!(c.send(&["CLIENT", "TRACKING", "on", "REDIRECT", &sub_id]), ok());
-    check!(c.send(&["CLIENT", "GETREDIR"]), Frame::Integer(sub_id.parse().unwrap()));
+    check!(c.send(&["CLIENT", "GETREDIR"]), Frame::Integer(sub_id.parse().expect("an id")));
     writer.send(&["SET", "k", "v"]);
     c.send(&["GET", "k"]);
     writer.send(&["SET", "k", "w"]);
@@ -157,13 +157,13 @@ fn a_broken_redirection_is_told_to_a_resp3_client_and_shown() {
     check!(sub.send(&["QUIT"]), ok());
     common::wait_for("the redirection to go", || text(writer.send(&["CLIENT", "LIST"])).lines().count() == 2);
     writer.send(&["SET", "k", "2"]);
-    check!(c.read(), Frame::Push(vec![bulk("tracking-redir-broken"), Frame::Integer(sub_id.parse().unwrap())]));
+    check!(c.read(), Frame::Push(vec![bulk("tracking-redir-broken"), Frame::Integer(sub_id.parse().expect("an id"))]));
     let info = c.send(&["CLIENT", "TRACKINGINFO"]);
     check!(
         info,
         Frame::Map(vec![
             (bulk("flags"), Frame::Set(vec![bulk("on"), bulk("broken_redirect")])),
-            (bulk("redirect"), Frame::Integer(sub_id.parse().unwrap())),
+            (bulk("redirect"), Frame::Integer(sub_id.parse().expect("an id"))),
             (bulk("prefixes"), Frame::Array(vec![])),
         ])
     );
