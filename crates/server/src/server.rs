@@ -445,6 +445,7 @@ impl Server {
         self.evictor.set_policy(config.maxmemory_policy);
         self.notify_flags.store(config.notify_keyspace_events, Ordering::Relaxed);
         self.latency_tracking.store(config.latency_tracking, Ordering::Relaxed);
+        self.tracking.set_max_keys(config.tracking_table_max_keys);
         keel_engine::db::record_created_keys(config.notify_keyspace_events & crate::notify::NEW != 0);
         self.slowlog.configure(config.slowlog_log_slower_than, config.slowlog_max_len);
         for (cells, limit) in self.output_limit.iter().zip(config.output_limits) {

@@ -57,6 +57,9 @@ pub struct Tracking {
     prefix_count: AtomicUsize,
     /// Someone tracks, or the table holds keys: writes note their keys.
     active: AtomicBool,
+    /// `tracking-table-max-keys`, mirrored: read before every command of
+    /// a server with tracking clients.
+    max_keys: AtomicU64,
     /// Rounds in a row that left the table over `tracking-table-max-keys`
     /// (Redis's `timeout_counter`): each round tries harder.
     over_rounds: AtomicU64,
@@ -84,10 +87,18 @@ impl Tracking {
         self.prefix_count.load(Ordering::Relaxed)
     }
 
+    pub fn set_max_keys(&self, max: u64) {
+        self.max_keys.store(max, Ordering::Relaxed);
+    }
+
+    /// Turns the noting of written keys on or off as needed; written only
+    /// on a change, as every command of every worker reads the flag.
     fn refresh(&self) {
         let on = self.clients() > 0 || self.total_keys() > 0;
-        self.active.store(on, Ordering::Relaxed);
-        keel_engine::db::track_modified(on);
+        if self.active.load(Ordering::Relaxed) != on {
+            self.active.store(on, Ordering::Relaxed);
+            keel_engine::db::track_modified(on);
+        }
     }
 
     fn forgot(&self, keys: usize, items: usize) {
@@ -291,6 +302,7 @@ pub fn collect<'s>(server: &Server, shards: impl Iterator<Item = &'s mut Shard>,
             });
         }
     });
+    t.refresh();
 }
 
 /// `key` left the table with `ids`: each still tracking in the default
@@ -347,7 +359,7 @@ pub fn flushed<'s>(server: &Server, shards: impl Iterator<Item = &'s mut Shard>)
 /// most 100 per round more than the round before, until it fits.
 pub fn limit(server: &Server) {
     let t = &server.tracking;
-    let max = server.config.read().tracking_table_max_keys;
+    let max = t.max_keys.load(Ordering::Relaxed);
     if max == 0 || t.total_keys() <= max {
         t.over_rounds.store(0, Ordering::Relaxed);
         return;
