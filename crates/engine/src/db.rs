@@ -119,6 +119,17 @@ pub fn track_modified(on: bool) {
 thread_local! {
     /// Writes on this thread are not noted in `Db::modified` ([`loading`]).
     static LOADING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// This thread noted a modified key since [`take_noted`] last looked.
+    static NOTED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether this thread noted a modified key (`Db::modified`) since the
+/// last call: a command that wrote nothing need not look at the shards it
+/// holds (every shard, for a script in cluster mode). A write notes its key
+/// in the shard it holds locked, so the thread that wrote is the one that
+/// takes the key (`Shard::take_modified`) before it lets the shard go.
+pub fn take_noted() -> bool {
+    NOTED.with(|n| n.replace(false))
 }
 
 /// While on, writes on the calling thread are not noted as modified: a
@@ -364,6 +375,7 @@ impl Db {
         }
         if TRACK_MODIFIED.load(Ordering::Relaxed) && !LOADING.with(std::cell::Cell::get) {
             self.modified.push((key.into(), false));
+            NOTED.with(|n| n.set(true));
         }
         if self.watched.is_empty() {
             return;

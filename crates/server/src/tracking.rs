@@ -283,9 +283,13 @@ thread_local! {
 
 /// After a command ran (or the server changed keys itself): takes the
 /// keys modified in `shards` and the clients that tracked them into this
-/// thread's pending invalidations. `current` is the client whose command
+/// thread's pending invalidations; nothing to look at unless this thread
+/// wrote. `current` is the client whose command
 /// ran, which NOLOOP spares.
 pub fn collect<'s>(server: &Server, shards: impl Iterator<Item = &'s mut Shard>, current: Option<u64>) {
+    if !keel_engine::db::take_noted() {
+        return;
+    }
     let t = &server.tracking;
     let bcast = t.total_prefixes() > 0;
     PENDING.with(|p| {
