@@ -31,7 +31,7 @@ UNITS=(
     unit/type/zset unit/sort unit/dump unit/other unit/introspection unit/introspection-2
     unit/lazyfree unit/querybuf unit/slowlog unit/latency-monitor unit/geo unit/pubsub unit/hyperloglog
     unit/scripting unit/functions unit/type/stream unit/type/stream-cgroups
-    unit/acl unit/acl-v2 unit/auth unit/bitfield unit/pause unit/quit unit/violations
+    unit/acl unit/acl-v2 unit/auth unit/bitfield unit/pause unit/quit unit/violations unit/tracking
 )
 if [[ -n "${COMPAT_UNITS:-}" ]]; then read -r -a UNITS <<<"$COMPAT_UNITS"; fi
 

@@ -99,6 +99,45 @@ pub struct Db {
     /// Contents flushed (FLUSHDB, FLUSHALL) while the snapshot still had to
     /// emit them: the snapshot owns them now and frees them as it goes.
     pub(crate) detached: Vec<DbData>,
+    /// Keys modified since the server last looked, while some client
+    /// tracks keys ([`track_modified`]), each with whether its time ran
+    /// out (no client wrote it): client-side caching's invalidations,
+    /// which `Shard::take_modified` matches against the shard's table.
+    pub(crate) modified: Vec<(Key, bool)>,
+}
+
+/// Whether every database notes the keys modified in `Db::modified`: on
+/// while a client tracks keys or the tracking table holds any, so that a
+/// write costs one relaxed load when nobody does.
+static TRACK_MODIFIED: AtomicBool = AtomicBool::new(false);
+
+/// Turns the noting of modified keys (`Db::modified`) on or off.
+pub fn track_modified(on: bool) {
+    TRACK_MODIFIED.store(on, Ordering::Relaxed);
+}
+
+thread_local! {
+    /// Writes on this thread are not noted in `Db::modified` ([`loading`]).
+    static LOADING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// This thread noted a modified key since [`take_noted`] last looked.
+    static NOTED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether this thread noted a modified key (`Db::modified`) since the
+/// last call: a command that wrote nothing need not look at the shards it
+/// holds (every shard, for a script in cluster mode). A write notes its key
+/// in the shard it holds locked, so the thread that wrote is the one that
+/// takes the key (`Shard::take_modified`) before it lets the shard go.
+pub fn take_noted() -> bool {
+    NOTED.with(|n| n.replace(false))
+}
+
+/// While on, writes on the calling thread are not noted as modified: a
+/// dataset loaded in place of a flushed one (DEBUG RELOAD, a replica's
+/// full sync), whose flush already told every tracking client, as Redis's
+/// loading signals no key.
+pub fn loading(on: bool) {
+    LOADING.with(|l| l.set(on));
 }
 
 /// Whether every database notes the keys it creates in `Db::created`.
@@ -181,6 +220,13 @@ impl Db {
             if let Some(started) = started {
                 let took = started.elapsed();
                 SLOWEST_EXPIRED_DELETE.with(|slowest| slowest.set(Some(slowest.get().map_or(took, |s| s.max(took)))));
+            }
+            // Expiry is nobody's write: a NOLOOP client in BCAST mode
+            // hears of it even when its own command found the key expired.
+            if let Some((last, by_expiry)) = self.modified.last_mut() {
+                if &last[..] == key {
+                    *by_expiry = true;
+                }
             }
             self.expired_keys += 1;
             self.expired.push(key.into());
@@ -351,6 +397,10 @@ impl Db {
     pub fn signal_modified(&mut self, key: &[u8]) {
         if !self.data.items.is_empty() {
             self.data.items.remove(key);
+        }
+        if TRACK_MODIFIED.load(Ordering::Relaxed) && !LOADING.with(std::cell::Cell::get) {
+            self.modified.push((key.into(), false));
+            NOTED.with(|n| n.set(true));
         }
         if self.watched.is_empty() {
             return;

@@ -9,6 +9,7 @@
 //! locks of every shard they touch in ascending shard order, which makes
 //! them atomic and deadlock-free.
 
+use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError, TryLockError};
 
 use smallvec::SmallVec;
@@ -35,13 +36,28 @@ pub struct Shard {
     /// Where this shard stands in a point-in-time snapshot
     /// (`crate::snapshot`, which holds the methods that drive it).
     pub(crate) snapshot: SnapshotPhase,
+    /// Client-side caching: the ids of the clients that read each key of
+    /// this shard with tracking on (Redis's `TrackingTable`, keyed by the
+    /// name whatever the database, as Redis's).
+    tracked: HashMap<Key, Trackers>,
 }
+
+/// The clients tracking one key, by id (most keys have one or two).
+pub type Trackers = SmallVec<[u64; 2]>;
 
 impl Shard {
     /// An empty shard of `databases` databases.
     pub fn new(index: usize, databases: usize) -> Shard {
         let dbs = (0..databases).map(|_| Db::default()).collect();
-        Shard { index, dbs, touched: 0, removed_lsn: 0, floor_lsn: 0, snapshot: SnapshotPhase::Idle }
+        Shard {
+            index,
+            dbs,
+            touched: 0,
+            removed_lsn: 0,
+            floor_lsn: 0,
+            snapshot: SnapshotPhase::Idle,
+            tracked: HashMap::new(),
+        }
     }
 
     pub fn db(&mut self, index: usize) -> &mut Db {
@@ -96,6 +112,60 @@ impl Shard {
         for (index, db) in self.dbs.iter_mut().enumerate() {
             db.created.drain(..).for_each(|key| f(index, key));
         }
+    }
+
+    /// Remembers that client `id` may cache `key` (Redis's
+    /// `trackingRememberKeys`). Returns whether the table gained a key, and
+    /// whether it gained an item (a client for a key).
+    pub fn track(&mut self, key: &[u8], id: u64) -> (bool, bool) {
+        match self.tracked.get_mut(key) {
+            Some(ids) if ids.contains(&id) => (false, false),
+            Some(ids) => {
+                ids.push(id);
+                (false, true)
+            }
+            None => {
+                self.tracked.insert(key.into(), smallvec::smallvec![id]);
+                (true, true)
+            }
+        }
+    }
+
+    /// Hands over the keys modified in this shard since the last call,
+    /// database by database in the order of their changes, each with whether its time ran out
+    /// and the clients that tracked it, which the table forgets (Redis's
+    /// `trackingInvalidateKey`).
+    pub fn take_modified(&mut self, mut f: impl FnMut(&[u8], bool, Trackers)) {
+        for db in self.dbs.iter_mut() {
+            if db.modified.is_empty() {
+                continue;
+            }
+            for (key, by_expiry) in std::mem::take(&mut db.modified) {
+                let ids = if self.tracked.is_empty() { None } else { self.tracked.remove(&key[..]) };
+                f(&key, by_expiry, ids.unwrap_or_default());
+            }
+        }
+    }
+
+    /// Forgets every tracked key (FLUSHALL, FLUSHDB); returns how many
+    /// keys and items went.
+    pub fn untrack_all(&mut self) -> (usize, usize) {
+        let items = self.tracked.values().map(|ids| ids.len()).sum();
+        let keys = self.tracked.len();
+        self.tracked = HashMap::new();
+        (keys, items)
+    }
+
+    /// Forgets up to `n` tracked keys, whichever come first, handing each
+    /// over with its clients (the table's size limit).
+    pub fn untrack_some(&mut self, n: usize) -> Vec<(Key, Trackers)> {
+        let keys: Vec<Key> = self.tracked.keys().take(n).cloned().collect();
+        keys.into_iter().filter_map(|k| self.tracked.remove(&k[..]).map(|ids| (k, ids))).collect()
+    }
+
+    /// How many keys the table holds.
+    pub fn tracked_len(&self) -> usize {
+        self.tracked.len()
     }
 
     /// SWAPDB's part in this shard (see [`Db::swap_data`]).
@@ -309,6 +379,38 @@ impl<'a> Locked<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_tracked_key_leaves_the_table_at_its_first_change_with_its_clients() {
+        // Other tests' writes are noted too while this is on: harmless.
+        crate::db::track_modified(true);
+        let mut shard = Shard::new(0, 2);
+        assert_eq!(shard.track(b"k", 7), (true, true));
+        assert_eq!(shard.track(b"k", 7), (false, false));
+        assert_eq!(shard.track(b"k", 9), (false, true));
+        shard.track(b"other", 7);
+        let s = |v: &str| crate::Value::Str(crate::value::Str::Raw(v.as_bytes().into()));
+        // The table is per name: a write in another database counts.
+        shard.db(1).set(b"k", s("v"), false, 0);
+        shard.db(0).set(b"untracked", s("v"), false, 0);
+        let mut seen = Vec::new();
+        shard.take_modified(|key, by_expiry, ids| seen.push((key.to_vec(), by_expiry, ids.to_vec())));
+        // Database by database.
+        assert_eq!(seen, [(b"untracked".to_vec(), false, vec![]), (b"k".to_vec(), false, vec![7, 9])]);
+        assert_eq!(shard.tracked_len(), 1);
+        // A key that expires on a lookup is nobody's write.
+        shard.track(b"t", 1);
+        shard.db(0).set(b"t", s("v"), false, 0);
+        shard.db(0).set_expire(b"t", 10, 5);
+        shard.take_modified(|_, _, _| {});
+        shard.track(b"t", 1);
+        assert!(shard.db(0).get(b"t", 20).is_none());
+        let mut seen = Vec::new();
+        shard.take_modified(|key, by_expiry, ids| seen.push((key.to_vec(), by_expiry, ids.to_vec())));
+        assert_eq!(seen, [(b"t".to_vec(), true, vec![1])]);
+        assert_eq!(shard.untrack_all(), (1, 1));
+        crate::db::track_modified(false);
+    }
 
     #[test]
     fn shards_own_contiguous_slot_ranges() {

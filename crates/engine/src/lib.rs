@@ -15,8 +15,10 @@
 //!   and sparse registers, the cached count, Ertl's estimator).
 //! - [`db`]: one numbered database inside a shard: keys, TTLs, WATCH,
 //!   memcached's flags and CAS values of the keys that have some, and the
-//!   keys it expired, created or has clients blocked on.
-//! - [`keyspace`]: the shards and how commands lock them.
+//!   keys it expired, created, modified (while clients track keys) or has
+//!   clients blocked on.
+//! - [`keyspace`]: the shards and how commands lock them, and each
+//!   shard's client-side caching table (which clients read which key).
 //! - [`snapshot`]: forkless point-in-time snapshots of every shard (for
 //!   BGSAVE and AOF rewrite) while writes go on.
 
@@ -37,5 +39,5 @@ pub mod value;
 pub mod zset;
 
 pub use db::{Db, ItemMeta, Key, WatchFlag};
-pub use keyspace::{Keyspace, Locked, Shard};
+pub use keyspace::{Keyspace, Locked, Shard, Trackers};
 pub use value::{EncodingLimits, Entry, Hash, List, Set, Str, Stream, Value, ZSet};

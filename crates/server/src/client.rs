@@ -78,6 +78,11 @@ pub struct ClientInfo {
     /// USER, ACL DELUSER), mirrored from `Client::user`; None for the
     /// server's own clients.
     pub user: Mutex<Option<Arc<crate::acl::UserHandle>>>,
+    /// CLIENT TRACKING's flags (`tracking::flags`) and redirection, which
+    /// writers on any worker read to invalidate (CLIENT LIST `t`, `R`,
+    /// `B`, `redir`).
+    pub tracking: AtomicU32,
+    pub tracking_redirect: AtomicU64,
 }
 
 impl ClientInfo {
@@ -108,6 +113,8 @@ impl ClientInfo {
             multi_mem: 0.into(),
             subscriptions: Default::default(),
             user: Mutex::new(None),
+            tracking: 0.into(),
+            tracking_redirect: 0.into(),
         }
     }
 
@@ -174,6 +181,11 @@ pub struct Client {
     pub asking: bool,
     /// READONLY: a replica serves reads of its master's slots.
     pub readonly: bool,
+    /// CLIENT CACHING yes (OPTIN) or no (OPTOUT): for the next command, or
+    /// the next transaction (Redis's CLIENT_TRACKING_CACHING).
+    pub caching: bool,
+    /// CLIENT TRACKING BCAST's prefixes, in key order (CLIENT TRACKINGINFO).
+    pub tracking_prefixes: std::collections::BTreeSet<Box<[u8]>>,
 }
 
 impl Client {
@@ -203,6 +215,8 @@ impl Client {
             oom: false,
             asking: false,
             readonly: false,
+            caching: false,
+            tracking_prefixes: Default::default(),
         }
     }
 

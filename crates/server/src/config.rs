@@ -133,6 +133,9 @@ pub struct Config {
     /// `latency-monitor-threshold` (ms): the latency monitor keeps the
     /// events that took at least this long; 0 turns it off.
     pub latency_monitor_threshold: u64,
+    /// `tracking-table-max-keys`: the most keys client-side caching's
+    /// table holds before it forgets some (0: no limit).
+    pub tracking_table_max_keys: u64,
     /// `busy-reply-threshold` (alias `lua-time-limit`, ms): how long a
     /// script runs before other clients get -BUSY and SCRIPT KILL may
     /// stop it (`scripting`).
@@ -402,6 +405,7 @@ impl Default for Config {
             latency_tracking: true,
             latency_tracking_info_percentiles: vec![50.0, 99.0, 99.9],
             latency_monitor_threshold: 0,
+            tracking_table_max_keys: 1_000_000,
             busy_reply_threshold: 5000,
             activerehashing: true,
             dir: PathBuf::from("."),
@@ -763,6 +767,7 @@ pub static DIRECTIVES: &[Directive] = &[
     directive!("slowlog-log-slower-than", true, num(i64::MIN, i64::MAX), slowlog_log_slower_than),
     directive!("slowlog-max-len", true, num(0, i64::MAX as usize), slowlog_max_len),
     directive!("latency-tracking", true, bool, latency_tracking),
+    directive!("tracking-table-max-keys", true, num(0, i64::MAX as u64), tracking_table_max_keys),
     Directive {
         name: "latency-tracking-info-percentiles",
         mutable: true,

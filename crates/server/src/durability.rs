@@ -250,8 +250,13 @@ pub fn debug_loadaof(ctx: &mut Ctx<'_>) -> Result<(), String> {
             drop(db.take_all());
         }
     }
+    if server.tracking.active() {
+        crate::tracking::flushed(server, ctx.dbs.shards());
+    }
     server.begin_load();
+    keel_engine::db::loading(true);
     let loaded = replay_held(ctx, replay);
+    keel_engine::db::loading(false);
     server.end_load();
     match loaded {
         Ok(()) => {}

@@ -426,6 +426,9 @@ fn evict(server: &Server, shard: &mut Shard, db: usize, key: &[u8], lazy: bool) 
         shard.removed_lsn = shard.removed_lsn.max(lsn);
     }
     crate::notify::evicted(server, db, key);
+    if server.tracking.active() {
+        crate::tracking::collect(server, std::iter::once(shard), None);
+    }
     bytes
 }
 

@@ -16,7 +16,10 @@
 //! events); [`loading`] paces a load and decides what clients
 //! see meanwhile; [`pubsub`] keeps who listens to which channel and
 //! carries PUBLISH's messages to them, whatever worker serves them;
-//! [`notify`] turns changes to keys into such messages; [`memcache`] runs
+//! [`notify`] turns changes to keys into such messages; [`tracking`] is
+//! client-side caching (CLIENT TRACKING: who tracks, and the invalidations
+//! of the keys each command changed, out of the per-shard tables);
+//! [`memcache`] runs
 //! the requests of memcached clients (on `memcached-port`) as the Redis
 //! commands they stand for; [`metrics`] answers Prometheus's scrapes (on
 //! `metrics-port`) with INFO's figures; [`replication`] serves replicas
@@ -75,6 +78,7 @@ pub mod server;
 pub mod signals;
 pub mod slowlog;
 pub mod snapshot;
+pub mod tracking;
 pub mod worker;
 
 use std::io;

@@ -182,6 +182,8 @@ pub struct Server {
     pub blocking: crate::blocking::Registry,
     /// Who listens to which channel (SUBSCRIBE and its kin).
     pub pubsub: crate::pubsub::Registry,
+    /// Client-side caching: who tracks, BCAST prefixes (`tracking.rs`).
+    pub tracking: crate::tracking::Tracking,
     /// The memcached protocol's counters and CAS values (`crate::memcache`).
     pub memcache: crate::memcache::State,
     pub workers: Vec<Arc<WorkerStats>>,
@@ -370,6 +372,7 @@ impl Server {
             clients: Clients::default(),
             blocking: Default::default(),
             pubsub: Default::default(),
+            tracking: Default::default(),
             memcache: crate::memcache::State::new(),
             workers: (0..thread_count).map(|_| Arc::new(WorkerStats::new(command_count))).collect(),
             worker_cores: crate::give_way::WorkerCores::new(thread_count),
@@ -445,6 +448,7 @@ impl Server {
         self.evictor.set_policy(config.maxmemory_policy);
         self.notify_flags.store(config.notify_keyspace_events, Ordering::Relaxed);
         self.latency_tracking.store(config.latency_tracking, Ordering::Relaxed);
+        self.tracking.set_max_keys(config.tracking_table_max_keys);
         keel_engine::db::record_created_keys(config.notify_keyspace_events & crate::notify::NEW != 0);
         self.slowlog.configure(config.slowlog_log_slower_than, config.slowlog_max_len);
         self.latency_monitor.configure(config.latency_monitor_threshold);

@@ -1145,9 +1145,15 @@ pub fn debug_reload(server: &Server, locked: &mut Locked<'_>, save: bool, flush:
                 drop(d.take_all());
             }
         }
+        if server.tracking.active() {
+            crate::tracking::flushed(server, locked.iter_mut());
+        }
     }
     let path = dump_path(server);
-    match load_held(server, locked, &path, merge) {
+    keel_engine::db::loading(true);
+    let loaded = load_held(server, locked, &path, merge);
+    keel_engine::db::loading(false);
+    match loaded {
         Ok(_) => {
             tracing::warn!("DB reloaded by DEBUG RELOAD");
             Ok(())
@@ -1203,7 +1209,15 @@ pub fn replace_held(server: &Server, locked: &mut Locked<'_>, received: &Path) -
             drop(d.take_all());
         }
     }
+    // Tracking clients learn that every key went, as from a FLUSHALL.
+    if server.tracking.active() {
+        crate::tracking::flushed(server, locked.iter_mut());
+        crate::tracking::flush(server, None);
+    }
     // The master's function libraries replace ours too.
     server.scripts.functions.flush();
-    load_held(server, locked, &path, false).map_err(|e| format!("loading {}: {e}", path.display()))
+    keel_engine::db::loading(true);
+    let loaded = load_held(server, locked, &path, false);
+    keel_engine::db::loading(false);
+    loaded.map_err(|e| format!("loading {}: {e}", path.display()))
 }

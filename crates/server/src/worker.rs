@@ -848,6 +848,7 @@ impl Worker {
             }
             command::transactions::unwatch_all(&self.server, &mut conn.client);
             self.server.pubsub.forget(&mut conn.client);
+            crate::tracking::disable(&self.server, &mut conn.client);
             if conn.memcache.is_some() {
                 self.server.memcache.curr_connections.fetch_sub(1, Ordering::Relaxed);
             }
@@ -931,6 +932,9 @@ impl Worker {
                     }
                     expiring += started.map_or(Duration::ZERO, |t| t.elapsed());
                 }
+                if self.server.tracking.active() {
+                    crate::tracking::collect(&self.server, std::iter::once(&mut *shard), None);
+                }
             }
         }
         if active_expire && !loading && self.server.latency_monitor.is_on() {
@@ -949,8 +953,18 @@ impl Worker {
             // CONFIG SET maxmemory below the used memory, is evicted here
             // while no command comes (Redis's eviction time proc).
             crate::evict::perform(&self.server);
+            if self.server.tracking.clients() > 0 {
+                crate::tracking::limit(&self.server);
+            }
             crate::memcache::flush_when_due(&self.server, now);
             self.server.migrate.close_idle();
+        }
+        // What expiry and eviction invalidated leaves now: this worker's
+        // own clients hear of it before the next request they sent is
+        // served, as Redis tells them before it runs the next command.
+        if self.server.tracking.active() {
+            crate::tracking::flush(&self.server, None);
+            self.drain_mailbox();
         }
         // As Redis's clientsCron: each tick looks at a hz-th of the
         // clients, at least 5, so each once a second or more often.
@@ -1093,6 +1107,10 @@ fn process_memcache(server: &Server, stats: &WorkerStats, conn: &mut Conn, limit
                 client.info.qbuf.store((*rend - *rstart) as u64, Ordering::Relaxed);
                 let start = wbuf.len();
                 let lsn = crate::memcache::execute(server, stats, client, wbuf, &mut mc.scratch, &request, now_ms);
+                // A memcached write invalidates what Redis clients track.
+                if server.tracking.active() {
+                    crate::tracking::flush(server, None);
+                }
                 if server.gate_replies() && lsn > 0 && wbuf.len() > start {
                     gate.push_back((start, lsn));
                 }

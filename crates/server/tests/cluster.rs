@@ -468,10 +468,20 @@ fn redis_cli_creates_and_reshards_under_load_losing_nothing() {
 /// Redis's clusterRedirectBlockedClientIfNeeded and removeChannelsInSlot,
 /// on two masters: a slot given away ends the waits on its keys with
 /// -MOVED and unsubscribes its shard channels; a slot deleted takes the
-/// cluster down, which ends the other waits with -CLUSTERDOWN.
-fn a_slot_leaving_ends_its_waits_and_shard_channels(a: Node, b: Node) {
+/// cluster down, which ends the other waits with -CLUSTERDOWN; a slot
+/// taken by a newer epoch loses its keys here, invalidated for the
+/// clients that cache them (`signals_dropped_keys`: Redis 7.0's
+/// delKeysInSlot deletes them silently, stale caches and all; Keel does
+/// as 7.2, which signals each key as modified).
+fn a_slot_leaving_ends_its_waits_and_shard_channels(a: Node, b: Node, signals_dropped_keys: bool) {
     form(&[&a, &b], 2);
-    // "b" and "{b}ch" hash to slot 3300, "c" to 7365: both the first node's.
+    // "b" and "{b}ch" hash to slot 3300, "c" to 7365, "g" to 7233: all the
+    // first node's.
+    assert_eq!(a.client().cmd("SET g v"), ok());
+    let mut tracker = a.client();
+    assert!(matches!(tracker.send(&["HELLO", "3"]), Frame::Map(_)));
+    assert_eq!(tracker.cmd("CLIENT TRACKING on"), ok());
+    assert_eq!(tracker.cmd("GET g"), bulk("v"));
     let mut blocked = a.client();
     blocked.write_command(&["BLPOP", "b", "0"]);
     let mut reader = a.client();
@@ -489,11 +499,18 @@ fn a_slot_leaving_ends_its_waits_and_shard_channels(a: Node, b: Node) {
     assert_eq!(a.client().cmd("CLUSTER DELSLOTS 7365"), ok());
     assert_eq!(reader.read(), err("CLUSTERDOWN The cluster is down"));
     assert!(text(&a.client().cmd("INFO clients")).contains("blocked_clients:0"));
+    // The second node takes slot 7233 with its newer epoch: the first
+    // drops the slot's keys, and a client caching one hears of it.
+    assert_eq!(b.client().send(&["CLUSTER", "SETSLOT", "7233", "NODE", &b_id]), ok());
+    if signals_dropped_keys {
+        assert_eq!(tracker.read(), Frame::Push(vec![bulk("invalidate"), Frame::Array(vec![bulk("g")])]));
+    }
+    wait_for("the slot's keys dropped", || a.client().cmd("CLUSTER COUNTKEYSINSLOT 7233") == int(0));
 }
 
 #[test]
 fn a_slot_leaving_ends_its_waits_and_shard_channels_in_keel() {
-    a_slot_leaving_ends_its_waits_and_shard_channels(Node::keel(), Node::keel());
+    a_slot_leaving_ends_its_waits_and_shard_channels(Node::keel(), Node::keel(), true);
 }
 
 /// The same steps against two redis-server nodes, so that the test itself
@@ -501,7 +518,7 @@ fn a_slot_leaving_ends_its_waits_and_shard_channels_in_keel() {
 #[test]
 fn a_slot_leaving_ends_its_waits_and_shard_channels_in_redis() {
     let (Some(a), Some(b)) = (Node::redis(), Node::redis()) else { return };
-    a_slot_leaving_ends_its_waits_and_shard_channels(a, b);
+    a_slot_leaving_ends_its_waits_and_shard_channels(a, b, false);
 }
 
 #[test]

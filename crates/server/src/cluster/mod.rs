@@ -282,6 +282,13 @@ pub fn drop_slot_keys(server: &Server, slot: u16) -> usize {
         crate::notify::event(server, crate::notify::GENERIC, "del", key, 0, &mut out);
         crate::pubsub::deliver(server, out);
     }
+    // Clients caching these keys hear they are gone, as Redis's
+    // delKeysInSlot signals each.
+    if server.tracking.active() {
+        crate::tracking::collect(server, std::iter::once(shard), None);
+        drop(locked);
+        crate::tracking::flush(server, None);
+    }
     keys.len()
 }
 

@@ -9,6 +9,7 @@ use super::{acl, cmd, flags::*, CmdError, CmdResult, CommandSpec, Ctx, Keys};
 use crate::acl::{Context, Reason};
 use crate::client::{ClientInfo, Message, ReplyMode};
 use crate::server::unix_ms;
+use crate::tracking::flags as tracking;
 
 pub static COMMANDS: &[CommandSpec] = &[
     cmd("ping", -1, FAST, Keys::None, "connection", ping)
@@ -35,6 +36,10 @@ pub static COMMANDS: &[CommandSpec] = &[
 const CLIENT_FLAGS: u32 = NOSCRIPT | LOADING | STALE;
 
 const CLIENT_SUBCOMMANDS: &[CommandSpec] = &[
+    cmd("client|caching", 3, CLIENT_FLAGS, Keys::None, "connection", client_caching)
+        .doc("Instruct the server about tracking or not keys in the next request", "6.0.0"),
+    cmd("client|getredir", 2, CLIENT_FLAGS, Keys::None, "connection", client_getredir)
+        .doc("Get tracking notifications redirection client ID if any", "6.0.0"),
     cmd("client|getname", 2, CLIENT_FLAGS, Keys::None, "connection", client_getname)
         .doc("Get the current connection name", "2.6.9"),
     cmd("client|help", 2, LOADING | STALE, Keys::None, "connection", client_help)
@@ -57,6 +62,10 @@ const CLIENT_SUBCOMMANDS: &[CommandSpec] = &[
         .doc("Instruct the server whether to reply to commands", "3.2.0"),
     cmd("client|setname", 3, CLIENT_FLAGS, Keys::None, "connection", client_setname)
         .doc("Set the current connection name", "2.6.9"),
+    cmd("client|tracking", -3, CLIENT_FLAGS, Keys::None, "connection", client_tracking)
+        .doc("Enable or disable server assisted client side caching support", "6.0.0"),
+    cmd("client|trackinginfo", 2, CLIENT_FLAGS, Keys::None, "connection", client_trackinginfo)
+        .doc("Return information about server assisted client side caching for the current connection", "6.2.0"),
     cmd("client|unblock", -3, ADMIN | CLIENT_FLAGS, Keys::None, "connection", client_unblock)
         .doc("Unblock a client blocked in a blocking command from a different connection", "5.0.0"),
     cmd("client|unpause", 2, ADMIN | CLIENT_FLAGS, Keys::None, "connection", client_unpause)
@@ -230,6 +239,7 @@ fn reset(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
         ctx.server.clients.unregister_monitor(ctx.client.id);
     }
     ctx.server.pubsub.forget(ctx.client);
+    crate::tracking::disable(ctx.server, ctx.client);
     // Redis's clientSetDefaultAuth.
     ctx.client.set_user(ctx.server.acl.default_user());
     ctx.client.authenticated = ctx.server.acl.starts_authenticated();
@@ -244,6 +254,10 @@ fn client_help(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
         ctx,
         argv[0],
         &[
+            "CACHING (YES|NO)",
+            "    Enable/disable tracking of the keys for next command in OPTIN/OPTOUT modes.",
+            "GETREDIR",
+            "    Return the client ID we are redirecting to when tracking is enabled.",
             "GETNAME",
             "    Return the name of the current connection.",
             "ID",
@@ -270,14 +284,19 @@ fn client_help(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
             "      Return clients of specified type.",
             "UNPAUSE",
             "    Stop the current client pause, resuming traffic.",
-            "UNBLOCK <clientid> [TIMEOUT|ERROR]",
-            "    Unblock the specified blocked client.",
             "PAUSE <timeout> [WRITE|ALL]",
             "    Suspend all, or just write, clients for <timeout> milliseconds.",
             "REPLY (ON|OFF|SKIP)",
             "    Control the replies sent to the current connection.",
             "SETNAME <name>",
             "    Assign the name <name> to the current connection.",
+            "UNBLOCK <clientid> [TIMEOUT|ERROR]",
+            "    Unblock the specified blocked client.",
+            "TRACKING (ON|OFF) [REDIRECT <id>] [BCAST] [PREFIX <prefix> [...]]",
+            "         [OPTIN] [OPTOUT] [NOLOOP]",
+            "    Control server assisted client side caching.",
+            "TRACKINGINFO",
+            "    Report tracking status for the current connection.",
             "NO-EVICT (ON|OFF)",
             "    Protect current client connection from eviction.",
         ],
@@ -352,6 +371,12 @@ pub fn client_line(info: &ClientInfo, now_ms: u64) -> String {
     if info.blocked.load(Ordering::Relaxed) {
         flags.push('b');
     }
+    let tracking = info.tracking.load(Ordering::Relaxed);
+    for (flag, letter) in [(tracking::ON, 't'), (tracking::BROKEN_REDIR, 'R'), (tracking::BCAST, 'B')] {
+        if tracking & flag != 0 {
+            flags.push(letter);
+        }
+    }
     if info.kill.load(Ordering::Relaxed) {
         flags.push('A');
     }
@@ -383,7 +408,7 @@ pub fn client_line(info: &ClientInfo, now_ms: u64) -> String {
         line,
         "id={} addr={} laddr={} fd={} name={name} age={age} idle={idle} flags={flags} db={} sub={sub} psub={psub} ssub={ssub} \
          multi={} qbuf={qbuf} qbuf-free={qbuf_free} argv-mem=0 multi-mem={multi_mem} rbs={rbs} rbp={rbs} \
-         obl={obl} oll=0 omem=0 tot-mem={} events=r{} cmd={cmd_name} user={user} redir=-1 resp={}",
+         obl={obl} oll=0 omem=0 tot-mem={} events=r{} cmd={cmd_name} user={user} redir={} resp={}",
         info.id,
         info.addr,
         info.laddr,
@@ -392,6 +417,7 @@ pub fn client_line(info: &ClientInfo, now_ms: u64) -> String {
         if in_multi { info.multi_len.load(Ordering::Relaxed) as i64 } else { -1 },
         qbuf + qbuf_free + rbs + obl + multi_mem,
         if obl > 0 { "w" } else { "" },
+        redirection(info),
         info.resp.load(Ordering::Relaxed),
     );
     line
@@ -649,5 +675,85 @@ fn client_unpause(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
     ctx.server.pause_until_ms.store(0, Ordering::Release);
     ctx.server.broadcast(|| Message::Resume);
     ctx.out.ok();
+    Ok(())
+}
+
+/// CLIENT GETREDIR's answer, CLIENT LIST's `redir`: the client
+/// invalidations go to, 0 for none, -1 with tracking off.
+fn redirection(info: &ClientInfo) -> i64 {
+    if info.tracking.load(Ordering::Relaxed) & tracking::ON == 0 {
+        return -1;
+    }
+    info.tracking_redirect.load(Ordering::Relaxed) as i64
+}
+
+fn client_tracking(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
+    let options = crate::tracking::parse(ctx.server, ctx.client, argv)?;
+    if options.on {
+        crate::tracking::enable(ctx.server, ctx.client, options);
+    } else {
+        crate::tracking::disable(ctx.server, ctx.client);
+    }
+    ctx.out.ok();
+    Ok(())
+}
+
+fn client_caching(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
+    let f = ctx.client.info.tracking.load(Ordering::Relaxed);
+    if f & tracking::ON == 0 {
+        return Err(CmdError::other(
+            "ERR CLIENT CACHING can be called only when the client is in tracking mode with OPTIN or OPTOUT mode enabled",
+        ));
+    }
+    if eq(argv[2], "yes") {
+        if f & tracking::OPTIN == 0 {
+            return Err(CmdError::other("ERR CLIENT CACHING YES is only valid when tracking is enabled in OPTIN mode."));
+        }
+    } else if eq(argv[2], "no") {
+        if f & tracking::OPTOUT == 0 {
+            return Err(CmdError::other("ERR CLIENT CACHING NO is only valid when tracking is enabled in OPTOUT mode."));
+        }
+    } else {
+        return Err(CmdError::Syntax);
+    }
+    ctx.client.caching = true;
+    ctx.out.ok();
+    Ok(())
+}
+
+fn client_getredir(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
+    ctx.out.int(redirection(&ctx.client.info));
+    Ok(())
+}
+
+fn client_trackinginfo(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
+    let f = ctx.client.info.tracking.load(Ordering::Relaxed);
+    let caching = ctx.client.caching;
+    let mut names: Vec<&[u8]> = vec![if f & tracking::ON != 0 { b"on" } else { b"off" }];
+    let named = [
+        (f & tracking::BCAST != 0, &b"bcast"[..]),
+        (f & tracking::OPTIN != 0, b"optin"),
+        (f & tracking::OPTIN != 0 && caching, b"caching-yes"),
+        (f & tracking::OPTOUT != 0, b"optout"),
+        (f & tracking::OPTOUT != 0 && caching, b"caching-no"),
+        (f & tracking::NOLOOP != 0, b"noloop"),
+        (f & tracking::BROKEN_REDIR != 0, b"broken_redirect"),
+    ];
+    names.extend(named.iter().filter(|(on, _)| *on).map(|(_, name)| *name));
+    let redirect = redirection(&ctx.client.info);
+    let out = &mut ctx.out;
+    out.map(3);
+    out.bulk(b"flags");
+    out.set(names.len());
+    for name in names {
+        out.bulk(name);
+    }
+    out.bulk(b"redirect");
+    out.int(redirect);
+    out.bulk(b"prefixes");
+    out.array(ctx.client.tracking_prefixes.len());
+    for prefix in &ctx.client.tracking_prefixes {
+        out.bulk(prefix);
+    }
     Ok(())
 }

@@ -910,6 +910,12 @@ fn empty(ctx: &mut Ctx<'_>, db: Option<usize>, lazy: bool) -> u64 {
             }
         }
     }
+    // Tracked keys are not per database: any flush tells every tracking
+    // client that all its keys went, and empties the table (Redis's
+    // trackingInvalidateKeysOnFlush).
+    if ctx.server.tracking.active() {
+        crate::tracking::flushed(ctx.server, ctx.dbs.shards());
+    }
     removed
 }
 

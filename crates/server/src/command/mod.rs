@@ -493,6 +493,9 @@ pub struct Ctx<'a> {
     pub published: Vec<crate::pubsub::Delivery>,
     /// A Lua script runs this command (Redis's CLIENT_SCRIPT).
     pub in_script: bool,
+    /// The running script called a read-only command: a tracking caller
+    /// then tracks the script's declared keys, as Redis's `script_caller`.
+    pub script_read: bool,
 }
 
 impl<'a> Ctx<'a> {
@@ -519,6 +522,7 @@ impl<'a> Ctx<'a> {
             may_block: true,
             published: Vec::new(),
             in_script: false,
+            script_read: false,
         }
     }
 
@@ -831,8 +835,19 @@ pub fn execute(
             client.reply = ReplyMode::On;
         }
     }
+    // Invalidations of what this command changed, the client's own after
+    // its reply, even under CLIENT REPLY OFF (Redis's
+    // trackingHandlePendingKeyInvalidations after the top-level call).
+    if server.tracking.active() {
+        crate::tracking::flush(server, Some((client.id, wbuf)));
+    }
     if client.info.kill.load(Ordering::Relaxed) {
         client.close_after_reply = true;
+    }
+    // CLIENT CACHING lasts one command (any CLIENT subcommand keeps it),
+    // or one transaction.
+    if client.caching && client.multi.is_none() && !argv[0].eq_ignore_ascii_case(b"client") {
+        client.caching = false;
     }
     // ASKING lasts one command, or one transaction.
     if client.asking && client.multi.is_none() && !argv[0].eq_ignore_ascii_case(b"asking") {
@@ -920,6 +935,15 @@ fn dispatch(
     // As Redis, room is made under `maxmemory` before any command runs or
     // queues, and what the command may do is judged by it.
     client.oom = crate::evict::perform(server) == crate::evict::Outcome::Fail;
+    // Keys evicted, or forgotten by a table over its limit, are told of
+    // before the command's reply (Redis's processCommand).
+    if server.tracking.active() {
+        if server.tracking.clients() > 0 {
+            crate::tracking::limit(server);
+        }
+        crate::tracking::flush(server, Some((client.id, wbuf)));
+        client.pushed_to = wbuf.len();
+    }
     let ping = spec.name == "ping";
     if let Some(multi) = client.multi.as_mut() {
         if !runs_inside_multi(spec) {
@@ -1096,6 +1120,9 @@ fn run_with(
     if hide_expired {
         keel_engine::db::hide_expired(false);
     }
+    if ctx.server.tracking.active() {
+        track(ctx, spec, argv);
+    }
     if ctx.server.notify_flags.load(Ordering::Relaxed) & crate::notify::NEW != 0 {
         ctx.notify_created();
     }
@@ -1137,6 +1164,37 @@ fn run_with(
     }
     ctx.stats.total_commands.fetch_add(1, Ordering::Relaxed);
     result
+}
+
+/// Client-side caching after a command ran: invalidations for the keys it
+/// changed, then the keys it read for a tracking client, in that order so
+/// that a transaction's write then read leaves the key tracked. A script
+/// (EVAL, FCALL and their `_RO` forms alike) tracks its declared keys if
+/// it called a read-only command, as Redis tracks the script caller's.
+fn track(ctx: &mut Ctx<'_>, spec: &CommandSpec, argv: &[&[u8]]) {
+    let current = ctx.client.id;
+    crate::tracking::collect(ctx.server, ctx.dbs.shards(), Some(current));
+    if ctx.in_script {
+        ctx.script_read |= spec.has(flags::READONLY);
+        return;
+    }
+    let script_read = std::mem::take(&mut ctx.script_read);
+    let reads = if spec.group == "scripting" { script_read } else { spec.has(flags::READONLY) && !spec.has(flags::PUBSUB) };
+    if reads {
+        remember(ctx, spec, argv);
+    }
+}
+
+fn remember(ctx: &mut Ctx<'_>, spec: &CommandSpec, argv: &[&[u8]]) {
+    let keys = spec.key_indexes(argv);
+    if keys.is_empty() {
+        return;
+    }
+    let keyspace = ctx.dbs.keyspace;
+    for i in keys {
+        let shard = ctx.dbs.locked.shard_for(keyspace, argv[i]);
+        crate::tracking::remember(ctx.server, ctx.client, std::iter::once((shard, argv[i])));
+    }
 }
 
 /// Sends a command that ran to every MONITOR client, as Redis's call()

@@ -370,7 +370,7 @@ fn write_section(ctx: &mut Ctx<'_>, section: &str, out: &mut String) {
             field!(out, "client_recent_max_input_buffer", max_in);
             field!(out, "client_recent_max_output_buffer", max_out);
             field!(out, "blocked_clients", blocked);
-            field!(out, "tracking_clients", 0);
+            field!(out, "tracking_clients", server.tracking.clients());
             field!(out, "clients_in_timeout_table", 0);
             let mut per_thread = vec![0usize; server.thread_count];
             for (_, worker) in &clients {
@@ -542,13 +542,13 @@ fn write_section(ctx: &mut Ctx<'_>, section: &str, out: &mut String) {
                 "active_defrag_key_misses",
                 "total_active_defrag_time",
                 "current_active_defrag_time",
-                "tracking_total_keys",
-                "tracking_total_items",
-                "tracking_total_prefixes",
-                "unexpected_error_replies",
             ] {
                 field!(out, name, 0);
             }
+            field!(out, "tracking_total_keys", server.tracking.total_keys());
+            field!(out, "tracking_total_items", server.tracking.total_items());
+            field!(out, "tracking_total_prefixes", server.tracking.total_prefixes());
+            field!(out, "unexpected_error_replies", 0);
             field!(out, "total_error_replies", errors);
             field!(out, "dump_payload_sanitizations", 0);
             field!(out, "total_reads_processed", server.total(|w| &w.reads_processed));
