@@ -968,6 +968,14 @@ fn subscribers_coming_and_going_while_messages_flow() {
     let server = threaded_server();
     let mut stable = server.client();
     subscribe(&mut stable, "SUBSCRIBE churn");
+    let mut admin = server.client();
+    let mut info = |field: &str| -> u64 {
+        let Frame::Bulk(info) = admin.cmd("INFO") else { panic!("INFO") };
+        let info = String::from_utf8_lossy(&info).into_owned();
+        let prefix = format!("{field}:");
+        info.lines().find_map(|l| l.strip_prefix(&prefix)).expect("field").trim().parse().expect("count")
+    };
+    let before = info("total_connections_received");
     let port = server.port;
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let churners: Vec<_> = (0..3)
@@ -995,6 +1003,7 @@ fn subscribers_coming_and_going_while_messages_flow() {
                     round += 1;
                     drop(c);
                 }
+                round
             })
         })
         .collect();
@@ -1009,13 +1018,18 @@ fn subscribers_coming_and_going_while_messages_flow() {
         }
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    for c in churners {
-        c.join().expect("churner");
-    }
+    let churned: u64 = churners.into_iter().map(|c| c.join().expect("churner")).sum();
     for n in 0..500 {
         check!(stable.read(), message("churn", &n.to_string()));
     }
-    // Everyone else is gone, once the server has noticed.
+    // Everyone else is gone, once the server has noticed: every churner's
+    // connection accepted (a worker may not have read one yet, whose
+    // SUBSCRIBE would still count) and closed.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while info("total_connections_received") < before + churned + 1 || info("connected_clients") > 3 {
+        assert!(Instant::now() < deadline, "the churners' connections never all came and went");
+        std::thread::sleep(Duration::from_millis(10));
+    }
     wait_for(
         &mut publisher,
         "PUBSUB NUMSUB churn other",
