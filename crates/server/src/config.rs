@@ -544,10 +544,11 @@ fn parse_num<T>(v: &str, min: T, max: T) -> Result<T, ConfigError>
 where
     T: TryInto<i128> + TryFrom<i128> + Copy + std::fmt::Display,
 {
-    // Parsed wide first so that an out-of-range number reports the range,
-    // as Redis does, rather than a parse failure.
-    let n: i128 = v
-        .parse()
+    // Parsed as Redis's string2ll: a number past a long long is no number;
+    // one within it but out of the directive's range reports the range.
+    let n = v
+        .parse::<i64>()
+        .map(i128::from)
         .map_err(|_| ConfigError::Invalid("argument couldn't be parsed into an integer".into()))?;
     let (lo, hi): (i128, i128) = (min.try_into().unwrap_or(i128::MIN), max.try_into().unwrap_or(i128::MAX));
     if n < lo || n > hi {
@@ -762,7 +763,6 @@ pub static DIRECTIVES: &[Directive] = &[
     directive!("tcp-backlog", false, num(0, i32::MAX), tcp_backlog),
     directive!("proto-max-bulk-len", true, memory, proto_max_bulk_len),
     directive!("client-query-buffer-limit", true, memory, client_query_buffer_limit),
-    directive!("hz", true, num(1, 500), hz),
     directive!("dynamic-hz", true, bool, dynamic_hz),
     directive!("slowlog-log-slower-than", true, num(i64::MIN, i64::MAX), slowlog_log_slower_than),
     directive!("slowlog-max-len", true, num(0, i64::MAX as usize), slowlog_max_len),
@@ -1012,6 +1012,7 @@ pub static DIRECTIVES: &[Directive] = &[
     directive!("replica-ignore-maxmemory", true, bool, replica_ignore_maxmemory),
     directive!("slave-ignore-maxmemory", true, bool, replica_ignore_maxmemory),
     // Replication, replica side (`replica.rs`).
+    Directive { name: "hz", mutable: true, get: |c| c.hz.to_string(), set: set_hz },
     Directive { name: "replicaof", mutable: false, get: get_replicaof, set: set_replicaof },
     Directive { name: "slaveof", mutable: false, get: get_replicaof, set: set_replicaof },
     Directive {
@@ -1072,6 +1073,14 @@ pub static DIRECTIVES: &[Directive] = &[
     directive!("acl-pubsub-default", true, enum ["allchannels", "resetchannels"], acl_pubsub_default),
     directive!("latency-monitor-threshold", true, num(0, i64::MAX as u64), latency_monitor_threshold),
 ];
+
+/// `hz`: any int is accepted and kept within 1..=500, as Redis's
+/// updateHZ clamps it (CONFIG GET then shows the clamped value).
+fn set_hz(c: &mut Config, args: &[&str]) -> Result<(), ConfigError> {
+    let hz: i32 = parse_num(one(args)?, 0, i32::MAX)?;
+    c.hz = hz.clamp(1, 500) as u32;
+    Ok(())
+}
 
 /// `replicaof` as Redis's CONFIG GET shows it: `host port`, or empty.
 fn get_replicaof(c: &Config) -> String {
@@ -1413,6 +1422,20 @@ mod tests {
         assert!(err.to_string().contains("between 0 and 65535"), "{err}");
         let err = Config::load(&args(&["--no-such-thing", "1"])).expect_err("unknown");
         assert!(err.to_string().contains("Bad directive"), "{err}");
+    }
+
+    #[test]
+    fn a_number_past_a_long_long_is_no_number_as_in_redis() {
+        let mut c = Config::default();
+        let err = c.set_at_runtime("hz", "99999999999999999999").expect_err("past i64");
+        assert_eq!(err.to_string(), "argument couldn't be parsed into an integer");
+        let err = c.set_at_runtime("hz", "9223372036854775807").expect_err("out of range");
+        assert_eq!(err.to_string(), "argument must be between 0 and 2147483647 inclusive");
+        // Within an int, hz is clamped to 1..=500, as Redis's updateHZ.
+        for (value, kept) in [("1000", "500"), ("0", "1"), ("50", "50")] {
+            c.set_at_runtime("hz", value).expect(value);
+            assert_eq!(c.get("hz").as_deref(), Some(kept));
+        }
     }
 
     #[test]

@@ -143,6 +143,35 @@ fn rejected_and_unblocked_calls_are_counted_as_redis_counts_them() {
     assert!(blpop.ends_with("rejected_calls=0,failed_calls=1"), "{blpop}");
 }
 
+/// CONFIG SET's numbers as Redis 7.0 reads them: a number past a long
+/// long is no number, one out of range names the range, and `hz` takes
+/// any int, clamped to 1..=500 (Redis's updateHZ).
+#[test]
+fn config_numbers_are_read_and_clamped_as_redis_does() {
+    let lines = [
+        "CONFIG SET hz 1000",
+        "CONFIG GET hz",
+        "CONFIG SET hz 0",
+        "CONFIG GET hz",
+        "CONFIG SET hz -1",
+        "CONFIG SET hz 99999999999999999999",
+        "CONFIG SET timeout 99999999999999999999",
+        "CONFIG SET timeout -1",
+        "CONFIG SET hz 10",
+        "CONFIG GET hz",
+    ];
+    let run = |server: &Server| -> Vec<Frame> {
+        let mut c = server.client();
+        lines.iter().map(|l| c.cmd(l)).collect()
+    };
+    let keel = run(&Server::start(&[]));
+    assert_eq!(keel[1], Frame::Array(vec![bulk("hz"), bulk("500")]));
+    assert_eq!(keel[3], Frame::Array(vec![bulk("hz"), bulk("1")]));
+    if let Some(redis) = Server::start_redis(&[]) {
+        assert_eq!(keel, run(&redis));
+    }
+}
+
 /// INFO latencystats: a line of percentiles per command called, subcommands
 /// by their full name, in the percentiles configured; none once
 /// `latency-tracking` is off or after CONFIG RESETSTAT. DEBUG SLEEP's
