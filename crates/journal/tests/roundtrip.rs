@@ -129,6 +129,12 @@ fn durable_lsn_is_monotonic_and_reported() {
         }
     }
     assert!(wait_durable(&j, last, Duration::from_secs(10)));
+    // The writer publishes the durable position, then calls on_durable:
+    // the callback may trail wait_durable by a moment.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while seen.lock().last() != Some(&last) && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
     let seen = seen.lock().clone();
     assert!(!seen.is_empty());
     assert!(seen.windows(2).all(|w| w[0] < w[1]), "on_durable is strictly increasing");

@@ -239,7 +239,6 @@ fn sparkline(out: &mut String, block: &[(u32, String)], low: u32, high: u32) {
 pub struct DoctorContext {
     pub threshold_ms: u64,
     pub slowlog_log_slower_than: i64,
-    pub fsync_always: bool,
     pub hz: u32,
     pub anon_huge_pages: bool,
 }
@@ -316,13 +315,6 @@ struct Advice {
     slowlog_tuning: bool,
     slowlog_inspect: bool,
     scheduler: bool,
-    local_disk: bool,
-    ssd: bool,
-    data_writeback: bool,
-    disk_contention: bool,
-    no_appendfsync: bool,
-    relax_fsync_policy: bool,
-    write_load_info: bool,
     hz: bool,
     large_objects: bool,
     mass_eviction: bool,
@@ -330,8 +322,8 @@ struct Advice {
 }
 
 impl Advice {
-    /// Redis's per-event rules (the `fork` one is left out: Keel never
-    /// forks, so never has that event).
+    /// Redis's per-event rules, for the events Keel records (the fork,
+    /// AOF and RDB ones are left out: Keel never has those events).
     fn note(&mut self, event: &str, ctx: &DoctorContext) {
         let is = |name: &str| event.eq_ignore_ascii_case(name);
         if is("command") {
@@ -349,30 +341,6 @@ impl Advice {
         if is("fast-command") {
             self.scheduler = true;
             self.count += 1;
-        }
-        if is("aof-write-pending-fsync") {
-            (self.local_disk, self.disk_contention, self.ssd, self.data_writeback) = (true, true, true, true);
-            self.count += 4;
-        }
-        if is("aof-write-active-child") {
-            (self.no_appendfsync, self.data_writeback, self.ssd) = (true, true, true);
-            self.count += 3;
-        }
-        if is("aof-write-alone") {
-            (self.local_disk, self.data_writeback, self.ssd) = (true, true, true);
-            self.count += 3;
-        }
-        if is("aof-fsync-always") {
-            self.relax_fsync_policy = true;
-            self.count += 1;
-        }
-        if is("aof-fstat") || is("rdb-unlink-temp-file") {
-            (self.disk_contention, self.local_disk) = (true, true);
-            self.count += 2;
-        }
-        if is("aof-rewrite-diff-write") || is("aof-rename") {
-            (self.write_load_info, self.data_writeback, self.ssd, self.local_disk) = (true, true, true, true);
-            self.count += 4;
         }
         if is("expire-cycle") {
             (self.hz, self.large_objects) = (true, true);
@@ -408,27 +376,6 @@ impl Advice {
                 "  4) Check with 'redis-cli --intrinsic-latency 100' what is the intrinsic latency in your system.\n",
                 "  5) Check if the problem is allocator-related by recompiling Redis with MALLOC=libc, if you are using Jemalloc. However this may create fragmentation problems.\n",
             ));
-        }
-        if self.local_disk {
-            out.push_str("- It is strongly advised to use local disks for persistence, especially if you are using AOF. Remote disks provided by platform-as-a-service providers are known to be slow.\n");
-        }
-        if self.ssd {
-            out.push_str("- SSD disks are able to reduce fsync latency, and total time needed for snapshotting and AOF log rewriting (resulting in smaller memory usage). With extremely high write load SSD disks can be a good option. However Redis should perform reasonably with high load using normal disks. Use this advice as a last resort.\n");
-        }
-        if self.data_writeback {
-            out.push_str("- Mounting ext3/4 filesystems with data=writeback can provide a performance boost compared to data=ordered, however this mode of operation provides less guarantees, and sometimes it can happen that after a hard crash the AOF file will have a half-written command at the end and will require to be repaired before Redis restarts.\n");
-        }
-        if self.disk_contention {
-            out.push_str("- Try to lower the disk contention. This is often caused by other disk intensive processes running in the same computer (including other Redis instances).\n");
-        }
-        if self.no_appendfsync {
-            out.push_str("- Assuming from the point of view of data safety this is viable in your environment, you could try to enable the 'no-appendfsync-on-rewrite' option, so that fsync will not be performed while there is a child rewriting the AOF file or producing an RDB file (the moment where there is high disk contention).\n");
-        }
-        if self.relax_fsync_policy && ctx.fsync_always {
-            out.push_str("- Your fsync policy is set to 'always'. It is very hard to get good performances with such a setup, if possible try to relax the fsync policy to 'onesec'.\n");
-        }
-        if self.write_load_info {
-            out.push_str("- Latency during the AOF atomic rename operation or when the final difference is flushed to the AOF file at the end of the rewrite, sometimes is caused by very high write load, causing the AOF buffer to get very large. If possible try to send less commands to accomplish the same work, or use Lua scripts to group multiple operations into a single EVALSHA call.\n");
         }
         if self.hz && ctx.hz < 100 {
             out.push_str("- In order to make the Redis keys expiring process more incremental, try to set the 'hz' configuration parameter to 100 using 'CONFIG SET hz 100'.\n");
@@ -511,7 +458,7 @@ mod tests {
 
     #[test]
     fn the_doctor_reports_each_event_and_its_advice() {
-        let ctx = DoctorContext { threshold_ms: 0, slowlog_log_slower_than: 10_000, fsync_always: false, hz: 10, anon_huge_pages: false };
+        let ctx = DoctorContext { threshold_ms: 0, slowlog_log_slower_than: 10_000, hz: 10, anon_huge_pages: false };
         assert!(doctor(&[], &ctx, 0).starts_with("I'm sorry, Dave"));
         let ctx = DoctorContext { threshold_ms: 100, ..ctx };
         assert!(doctor(&[], &ctx, 0).starts_with("Dave, no latency spike"));

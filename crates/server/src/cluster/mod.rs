@@ -165,8 +165,13 @@ impl Cluster {
             if st.importing.contains_key(&slot) {
                 bits |= IMPORTING;
             }
-            let was = cell.swap(bits, Ordering::Relaxed);
-            lost |= was & (MINE | MASTER_OWNS) & !bits != 0;
+            // One writer (under the state lock): a cell left as it was is
+            // not written, so the workers' cached copies stay valid.
+            let was = cell.load(Ordering::Relaxed);
+            if was != bits {
+                cell.store(bits, Ordering::Relaxed);
+                lost |= was & (MINE | MASTER_OWNS) & !bits != 0;
+            }
         }
         let was_ok = self.ok.swap(st.ok, Ordering::Relaxed);
         lost || (was_ok && !st.ok)

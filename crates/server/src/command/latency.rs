@@ -5,7 +5,6 @@
 
 use super::server::{lookup_full_name, reply_help};
 use super::{cmd, flags::*, table, CmdError, CmdResult, CommandSpec, Ctx, Keys};
-use crate::config::AppendFsync;
 use crate::latency::{self, DoctorContext};
 use crate::server::{unix_ms, LatencyHistogram};
 
@@ -104,7 +103,6 @@ fn doctor(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
         DoctorContext {
             threshold_ms: config.latency_monitor_threshold,
             slowlog_log_slower_than: config.slowlog_log_slower_than,
-            fsync_always: config.appendfsync == AppendFsync::Always,
             hz: config.hz,
             anon_huge_pages: latency::anon_huge_pages(),
         }

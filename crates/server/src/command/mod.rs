@@ -1186,12 +1186,8 @@ fn track(ctx: &mut Ctx<'_>, spec: &CommandSpec, argv: &[&[u8]]) {
 }
 
 fn remember(ctx: &mut Ctx<'_>, spec: &CommandSpec, argv: &[&[u8]]) {
-    let keys = spec.key_indexes(argv);
-    if keys.is_empty() {
-        return;
-    }
     let keyspace = ctx.dbs.keyspace;
-    for i in keys {
+    for i in spec.key_indexes(argv) {
         let shard = ctx.dbs.locked.shard_for(keyspace, argv[i]);
         crate::tracking::remember(ctx.server, ctx.client, std::iter::once((shard, argv[i])));
     }
