@@ -34,7 +34,8 @@ UNITS=(integration/aof integration/aof-multi-part unit/aofrw integration/rdb
     integration/convert-ziplist-zset-on-load unit/shutdown
     integration/replication-2 integration/replication-3 integration/block-repl unit/dump
     unit/cluster/misc unit/cluster/links unit/cluster/announced-endpoints
-    unit/info unit/pubsubshard unit/wait unit/cluster-scripting unit/limits unit/oom-score-adj)
+    unit/info unit/pubsubshard unit/wait unit/cluster-scripting unit/limits unit/oom-score-adj
+    unit/networking)
 if [[ -n "${COMPAT_UNITS:-}" ]]; then read -r -a UNITS <<<"$COMPAT_UNITS"; fi
 DROPPED_DIRECTIVES='notify-keyspace-events|repl-diskless-sync-delay|slave-serve-stale-data|enable-protected-configs|enable-module-command|propagation-error-behavior'
 # Tests skipped for both servers: each starts a server with a directive of

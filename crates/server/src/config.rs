@@ -41,6 +41,9 @@ pub struct OutputLimit {
 
 /// The classes of `client-output-buffer-limit`, in Redis's order. Keel's
 /// clients are all `normal` (no replicas, no pub/sub yet).
+/// Redis's CONFIG_BINDADDR_MAX.
+const BIND_ADDRESSES_MAX: usize = 16;
+
 pub const OUTPUT_LIMIT_CLASSES: [&str; 3] = ["normal", "slave", "pubsub"];
 
 /// `oom-score-adj`: whether and how the process's `oom_score_adj` follows
@@ -92,6 +95,9 @@ fn parse_save_rules(args: &[&str]) -> Result<Vec<SaveRule>, ConfigError> {
 #[derive(Debug, Clone)]
 pub struct Config {
     pub bind: Vec<String>,
+    /// `bind-source-addr`: the address outgoing connections (a replica's
+    /// to its master, the cluster bus's) are made from.
+    pub bind_source_addr: Option<String>,
     pub port: u16,
     /// `memcached-port`: where the memcached text protocol is served, on
     /// the `bind` addresses; 0 (the default) serves none.
@@ -375,7 +381,10 @@ impl Default for ClusterSettings {
 impl Default for Config {
     fn default() -> Config {
         Config {
-            bind: vec!["127.0.0.1".into(), "-::1".into()],
+            // Redis's: every address, with protected mode turning away
+            // clients from elsewhere until a password is set.
+            bind: vec!["*".into(), "-::*".into()],
+            bind_source_addr: None,
             port: 6379,
             unixsocket: None,
             unixsocketperm: 0,
@@ -659,17 +668,28 @@ macro_rules! inert {
 pub static DIRECTIVES: &[Directive] = &[
     Directive {
         name: "bind",
-        mutable: false,
+        mutable: true,
         get: |c| c.bind.join(" "),
         set: |c, a| {
-            if a.is_empty() {
-                return Err(ConfigError::Unknown);
+            if a.len() > BIND_ADDRESSES_MAX {
+                return Err(ConfigError::Invalid("Too many bind addresses specified.".into()));
             }
+            // A single empty argument is no address (no TCP listener).
+            let a = if a == [""] { &[][..] } else { a };
             c.bind = a.iter().map(|s| s.to_string()).collect();
             Ok(())
         },
     },
-    directive!("port", false, num(0, 65535), port),
+    directive!("port", true, num(0, 65535), port),
+    Directive {
+        name: "bind-source-addr",
+        mutable: true,
+        get: |c| c.bind_source_addr.clone().unwrap_or_default(),
+        set: |c, a| {
+            c.bind_source_addr = Some(one(a)?.to_string()).filter(|v| !v.is_empty());
+            Ok(())
+        },
+    },
     directive!("memcached-port", false, num(0, 65535), memcached_port),
     directive!("memcached-max-item-size", true, memory, memcached_max_item_size),
     directive!("metrics-port", false, num(0, 65535), metrics_port),
@@ -1169,8 +1189,9 @@ impl Config {
         if !d.mutable {
             return Err(ConfigError::Immutable);
         }
+        // Redis splits a multi-argument setting's value on spaces.
         let args: Vec<&str> = if d.name == "bind" {
-            value.split_whitespace().collect()
+            value.split(' ').filter(|a| !a.is_empty()).collect()
         } else {
             vec![value]
         };

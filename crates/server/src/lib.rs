@@ -33,7 +33,9 @@
 //! [`migrate`] keeps MIGRATE's connections to its targets and talks to
 //! them; [`cluster`] is cluster mode (the node's view of the cluster,
 //! the bus thread speaking Redis's cluster bus, and the redirection of
-//! commands whose keys another node serves).
+//! commands whose keys another node serves); [`listen`] opens the
+//! listening sockets (and moves them when CONFIG SET changes `port` or
+//! `bind`) and outgoing connections from `bind-source-addr`.
 //!
 //! A request flows: socket -> [`worker`] reads into the connection's buffer
 //! -> `keel_protocol::parse_request` -> [`command::execute`] looks the
@@ -62,6 +64,7 @@ pub mod evict;
 pub mod glob;
 pub mod latency;
 pub mod lazyfree;
+pub mod listen;
 pub mod loading;
 pub mod memcache;
 pub mod metrics;
@@ -82,7 +85,6 @@ pub mod tracking;
 pub mod worker;
 
 use std::io;
-use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use crate::config::Config;
@@ -105,13 +107,11 @@ pub fn run(config: Config) -> io::Result<()> {
     };
     let mut per_worker: Vec<Listeners> =
         (0..threads).map(|_| Listeners { tcp: Vec::new(), memcache: Vec::new(), unix: None }).collect();
-    if config.port != 0 {
-        for (listeners, bound) in per_worker.iter_mut().zip(bind_everywhere(&config, config.port, threads)?) {
-            listeners.tcp = bound;
-        }
+    for (listeners, bound) in per_worker.iter_mut().zip(listen::bind_port(&config, threads)?) {
+        listeners.tcp = bound;
     }
     if config.memcached_port != 0 {
-        for (listeners, bound) in per_worker.iter_mut().zip(bind_everywhere(&config, config.memcached_port, threads)?) {
+        for (listeners, bound) in per_worker.iter_mut().zip(listen::bind_everywhere(&config, config.memcached_port, threads)?) {
             listeners.memcache = bound;
         }
     }
@@ -156,7 +156,7 @@ pub fn run(config: Config) -> io::Result<()> {
         // Each durable advance wakes the workers holding replies for it.
         durability::attach(&server, journal);
     }
-    tracing::info!("Keel listening on port {} with {threads} threads", server.port);
+    tracing::info!("Keel listening on port {} with {threads} threads", server.config.read().port);
     let handles: Vec<_> = workers
         .into_iter()
         .enumerate()
@@ -164,7 +164,7 @@ pub fn run(config: Config) -> io::Result<()> {
         .collect::<io::Result<_>>()?;
     let metrics_port = server.config.read().metrics_port;
     if metrics_port != 0 {
-        metrics::spawn(server.clone(), bind_plain(&server.config.read(), metrics_port)?)?;
+        metrics::spawn(server.clone(), listen::bind_plain(&server.config.read(), metrics_port)?)?;
     }
     let rewriter = rewrite::spawn(server.clone())?;
     let bgsaver = snapshot::spawn(server.clone())?;
@@ -268,100 +268,4 @@ fn show_banner(config: &Config) {
     };
     // As any log line: one that cannot be written is dropped.
     let _ = written;
-}
-
-/// Redis's words: scripts (Redis's test harness among them) retry on
-/// another port when they read "Failed listening on port".
-/// One blocking listener on each `bind` address for `port` (a port served
-/// by a thread of its own, not by the workers).
-pub(crate) fn bind_plain(config: &Config, port: u16) -> io::Result<Vec<std::net::TcpListener>> {
-    let mut listeners = Vec::new();
-    for addr in &config.bind {
-        let (optional, addr) = match addr.strip_prefix('-') {
-            Some(rest) => (true, rest),
-            None => (false, addr.as_str()),
-        };
-        let ip = bind_ip(addr)?;
-        match std::net::TcpListener::bind(SocketAddr::new(ip, port)) {
-            Ok(l) => listeners.push(l),
-            Err(e) if optional => tracing::warn!("could not bind optional address {ip}:{port}: {e}"),
-            Err(e) => return Err(listen_failed(SocketAddr::new(ip, port), e)),
-        }
-    }
-    Ok(listeners)
-}
-
-/// A `bind` address (its `-` for optional already taken off).
-fn bind_ip(addr: &str) -> io::Result<IpAddr> {
-    match addr {
-        "*" => "0.0.0.0".parse().map_err(io::Error::other),
-        "::*" => "::".parse().map_err(io::Error::other),
-        a => a.parse().map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("bind {a}: {e}"))),
-    }
-}
-
-/// One SO_REUSEPORT listener per worker on each `bind` address for `port`:
-/// the listeners of each worker, in `bind`'s order.
-fn bind_everywhere(config: &Config, port: u16, threads: usize) -> io::Result<Vec<Vec<mio::net::TcpListener>>> {
-    let mut per_worker: Vec<Vec<mio::net::TcpListener>> = (0..threads).map(|_| Vec::new()).collect();
-    for addr in &config.bind {
-        let (optional, addr) = match addr.strip_prefix('-') {
-            Some(rest) => (true, rest),
-            None => (false, addr.as_str()),
-        };
-        let sockaddr = SocketAddr::new(bind_ip(addr)?, port);
-        // SO_REUSEPORT would let a second server join this port's group
-        // silently; a plain bind first fails as Redis does if it is taken.
-        if let Err(e) = probe_bind(sockaddr) {
-            if optional {
-                tracing::warn!("could not bind optional address {sockaddr}: {e}");
-                continue;
-            }
-            return Err(listen_failed(sockaddr, e));
-        }
-        for listeners in per_worker.iter_mut() {
-            match reuseport_listener(sockaddr, config.tcp_backlog) {
-                Ok(l) => listeners.push(l),
-                Err(e) if optional => {
-                    tracing::warn!("could not bind optional address {sockaddr}: {e}");
-                    break;
-                }
-                Err(e) => return Err(listen_failed(sockaddr, e)),
-            }
-        }
-    }
-    Ok(per_worker)
-}
-
-fn listen_failed(addr: SocketAddr, e: io::Error) -> io::Error {
-    tracing::warn!("Warning: Could not create server TCP listening socket {addr}: {e}");
-    io::Error::new(e.kind(), format!("Failed listening on port {} (TCP), aborting.", addr.port()))
-}
-
-/// Binds `addr` with SO_REUSEADDR only (a port in TIME_WAIT is fine, a
-/// port another server listens on is not), then lets it go. It never
-/// listens: a client connecting in that instant would be accepted into
-/// this socket's backlog and then reset.
-fn probe_bind(addr: SocketAddr) -> io::Result<()> {
-    use socket2::{Domain, Socket, Type};
-    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
-    socket.set_reuse_address(true)?;
-    if addr.is_ipv6() {
-        socket.set_only_v6(true)?;
-    }
-    socket.bind(&addr.into())
-}
-
-fn reuseport_listener(addr: SocketAddr, backlog: i32) -> io::Result<mio::net::TcpListener> {
-    use socket2::{Domain, Socket, Type};
-    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
-    socket.set_reuse_address(true)?;
-    socket.set_reuse_port(true)?;
-    if addr.is_ipv6() {
-        socket.set_only_v6(true)?;
-    }
-    socket.bind(&addr.into())?;
-    socket.listen(backlog)?;
-    socket.set_nonblocking(true)?;
-    Ok(mio::net::TcpListener::from_std(socket.into()))
 }

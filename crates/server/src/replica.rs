@@ -523,7 +523,7 @@ fn link(server: &Server, host: &str, port: u16, generation: u64) -> Result<(), L
     replica.set_phase(Phase::Connecting);
     tracing::info!("Connecting to MASTER {host}:{port}");
     let addr = (host, port).to_socket_addrs()?.next().ok_or_else(|| LinkError::Resolve(format!("{host}:{port}")))?;
-    let stream = connect(server, generation, &addr, timeout)?;
+    let stream = connect(server, generation, addr, timeout)?;
     stream.set_nodelay(true)?;
     stream.set_read_timeout(Some(POLL))?;
     stream.set_write_timeout(Some(timeout))?;
@@ -549,7 +549,8 @@ fn link(server: &Server, host: &str, port: u16, generation: u64) -> Result<(), L
         argv.push(password);
         conn.send(&argv)?;
     }
-    conn.send(&["REPLCONF", "listening-port", &server.port.to_string()])?;
+    let port = server.config.read().port;
+    conn.send(&["REPLCONF", "listening-port", &port.to_string()])?;
     conn.send(&["REPLCONF", "capa", "eof", "capa", "psync2"])?;
     if auth.is_some() {
         let reply = conn.line(SYNCIO_TIMEOUT)?;
@@ -614,11 +615,12 @@ fn link(server: &Server, host: &str, port: u16, generation: u64) -> Result<(), L
 
 /// Connects within `timeout`, a second at a time, so that a shutdown or a
 /// REPLICAOF is not held up by an unreachable master.
-fn connect(server: &Server, generation: u64, addr: &std::net::SocketAddr, timeout: Duration) -> Result<TcpStream, LinkError> {
+fn connect(server: &Server, generation: u64, addr: std::net::SocketAddr, timeout: Duration) -> Result<TcpStream, LinkError> {
     let deadline = Instant::now() + timeout;
+    let source = server.config.read().bind_source_addr.clone();
     loop {
         let attempt = deadline.saturating_duration_since(Instant::now()).min(CONNECT_STEP);
-        match TcpStream::connect_timeout(addr, attempt.max(Duration::from_millis(1))) {
+        match crate::listen::connect_timeout(source.as_deref(), addr, attempt.max(Duration::from_millis(1))) {
             Ok(stream) => return Ok(stream),
             Err(e) if e.kind() == io::ErrorKind::TimedOut && Instant::now() < deadline => {
                 if !wanted(server, generation) {

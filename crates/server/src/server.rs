@@ -213,7 +213,8 @@ pub struct Server {
     pub pause_until_ms: AtomicU64,
     pub pause_writes_only: AtomicBool,
     pub thread_count: usize,
-    pub port: u16,
+    /// The workers' listeners on `port`, which CONFIG SET may replace.
+    pub listeners: crate::listen::PortListeners,
     /// The one stream of changes and whether `appendonly` logs to it now
     /// (switchable at run time): see [`Server::journal`].
     pub aof: crate::durability::Aof,
@@ -362,7 +363,6 @@ impl Server {
             None => Keyspace::new(shards, config.databases),
         };
         let run_id = crate::replication::random_id();
-        let port = config.port;
         let config_fsync = config.appendfsync;
         let mirrored = config.clone();
         let server = Server {
@@ -390,7 +390,7 @@ impl Server {
             pause_until_ms: AtomicU64::new(0),
             pause_writes_only: AtomicBool::new(false),
             thread_count,
-            port,
+            listeners: Default::default(),
             aof: crate::durability::Aof::new(journal, config_fsync),
             loading: AtomicBool::new(false),
             load_progress: Default::default(),

@@ -20,12 +20,18 @@ use crate::command;
 use crate::server::{unix_ms, Mailbox, Server, WorkerStats};
 
 const WAKER: Token = Token(usize::MAX - 1);
+/// The first `port` listener's token; the next ones count down by two from it.
 const TCP_LISTENER: Token = Token(usize::MAX - 2);
 const UNIX_LISTENER: Token = Token(usize::MAX - 3);
 /// The first memcached listener's token; the next ones count down from it.
 const MEMCACHE_LISTENER: Token = Token(usize::MAX - 200);
 /// At most this many listeners per protocol (`bind` addresses).
 const LISTENERS_MAX: usize = 64;
+
+/// The token of a worker's `i`th listener on `port`.
+pub fn tcp_listener_token(i: usize) -> Token {
+    Token(TCP_LISTENER.0 - 2 * i)
+}
 
 /// Read granularity; the buffer grows past it only for a request that
 /// does not fit.
@@ -161,6 +167,7 @@ impl std::fmt::Debug for Accepted {
 }
 
 pub struct Listeners {
+    /// On `port`: CONFIG SET may replace them ([`crate::listen::PortListeners`]).
     pub tcp: Vec<TcpListener>,
     /// On `memcached-port`.
     pub memcache: Vec<TcpListener>,
@@ -177,7 +184,9 @@ pub struct Worker {
     /// Client id to position in `conns`, for what other threads send a
     /// client (messages, served pops).
     by_id: HashMap<u64, usize>,
+    /// Those on `port` are in `tcp`, shared with whoever replaces them.
     listeners: Listeners,
+    tcp: crate::listen::SharedListeners,
     /// Some connection may be held by CLIENT PAUSE (saves scanning every
     /// connection on every loop turn).
     any_paused: bool,
@@ -204,8 +213,10 @@ impl Worker {
     pub fn new(index: usize, server: Arc<Server>, mut listeners: Listeners) -> io::Result<Worker> {
         let poll = Poll::new()?;
         for (i, l) in listeners.tcp.iter_mut().enumerate() {
-            poll.registry().register(l, Token(TCP_LISTENER.0 - 2 * i), Interest::READABLE)?;
+            poll.registry().register(l, tcp_listener_token(i), Interest::READABLE)?;
         }
+        let tcp = Arc::new(parking_lot::Mutex::new(std::mem::take(&mut listeners.tcp)));
+        server.listeners.attach(poll.registry().try_clone()?, tcp.clone());
         for (i, l) in listeners.memcache.iter_mut().enumerate() {
             poll.registry().register(l, Token(MEMCACHE_LISTENER.0 - i), Interest::READABLE)?;
         }
@@ -224,6 +235,7 @@ impl Worker {
             conns: Slab::new(),
             by_id: HashMap::new(),
             listeners,
+            tcp,
             any_paused: false,
             gated: Vec::new(),
             gated_since: None,
@@ -327,8 +339,14 @@ impl Worker {
 
     fn accept_tcp(&mut self, which: usize, memcache: bool) {
         loop {
-            let listeners = if memcache { &self.listeners.memcache } else { &self.listeners.tcp };
-            let accepted = listeners[which].accept();
+            // Released at once: CONFIG SET holds the settings' lock while
+            // it takes this one, and admitting a client reads them.
+            let accepted = match memcache {
+                true => self.listeners.memcache.get(which).map(TcpListener::accept),
+                false => self.tcp.lock().get(which).map(TcpListener::accept),
+            };
+            // An event of a listener CONFIG SET has just closed.
+            let Some(accepted) = accepted else { return };
             match accepted {
                 Ok((stream, peer)) => {
                     let _ = stream.set_nodelay(true);

@@ -183,6 +183,9 @@ fn getkeysandflags_matches_redis() {
         "WATCH a b",
         "PING",
         "ZUNION 3 a b",
+        "EVAL s 0",
+        "EVAL s 2 a b",
+        "FCALL_RO f 0",
     ];
     let mut differences = Vec::new();
     for line in lines {

@@ -556,3 +556,26 @@ fn the_backlog_goes_after_repl_backlog_ttl_without_replicas() {
     assert!(again.line().starts_with("+FULLRESYNC "));
     assert_eq!(m.info_field("replication", "repl_backlog_active"), "1");
 }
+
+/// `bind-source-addr`: a Keel replica connects to its master from that
+/// address (127.0.0.2 is this host's, as all of 127/8), which the master
+/// shows as the replica's; as Redis's replica does, shown by Keel's master.
+/// (Protected mode would turn away a client from 127.0.0.2: Redis's
+/// local clients are 127.0.0.1 and ::1 only.)
+#[test]
+fn a_replica_connects_from_bind_source_addr() {
+    let master = Server::start(&["--protected-mode", "no"]);
+    let mut m = master.client();
+    let port = master.port.to_string();
+    let replica = Server::start(&["--bind-source-addr", "127.0.0.2", "--replicaof", "127.0.0.1", &port]);
+    let mut r = replica.client();
+    wait_until("the replica's link", || r.info_field("replication", "master_link_status") == "up");
+    let line = m.info_field("replication", "slave0");
+    assert!(line.starts_with(&format!("ip=127.0.0.2,port={},", replica.port)), "{line}");
+    drop(replica);
+    if let Some(redis) = redis_replica_of(&master, &["--bind-source-addr", "127.0.0.2"]) {
+        wait_until("the first replica's exit", || m.info_field("replication", "connected_slaves") == "1");
+        let line = m.info_field("replication", "slave0");
+        assert!(line.starts_with(&format!("ip=127.0.0.2,port={},", redis.port)), "{line}");
+    }
+}

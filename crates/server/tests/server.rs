@@ -339,8 +339,8 @@ fn config_set_is_atomic_with_redis_errors() {
         err("ERR CONFIG SET failed (possibly related to argument 'TIMEOUT') - duplicate parameter")
     );
     assert_eq!(
-        c.cmd("CONFIG SET port 1234"),
-        err("ERR CONFIG SET failed (possibly related to argument 'port') - can't set immutable config")
+        c.cmd("CONFIG SET threads 4"),
+        err("ERR CONFIG SET failed (possibly related to argument 'threads') - can't set immutable config")
     );
     // One bad value and nothing changes.
     assert!(matches!(c.cmd("CONFIG SET timeout 99 maxclients nope"), Frame::Error(_)));
@@ -506,6 +506,16 @@ fn monitor_shows_commands_as_they_run() {
     assert!(matches!(c.cmd("NOSUCH x"), Frame::Error(_)));
     assert!(matches!(c.cmd("EXEC"), Frame::Error(_)));
     expect(&mut c, &["\"MULTI\"", "\"EXEC\""]);
+    // A script shows before the commands it runs (Redis's evalCommand),
+    // even one that fails.
+    assert_eq!(c.send(&["EVAL", "return redis.call('set', KEYS[1], ARGV[1])", "1", "foo", "bar"]), ok());
+    expect(&mut c, &["\"EVAL\" \"return redis.call('set', KEYS[1], ARGV[1])\" \"1\" \"foo\" \"bar\"", "[0 lua] \"set\" \"foo\" \"bar\""]);
+    assert!(matches!(c.cmd("EVALSHA ffffffffffffffffffffffffffffffffffffffff 0"), Frame::Error(_)));
+    expect(&mut c, &["\"EVALSHA\" \"ffffffffffffffffffffffffffffffffffffffff\" \"0\""]);
+    let library = "#!lua name=lib\nredis.register_function('f', function(keys) return redis.call('get', keys[1]) end)";
+    assert_eq!(c.send(&["FUNCTION", "LOAD", library]), bulk("lib"));
+    assert_eq!(c.cmd("FCALL f 1 foo"), bulk("bar"));
+    expect(&mut c, &["end)\"", "\"FCALL\" \"f\" \"1\" \"foo\"", "[0 lua] \"get\" \"foo\""]);
 }
 
 #[test]
@@ -908,5 +918,79 @@ fn slowlog_records_what_redis_s_does() {
     assert!(keel.len() > 12, "{keel:?}");
     if let Some(redis) = Server::start_redis(&[]) {
         assert_eq!(keel, script(&redis));
+    }
+}
+
+/// Whether a new connection to `port` on the loopback address is accepted.
+fn listens(port: u16) -> bool {
+    std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+}
+
+/// CONFIG SET port and bind at run time, as Redis's updatePort and
+/// applyBind: when OK comes back the old port refuses connections and the
+/// new one takes them; a port another process holds, or an address that
+/// is none, leaves the listeners where they were with Redis's error; an
+/// empty `bind` closes every listener while connected clients go on.
+/// The replies, and where each server listens after each step, are
+/// compared with redis-server's.
+#[test]
+fn port_and_bind_move_at_run_time() {
+    let script = |server: &Server| -> Vec<(Frame, bool, bool)> {
+        let (old, new) = (server.port, common::free_port());
+        let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("test setup");
+        let taken = taken.local_addr().expect("test setup").port().to_string();
+        let mut c = server.client();
+        let mut steps = Vec::new();
+        let mut step = |c: &mut Client, argv: &[&str]| {
+            let reply = c.send(argv);
+            steps.push((reply, listens(old), listens(new)));
+        };
+        step(&mut c, &["CONFIG", "GET", "bind"]);
+        step(&mut c, &["CONFIG", "SET", "port", &new.to_string()]);
+        let mut c = Client::connect(new);
+        step(&mut c, &["CONFIG", "SET", "port", &taken]);
+        step(&mut c, &["CONFIG", "SET", "bind", "999.999.999.999"]);
+        step(&mut c, &["CONFIG", "SET", "port", &old.to_string(), "bind", "999.999.999.999"]);
+        step(&mut c, &["CONFIG", "SET", "bind", "127.0.0.1 -::1"]);
+        step(&mut c, &["CONFIG", "GET", "bind"]);
+        step(&mut c, &["CONFIG", "SET", "bind", ""]);
+        step(&mut c, &["CONFIG", "GET", "bind"]);
+        step(&mut c, &["PING"]);
+        step(&mut c, &["CONFIG", "SET", "bind", "*", "port", &old.to_string()]);
+        step(&mut c, &["CONFIG", "GET", "port"]);
+        step(&mut c, &["CONFIG", "SET", "port", "0"]);
+        step(&mut c, &["CONFIG", "SET", "bind-source-addr", "127.0.0.2"]);
+        step(&mut c, &["CONFIG", "GET", "bind-source-addr"]);
+        steps
+    };
+    let keel = Server::start(&[]);
+    let port = keel.port;
+    let got = script(&keel);
+    assert_eq!(got[0].0, Frame::Array(vec![bulk("bind"), bulk("* -::*")]));
+    assert_eq!(got[1], (ok(), false, true));
+    assert_eq!(
+        got[2],
+        (err("ERR CONFIG SET failed (possibly related to argument 'port') - Unable to listen on this port. Check server logs."), false, true)
+    );
+    assert_eq!(
+        got[3],
+        (err("ERR CONFIG SET failed (possibly related to argument 'bind') - Failed to bind to specified addresses."), false, true)
+    );
+    // Blamed on the first of the two given, as Redis applies them in order.
+    assert_eq!(
+        got[4],
+        (err("ERR CONFIG SET failed (possibly related to argument 'port') - Unable to listen on this port. Check server logs."), false, true)
+    );
+    assert_eq!(got[7], (ok(), false, false));
+    assert_eq!(got[9], (simple("PONG"), false, false), "a connected client goes on");
+    assert_eq!(got[10], (ok(), true, false));
+    assert_eq!(got[11].0, Frame::Array(vec![bulk("port"), bulk(&port.to_string())]));
+    assert_eq!(got[12], (ok(), false, false));
+    if let Some(redis) = Server::start_redis(&[]) {
+        let port = redis.port;
+        let theirs = script(&redis);
+        assert_eq!(got[..11], theirs[..11]);
+        assert_eq!(theirs[11].0, Frame::Array(vec![bulk("port"), bulk(&port.to_string())]));
+        assert_eq!(got[12..], theirs[12..]);
     }
 }

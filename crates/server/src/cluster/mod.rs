@@ -59,6 +59,10 @@ pub struct Cluster {
     /// command that publishes may hold shard locks, which must never wait
     /// for the cluster lock while the bus thread's own work needs them.
     publishes: Mutex<Vec<Publish>>,
+    /// The port the bus listens on since start (`port` + 10000 unless
+    /// `cluster-port`): what this node announces even after CONFIG SET
+    /// port, where Redis would announce a port it does not listen on.
+    pub bus_port: u16,
 }
 
 /// Why cluster mode could not start.
@@ -93,7 +97,7 @@ impl Cluster {
             Err(e) => return Err(StartError::Io(path.display().to_string(), e)),
         };
         let bus_port = bus_port(config);
-        let listeners = crate::bind_plain(config, bus_port).map_err(|e| StartError::Bind(bus_port, e))?;
+        let listeners = crate::listen::bind_plain(config, bus_port).map_err(|e| StartError::Bind(bus_port, e))?;
         state.dirty = true;
         save(&mut state).map_err(|e| StartError::Io(path.display().to_string(), e))?;
         let cluster = Cluster {
@@ -102,6 +106,7 @@ impl Cluster {
             ok: AtomicBool::new(false),
             waker,
             publishes: Mutex::new(Vec::new()),
+            bus_port,
         };
         cluster.mirror(&cluster.state.lock());
         Ok((cluster, bus::Bus::new(poll, listeners)))
@@ -224,9 +229,14 @@ fn env(server: &Server, st: &State) -> Env {
     Env {
         now: unix_ms(),
         port: if c.announce_port != 0 { c.announce_port } else { config.port },
-        cport: if c.announce_bus_port != 0 { c.announce_bus_port } else { bus_port(&config) },
+        cport: match (c.announce_bus_port, &server.cluster) {
+            (0, Some(cluster)) => cluster.bus_port,
+            (0, None) => bus_port(&config),
+            (announced, _) => announced,
+        },
         announce_ip: c.announce_ip.clone(),
         hostname: c.announce_hostname.clone(),
+        source_addr: config.bind_source_addr.clone(),
         node_timeout: c.node_timeout,
         require_full_coverage: c.require_full_coverage,
         replica_validity_factor: u64::from(c.replica_validity_factor),

@@ -69,6 +69,8 @@ pub struct Env {
     pub cport: u16,
     pub announce_ip: String,
     pub hostname: String,
+    /// `bind-source-addr`: where links to other nodes are made from.
+    pub source_addr: Option<String>,
     pub node_timeout: u64,
     pub require_full_coverage: bool,
     pub replica_validity_factor: u64,
@@ -444,7 +446,7 @@ impl State {
         let addr: SocketAddr = format!("{}:{}", bracketed(&node.ip), node.cport)
             .parse()
             .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "bad node address"))?;
-        let stream = TcpStream::connect(addr)?;
+        let stream = crate::listen::connect_nonblocking(self.env.source_addr.as_deref(), addr)?;
         let _ = stream.set_nodelay(true);
         Ok(self.register(stream, Some(name), false))
     }

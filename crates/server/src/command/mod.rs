@@ -1048,7 +1048,7 @@ pub fn run_locked(
     if !ctx.published.is_empty() {
         crate::pubsub::deliver(server, std::mem::take(&mut ctx.published));
     }
-    feed_monitors(server, ctx.client, spec, argv);
+    feed_monitors(server, ctx.client, spec, argv, false);
     if server.blocking.any() {
         let ready = crate::blocking::take_ready(&mut ctx);
         // Serving takes the locks each served command needs: ours go first.
@@ -1196,14 +1196,34 @@ fn remember(ctx: &mut Ctx<'_>, spec: &CommandSpec, argv: &[&[u8]]) {
 /// Sends a command that ran to every MONITOR client, as Redis's call()
 /// does once it has run it: a command queued by MULTI shows when EXEC runs
 /// it (before the EXEC), one refused before running never, and ADMIN and
-/// `skip_monitor` commands never. Secrets (AUTH's, MIGRATE's) show as
+/// `skip_monitor` commands never here (scripts show through
+/// [`send_to_monitors`]). Secrets (AUTH's, MIGRATE's) show as
 /// "(redacted)", as in the slow log.
-pub(crate) fn feed_monitors(server: &Server, client: &Client, spec: &CommandSpec, argv: &[&[u8]]) {
-    if server.clients.monitor_count.load(Ordering::Relaxed) == 0 || spec.has(flags::SKIP_MONITOR | flags::ADMIN) {
+pub(crate) fn feed_monitors(server: &Server, client: &Client, spec: &CommandSpec, argv: &[&[u8]], by_script: bool) {
+    if !spec.has(flags::SKIP_MONITOR | flags::ADMIN) {
+        send_to_monitors(server, client, argv, by_script);
+    }
+}
+
+/// Sends `argv` to every MONITOR client now. EVAL, FCALL and their kin
+/// (`skip_monitor`) call it as they start, so that the commands their
+/// script runs come after them, as Redis's evalCommand does.
+/// Who sent it shows as Redis's replicationFeedMonitors names it: `lua`
+/// for a script's command, `unix:<path>` for the unix socket.
+pub(crate) fn send_to_monitors(server: &Server, client: &Client, argv: &[&[u8]], by_script: bool) {
+    if server.clients.monitor_count.load(Ordering::Relaxed) == 0 {
         return;
     }
+    let who = match (by_script, client.info.unix) {
+        (true, _) => "lua".to_string(),
+        (false, true) => {
+            let path = server.config.read().unixsocket.clone().unwrap_or_default();
+            format!("unix:{}", path.display())
+        }
+        (false, false) => client.info.addr.clone(),
+    };
     let us = crate::server::unix_us();
-    let mut line = format!("+{}.{:06} [{} {}]", us / 1_000_000, us % 1_000_000, client.db, client.info.addr);
+    let mut line = format!("+{}.{:06} [{} {who}]", us / 1_000_000, us % 1_000_000, client.db);
     let redacted = crate::slowlog::redacted_args(argv);
     for (i, arg) in argv.iter().enumerate() {
         line.push(' ');

@@ -343,7 +343,7 @@ fn write_section(ctx: &mut Ctx<'_>, section: &str, out: &mut String) {
             field!(out, "process_id", std::process::id());
             field!(out, "process_supervised", "no");
             field!(out, "run_id", server.run_id);
-            field!(out, "tcp_port", server.port);
+            field!(out, "tcp_port", config.port);
             field!(out, "server_time_usec", unix_us());
             field!(out, "uptime_in_seconds", uptime);
             field!(out, "uptime_in_days", uptime / 86_400);
@@ -982,15 +982,42 @@ fn config_set(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
             Err(ConfigError::Unknown) => return Err(failed(canonical, "Bad directive or wrong number of arguments")),
         }
     }
-    // Redis's apply functions: the AOF switched on or off, its fsync policy.
+    // Redis's apply functions. First updatePort and applyBind: the
+    // listeners move, or stay where they were; moved back if a later
+    // step fails.
+    let rebind = (next.port, &next.bind) != (config.port, &config.bind);
+    if rebind {
+        if let Err(e) = ctx.server.listeners.rebind(&config, &next, crate::worker::tcp_listener_token) {
+            tracing::warn!("CONFIG SET could not listen on port {} of {:?} ({e}); listening as before", next.port, next.bind);
+            // Blamed on the first given of the two, which Redis applies first.
+            let port_first = pairs
+                .iter()
+                .map(|(name, _)| crate::config::find(name).map(|d| d.name))
+                .find(|&name| name == Some("bind") || (name == Some("port") && next.port != config.port))
+                == Some(Some("port"));
+            return Err(match port_first {
+                true => failed("port", "Unable to listen on this port. Check server logs."),
+                false => failed("bind", "Failed to bind to specified addresses."),
+            });
+        }
+    }
+    let unbind = |e: CmdError| {
+        if rebind {
+            if let Err(again) = ctx.server.listeners.rebind(&next, &config, crate::worker::tcp_listener_token) {
+                tracing::warn!("CONFIG SET could not listen on port {} again: {again}", config.port);
+            }
+        }
+        e
+    };
+    // The AOF switched on or off, its fsync policy.
     if let Err(why) = crate::durability::apply_config(ctx.server, &config, &next) {
         let name = if next.appendonly != config.appendonly { "appendonly" } else { "appendfsync" };
-        return Err(failed(name, &why));
+        return Err(unbind(failed(name, &why)));
     }
     if (next.oom_score_adj, next.oom_score_adj_values) != (config.oom_score_adj, config.oom_score_adj_values) {
         if let Err(why) = crate::process::apply_oom_score(&next) {
             let name = if next.oom_score_adj != config.oom_score_adj { "oom-score-adj" } else { "oom-score-adj-values" };
-            return Err(failed(name, &why));
+            return Err(unbind(failed(name, &why)));
         }
     }
     if next.jemalloc_bg_thread != config.jemalloc_bg_thread {
@@ -1335,7 +1362,8 @@ fn getkeys(argv: &[&[u8]]) -> Result<Vec<(usize, u16)>, CmdError> {
         return Err(CmdError::other("ERR Invalid number of arguments specified for command"));
     }
     let keys = keyspec::keys_and_flags(&keyspec::key_specs(spec), inner, &spec.key_indexes(inner));
-    if keys.is_empty() {
+    // No key is an answer for a command whose keys are optional (EVAL's).
+    if keys.is_empty() && !spec.has(super::flags::NO_MANDATORY_KEYS) {
         return Err(CmdError::other("ERR Invalid arguments specified for command"));
     }
     Ok(keys)

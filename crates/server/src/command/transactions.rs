@@ -165,6 +165,6 @@ fn exec(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
 /// Runs one queued command of EXEC and shows it to MONITOR.
 fn run_queued(ctx: &mut Ctx<'_>, index: usize, spec: &CommandSpec, argv: &[&[u8]]) -> CmdResult {
     let result = run(ctx, index, spec, argv);
-    super::feed_monitors(ctx.server, ctx.client, spec, argv);
+    super::feed_monitors(ctx.server, ctx.client, spec, argv, false);
     result
 }

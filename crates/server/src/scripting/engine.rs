@@ -594,7 +594,7 @@ fn call_command(ctx: &mut Ctx<'_>, run: &Run, args: MultiValue) -> Result<Vec<u8
         ctx.server.count_error(&text);
         ctx.out.error(&text);
     }
-    command::feed_monitors(ctx.server, ctx.client, spec, &argv);
+    command::feed_monitors(ctx.server, ctx.client, spec, &argv, true);
     ctx.out.resp3 = caller_resp3;
     Ok(std::mem::replace(ctx.out.buf, saved))
 }

@@ -311,6 +311,7 @@ pub fn command_flags(command: u32, declared: u32) -> u32 {
 
 /// EVAL, EVALSHA and their `_RO` forms: `script numkeys key... arg...`.
 pub fn eval(ctx: &mut Ctx<'_>, argv: &[&[u8]], by_sha: bool, read_only: bool) -> CmdResult {
+    crate::command::send_to_monitors(ctx.server, ctx.client, argv, false);
     let numkeys = parse::i64_arg(argv[2])?;
     if numkeys > argv.len() as i64 - 3 {
         return Err(CmdError::other("ERR Number of keys can't be greater than number of args"));
@@ -330,6 +331,7 @@ pub fn eval(ctx: &mut Ctx<'_>, argv: &[&[u8]], by_sha: bool, read_only: bool) ->
 
 /// FCALL and FCALL_RO: `function numkeys key... arg...`.
 pub fn fcall(ctx: &mut Ctx<'_>, argv: &[&[u8]], read_only: bool) -> CmdResult {
+    crate::command::send_to_monitors(ctx.server, ctx.client, argv, false);
     let (_, function) = ctx.server.scripts.functions.find(argv[1]).ok_or_else(|| CmdError::other("ERR Function not found"))?;
     let numkeys = parse::i64_arg(argv[2]).map_err(|_| CmdError::other("ERR Bad number of keys provided"))?;
     if numkeys > argv.len() as i64 - 3 {
