@@ -181,11 +181,15 @@ impl Evictor {
 
 /// Evicts as the policy says while used memory is over `maxmemory`, for
 /// at most the time `maxmemory-eviction-tenacity` allows. Call it holding
-/// no shard lock. Costs one relaxed load without a limit, and a cached
-/// counter's comparison under it.
+/// no shard lock. Costs one relaxed load without a limit, and under it
+/// two thread-local counters' reads and a cached figure's comparison.
 pub fn perform(server: &Server) -> Outcome {
     let limit = server.maxmemory.load(Ordering::Relaxed);
-    if limit == 0 || crate::alloc::used_memory_recent() <= limit {
+    if limit == 0 {
+        return Outcome::Ok;
+    }
+    crate::alloc::note_thread_allocations();
+    if crate::alloc::used_memory_recent() <= limit {
         return Outcome::Ok;
     }
     perform_over(server, limit)
