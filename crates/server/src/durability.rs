@@ -504,8 +504,24 @@ fn owned(argv: &[&[u8]]) -> Vec<Vec<u8>> {
 fn propagate(ctx: &mut Ctx<'_>, spec: &CommandSpec, argv: &[&[u8]]) -> Vec<Vec<Vec<u8>>> {
     let key = || argv.get(1).copied().unwrap_or_default();
     match spec.name {
+        // As Redis's setCommand: a SET without an expiry goes as it came
+        // but for GET (KEEPTTL, NX and XX kept), one with it as the state
+        // it left (`SET k v PXAT ms`).
+        "set" if !argv.iter().skip(3).any(|a| [&b"ex"[..], b"px", b"exat", b"pxat"].iter().any(|o| a.eq_ignore_ascii_case(o))) => {
+            let (head, options) = argv.split_at(3.min(argv.len()));
+            vec![head.iter().chain(options.iter().filter(|o| !o.eq_ignore_ascii_case(b"get"))).map(|a| a.to_vec()).collect()]
+        }
         // Relative or computed results: log the key's resulting state.
-        "set" | "setex" | "psetex" | "incrbyfloat" => vec![state_of(ctx, key(), true)],
+        "set" | "setex" | "psetex" => vec![state_of(ctx, key(), true)],
+        // Redis's: the value it computed, with the TTL kept.
+        "incrbyfloat" => match state_of(ctx, key(), true) {
+            mut set if set[0] == b"SET" => {
+                set.truncate(3);
+                set.push(b"KEEPTTL".to_vec());
+                vec![set]
+            }
+            gone => vec![gone],
+        },
         "getex" | "expire" | "pexpire" | "expireat" | "pexpireat" => vec![state_of(ctx, key(), false)],
         "getdel" => vec![vec![b"DEL".to_vec(), key().to_vec()]],
         "flushall" | "flushdb" => vec![vec![argv[0].to_vec()]],

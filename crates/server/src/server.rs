@@ -442,6 +442,16 @@ impl Server {
         (packed != 0).then_some(((packed >> 32) as u32 & LFU_FIELD, packed as u32 & LFU_FIELD))
     }
 
+    /// Whether `min-replicas-to-write` is unmet, from the replicas' lag now.
+    /// Called with `config` held (read or written): the replication
+    /// cron's count can then never overwrite the one a CONFIG SET made
+    /// from the settings before it.
+    pub fn count_good_replicas(&self, config: &Config) {
+        let good = self.repl.count_good(config.min_replicas_max_lag);
+        let unmet = config.min_replicas_to_write > 0 && config.min_replicas_max_lag > 0 && good < u64::from(config.min_replicas_to_write);
+        self.min_replicas_unmet.store(unmet, Ordering::Relaxed);
+    }
+
     /// Mirrors the settings that the hot path reads out of `config`.
     pub fn mirror_config(&self, config: &Config) {
         self.maxmemory.store(config.maxmemory, Ordering::Relaxed);
@@ -459,9 +469,7 @@ impl Server {
             }
         }
         // Counted now: a CONFIG SET of the lag applies to the next write.
-        let good = self.repl.count_good(config.min_replicas_max_lag);
-        let unmet = config.min_replicas_to_write > 0 && config.min_replicas_max_lag > 0 && good < u64::from(config.min_replicas_to_write);
-        self.min_replicas_unmet.store(unmet, Ordering::Relaxed);
+        self.count_good_replicas(config);
         self.repl.set_backlog_size(config.repl_backlog_size);
         // Both settings are at most i32::MAX: bit 63 says LFU.
         let lfu = config.maxmemory_policy.lfu().then(|| {

@@ -311,6 +311,29 @@ impl RawReplica {
         self.buf.drain(..n).collect()
     }
 
+    /// The next command of the stream (PINGs passed over), as text.
+    fn command(&mut self) -> Vec<String> {
+        loop {
+            match keel_protocol::frame::parse_frame(&self.buf).expect("a valid stream") {
+                Some((frame, used)) => {
+                    self.buf.drain(..used);
+                    let Frame::Array(args) = frame else { panic!("not a command: {frame:?}") };
+                    let args: Vec<String> = args
+                        .into_iter()
+                        .map(|a| match a {
+                            Frame::Bulk(b) => String::from_utf8_lossy(&b).into_owned(),
+                            other => panic!("not a bulk argument: {other:?}"),
+                        })
+                        .collect();
+                    if !args[0].eq_ignore_ascii_case("ping") {
+                        return args;
+                    }
+                }
+                None => self.fill(),
+            }
+        }
+    }
+
     /// Reads until `want` has come; returns everything read up to its end.
     fn until(&mut self, want: &[u8]) -> Vec<u8> {
         loop {
@@ -577,5 +600,62 @@ fn a_replica_connects_from_bind_source_addr() {
         wait_until("the first replica's exit", || m.info_field("replication", "connected_slaves") == "1");
         let line = m.info_field("replication", "slave0");
         assert!(line.starts_with(&format!("ip=127.0.0.2,port={},", redis.port)), "{line}");
+    }
+}
+
+/// The stream carries SET and INCRBYFLOAT as Redis 7.0 sends them: a SET
+/// as it came but for GET (KEEPTTL, XX and NX kept) unless it set an
+/// expiry, which goes as `SET k v PXAT <ms>` (SETEX too); INCRBYFLOAT as
+/// `SET k <value> KEEPTTL`; a SET NX that set nothing, not at all.
+/// Compared with redis-server's stream, PXAT's time by its shape.
+#[test]
+fn the_stream_carries_sets_as_redis_sends_them() {
+    let lines = [
+        "SET k v",
+        "SET k v2 KEEPTTL",
+        "SET k v3 XX GET",
+        "SET n 1 NX",
+        "SET n 2 NX",
+        "INCRBYFLOAT f 1.5",
+        "INCRBYFLOAT f 1",
+        "SET e v EX 100 GET",
+        "SETEX e2 100 v",
+        "SET p v PXAT 99999999999999",
+    ];
+    let stream_of = |server: &Server| -> Vec<Vec<String>> {
+        let mut raw = RawReplica::connect(server.port, false);
+        raw.full_sync_with_length();
+        let mut c = server.client();
+        for line in lines {
+            c.cmd(line);
+        }
+        c.cmd("SET end 1");
+        let mut got = Vec::new();
+        loop {
+            let mut command = raw.command();
+            if command == ["SET", "end", "1"] {
+                return got;
+            }
+            if let Some(at) = command.iter().position(|a| a.eq_ignore_ascii_case("pxat")) {
+                if command[at + 1] != "99999999999999" {
+                    command[at + 1] = "<ms>".into();
+                }
+            }
+            got.push(command);
+        }
+    };
+    let keel = stream_of(&Server::start(&[]));
+    let strings = |cs: &[&[&str]]| -> Vec<Vec<String>> { cs.iter().map(|c| c.iter().map(|a| a.to_string()).collect()).collect() };
+    assert_eq!(
+        keel[1..5],
+        strings(&[&["SET", "k", "v"], &["SET", "k", "v2", "KEEPTTL"], &["SET", "k", "v3", "XX"], &["SET", "n", "1", "NX"]])
+    );
+    assert_eq!(keel[5], ["SET", "f", "1.5", "KEEPTTL"]);
+    if let Some(redis) = Server::start_redis(&[]) {
+        let redis = stream_of(&redis);
+        let lower = |cs: Vec<Vec<String>>| -> Vec<Vec<String>> {
+            cs.into_iter().map(|c| c.into_iter().map(|a| if a == "<ms>" { a } else { a.to_ascii_lowercase() }).collect()).collect()
+        };
+        assert_eq!(lower(keel), lower(redis));
     }
 }

@@ -182,7 +182,9 @@ impl AttachedReplica {
         self.link.shutdown();
     }
 
-    fn is_gone(&self) -> bool {
+    /// Its link ended (its reader saw the connection close, or it was
+    /// dropped), though its threads may not have detached it yet.
+    pub fn is_gone(&self) -> bool {
         self.gone.load(Ordering::Acquire)
     }
 }

@@ -249,9 +249,11 @@ impl Replication {
         }
     }
 
-    /// The replicas attached now, in attach order.
+    /// The replicas attached now, in attach order. One whose connection
+    /// closed is gone at once, as Redis frees such a client at once: not
+    /// when its sender next wakes to detach it.
     pub fn replicas(&self) -> Vec<Arc<AttachedReplica>> {
-        self.replicas.lock().clone()
+        self.replicas.lock().iter().filter(|r| !r.is_gone()).cloned().collect()
     }
 
     /// Counts the online replicas whose last ACK is at most `max_lag`
@@ -262,7 +264,8 @@ impl Replication {
             .replicas
             .lock()
             .iter()
-            .filter(|r| r.state() == ReplicaState::Online && now.saturating_sub(r.ack_ms()) / 1000 <= u64::from(max_lag))
+            .filter(|r| r.state() == ReplicaState::Online && !r.is_gone())
+            .filter(|r| now.saturating_sub(r.ack_ms()) / 1000 <= u64::from(max_lag))
             .count() as u64;
         self.good_replicas.store(good, Ordering::Relaxed);
         good
@@ -270,7 +273,7 @@ impl Replication {
 
     /// How many online replicas have acknowledged `offset`.
     pub fn acked(&self, offset: u64) -> u64 {
-        self.replicas.lock().iter().filter(|r| r.state() == ReplicaState::Online && r.ack() >= offset).count() as u64
+        self.replicas.lock().iter().filter(|r| r.state() == ReplicaState::Online && !r.is_gone() && r.ack() >= offset).count() as u64
     }
 
     /// Registers a client blocked in WAIT and asks every replica for its
@@ -339,15 +342,14 @@ fn cron(server: &Server) {
     let mut alone_since_ms = None;
     while !server.shutdown.load(Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(100));
-        let (period_s, to_write, max_lag, ttl_s) = {
+        let (period_s, ttl_s) = {
             let c = server.config.read();
-            (c.repl_ping_replica_period, c.min_replicas_to_write, c.min_replicas_max_lag, c.repl_backlog_ttl)
+            server.count_good_replicas(&c);
+            (c.repl_ping_replica_period, c.repl_backlog_ttl)
         };
         repl.output_hard_limit.store(server.output_limit[1][0].load(Ordering::Relaxed), Ordering::Relaxed);
         let now = unix_ms();
         let replicas = repl.replicas();
-        let good = repl.count_good(max_lag);
-        server.min_replicas_unmet.store(to_write > 0 && max_lag > 0 && good < u64::from(to_write), Ordering::Relaxed);
         if !replicas.is_empty() && now.saturating_sub(last_ping_ms) >= period_s * 1000 {
             last_ping_ms = now;
             repl.feed_with(None, 0, |out, _| keel_journal::encode_command(out, &[b"PING"]));
