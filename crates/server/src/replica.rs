@@ -206,6 +206,12 @@ pub struct Replica {
     /// A handle on the link's socket while it is open: CLIENT KILL TYPE
     /// master ends the link through it.
     socket: Mutex<Option<TcpStream>>,
+    /// Keys (database, name) a writable replica's own clients gave a TTL
+    /// (Redis's `slaveKeysWithExpire`): no DEL of the master's will ever
+    /// expire them, so the replica does ([`expire_own_keys`]), its active
+    /// expiry being otherwise off. `any_own` saves the lock when empty.
+    own_volatile: Mutex<std::collections::HashSet<(usize, Box<[u8]>)>>,
+    any_own: AtomicBool,
 }
 
 impl Replica {
@@ -422,10 +428,79 @@ fn set_master(server: &Server) {
     replica.bell.ring();
 }
 
+/// Commands by which a client gives a key a TTL (Redis's setExpire callers).
+const SETS_TTL: [&str; 10] = ["set", "setex", "psetex", "getex", "expire", "pexpire", "expireat", "pexpireat", "restore", "copy"];
+
+/// After a write by a replica's own client (not its master): remembers
+/// the keys it left with a TTL, as Redis's rememberSlaveKeyWithExpire.
+pub fn note_own_write(ctx: &mut Ctx<'_>, spec: &crate::command::CommandSpec, argv: &[&[u8]]) {
+    if !SETS_TTL.contains(&spec.name) {
+        return;
+    }
+    let db = ctx.client.db;
+    let volatile: Vec<Box<[u8]>> = spec
+        .key_indexes(argv)
+        .iter()
+        .map(|&i| argv[i])
+        .filter(|key| ctx.dbs.of(key).peek(key).is_some_and(|e| e.has_expiry()))
+        .map(Box::from)
+        .collect();
+    if !volatile.is_empty() {
+        let replica = &ctx.server.replica;
+        replica.own_volatile.lock().extend(volatile.into_iter().map(|key| (db, key)));
+        replica.any_own.store(true, Ordering::Relaxed);
+    }
+}
+
+/// A replica's cron: deletes the remembered keys whose time has run out
+/// (journaled and passed on to its own replicas as DELs, with the
+/// `expired` event), and forgets those gone or no longer volatile, as
+/// Redis's expireSlaveKeys.
+pub fn expire_own_keys(server: &Server) {
+    let replica = &server.replica;
+    if !replica.any_own.load(Ordering::Relaxed) {
+        return;
+    }
+    let now = unix_ms();
+    let keys: Vec<(usize, Box<[u8]>)> = replica.own_volatile.lock().iter().cloned().collect();
+    let mut done = Vec::new();
+    for (db, key) in keys {
+        let mut locked = server.keyspace.lock_one(server.keyspace.shard_of_key(&key));
+        let shard = locked.shard_for(&server.keyspace, &key);
+        let Some(d) = shard.dbs_mut().get_mut(db) else { continue };
+        match d.peek(&key).map(|e| (e.has_expiry(), e.is_expired(now))) {
+            Some((true, false)) => continue,
+            Some((true, true)) => {
+                // Under the shard's lock, as the active expiry's DELs.
+                let _ = d.get(&key, now);
+                for gone in d.expired.drain(..) {
+                    if crate::durability::changes_logged(server) {
+                        crate::durability::append(server, db, &[&b"DEL"[..], &gone], None);
+                    }
+                    crate::notify::expired(server, db, &gone);
+                }
+                if server.tracking.active() {
+                    crate::tracking::collect(server, std::iter::once(&mut *shard), None);
+                }
+            }
+            _ => {}
+        }
+        done.push((db, key));
+    }
+    let mut own = replica.own_volatile.lock();
+    for k in &done {
+        own.remove(k);
+    }
+    replica.any_own.store(!own.is_empty(), Ordering::Relaxed);
+}
+
 /// REPLICAOF NO ONE: the link ends before the reply; the data stays.
 fn unset_master(server: &Server) {
     let _ = crate::process::apply_oom_score(&server.config.read());
     let replica = &server.replica;
+    // A master's active expiry covers them from now on.
+    replica.own_volatile.lock().clear();
+    replica.any_own.store(false, Ordering::Relaxed);
     replica.generation.fetch_add(1, Ordering::AcqRel);
     let cursor = {
         let _applying = replica.applying.lock();

@@ -967,6 +967,12 @@ impl Worker {
         self.server.meter.lock().sample(now, totals);
         if self.index == 0 {
             crate::rewrite::cron(&self.server);
+            // The keys a writable replica's own clients made volatile
+            // (a replica's active expiry is otherwise off, above).
+            let expiring_own = self.server.active_expire.load(Ordering::Relaxed) && self.server.paused(unix_ms).is_none();
+            if self.server.replica.is_replica() && expiring_own && !loading {
+                crate::replica::expire_own_keys(&self.server);
+            }
             // What a command's time limit left over the limit, or a
             // CONFIG SET maxmemory below the used memory, is evicted here
             // while no command comes (Redis's eviction time proc).

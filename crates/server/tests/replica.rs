@@ -530,3 +530,34 @@ fn a_stale_replica_refuses_as_redis_does() {
         assert_eq!(k.send(argv), r.send(argv), "`{}`", argv.join(" "));
     }
 }
+
+/// A writable replica expires the keys its own clients gave a TTL, as
+/// Redis's expireSlaveKeys (no DEL of the master's will come for them),
+/// while a key of the master's past its time stays until the master's DEL
+/// (hidden from reads meanwhile). Checked with a Keel master and with a
+/// redis-server master whose active expiry is off.
+#[test]
+fn a_writable_replica_expires_the_keys_its_own_clients_made_volatile() {
+    let keel_master = Server::start(&["--enable-debug-command", "yes"]);
+    let redis_master = Server::start_redis(&["--repl-diskless-sync-delay", "0", "--enable-debug-command", "yes"]);
+    for master in std::iter::once(&keel_master).chain(redis_master.as_ref()) {
+        let mut m = master.client();
+        let replica = replica_of(master, &["--replica-read-only", "no"]);
+        let mut r = replica.client();
+        wait_link_up(&mut r);
+        assert_eq!(m.cmd("DEBUG SET-ACTIVE-EXPIRE 0"), ok());
+        assert_eq!(m.cmd("SET theirs v PX 50"), ok());
+        wait_acked(&mut m);
+        for (i, line) in ["SET own1 v PX 50", "SETEX own2 1 v", "SET own3 v", "PEXPIRE own3 50", "SET keep v"].iter().enumerate() {
+            assert!(!matches!(r.cmd(line), Frame::Error(_)), "{i}: {line}");
+        }
+        assert_eq!(r.cmd("DBSIZE"), int(5));
+        // own1, own2 and own3 go by themselves; the master's key stays,
+        // absent to reads, until the master deletes it.
+        wait_for("the replica's own keys expired", || r.cmd("DBSIZE") == int(2));
+        assert_eq!(r.cmd("EXISTS theirs"), int(0));
+        assert_eq!(r.cmd("GET keep"), bulk("v"));
+        assert_eq!(m.cmd("DEBUG SET-ACTIVE-EXPIRE 1"), ok());
+        wait_for("the master's DEL", || r.cmd("DBSIZE") == int(1));
+    }
+}

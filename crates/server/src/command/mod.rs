@@ -1128,6 +1128,9 @@ fn run_with(
     }
     crate::durability::log_expired(ctx);
     let forced = std::mem::take(&mut ctx.durability.forced);
+    if ctx.changes.get() > 0 && !ctx.client.is_master && ctx.server.replica.is_replica() {
+        crate::replica::note_own_write(ctx, spec, argv);
+    }
     if ctx.changes.replace(0) > 0 || forced {
         if crate::durability::changes_logged(ctx.server) && !ctx.server.loading.load(Ordering::Relaxed) {
             crate::durability::record(ctx, spec, argv);
