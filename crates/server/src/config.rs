@@ -39,11 +39,11 @@ pub struct OutputLimit {
     pub soft_seconds: u64,
 }
 
-/// The classes of `client-output-buffer-limit`, in Redis's order. Keel's
-/// clients are all `normal` (no replicas, no pub/sub yet).
 /// Redis's CONFIG_BINDADDR_MAX.
 const BIND_ADDRESSES_MAX: usize = 16;
 
+/// The classes of `client-output-buffer-limit`, in Redis's order. Keel's
+/// clients are all `normal` (no replicas, no pub/sub yet).
 pub const OUTPUT_LIMIT_CLASSES: [&str; 3] = ["normal", "slave", "pubsub"];
 
 /// `oom-score-adj`: whether and how the process's `oom_score_adj` follows

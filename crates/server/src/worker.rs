@@ -969,8 +969,11 @@ impl Worker {
             crate::rewrite::cron(&self.server);
             // The keys a writable replica's own clients made volatile
             // (a replica's active expiry is otherwise off, above).
-            let expiring_own = self.server.active_expire.load(Ordering::Relaxed) && self.server.paused(unix_ms).is_none();
-            if self.server.replica.is_replica() && expiring_own && !loading {
+            if self.server.replica.is_replica()
+                && self.server.active_expire.load(Ordering::Relaxed)
+                && self.server.paused(unix_ms).is_none()
+                && !loading
+            {
                 crate::replica::expire_own_keys(&self.server);
             }
             // What a command's time limit left over the limit, or a

@@ -119,7 +119,7 @@ impl Cluster {
     pub fn with<R>(&self, server: &Server, f: impl FnOnce(&mut State) -> R) -> R {
         let (result, effects, lost) = {
             let mut st = self.state.lock();
-            st.env = env(server, &st);
+            st.env = env(server, &st, self.bus_port);
             st.announce_myself();
             let result = f(&mut st);
             if st.update_state {
@@ -215,7 +215,9 @@ pub fn bus_port(config: &Config) -> u16 {
     }
 }
 
-fn env(server: &Server, st: &State) -> Env {
+/// The server's settings and replication offsets as the state reads them;
+/// `bus_port` is the one the bus has listened on since start.
+fn env(server: &Server, st: &State, bus_port: u16) -> Env {
     let config = server.config.read();
     let c = &config.cluster;
     let replica = st.me().is_replica().then(|| crate::replica::status(server)).flatten();
@@ -229,11 +231,7 @@ fn env(server: &Server, st: &State) -> Env {
     Env {
         now: unix_ms(),
         port: if c.announce_port != 0 { c.announce_port } else { config.port },
-        cport: match (c.announce_bus_port, &server.cluster) {
-            (0, Some(cluster)) => cluster.bus_port,
-            (0, None) => bus_port(&config),
-            (announced, _) => announced,
-        },
+        cport: if c.announce_bus_port != 0 { c.announce_bus_port } else { bus_port },
         announce_ip: c.announce_ip.clone(),
         hostname: c.announce_hostname.clone(),
         source_addr: config.bind_source_addr.clone(),
