@@ -1,8 +1,10 @@
 //! Any bytes: parse_request must not panic, must consume within the buffer,
 //! must call every strict prefix of a parsed request incomplete (the server
-//! re-parses as bytes arrive), and must parse the same request again.
+//! re-parses as bytes arrive), and must parse the same request again; a
+//! big argument it waits for lies past the bytes given.
 #![no_main]
 
+use keel_protocol::request::{pending_big_argument, BIG_ARG};
 use keel_protocol::{parse_request, Limits};
 use libfuzzer_sys::fuzz_target;
 
@@ -33,7 +35,17 @@ fuzz_target!(|data: &[u8]| {
                 }
                 pos += n;
             }
-            Ok(None) | Err(_) => break,
+            Ok(None) => {
+                // A big argument awaited lies past what the buffer holds.
+                if let Some(payload) = pending_big_argument(&buf[pos..], &limits) {
+                    assert!(payload.len() >= BIG_ARG + 2 && payload.end > buf.len() - pos);
+                }
+                break;
+            }
+            Err(_) => {
+                assert_eq!(pending_big_argument(&buf[pos..], &limits), None);
+                break;
+            }
         }
     }
 });

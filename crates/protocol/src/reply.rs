@@ -76,6 +76,11 @@ impl<'a> ReplyWriter<'a> {
     /// `$len` then the bytes.
     pub fn bulk(&mut self, b: &[u8]) {
         self.header(b'$', b.len());
+        // With its CRLF: a big value that fills the buffer exactly would
+        // otherwise double it for two bytes (and a doubled buffer of 8 MB
+        // or more comes from jemalloc's oversize arena, whose pages are
+        // mapped afresh each time: milliseconds for one reply).
+        self.buf.reserve(b.len() + CRLF.len());
         self.buf.extend_from_slice(b);
         self.buf.extend_from_slice(CRLF);
     }

@@ -33,6 +33,7 @@
 //! * A multibulk count <= 0 (`*0`, `*-1`, `*-7`) is an empty request.
 
 use std::borrow::Cow;
+use std::ops::Range;
 
 use smallvec::SmallVec;
 
@@ -134,8 +135,30 @@ pub fn parse_request<'a>(
 ) -> Result<Option<(Request<'a>, usize)>, ProtocolError> {
     match buf.first() {
         None => Ok(None),
-        Some(b'*') => parse_multibulk(buf, limits),
+        Some(b'*') => parse_multibulk(buf, limits, &mut None),
         Some(_) => parse_inline(buf, limits),
+    }
+}
+
+/// Redis's `PROTO_MBULK_BIG_ARG`: a bulk argument this long or longer gets
+/// a query buffer sized for it alone.
+pub const BIG_ARG: usize = 32 * 1024;
+
+/// Where the request at the start of `buf` waits for the rest of a bulk
+/// argument of [`BIG_ARG`] bytes or more: the range its payload and the
+/// two bytes after it will take in `buf`. None when the request is
+/// complete, malformed, inline, or waits for anything else. The server
+/// then grows its read buffer to hold the whole argument at once and
+/// reports only the argument's bytes as the client's query buffer, as
+/// Redis's `processMultibulkBuffer` does.
+pub fn pending_big_argument(buf: &[u8], limits: &Limits) -> Option<Range<usize>> {
+    if buf.first() != Some(&b'*') {
+        return None;
+    }
+    let mut awaited = None;
+    match parse_multibulk(buf, limits, &mut awaited) {
+        Ok(None) => awaited.filter(|payload| payload.len() - 2 >= BIG_ARG),
+        _ => None,
     }
 }
 
@@ -192,9 +215,12 @@ fn string2ll(s: &[u8]) -> Option<i64> {
     }
 }
 
+/// `awaited`: set to where the bulk payload goes when the request waits
+/// for one (for [`pending_big_argument`]).
 fn parse_multibulk<'a>(
     buf: &'a [u8],
     limits: &Limits,
+    awaited: &mut Option<Range<usize>>,
 ) -> Result<Option<(Request<'a>, usize)>, ProtocolError> {
     debug_assert_eq!(buf.first(), Some(&b'*'));
     let Some(cr) = strchr(buf, b'\r') else {
@@ -255,6 +281,7 @@ fn parse_multibulk<'a>(
         // in many reads costs O(arguments) per call, not O(bytes).
         let have = buf.len() - pos;
         if have < 2 || have - 2 < len {
+            *awaited = Some(pos..pos + len + 2);
             return Ok(None);
         }
         argv.push(Cow::Borrowed(&buf[pos..pos + len]));
@@ -828,5 +855,24 @@ mod tests {
         let mut buf = b"PING\0\r\n".to_vec();
         buf.resize(limit + 1, b'x');
         assert_eq!(err(&buf), ProtocolError::TooBigInlineRequest);
+    }
+
+    #[test]
+    fn a_pending_big_argument_is_located() {
+        let limits = Limits::default();
+        let big = BIG_ARG + 7;
+        let head = format!("*3\r\n$3\r\nSET\r\n$1\r\nk\r\n${big}\r\n");
+        let mut buf = head.clone().into_bytes();
+        assert_eq!(pending_big_argument(&buf, &limits), Some(head.len()..head.len() + big + 2));
+        buf.extend(std::iter::repeat_n(b'v', big));
+        assert_eq!(pending_big_argument(&buf, &limits), Some(head.len()..head.len() + big + 2));
+        buf.extend_from_slice(b"\r\n");
+        assert_eq!(pending_big_argument(&buf, &limits), None, "complete");
+        // Under the threshold, waiting for a header, inline, malformed.
+        let small = format!("*2\r\n$3\r\nGET\r\n${}\r\nab", BIG_ARG - 1);
+        assert_eq!(pending_big_argument(small.as_bytes(), &limits), None);
+        assert_eq!(pending_big_argument(b"*2\r\n$3\r\nGET\r\n$400", &limits), None);
+        assert_eq!(pending_big_argument(b"SET k 40000", &limits), None);
+        assert_eq!(pending_big_argument(b"*2\r\n+3\r\n", &limits), None);
     }
 }

@@ -32,11 +32,13 @@ pub struct Multi {
     pub all_stale: bool,
     /// A command failed to queue (unknown, wrong arity): EXEC answers EXECABORT.
     pub aborted: bool,
+    /// What the queued commands hold (CLIENT LIST `multi-mem`).
+    pub bytes: usize,
 }
 
 impl Default for Multi {
     fn default() -> Multi {
-        Multi { queued: Vec::new(), flags: 0, all_stale: true, aborted: false }
+        Multi { queued: Vec::new(), flags: 0, all_stale: true, aborted: false, bytes: 0 }
     }
 }
 
@@ -71,6 +73,9 @@ pub struct ClientInfo {
     pub rbs: AtomicU64,
     /// Bytes of the arguments of the commands queued by MULTI.
     pub multi_mem: AtomicU64,
+    /// What the connection holds in memory, as its worker last counted it
+    /// (CLIENT LIST `tot-mem`; `client_memory.rs`).
+    pub memory: AtomicU64,
     /// Channels, patterns and shard channels subscribed to (CLIENT LIST
     /// `sub`, `psub`, `ssub`), mirrored from `Client::subscriptions`.
     pub subscriptions: [AtomicU32; 3],
@@ -111,6 +116,7 @@ impl ClientInfo {
             qbuf_free: 0.into(),
             rbs: 0.into(),
             multi_mem: 0.into(),
+            memory: 0.into(),
             subscriptions: Default::default(),
             user: Mutex::new(None),
             tracking: 0.into(),
@@ -273,6 +279,8 @@ pub struct Clients {
     pub monitors: Mutex<Vec<(u64, usize)>>,
     pub monitor_count: AtomicUsize,
     pub connected: AtomicUsize,
+    /// What the connections hold together, and client eviction's state.
+    pub memory: crate::client_memory::ClientMemory,
 }
 
 impl Clients {

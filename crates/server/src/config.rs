@@ -244,6 +244,9 @@ pub struct Config {
     /// with no sync files): kept and reported, with no effect.
     pub rdb_del_sync_files: bool,
     pub maxmemory: u64,
+    /// `maxmemory-clients`: what client connections may hold together
+    /// before the largest are closed (`client_memory.rs`).
+    pub maxmemory_clients: ClientsLimit,
     pub maxmemory_policy: Policy,
     /// `maxmemory-samples`: keys sampled per database per eviction round.
     pub maxmemory_samples: u32,
@@ -465,6 +468,7 @@ impl Default for Config {
             lazyfree_lazy_eviction: false,
             rdb_del_sync_files: false,
             maxmemory: 0,
+            maxmemory_clients: ClientsLimit::Bytes(0),
             maxmemory_policy: Policy::NoEviction,
             maxmemory_samples: 5,
             maxmemory_eviction_tenacity: 10,
@@ -528,6 +532,57 @@ pub fn parse_bool(v: &str) -> Result<bool, ConfigError> {
 }
 
 /// Redis's memory notation: 1k = 1000, 1kb = 1024, up to gb.
+/// `maxmemory-clients`: bytes, or a percent of `maxmemory` (Redis's
+/// PERCENT_CONFIG, written `N%`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientsLimit {
+    Bytes(u64),
+    Percent(u64),
+}
+
+impl ClientsLimit {
+    fn parse(v: &str) -> Result<ClientsLimit, ConfigError> {
+        if let Ok(bytes) = parse_memory(v) {
+            return match i64::try_from(bytes) {
+                Ok(_) => Ok(ClientsLimit::Bytes(bytes)),
+                Err(_) => Err(ConfigError::Invalid(format!("argument must be between -100 and {} inclusive", i64::MAX))),
+            };
+        }
+        let percent = v.strip_suffix('%').filter(|p| !p.is_empty()).and_then(|p| p.parse::<u64>().ok());
+        match percent {
+            // Stored as Redis stores it, negated: 0% is 0.
+            Some(0) => Ok(ClientsLimit::Bytes(0)),
+            Some(p) if p <= 100 => Ok(ClientsLimit::Percent(p)),
+            Some(_) => Err(ConfigError::Invalid("percentage argument must be less or equal to 100".into())),
+            None => Err(ConfigError::Invalid("argument must be a memory or percent value".into())),
+        }
+    }
+
+    /// The limit in bytes, 0 for none, as Redis's getClientEvictionLimit:
+    /// a percent of no `maxmemory` is no limit, and a limit is never under
+    /// 128 KB, so that a mistaken setting cannot cut every client off.
+    pub fn bytes(self, maxmemory: u64) -> u64 {
+        let bytes = match self {
+            ClientsLimit::Bytes(b) => b,
+            ClientsLimit::Percent(p) if maxmemory > 0 => (maxmemory as f64 * p as f64 / 100.0) as u64,
+            ClientsLimit::Percent(_) => 0,
+        };
+        match bytes {
+            0 => 0,
+            b => b.max(128 << 10),
+        }
+    }
+}
+
+impl std::fmt::Display for ClientsLimit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ClientsLimit::Bytes(b) => write!(f, "{b}"),
+            ClientsLimit::Percent(p) => write!(f, "{p}%"),
+        }
+    }
+}
+
 pub fn parse_memory(v: &str) -> Result<u64, ConfigError> {
     let lower = v.to_ascii_lowercase();
     let split = lower.find(|c: char| !c.is_ascii_digit() && c != '-').unwrap_or(lower.len());
@@ -1016,6 +1071,15 @@ pub static DIRECTIVES: &[Directive] = &[
         },
     },
     Directive {
+        name: "maxmemory-clients",
+        mutable: true,
+        get: |c| c.maxmemory_clients.to_string(),
+        set: |c, a| {
+            c.maxmemory_clients = ClientsLimit::parse(one(a)?)?;
+            Ok(())
+        },
+    },
+    Directive {
         name: "maxmemory-policy",
         mutable: true,
         get: |c| c.maxmemory_policy.name().into(),
@@ -1499,6 +1563,24 @@ mod tests {
         }
         let c = Config::load(&args(&["--hll-sparse-max-bytes", "100"])).expect("valid");
         assert_eq!(c.hll_sparse_max_bytes, 100);
+    }
+
+    #[test]
+    fn maxmemory_clients_is_bytes_or_a_percent_of_maxmemory() {
+        let mut c = Config::default();
+        assert_eq!(c.get("maxmemory-clients").as_deref(), Some("0"));
+        for (value, shown, limit) in [("1mb", "1048576", 1 << 20), ("7%", "7%", 440_401), ("0%", "0", 0), ("1", "1", 128 << 10)] {
+            c.set_at_runtime("maxmemory-clients", value).expect(value);
+            assert_eq!(c.get("maxmemory-clients").as_deref(), Some(shown));
+            assert_eq!(c.maxmemory_clients.bytes(6 << 20), limit, "{value}");
+        }
+        assert_eq!(ClientsLimit::Percent(7).bytes(0), 0, "a percent of no maxmemory");
+        let err = c.set_at_runtime("maxmemory-clients", "101%").expect_err("over 100%");
+        assert_eq!(err.to_string(), "percentage argument must be less or equal to 100");
+        for bad in ["-1", "abc", "%", "1.5%"] {
+            let err = c.set_at_runtime("maxmemory-clients", bad).expect_err(bad);
+            assert_eq!(err.to_string(), "argument must be a memory or percent value");
+        }
     }
 
     #[test]

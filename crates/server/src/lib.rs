@@ -30,6 +30,8 @@
 //! shard; [`acl`] keeps the users, checks each command against its
 //! client's user, and keeps the ACL log; [`evict`] keeps used memory
 //! under `maxmemory` by the `maxmemory-policy`, before each command;
+//! [`client_memory`] counts what client connections hold and closes the
+//! largest past `maxmemory-clients`;
 //! [`migrate`] keeps MIGRATE's connections to its targets and talks to
 //! them; [`cluster`] is cluster mode (the node's view of the cluster,
 //! the bus thread speaking Redis's cluster bus, and the redirection of
@@ -54,6 +56,7 @@ pub mod alloc;
 pub mod behind;
 pub mod blocking;
 pub mod client;
+pub mod client_memory;
 pub mod command;
 pub mod cluster;
 pub mod config;

@@ -455,6 +455,7 @@ impl Server {
     /// Mirrors the settings that the hot path reads out of `config`.
     pub fn mirror_config(&self, config: &Config) {
         self.maxmemory.store(config.maxmemory, Ordering::Relaxed);
+        self.clients.memory.set_limit(config.maxmemory_clients.bytes(config.maxmemory));
         self.evictor.set_policy(config.maxmemory_policy);
         self.notify_flags.store(config.notify_keyspace_events, Ordering::Relaxed);
         self.latency_tracking.store(config.latency_tracking, Ordering::Relaxed);

@@ -7,7 +7,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::io::{self, Read, Write};
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -44,6 +44,11 @@ const QUERY_BUFFER_RESIZE_OVER: usize = 32 * 1024;
 /// Replies are flushed when this much is pending even mid-pipeline, so a
 /// huge pipeline does not buffer all its replies.
 const WRITE_HIGH_WATER: usize = 256 * 1024;
+
+/// Whether a drained reply buffer over 1 MB is given back (DEBUG
+/// REPLYBUFFER RESIZING, Redis's switch for its reply buffer resizing),
+/// process-wide as Redis's.
+pub static REPLY_BUFFER_RESIZING: AtomicBool = AtomicBool::new(true);
 /// A worker that has been holding replies for the journal this long
 /// without a break yields its core at the end of each loop turn ([`Worker::yield_to_a_late_writer`]):
 /// about two fdatasyncs of a fast disk, far under a 4 ms scheduler tick.
@@ -483,6 +488,7 @@ impl Worker {
             over_soft_since: None,
             memcache: memcache.then(Box::default),
         });
+        crate::client_memory::account(&self.server, &info, memory_of(&self.conns[token.0]));
         if memcache {
             let state = &self.server.memcache;
             state.curr_connections.fetch_add(1, Ordering::Relaxed);
@@ -556,6 +562,11 @@ impl Worker {
         let limits = self.limits();
         let query_limit = self.server.config.read().client_query_buffer_limit;
         let Some(conn) = self.conns.get_mut(key) else { return };
+        // Evicted or killed from another thread: nothing more of it runs.
+        if conn.client.info.kill.load(Ordering::Acquire) {
+            self.close(key);
+            return;
+        }
         let mut eof = false;
         loop {
             if conn.rend == conn.rbuf.len() {
@@ -564,9 +575,7 @@ impl Worker {
                     conn.rend -= conn.rstart;
                     conn.rstart = 0;
                 } else {
-                    // From nothing when the cron freed an idle client's.
-                    let grown = (conn.rbuf.len() * 2).max(READ_CHUNK);
-                    conn.rbuf.resize(grown, 0);
+                    grow_read_buffer(&self.server, conn, &limits.resp);
                 }
             }
             match conn.stream.read(&mut conn.rbuf[conn.rend..]) {
@@ -619,7 +628,8 @@ impl Worker {
             conn.rstart = 0;
             conn.rend = 0;
         }
-        conn.client.info.qbuf.store((conn.rend - conn.rstart) as u64, Ordering::Relaxed);
+        let qbuf = query_buffer_used(&self.server, conn, &limits.resp);
+        conn.client.info.qbuf.store(qbuf as u64, Ordering::Relaxed);
         conn.client.info.qbuf_free.store((conn.rbuf.len() - conn.rend) as u64, Ordering::Relaxed);
         conn.client.info.rbs.store(conn.wbuf.capacity() as u64, Ordering::Relaxed);
         if eof {
@@ -765,22 +775,22 @@ impl Worker {
             self.hand_off(key);
             return;
         }
+        // Checked before writing, as Redis checks as it adds a reply: a
+        // reply over the hard limit closes the client however much of it
+        // the socket would take.
+        if output_limit_reached(&self.server, conn) {
+            self.close(key);
+            return;
+        }
         let failed = write_out(conn, &self.stats, durable_lsn(&self.server)).is_err();
         let done = conn.wpos == conn.wbuf.len();
         if failed || (done && (conn.client.close_after_reply || conn.client.info.kill.load(Ordering::Relaxed))) {
             self.close(key);
             return;
         }
-        // A subscriber's output is held to the `pubsub` class, as in Redis.
-        let class = if conn.client.subscriptions.any() { 2 } else { 0 };
-        if !done && over_output_limit(conn, &self.server.output_limit[class]) {
-            tracing::warn!(
-                "Client addr={} scheduled to be closed ASAP for overcoming of output buffer limits.",
-                conn.client.info.addr
-            );
-            self.close(key);
-            return;
-        }
+        // After the output limit, which closes a client before eviction
+        // would pick one, as Redis checks it first.
+        crate::client_memory::account(&self.server, &conn.client.info, memory_of(conn));
         if !conn.gate.is_empty() && !conn.gated {
             conn.gated = true;
             self.gated.push(key);
@@ -874,6 +884,7 @@ impl Worker {
             // sees this worker serving one fewer.
             self.stats.connections.fetch_sub(1, Ordering::Relaxed);
             self.server.clients.unregister(conn.client.id);
+            crate::client_memory::forget(&self.server, &conn.client.info);
             removed = Some(conn);
         }
         removed
@@ -980,6 +991,9 @@ impl Worker {
             // CONFIG SET maxmemory below the used memory, is evicted here
             // while no command comes (Redis's eviction time proc).
             crate::evict::perform(&self.server);
+            // Clients over `maxmemory-clients` that a pass left because
+            // the rest could not be evicted, once that may have changed.
+            crate::client_memory::evict(&self.server, false);
             if self.server.tracking.clients() > 0 {
                 crate::tracking::limit(&self.server);
             }
@@ -999,9 +1013,18 @@ impl Worker {
         if self.swept_to >= self.conns.len() {
             self.swept_to = 0;
         }
-        for (_, c) in self.conns.iter_mut().skip(self.swept_to).take(step) {
+        let mut over_output_limit = Vec::new();
+        for (key, c) in self.conns.iter_mut().skip(self.swept_to).take(step) {
             let idle_ms = now.saturating_sub(c.client.info.last_interaction_ms.load(Ordering::Relaxed));
             resize_query_buffer(c, idle_ms);
+            crate::client_memory::account(&self.server, &c.client.info, memory_of(c));
+            // A soft limit passes its time with no new output too.
+            if output_limit_reached(&self.server, c) {
+                over_output_limit.push(key);
+            }
+        }
+        for key in over_output_limit {
+            self.close(key);
         }
         self.swept_to += step;
         let timeout_s = self.server.config.read().timeout_s;
@@ -1040,8 +1063,7 @@ fn process(server: &Server, stats: &WorkerStats, conn: &mut Conn, limits: &Parse
     if conn.memcache.is_some() {
         return process_memcache(server, stats, conn, &limits.memcache);
     }
-    let unauthenticated = !conn.client.authenticated && !server.acl.default_open();
-    let limits = keel_protocol::Limits { unauthenticated, ..limits.resp };
+    let limits = resp_limits(server, conn, &limits.resp);
     let now_ms = unix_ms();
     conn.client.info.last_interaction_ms.store(now_ms, Ordering::Relaxed);
     while conn.rstart < conn.rend {
@@ -1293,12 +1315,27 @@ fn write_out(conn: &mut Conn, stats: &WorkerStats, durable: u64) -> io::Result<(
     if conn.wpos == conn.wbuf.len() {
         conn.wbuf.clear();
         conn.wpos = 0;
-        if conn.wbuf.capacity() > 1 << 20 {
+        if conn.wbuf.capacity() > 1 << 20 && REPLY_BUFFER_RESIZING.load(Ordering::Relaxed) {
             conn.wbuf = Vec::new();
         }
     }
     conn.client.info.obl.store((conn.wbuf.len() - conn.wpos) as u64, Ordering::Relaxed);
     Ok(())
+}
+
+/// Whether `conn`'s pending output passes its class's
+/// `client-output-buffer-limit` (a subscriber's is the `pubsub` class, as
+/// in Redis); logs it if so.
+fn output_limit_reached(server: &Server, conn: &mut Conn) -> bool {
+    let class = if conn.client.subscriptions.any() { 2 } else { 0 };
+    let reached = conn.wpos < conn.wbuf.len() && over_output_limit(conn, &server.output_limit[class]);
+    if reached {
+        tracing::warn!(
+            "Client addr={} scheduled to be closed ASAP for overcoming of output buffer limits.",
+            conn.client.info.addr
+        );
+    }
+    reached
 }
 
 /// Whether `conn`'s pending output passes `client-output-buffer-limit`
@@ -1357,6 +1394,65 @@ fn resize_query_buffer(c: &mut Conn, idle_ms: u64) {
         c.client.info.qbuf_free.store((c.rbuf.len() - c.rend) as u64, Ordering::Relaxed);
     }
     c.rpeak = held;
+}
+
+/// Makes room in a read buffer that is full from its start: for the whole
+/// of a big argument the request waits for, as Redis sizes its query
+/// buffer for one (one copy, and the client's memory is known from the
+/// argument's header on), else twice the size.
+fn grow_read_buffer(server: &Server, conn: &mut Conn, limits: &keel_protocol::Limits) {
+    let awaited = match conn.memcache {
+        None => keel_protocol::request::pending_big_argument(&conn.rbuf[..conn.rend], &resp_limits(server, conn, limits)),
+        Some(_) => None,
+    };
+    let grown = match awaited {
+        Some(payload) if payload.end > conn.rbuf.len() => payload.end,
+        // From nothing when the cron freed an idle client's.
+        _ => (conn.rbuf.len() * 2).max(READ_CHUNK),
+    };
+    // Zeroed by the allocator, unlike a resize, so that the pages an
+    // argument has not reached yet stay untouched.
+    let mut bigger = vec![0; grown];
+    bigger[..conn.rend].copy_from_slice(&conn.rbuf[..conn.rend]);
+    conn.rbuf = bigger;
+}
+
+/// What CLIENT LIST shows as `qbuf`: the bytes not yet run, less the
+/// headers before a big argument still arriving, which Redis's query
+/// buffer no longer holds by then.
+fn query_buffer_used(server: &Server, conn: &Conn, limits: &keel_protocol::Limits) -> usize {
+    let held = &conn.rbuf[conn.rstart..conn.rend];
+    if held.len() < keel_protocol::request::BIG_ARG || conn.memcache.is_some() {
+        return held.len();
+    }
+    match keel_protocol::request::pending_big_argument(held, &resp_limits(server, conn, limits)) {
+        Some(payload) => held.len() - payload.start,
+        None => held.len(),
+    }
+}
+
+/// The bounds `process` parses a client's requests with.
+fn resp_limits(server: &Server, conn: &Conn, limits: &keel_protocol::Limits) -> keel_protocol::Limits {
+    let unauthenticated = !conn.client.authenticated && !server.acl.default_open();
+    keel_protocol::Limits { unauthenticated, ..*limits }
+}
+
+/// Bytes per watched key, subscription and tracking prefix: the entry in
+/// the client's own list and the one in the table that finds it, an
+/// estimate, as Redis's per-item figures are.
+const BOOKKEEPING_ITEM_BYTES: u64 = 64;
+
+/// What a connection holds in memory, as CLIENT LIST's `tot-mem` and
+/// client eviction count it: its state, its buffers as allocated, what it
+/// queued under MULTI, and its watched keys, subscriptions and tracking
+/// prefixes.
+fn memory_of(conn: &Conn) -> u64 {
+    let client = &conn.client;
+    let subscriptions: u64 = client.info.subscriptions.iter().map(|n| u64::from(n.load(Ordering::Relaxed))).sum();
+    let items = client.watching.len() as u64 + subscriptions + client.tracking_prefixes.len() as u64;
+    (std::mem::size_of::<Conn>() + conn.rbuf.len() + conn.wbuf.capacity()) as u64
+        + client.info.multi_mem.load(Ordering::Relaxed)
+        + items * BOOKKEEPING_ITEM_BYTES
 }
 
 fn fmt_addr(addr: &SocketAddr) -> String {

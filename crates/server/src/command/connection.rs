@@ -354,6 +354,9 @@ fn type_of(info: &ClientInfo) -> ClientType {
     }
 }
 
+/// Redis's PROTO_REPLY_CHUNK_BYTES: the reply buffer output fills first.
+const REPLY_BUFFER_BYTES: u64 = 16 * 1024;
+
 /// One CLIENT LIST / CLIENT INFO line, fields in Redis 7.0's order.
 pub fn client_line(info: &ClientInfo, now_ms: u64) -> String {
     let mut flags = String::new();
@@ -392,7 +395,13 @@ pub fn client_line(info: &ClientInfo, now_ms: u64) -> String {
     let qbuf = info.qbuf.load(Ordering::Relaxed);
     let qbuf_free = info.qbuf_free.load(Ordering::Relaxed);
     let rbs = info.rbs.load(Ordering::Relaxed);
-    let obl = info.obl.load(Ordering::Relaxed);
+    // Pending output, shown as Redis's: up to its 16 KB reply buffer
+    // (`obl`), the rest as the list of 16 KB blocks past it (`oll`,
+    // `omem`), which is what the output limits count.
+    let pending = info.obl.load(Ordering::Relaxed);
+    let obl = pending.min(REPLY_BUFFER_BYTES);
+    let omem = pending - obl;
+    let oll = omem.div_ceil(REPLY_BUFFER_BYTES);
     let multi_mem = info.multi_mem.load(Ordering::Relaxed);
     let last_cmd = info.last_cmd.load(Ordering::Relaxed) as usize;
     let cmd_name = match last_cmd {
@@ -408,15 +417,15 @@ pub fn client_line(info: &ClientInfo, now_ms: u64) -> String {
         line,
         "id={} addr={} laddr={} fd={} name={name} age={age} idle={idle} flags={flags} db={} sub={sub} psub={psub} ssub={ssub} \
          multi={} qbuf={qbuf} qbuf-free={qbuf_free} argv-mem=0 multi-mem={multi_mem} rbs={rbs} rbp={rbs} \
-         obl={obl} oll=0 omem=0 tot-mem={} events=r{} cmd={cmd_name} user={user} redir={} resp={}",
+         obl={obl} oll={oll} omem={omem} tot-mem={} events=r{} cmd={cmd_name} user={user} redir={} resp={}",
         info.id,
         info.addr,
         info.laddr,
         info.fd,
         info.db.load(Ordering::Relaxed),
         if in_multi { info.multi_len.load(Ordering::Relaxed) as i64 } else { -1 },
-        qbuf + qbuf_free + rbs + obl + multi_mem,
-        if obl > 0 { "w" } else { "" },
+        info.memory.load(Ordering::Relaxed),
+        if pending > 0 { "w" } else { "" },
         redirection(info),
         info.resp.load(Ordering::Relaxed),
     );
@@ -592,6 +601,9 @@ fn client_no_evict(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
         return Err(CmdError::Syntax);
     };
     ctx.client.info.no_evict.store(on, Ordering::Relaxed);
+    if !on {
+        crate::client_memory::evict(ctx.server, true);
+    }
     ctx.out.ok();
     Ok(())
 }

@@ -953,10 +953,14 @@ fn dispatch(
                 multi.aborted = true;
                 return Err(CmdError::other(error));
             }
-            multi.queued.push(argv.iter().map(|a| a.to_vec()).collect());
+            let queued: Vec<Vec<u8>> = argv.iter().map(|a| a.to_vec()).collect();
+            multi.bytes += queued.iter().map(|a| a.len() + std::mem::size_of::<Vec<u8>>()).sum::<usize>()
+                + std::mem::size_of::<Vec<Vec<u8>>>();
+            multi.queued.push(queued);
             multi.flags |= spec.flags;
             multi.all_stale &= spec.has(flags::STALE);
             client.info.multi_len.store(multi.queued.len() as u64, Ordering::Relaxed);
+            client.info.multi_mem.store(multi.bytes as u64, Ordering::Relaxed);
             ReplyWriter::new(wbuf, client.resp3).simple("QUEUED");
             return Ok(());
         }

@@ -523,7 +523,7 @@ fn write_section(ctx: &mut Ctx<'_>, section: &str, out: &mut String) {
             field!(out, "expire_cycle_cpu_milliseconds", 0);
             let (exceeded_total_ms, exceeded_now_ms) = server.evictor.exceeded_ms(crate::server::unix_ms());
             field!(out, "evicted_keys", server.evictor.evicted_keys.load(Ordering::Relaxed));
-            field!(out, "evicted_clients", 0);
+            field!(out, "evicted_clients", server.clients.memory.evicted.load(Ordering::Relaxed));
             field!(out, "total_eviction_exceeded_time", exceeded_total_ms);
             field!(out, "current_eviction_exceeded_time", exceeded_now_ms);
             field!(out, "keyspace_hits", server.total(|w| &w.keyspace_hits));
@@ -680,14 +680,7 @@ fn write_memory(ctx: &mut Ctx<'_>, out: &mut String) {
     let server = ctx.server;
     let dataset: u64 = ctx.dbs.shards().flat_map(|s| s.dbs().iter()).map(|d| d.memory_usage() as u64).sum();
     // Connection buffers are the other big user of memory.
-    let clients: u64 = server
-        .clients
-        .list()
-        .iter()
-        .map(|(c, _)| {
-            c.qbuf.load(Ordering::Relaxed) + c.qbuf_free.load(Ordering::Relaxed) + c.rbs.load(Ordering::Relaxed)
-        })
-        .sum();
+    let clients = server.clients.memory.total();
     let alloc = crate::alloc::stats();
     let used = alloc.allocated;
     let peak = server.peak_memory.fetch_max(used, Ordering::Relaxed).max(used);
@@ -1032,8 +1025,12 @@ fn config_set(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
         ctx.server.acl.set_requirepass(next.requirepass.as_deref());
     }
     let aof_turned_off = config.appendonly && !next.appendonly;
+    let clients_limit_moved = (next.maxmemory_clients, next.maxmemory) != (config.maxmemory_clients, config.maxmemory);
     *config = next;
     drop(config);
+    if clients_limit_moved {
+        crate::client_memory::evict(ctx.server, true);
+    }
     if aof_turned_off {
         crate::rewrite::wait_cancelled(ctx.server);
     }
@@ -1054,6 +1051,7 @@ fn config_resetstat(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
     server.peak_memory.store(0, Ordering::Relaxed);
     server.repl.reset_stats();
     server.evictor.reset_stats();
+    server.clients.memory.evicted.store(0, Ordering::Relaxed);
     crate::lazyfree::reset_freed_objects();
     for shard in ctx.dbs.shards() {
         for db in shard.dbs_mut().iter_mut() {
@@ -1530,6 +1528,8 @@ fn debug(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
                     "    Reply with a test value of the specified type. <type> can be: string,",
                     "    integer, double, bignum, null, array, set, map, attrib, push, verbatim,",
                     "    true, false.",
+                    "REPLYBUFFER RESIZING <0|1>",
+                    "    Enable or disable giving back drained reply buffers over 1 MB.",
                     "SET-ACTIVE-EXPIRE <0|1>",
                     "    Setting it to 0 disables expiring keys in background when they are not",
                     "    accessed (otherwise the Redis behavior). Setting it to 1 reenables back the",
@@ -1556,6 +1556,11 @@ fn debug(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
             };
             let (direction, node) = (argv[3], argv[4]);
             cluster.with(ctx.server, |st| st.kill_links(direction, node)).map_err(|e| CmdError::other(format!("ERR {e}")))?;
+            ctx.out.ok();
+            Ok(())
+        }
+        4 if eq(sub, "replybuffer") && eq(argv[2], "resizing") => {
+            crate::worker::REPLY_BUFFER_RESIZING.store(parse_atoi(argv[3]) != 0, Ordering::Relaxed);
             ctx.out.ok();
             Ok(())
         }

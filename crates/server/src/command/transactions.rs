@@ -52,6 +52,7 @@ pub fn discard_state(server: &Server, client: &mut Client) {
     client.multi = None;
     client.info.in_multi.store(false, Ordering::Relaxed);
     client.info.multi_len.store(0, Ordering::Relaxed);
+    client.info.multi_mem.store(0, Ordering::Relaxed);
     unwatch_all(server, client);
 }
 
@@ -92,6 +93,7 @@ fn exec(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
     };
     ctx.client.info.in_multi.store(false, Ordering::Relaxed);
     ctx.client.info.multi_len.store(0, Ordering::Relaxed);
+    ctx.client.info.multi_mem.store(0, Ordering::Relaxed);
     if multi.aborted {
         unwatch_all(ctx.server, ctx.client);
         return Err(CmdError::other("EXECABORT Transaction discarded because of previous errors."));
