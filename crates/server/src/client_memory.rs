@@ -58,13 +58,11 @@ impl ClientMemory {
 /// clients if that took the sum past the limit. A client already flagged
 /// to close is not counted again.
 pub fn account(server: &Server, info: &ClientInfo, bytes: u64) {
-    if info.kill.load(Ordering::Acquire) {
+    // The common case, no change, costs two loads.
+    if info.memory.load(Ordering::Relaxed) == bytes || info.kill.load(Ordering::Acquire) {
         return;
     }
     let before = info.memory.swap(bytes, Ordering::AcqRel);
-    if bytes == before {
-        return;
-    }
     let memory = &server.clients.memory;
     memory.total.fetch_add(bytes as i64 - before as i64, Ordering::Relaxed);
     if bytes > before && memory.over_limit() {
