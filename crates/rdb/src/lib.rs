@@ -49,7 +49,7 @@ mod stream;
 mod writer;
 
 pub use crate::crc64::crc64;
-pub use dump::{dump_functions, dump_payload, restore_functions, restore_payload, FunctionsPayloadError};
+pub use dump::{dump_functions, dump_payload, restore_functions, restore_payload, restore_payload_with, Checksum, FunctionsPayloadError};
 pub use encode::{EncodeOptions, Thresholds};
 pub use stream::{RdbGroup, RdbStream, StreamMeta};
 pub use error::{RdbError, BAD_DATA_FORMAT, DUMP_PAYLOAD_ERROR};

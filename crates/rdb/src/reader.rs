@@ -31,6 +31,9 @@ pub enum RdbItem {
     /// the `#!<engine> name=<library>` line. Returned, not run: whoever
     /// cannot load functions decides whether to refuse the file or skip it.
     Function { code: Vec<u8> },
+    /// A key whose collection was empty, skipped (old Redis versions could
+    /// write them; Redis 7 skips and logs them too).
+    EmptyKeySkipped { key: Vec<u8> },
     /// Module aux data (`MODULE_AUX`) for the module type named, skipped
     /// by the reader. Redis without that module refuses the file, and so
     /// do Keel's loaders ([`no_matching_module`]): loading on without it
@@ -59,8 +62,8 @@ pub enum ChecksumStatus {
 ///
 /// Reads versions 1 to 10. Module values give
 /// [`RdbError::Unsupported`]; keys holding empty collections (which old
-/// Redis versions could write) are skipped as Redis skips them, and
-/// counted in [`empty_keys_skipped`].
+/// Redis versions could write) are skipped as Redis skips them: yielded as
+/// [`RdbItem::EmptyKeySkipped`] and counted in [`empty_keys_skipped`].
 ///
 /// [`into_inner`]: RdbReader::into_inner
 /// [`empty_keys_skipped`]: RdbReader::empty_keys_skipped
@@ -220,7 +223,10 @@ impl<R: BufRead> RdbReader<R> {
                             let entry = RdbEntry { db: self.db, key, value, expire_at_ms, idle_s, freq, item_flags };
                             return Ok(Some(RdbItem::Entry(entry)));
                         }
-                        None => self.empty_keys_skipped += 1,
+                        None => {
+                            self.empty_keys_skipped += 1;
+                            return Ok(Some(RdbItem::EmptyKeySkipped { key }));
+                        }
                     }
                 }
                 other => return Err(RdbError::corrupt(at, format!("unknown opcode or value type {other}"))),

@@ -243,6 +243,13 @@ pub struct Config {
     /// Only says how Redis treats what Keel does not do yet (replicate
     /// with no sync files): kept and reported, with no effect.
     pub rdb_del_sync_files: bool,
+    /// `sanitize-dump-payload`: kept and reported only. Keel checks every
+    /// RDB and DUMP payload in full whatever it says, as Redis's `yes`:
+    /// each is converted into Keel's own structures, which walks all of it.
+    pub sanitize_dump_payload: String,
+    /// `use-exit-on-panic`: a panic ends the process with exit code 1
+    /// (`process::install_panic_hook`).
+    pub use_exit_on_panic: bool,
     pub maxmemory: u64,
     /// `maxmemory-clients`: what client connections may hold together
     /// before the largest are closed (`client_memory.rs`).
@@ -467,6 +474,8 @@ impl Default for Config {
             lazyfree_lazy_server_del: false,
             lazyfree_lazy_eviction: false,
             rdb_del_sync_files: false,
+            sanitize_dump_payload: "no".into(),
+            use_exit_on_panic: false,
             maxmemory: 0,
             maxmemory_clients: ClientsLimit::Bytes(0),
             maxmemory_policy: Policy::NoEviction,
@@ -1032,6 +1041,10 @@ pub static DIRECTIVES: &[Directive] = &[
     directive!("lazyfree-lazy-server-del", true, bool, lazyfree_lazy_server_del),
     directive!("lazyfree-lazy-eviction", true, bool, lazyfree_lazy_eviction),
     directive!("rdb-del-sync-files", true, bool, rdb_del_sync_files),
+    directive!("sanitize-dump-payload", true, enum ["no", "yes", "clients"], sanitize_dump_payload),
+    directive!("use-exit-on-panic", true, bool, use_exit_on_panic),
+    // Keel runs no memory test when it crashes.
+    inert!("crash-memcheck-enabled", "no"),
     // Collection encodings, each under its Redis 7 name and the ziplist
     // name it replaced (Redis accepts both; CONFIG GET * lists both).
     directive!("hash-max-listpack-entries", true, num(0, i64::MAX as usize), encoding.hash_max_listpack_entries),

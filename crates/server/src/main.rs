@@ -59,6 +59,7 @@ fn main() -> ExitCode {
     let handle = builder.reload_handle();
     keel_server::process::set_log_level_changer(Box::new(move |f| handle.reload(f).is_ok()));
     builder.init();
+    keel_server::process::install_panic_hook();
     // A daemon always has one, at Redis's default path unless named.
     let pidfile = match (config.pidfile.as_str(), config.daemonize) {
         ("", false) => None,

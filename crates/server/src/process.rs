@@ -116,6 +116,28 @@ type LogLevelChanger = Box<dyn Fn(tracing_subscriber::EnvFilter) -> bool + Send 
 /// run the server in-process).
 static LOG_LEVEL_CHANGER: std::sync::OnceLock<LogLevelChanger> = std::sync::OnceLock::new();
 
+/// `use-exit-on-panic`, as the panic hook reads it.
+static EXIT_ON_PANIC: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Installs the panic hook: after the usual report, a panic ends the whole
+/// process with exit code 1 while `use-exit-on-panic` is set (Redis's
+/// option for leak checkers, which exits where it would abort); otherwise
+/// only the thread that panicked ends.
+pub fn install_panic_hook() {
+    let report = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        report(info);
+        if EXIT_ON_PANIC.load(std::sync::atomic::Ordering::Relaxed) {
+            std::process::exit(1);
+        }
+    }));
+}
+
+/// `CONFIG SET use-exit-on-panic`.
+pub fn apply_exit_on_panic(config: &Config) {
+    EXIT_ON_PANIC.store(config.use_exit_on_panic, std::sync::atomic::Ordering::Relaxed);
+}
+
 pub fn set_log_level_changer(changer: LogLevelChanger) {
     let _ = LOG_LEVEL_CHANGER.set(changer);
 }

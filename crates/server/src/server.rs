@@ -207,6 +207,9 @@ pub struct Server {
     /// client timeouts, save rules, automatic rewrites, a signal's
     /// shutdown) wait while set, as Redis's serverCron skips its work.
     pub cron_paused: AtomicBool,
+    /// DEBUG SET-SKIP-CHECKSUM-VALIDATION: RESTORE takes payloads whatever
+    /// their CRC64 (the value itself is still checked in full).
+    pub skip_dump_checksum: AtomicBool,
     /// The LRU clock: `LRU_EPOCH_S` + seconds since start, refreshed by the cron.
     pub lru_clock: AtomicU32,
     /// CLIENT PAUSE: until this Unix ms, and whether writes only.
@@ -386,6 +389,7 @@ impl Server {
             shutdown: AtomicBool::new(false),
             shutdown_asap: AtomicBool::new(false),
             cron_paused: AtomicBool::new(false),
+            skip_dump_checksum: AtomicBool::new(false),
             lru_clock: AtomicU32::new(LRU_EPOCH_S),
             pause_until_ms: AtomicU64::new(0),
             pause_writes_only: AtomicBool::new(false),
@@ -455,6 +459,7 @@ impl Server {
     /// Mirrors the settings that the hot path reads out of `config`.
     pub fn mirror_config(&self, config: &Config) {
         self.maxmemory.store(config.maxmemory, Ordering::Relaxed);
+        crate::process::apply_exit_on_panic(config);
         self.clients.memory.set_limit(config.maxmemory_clients.bytes(config.maxmemory));
         self.evictor.set_policy(config.maxmemory_policy);
         self.notify_flags.store(config.notify_keyspace_events, Ordering::Relaxed);

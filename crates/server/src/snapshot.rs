@@ -922,6 +922,13 @@ fn read_dump(server: &Server, path: &Path, sink: &mut dyn FnMut(Read) -> Result<
                 continue;
             }
             RdbItem::ModuleAux { module } => return Err(keel_rdb::no_matching_module(&module)),
+            // The first ten by name, as Redis logs them.
+            RdbItem::EmptyKeySkipped { key } => {
+                if reader.empty_keys_skipped() <= 10 {
+                    tracing::info!("rdbLoadObject skipping empty key: {}", String::from_utf8_lossy(&key));
+                }
+                continue;
+            }
             RdbItem::Function { code } => {
                 server.scripts.functions.load(server, &code, true).map_err(|e| format!("function library: {e}"))?;
                 continue;
@@ -939,6 +946,9 @@ fn read_dump(server: &Server, path: &Path, sink: &mut dyn FnMut(Read) -> Result<
         sink(Read::Entry(e))?;
     }
     pacer.done(total);
+    if reader.empty_keys_skipped() > 0 {
+        tracing::info!("{}: empty keys skipped: {}", path.display(), reader.empty_keys_skipped());
+    }
     Ok(expired)
 }
 

@@ -115,6 +115,56 @@ fn restore_checks_as_redis_does() {
     assert_eq!(c.cmd("GET k3"), bulk("v"));
 }
 
+/// DEBUG SET-SKIP-CHECKSUM-VALIDATION lets a payload with a wrong CRC64
+/// through to the value's own checks, which still refuse a damaged value
+/// whatever `sanitize-dump-payload` says; Keel and redis-server alike.
+#[test]
+fn a_skipped_checksum_still_leaves_the_value_checked() {
+    let script = |server: &Server| -> Vec<Frame> {
+        let mut c = server.client();
+        c.cmd("RPUSH l a b c");
+        let Frame::Bulk(payload) = c.cmd("DUMP l") else { panic!("DUMP") };
+        let mut wrong_crc = payload.clone();
+        let last = wrong_crc.len() - 1;
+        wrong_crc[last] ^= 0xff;
+        // A listpack whose element count (its header's last two bytes)
+        // says one more than it holds, under a CRC left wrong.
+        let mut damaged = wrong_crc.clone();
+        damaged[8] ^= 0x01;
+        let mut replies = Vec::new();
+        for argv in [
+            &[b"CONFIG".as_slice(), b"SET", b"sanitize-dump-payload", b"yes"][..],
+            &[b"RESTORE", b"k1", b"0", &wrong_crc],
+            &[b"DEBUG", b"SET-SKIP-CHECKSUM-VALIDATION", b"1"],
+            &[b"RESTORE", b"k1", b"0", &wrong_crc],
+            &[b"LRANGE", b"k1", b"0", b"-1"],
+            &[b"RESTORE", b"k2", b"0", &damaged],
+            &[b"EXISTS", b"k2"],
+            &[b"DEBUG", b"SET-SKIP-CHECKSUM-VALIDATION", b"0"],
+            &[b"RESTORE", b"k3", b"0", &wrong_crc],
+            &[b"CONFIG", b"GET", b"sanitize-dump-payload"],
+            &[b"CONFIG", b"SET", b"sanitize-dump-payload", b"clients"],
+            &[b"CONFIG", b"GET", b"sanitize-dump-payload"],
+            &[b"CONFIG", b"SET", b"sanitize-dump-payload", b"maybe"],
+            &[b"CONFIG", b"SET", b"use-exit-on-panic", b"yes"],
+            &[b"CONFIG", b"GET", b"use-exit-on-panic"],
+        ] {
+            replies.push(c.send(argv));
+        }
+        replies
+    };
+    let debug = ["--enable-debug-command", "yes"];
+    let keel = script(&Server::start(&debug));
+    assert_eq!(keel[1], err("ERR DUMP payload version or checksum are wrong"));
+    assert_eq!(keel[3], ok());
+    assert_eq!(keel[5], err("ERR Bad data format"));
+    assert_eq!(keel[6], int(0));
+    assert_eq!(keel[8], err("ERR DUMP payload version or checksum are wrong"));
+    if let Some(redis) = Server::start_redis(&debug) {
+        assert_eq!(keel, script(&redis), "Keel, then redis-server");
+    }
+}
+
 #[test]
 fn every_type_survives_an_aof_rewrite_and_a_restart() {
     let dir = common::temp_dir("rewrite-types");

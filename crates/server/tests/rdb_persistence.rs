@@ -510,3 +510,30 @@ fn flushall_supersedes_a_bgsave_under_way_as_redis() {
     drop(redis);
     let _ = std::fs::remove_dir_all(&redis_dir);
 }
+
+/// Keys a file holds with empty collections (old Redis versions wrote
+/// them) are skipped at load, each named in the log and counted, as Redis
+/// 7 logs them; the rest loads.
+#[test]
+fn empty_keys_in_a_file_are_skipped_and_logged() {
+    let dir = temp_dir("empty-keys");
+    let mut rdb = b"REDIS0010".to_vec();
+    rdb.extend_from_slice(&[0xFE, 0]);
+    rdb.extend_from_slice(&[2, 3, b's', b'e', b't', 0]);
+    rdb.extend_from_slice(&[0, 4, b'k', b'e', b'p', b't', 1, b'v']);
+    rdb.push(0xFF);
+    let crc = keel_rdb::crc64(0, &rdb);
+    rdb.extend_from_slice(&crc.to_le_bytes());
+    std::fs::write(dir.join("dump.rdb"), &rdb).expect("test setup");
+    let log_path = dir.join("keel.log");
+    let log = std::fs::File::create(&log_path).expect("test setup");
+    let server = Server::start_logging_to(log.into(), &["--dir", dir.to_str().expect("utf-8"), "--appendonly", "no", "--save", ""]);
+    let mut c = server.client();
+    assert_eq!(c.cmd("DBSIZE"), Frame::Integer(1));
+    assert_eq!(c.cmd("GET kept"), bulk("v"));
+    let log = std::fs::read_to_string(&log_path).expect("the log");
+    assert!(log.contains("rdbLoadObject skipping empty key: set"), "{log}");
+    assert!(log.contains("empty keys skipped: 1"), "{log}");
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}

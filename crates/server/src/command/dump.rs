@@ -6,6 +6,7 @@
 //! target); RESTORE-ASKING is RESTORE, which a cluster's target may run
 //! for a slot it is importing.
 
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use keel_engine::Entry;
@@ -98,7 +99,17 @@ fn restore(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     if ttl < 0 {
         return Err(CmdError::other("ERR Invalid TTL value, must be >= 0"));
     }
-    let value = keel_rdb::restore_payload(argv[3]).map_err(|e| CmdError::other(format!("ERR {}", e.restore_reply())))?;
+    let checksum = match ctx.server.skip_dump_checksum.load(Ordering::Relaxed) {
+        true => keel_rdb::Checksum::Skip,
+        false => keel_rdb::Checksum::Verify,
+    };
+    let value = keel_rdb::restore_payload_with(argv[3], checksum).map_err(|e| {
+        // As Redis's rdbReportCorruptRDB, for whoever reads the log.
+        if !matches!(e, keel_rdb::RdbError::BadDumpPayload) {
+            tracing::warn!("RESTORE of '{}': payload integrity check failed: {e}", String::from_utf8_lossy(key));
+        }
+        CmdError::other(format!("ERR {}", e.restore_reply()))
+    })?;
     let value = crate::rdb::from_rdb(value, &ctx.encoding_limits());
     let db = ctx.dbs.of(key);
     let deleted = replace && db.remove(key).is_some();

@@ -1530,6 +1530,8 @@ fn debug(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
                     "    true, false.",
                     "REPLYBUFFER RESIZING <0|1>",
                     "    Enable or disable giving back drained reply buffers over 1 MB.",
+                    "SET-SKIP-CHECKSUM-VALIDATION <0|1>",
+                    "    Enables or disables the checksum check of RESTORE's payload.",
                     "SET-ACTIVE-EXPIRE <0|1>",
                     "    Setting it to 0 disables expiring keys in background when they are not",
                     "    accessed (otherwise the Redis behavior). Setting it to 1 reenables back the",
@@ -1561,6 +1563,11 @@ fn debug(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
         }
         4 if eq(sub, "replybuffer") && eq(argv[2], "resizing") => {
             crate::worker::REPLY_BUFFER_RESIZING.store(parse_atoi(argv[3]) != 0, Ordering::Relaxed);
+            ctx.out.ok();
+            Ok(())
+        }
+        3 if eq(sub, "set-skip-checksum-validation") => {
+            ctx.server.skip_dump_checksum.store(parse_atoi(argv[2]) != 0, Ordering::Relaxed);
             ctx.out.ok();
             Ok(())
         }
