@@ -6,7 +6,9 @@
 //!   bytes buffered from a client and returns one request (its arguments
 //!   borrowed from the buffer), "incomplete", or a [`ProtocolError`] whose
 //!   text is Redis 7.0's. Multibulk (`*`) and inline forms, with Redis's
-//!   limits and quirks.
+//!   limits and quirks. [`request::pending_big_argument`] says where a
+//!   big argument still arriving will lie, so the server can size its
+//!   buffer for it as Redis does.
 //! * [`reply`]: what a Redis server writes. [`ReplyWriter`] appends RESP2 or
 //!   RESP3 replies to a `Vec<u8>`; [`reply::format_double_g17`] is C's
 //!   `%.17g`, which Redis uses for doubles.

@@ -8,12 +8,15 @@
 //!   and encoding Redis 7.0 can load, back to RDB version 1 (zipmaps,
 //!   ziplists, intsets, listpacks, quicklists, LZF strings, streams with
 //!   their consumer groups), except module values, which give
-//!   [`RdbError::Unsupported`].
+//!   [`RdbError::Unsupported`]; keys of empty collections, which old Redis
+//!   versions wrote, come as [`RdbItem::EmptyKeySkipped`].
 //! * [`RdbWriter`] encodes a file Redis 7.0 loads, choosing encodings as
 //!   Redis would from [`Thresholds`] (listpacks and intsets when small,
 //!   quicklists of listpack nodes for lists, LZF for long strings).
 //! * [`dump_payload`] and [`restore_payload`] are the `DUMP` and `RESTORE`
-//!   serialization; [`dump_functions`] and [`restore_functions`] those of
+//!   serialization (every value checked in full, as Redis's
+//!   `sanitize-dump-payload yes`; [`restore_payload_with`] may skip the
+//!   CRC64 for DEBUG SET-SKIP-CHECKSUM-VALIDATION); [`dump_functions`] and [`restore_functions`] those of
 //!   `FUNCTION DUMP` and `FUNCTION RESTORE` (function libraries, which
 //!   files carry as [`RdbItem::Function`] and [`RdbWriter::function`]).
 //! * [`crc64()`] and [`lzf`] are the checksum and compression underneath.
