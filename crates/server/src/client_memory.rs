@@ -26,6 +26,10 @@ use crate::server::Server;
 /// another: such a pass looks at every client.
 const FUTILE_PASS_PAUSE: Duration = Duration::from_millis(100);
 
+/// Futile passes this far apart are separate times of being stuck over
+/// the limit, each warned of.
+const STUCK_EPISODE_GAP: Duration = Duration::from_secs(1);
+
 #[derive(Default)]
 pub struct ClientMemory {
     /// The sum of the live connections' `ClientInfo::memory`.
@@ -108,7 +112,11 @@ pub fn evict(server: &Server, forced: bool) {
         memory.evicted.fetch_add(1, Ordering::Relaxed);
         evicted.push((info, worker));
     }
+    // Warned once per time the evictable clients run out, not per pass:
+    // while stuck, the cron's passes come every tick.
+    let stuck_before = futile_since.is_some_and(|at| at.elapsed() < STUCK_EPISODE_GAP);
     *futile_since = memory.over_limit().then(Instant::now);
+    let newly_stuck = futile_since.is_some() && !stuck_before;
     drop(futile_since);
     let mut told = Vec::new();
     for (_, worker) in &evicted {
@@ -122,7 +130,7 @@ pub fn evict(server: &Server, forced: bool) {
     for (info, _) in &evicted {
         tracing::info!("Evicting client: {}", crate::command::connection::client_line(info, now));
     }
-    if memory.over_limit() {
+    if newly_stuck {
         tracing::warn!("Over client maxmemory after evicting all evictable clients");
     }
 }

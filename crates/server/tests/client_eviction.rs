@@ -183,3 +183,31 @@ fn multi_mem_counts_the_queued_commands() {
     });
     assert_eq!(seen, ["0"]);
 }
+
+/// Over the limit with nothing left that may be evicted, the server says
+/// so once, not at each of the cron's passes that follow.
+#[test]
+fn running_out_of_evictable_clients_is_logged_once() {
+    let dir = common::temp_dir("stuck-log");
+    let log_path = dir.join("keel.log");
+    let log = std::fs::File::create(&log_path).expect("test setup");
+    let server = Server::start_logging_to(log.into(), &[]);
+    let mut control = server.client();
+    assert_eq!(control.send(&["CLIENT", "NO-EVICT", "on"]), ok());
+    let mut stuck = server.client();
+    assert_eq!(stuck.send(&["CLIENT", "NO-EVICT", "on"]), ok());
+    assert_eq!(control.send(&["CONFIG", "SET", "maxmemory-clients", "1mb"]), ok());
+    let size = 2 << 20;
+    let mut request = format!("*1\r\n${size}\r\n").into_bytes();
+    request.resize(request.len() + size, b'v');
+    stuck.write_raw(&request);
+    const WARNING: &str = "Over client maxmemory after evicting all evictable clients";
+    let warnings = || std::fs::read_to_string(&log_path).expect("the log").matches(WARNING).count();
+    wait_for("the warning", || warnings() > 0);
+    // Five cron ticks at the default hz, each a pass over the clients.
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(warnings(), 1);
+    assert_eq!(control.info_field("stats", "evicted_clients"), "0");
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
