@@ -42,8 +42,9 @@ pub struct OutputLimit {
 /// Redis's CONFIG_BINDADDR_MAX.
 const BIND_ADDRESSES_MAX: usize = 16;
 
-/// The classes of `client-output-buffer-limit`, in Redis's order. Keel's
-/// clients are all `normal` (no replicas, no pub/sub yet).
+/// The classes of `client-output-buffer-limit`, in Redis's order: a
+/// worker's clients are `normal`, or `pubsub` while subscribed; replicas
+/// are held to `slave` by replication.
 pub const OUTPUT_LIMIT_CLASSES: [&str; 3] = ["normal", "slave", "pubsub"];
 
 /// `oom-score-adj`: whether and how the process's `oom_score_adj` follows
@@ -540,7 +541,6 @@ pub fn parse_bool(v: &str) -> Result<bool, ConfigError> {
     }
 }
 
-/// Redis's memory notation: 1k = 1000, 1kb = 1024, up to gb.
 /// `maxmemory-clients`: bytes, or a percent of `maxmemory` (Redis's
 /// PERCENT_CONFIG, written `N%`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -592,6 +592,7 @@ impl std::fmt::Display for ClientsLimit {
     }
 }
 
+/// Redis's memory notation: 1k = 1000, 1kb = 1024, up to gb.
 pub fn parse_memory(v: &str) -> Result<u64, ConfigError> {
     let lower = v.to_ascii_lowercase();
     let split = lower.find(|c: char| !c.is_ascii_digit() && c != '-').unwrap_or(lower.len());
