@@ -284,6 +284,11 @@ pub struct Config {
     /// `repl-diskless-sync`: a full sync's RDB goes straight to replicas
     /// that take it so (`capa eof`); with `no`, through a file first.
     pub repl_diskless_sync: bool,
+    /// `repl-diskless-load`: where a replica puts a full sync's RDB.
+    /// `disabled`: a file, then the load; `swapdb`: straight from the
+    /// socket into a dataset of its own, the old one kept until that
+    /// succeeds; `on-empty-db`: as `swapdb` when the dataset is empty.
+    pub repl_diskless_load: String,
     /// `repl-timeout`: seconds a replication link may stay silent or
     /// blocked before it is dropped.
     pub repl_timeout_s: u64,
@@ -492,6 +497,7 @@ impl Default for Config {
             repl_ping_replica_period: 10,
             repl_backlog_ttl: 3600,
             repl_diskless_sync: true,
+            repl_diskless_load: "disabled".into(),
             repl_timeout_s: 60,
             rdbcompression: true,
             rdbchecksum: true,
@@ -880,6 +886,7 @@ pub static DIRECTIVES: &[Directive] = &[
     directive!("repl-backlog-size", true, memory, repl_backlog_size),
     directive!("repl-backlog-ttl", true, num(0, i32::MAX as u64), repl_backlog_ttl),
     directive!("repl-diskless-sync", true, bool, repl_diskless_sync),
+    directive!("repl-diskless-load", true, enum ["disabled", "on-empty-db", "swapdb"], repl_diskless_load),
     directive!("repl-ping-replica-period", true, num(1, i32::MAX as u64), repl_ping_replica_period),
     directive!("repl-ping-slave-period", true, num(1, i32::MAX as u64), repl_ping_replica_period),
     directive!("repl-timeout", true, num(1, i32::MAX as u64), repl_timeout_s),
@@ -1164,7 +1171,6 @@ pub static DIRECTIVES: &[Directive] = &[
     inert!("slave-lazy-flush", "no"),
     inert!("repl-diskless-sync-delay", "5"),
     inert!("repl-diskless-sync-max-replicas", "0"),
-    inert!("repl-diskless-load", "disabled"),
     inert!("repl-disable-tcp-nodelay", "no"),
     directive!("acllog-max-len", true, num(0, i64::MAX as u64), acllog_max_len),
     directive!("aclfile", false, string, aclfile),
@@ -1549,7 +1555,7 @@ mod tests {
         let c = Config::load(&args(&["--replica-priority", "100", "--repl-diskless-sync-delay", "05"])).expect("defaults");
         assert_eq!(c.get("replica-read-only").as_deref(), Some("yes"));
         let mut c = Config::default();
-        for (name, value) in [("slave-read-only", "YES"), ("repl-diskless-load", "Disabled"), ("set-proc-title", "yes")] {
+        for (name, value) in [("slave-read-only", "YES"), ("set-proc-title", "yes")] {
             c.set_at_runtime(name, value).expect(name);
         }
         for (name, value) in [("slave-priority", "10"), ("repl-diskless-sync-delay", "1"), ("replica-priority", "5")] {

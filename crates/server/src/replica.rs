@@ -33,6 +33,11 @@
 //!    keepalives. It goes to a temporary file in `dir`; then, with every
 //!    shard locked and clients answered -LOADING, it is renamed over
 //!    `dbfilename` and replaces the dataset (`snapshot::replace_held`).
+//!    With `repl-diskless-load swapdb` (or `on-empty-db` and no keys) the
+//!    parser reads it off the link instead ([`Payload`]) into a dataset
+//!    of its own, swapped in only once the whole payload is in
+//!    (`snapshot::load_detached`, `snapshot::install_held`): a failure
+//!    leaves the old data.
 //!    With `appendonly yes` the AOF is switched off before and on after,
 //!    as Redis's `restartAOFAfterSYNC`: switching it on starts the rewrite
 //!    whose base holds the synced data, and logging resumes at that
@@ -58,8 +63,9 @@
 //! Redis's do; unlike Redis, a writable replica does not expire the keys
 //! with a TTL that its own clients wrote.
 //!
-//! Not done (yet): SYNC for masters without PSYNC, diskless load,
-//! `replica-serve-stale-data no`. Sub-replicas of a Keel replica are
+//! Not done (yet): SYNC for masters without PSYNC; Redis's async loading
+//! (serving the old data during a `swapdb` load from the same replid:
+//! clients get -LOADING throughout). Sub-replicas of a Keel replica are
 //! served from its own backlog (`crate::replication`), which holds the
 //! records it applied, re-encoded: their offsets are the replica's, not
 //! the master's.
@@ -821,28 +827,67 @@ fn full_sync(conn: &mut Conn<'_>, timeout: Duration, cursor: &Cursor) -> Result<
         Some(_) => 0,
         None => spec.parse::<i64>().ok().filter(|&n| n >= 0).ok_or_else(|| LinkError::Protocol(format!("bad bulk length '{header}'")))?,
     };
+    let diskless = diskless_load(server);
+    let target = if diskless == DisklessLoad::No { "to disk" } else { "to parser" };
     match mark {
-        Some(_) => tracing::info!("MASTER <-> REPLICA sync: receiving streamed RDB from master with EOF to disk"),
-        None => tracing::info!("MASTER <-> REPLICA sync: receiving {size} bytes from master to disk"),
+        Some(_) => tracing::info!("MASTER <-> REPLICA sync: receiving streamed RDB from master with EOF {target}"),
+        None => tracing::info!("MASTER <-> REPLICA sync: receiving {size} bytes from master {target}"),
     }
     replica.state.lock().transfer_size = size;
+    let generation = conn.generation;
+    if diskless != DisklessLoad::No {
+        let mut payload = Payload { conn, left: (mark.is_none()).then_some(size as u64), timeout, failure: None };
+        return replace_data(server, generation, cursor, || load_from_link(&mut payload, mark.as_deref(), diskless));
+    }
     let dir = server.config.read().dir.clone();
     let temp = dir.join(format!("temp-{}.{}.rdb", unix_ms() / 1000, std::process::id()));
-    let loaded = receive(conn, timeout, &temp, size, mark.as_deref()).and_then(|()| {
-        let _applying = replica.applying.lock();
-        conn.still_wanted()?;
-        // The old history ends with the old data: a failed load must not
-        // PSYNC from it (Redis's replicationDiscardCachedMaster).
-        replica.state.lock().cursor = None;
-        load(server, &temp)?;
-        let mut st = replica.state.lock();
-        st.read_offset = cursor.offset;
-        st.cursor = Some(cursor.clone());
-        Ok(())
-    });
+    let loaded = receive(conn, timeout, &temp, size, mark.as_deref()).and_then(|()| replace_data(server, generation, cursor, || load(server, &temp)));
     // Gone once renamed; left behind by a failure before.
     let _ = fs::remove_file(&temp);
     loaded
+}
+
+/// Whether a full sync's RDB goes straight to the parser
+/// (`repl-diskless-load`), as Redis's `useDisklessLoad`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum DisklessLoad {
+    No,
+    /// `on-empty-db` with an empty dataset: a failure leaves it empty.
+    OnEmptyDb,
+    /// `swapdb`: a failure leaves the old dataset.
+    SwapDb,
+}
+
+fn diskless_load(server: &Server) -> DisklessLoad {
+    let mode = server.config.read().repl_diskless_load.clone();
+    match mode.as_str() {
+        "swapdb" => DisklessLoad::SwapDb,
+        "on-empty-db" if dataset_is_empty(server) => DisklessLoad::OnEmptyDb,
+        _ => DisklessLoad::No,
+    }
+}
+
+/// Redis's `dbTotalServerKeyCount() == 0`.
+fn dataset_is_empty(server: &Server) -> bool {
+    server.keyspace.lock_all().iter_mut().all(|shard| shard.dbs_mut().iter().all(|db| db.is_empty()))
+}
+
+/// Runs `load` as the replica's data changes hands: holding
+/// [`Replica::applying`], with the old history dropped first (a failed
+/// load must not PSYNC from it, Redis's `replicationDiscardCachedMaster`),
+/// and the link's `cursor` recorded once it succeeded.
+fn replace_data(server: &Server, generation: u64, cursor: &Cursor, load: impl FnOnce() -> Result<(), LinkError>) -> Result<(), LinkError> {
+    let replica = &server.replica;
+    let _applying = replica.applying.lock();
+    if !wanted(server, generation) {
+        return Err(LinkError::Stopped);
+    }
+    replica.state.lock().cursor = None;
+    load()?;
+    let mut st = replica.state.lock();
+    st.read_offset = cursor.offset;
+    st.cursor = Some(cursor.clone());
+    Ok(())
 }
 
 /// Writes the RDB payload to `temp`: `size` bytes, or up to the EOF `mark`.
@@ -902,23 +947,32 @@ fn receive(conn: &mut Conn<'_>, timeout: Duration, temp: &Path, size: i64, mark:
 /// Replaces the dataset with the received RDB, as Redis's
 /// `readSyncBulkPayload` after the transfer.
 fn load(server: &Server, received: &Path) -> Result<(), LinkError> {
+    replace_dataset(server, true, || {
+        let mut locked = server.keyspace.lock_all();
+        crate::snapshot::replace_held(server, &mut locked, received).map_err(LinkError::Load)
+    })
+}
+
+/// What Redis's `readSyncBulkPayload` does around a load, `read`, which
+/// returns (keys loaded, keys expired): the AOF off before (nothing of the
+/// load is logged, and a rewrite of the old data is cancelled, as by
+/// `stopAppendOnly`) and on after; clients answered -LOADING meanwhile.
+/// `flushing`: the old data goes first (all but `swapdb`).
+fn replace_dataset(server: &Server, flushing: bool, read: impl FnOnce() -> Result<(u64, u64), LinkError>) -> Result<(), LinkError> {
     let appendonly = server.config.read().appendonly;
-    // As Redis's stopAppendOnly before the load: nothing of the load is
-    // logged, and a rewrite under way (of the old data) is cancelled.
     if server.aof.state() != AofState::Off {
         switch_aof(server, false).map_err(LinkError::Aof)?;
         crate::rewrite::wait_cancelled(server);
     }
-    tracing::info!("MASTER <-> REPLICA sync: Flushing old data");
+    if flushing {
+        tracing::info!("MASTER <-> REPLICA sync: Flushing old data");
+    }
     tracing::info!("MASTER <-> REPLICA sync: Loading DB in memory");
     server.begin_load();
     let started = Instant::now();
-    let loaded = {
-        let mut locked = server.keyspace.lock_all();
-        crate::snapshot::replace_held(server, &mut locked, received)
-    };
+    let loaded = read();
     server.end_load();
-    let (keys, expired) = loaded.map_err(LinkError::Load)?;
+    let (keys, expired) = loaded?;
     tracing::info!("Done loading RDB, keys loaded: {keys}, keys expired: {expired} in {:?}", started.elapsed());
     // Redis's restartAOFAfterSYNC: the rewrite this starts writes the
     // synced data as the AOF's base.
@@ -926,6 +980,127 @@ fn load(server: &Server, received: &Path) -> Result<(), LinkError> {
         switch_aof(server, true).map_err(LinkError::Aof)?;
     }
     Ok(())
+}
+
+/// A diskless load: the parser reads the payload straight off the link
+/// into a dataset of its own ([`crate::snapshot::load_detached`]), which
+/// takes the serving one's place only once the whole payload is in and
+/// checked, so a failure leaves the data as it was (Redis's `swapdb`
+/// keeps the old data aside for the same reason).
+fn load_from_link(payload: &mut Payload<'_, '_>, mark: Option<&[u8]>, mode: DisklessLoad) -> Result<(), LinkError> {
+    let server = payload.conn.server;
+    let loaded = replace_dataset(server, mode == DisklessLoad::OnEmptyDb, || {
+        let total = payload.left.unwrap_or(0);
+        let detached = crate::snapshot::load_detached(server, &mut *payload, total).map_err(|e| {
+            let reason = payload.failure.as_ref().map_or_else(|| e.clone(), LinkError::to_string);
+            tracing::warn!("Failed trying to load the MASTER synchronization DB from socket: {reason}");
+            payload.failure.take().unwrap_or(LinkError::Load(e))
+        })?;
+        payload.finish(mark)?;
+        let (keys, expired) = (detached.keys, detached.expired);
+        let (old, old_keys) = {
+            let mut locked = server.keyspace.lock_all();
+            crate::snapshot::install_held(server, &mut locked, detached).map_err(LinkError::Load)?
+        };
+        if mode == DisklessLoad::SwapDb {
+            tracing::info!("MASTER <-> REPLICA sync: Swapping active DB with loaded DB");
+            tracing::info!("MASTER <-> REPLICA sync: Discarding old DB in background");
+        }
+        crate::lazyfree::drop_async(old, old_keys);
+        Ok((keys, expired))
+    });
+    if loaded.is_err() && mode == DisklessLoad::SwapDb {
+        tracing::info!("MASTER <-> REPLICA sync: Discarding temporary DB in background");
+    }
+    loaded
+}
+
+/// A full sync's RDB as it arrives on the link, read by the parser itself
+/// (diskless load): `left` bytes of a sized payload, or everything up to
+/// the EOF mark, which the parser does not read into since it stops at the
+/// RDB's checksum. Bytes past the payload stay in the link's buffer.
+struct Payload<'c, 's> {
+    conn: &'c mut Conn<'s>,
+    /// Bytes of a sized payload not read yet; `None` with an EOF mark.
+    left: Option<u64>,
+    timeout: Duration,
+    /// Why the link failed under the parser, which sees an I/O error only.
+    failure: Option<LinkError>,
+}
+
+impl Payload<'_, '_> {
+    /// After the RDB: the EOF mark checked, or what is left of a sized
+    /// payload passed over.
+    fn finish(&mut self, mark: Option<&[u8]>) -> Result<(), LinkError> {
+        let ended = match mark {
+            Some(mark) => {
+                let mut end = [0u8; RUN_ID_SIZE];
+                io::Read::read_exact(self, &mut end).map(|()| end[..] == *mark)
+            }
+            None => loop {
+                match io::BufRead::fill_buf(self).map(<[u8]>::len) {
+                    Ok(0) => break Ok(true),
+                    Ok(n) => io::BufRead::consume(self, n),
+                    Err(e) => break Err(e),
+                }
+            },
+        };
+        match ended {
+            Ok(true) => Ok(()),
+            Ok(false) => {
+                tracing::warn!("Replication stream EOF marker is broken");
+                Err(LinkError::Load("Replication stream EOF marker is broken".into()))
+            }
+            Err(e) => Err(self.failure.take().unwrap_or(e.into())),
+        }
+    }
+}
+
+impl io::BufRead for Payload<'_, '_> {
+    fn fill_buf(&mut self) -> io::Result<&[u8]> {
+        if self.left == Some(0) {
+            return Ok(&[]);
+        }
+        let mut last_io = Instant::now();
+        while self.conn.buffered() == 0 {
+            let filled = self.conn.still_wanted().and_then(|()| self.conn.fill());
+            let failure = match filled {
+                Ok(0) if last_io.elapsed() < self.timeout => continue,
+                Ok(0) => LinkError::Timeout(self.timeout.as_secs()),
+                Ok(n) => {
+                    last_io = Instant::now();
+                    let mut st = self.conn.server.replica.state.lock();
+                    st.transfer_read += n as i64;
+                    st.transfer_last_io_ms = unix_ms();
+                    continue;
+                }
+                Err(e) => e,
+            };
+            let error = io::Error::other(failure.to_string());
+            self.failure = Some(failure);
+            return Err(error);
+        }
+        let available = self.left.map_or(usize::MAX, |left| usize::try_from(left).unwrap_or(usize::MAX));
+        let n = self.conn.buffered().min(available);
+        Ok(&self.conn.buf[self.conn.start..self.conn.start + n])
+    }
+
+    fn consume(&mut self, n: usize) {
+        self.conn.start += n;
+        if let Some(left) = &mut self.left {
+            *left -= n as u64;
+        }
+    }
+}
+
+impl io::Read for Payload<'_, '_> {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        let available = io::BufRead::fill_buf(self)?;
+        let n = available.len().min(out.len());
+        out[..n].copy_from_slice(&available[..n]);
+        io::BufRead::consume(self, n);
+        Ok(n)
+    }
 }
 
 /// Turns the AOF off or on as CONFIG SET appendonly does (under the

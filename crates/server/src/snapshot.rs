@@ -892,6 +892,8 @@ enum Read {
     Entry(RdbEntry),
     /// A database's RESIZEDB hint, per shard: size each shard's tables.
     Reserve { db: usize, keys: usize, with_expiry: usize },
+    /// A function library's code.
+    Function(Vec<u8>),
 }
 
 /// Reads `path`, handing what it holds to `sink`. Returns the expired keys
@@ -899,17 +901,34 @@ enum Read {
 fn read_dump(server: &Server, path: &Path, sink: &mut dyn FnMut(Read) -> Result<(), LoadError>) -> Result<u64, LoadError> {
     let file = File::open(path).map_err(|e| e.to_string())?;
     let total = file.metadata().map(|m| m.len()).unwrap_or(0);
-    let mut pacer = crate::loading::Pacer::new(server, total);
-    let fail = |e: keel_rdb::RdbError| match e.offset() {
+    // The parsing thread is what a load waits on: the checksum goes to a helper.
+    let reader = RdbReader::new(BufReader::with_capacity(256 << 10, file)).map_err(located)?.checksum_in_background();
+    read_rdb(server, reader, total, &path.display().to_string(), sink)
+}
+
+/// An RDB error with the offset it was met at, where known.
+fn located(e: keel_rdb::RdbError) -> LoadError {
+    match e.offset() {
         Some(off) => format!("at offset {off}: {e}"),
         None => e.to_string(),
-    };
-    // The parsing thread is what a load waits on: the checksum goes to a helper.
-    let mut reader = RdbReader::new(BufReader::with_capacity(256 << 10, file)).map_err(fail)?.checksum_in_background();
+    }
+}
+
+/// Reads an RDB of `total` bytes (0: unknown) from `reader`, named
+/// `source` in the log, handing what it holds to `sink`. Returns the
+/// expired keys skipped.
+fn read_rdb<R: io::BufRead>(
+    server: &Server,
+    mut reader: RdbReader<R>,
+    total: u64,
+    source: &str,
+    sink: &mut dyn FnMut(Read) -> Result<(), LoadError>,
+) -> Result<u64, LoadError> {
+    let mut pacer = crate::loading::Pacer::new(server, total);
     let now = unix_ms();
     let mut expired = 0u64;
     let mut db = 0;
-    while let Some(item) = reader.next_item().map_err(fail)? {
+    while let Some(item) = reader.next_item().map_err(located)? {
         let e = match item {
             RdbItem::Entry(e) => e,
             RdbItem::SelectDb(n) => {
@@ -930,7 +949,7 @@ fn read_dump(server: &Server, path: &Path, sink: &mut dyn FnMut(Read) -> Result<
                 continue;
             }
             RdbItem::Function { code } => {
-                server.scripts.functions.load(server, &code, true).map_err(|e| format!("function library: {e}"))?;
+                sink(Read::Function(code))?;
                 continue;
             }
             _ => continue,
@@ -945,11 +964,16 @@ fn read_dump(server: &Server, path: &Path, sink: &mut dyn FnMut(Read) -> Result<
         pacer.key(|| reader.offset()).map_err(|e| e.to_string())?;
         sink(Read::Entry(e))?;
     }
-    pacer.done(total);
+    pacer.done(reader.offset());
     if reader.empty_keys_skipped() > 0 {
-        tracing::info!("{}: empty keys skipped: {}", path.display(), reader.empty_keys_skipped());
+        tracing::info!("{source}: empty keys skipped: {}", reader.empty_keys_skipped());
     }
     Ok(expired)
+}
+
+/// Adds a function library read from a file to the server's.
+fn load_function(server: &Server, code: &[u8]) -> Result<(), LoadError> {
+    server.scripts.functions.load(server, code, true).map(drop).map_err(|e| format!("function library: {e}"))
 }
 
 /// A database's share of an RDB file's RESIZEDB hint for one shard (keys
@@ -1098,6 +1122,7 @@ pub fn load(server: &Server, path: &Path) -> Result<(u64, u64), String> {
                 inserters.reserve(db, keys, with_expiry);
                 Ok(())
             }
+            Read::Function(code) => load_function(server, &code),
         };
         let read = read_dump(server, path, &mut route);
         // An inserter's error is the cause of the reader's closed channel.
@@ -1193,9 +1218,91 @@ fn load_held(server: &Server, locked: &mut Locked<'_>, path: &Path, replace: boo
             }
             Ok(())
         }
+        Read::Function(code) => load_function(server, &code),
     };
     let expired = read_dump(server, path, &mut insert)?;
     Ok((loaded, expired))
+}
+
+/// A dataset read beside the serving one (a replica's diskless load):
+/// shards of its own, not yet seen by any client, and its function
+/// libraries' code.
+pub struct Detached {
+    shards: Vec<keel_engine::Shard>,
+    functions: Vec<Vec<u8>>,
+    /// Keys loaded, and expired keys skipped.
+    pub keys: u64,
+    pub expired: u64,
+}
+
+/// Reads an RDB of `total` bytes (0: unknown) from `input` into a
+/// [`Detached`] dataset, taking no lock: the serving dataset stays as it
+/// is whatever happens. `input` is left just past the RDB's checksum.
+pub fn load_detached<R: io::BufRead>(server: &Server, input: R, total: u64) -> Result<Detached, LoadError> {
+    let limits = server.config.read().encoding;
+    let lru_s = server.lru_s();
+    let databases = server.keyspace.databases();
+    let mut shards: Vec<keel_engine::Shard> = (0..server.keyspace.shard_count()).map(|i| keel_engine::Shard::new(i, databases)).collect();
+    let mut functions = Vec::new();
+    let mut keys = 0u64;
+    let mut sink = |read: Read| match read {
+        Read::Entry(e) => {
+            keys += 1;
+            let (db, key, entry, flags) = build_entry(e, &limits, lru_s);
+            insert_into(shards[server.keyspace.shard_of_key(&key)].db(db), &key, entry, flags, false)
+        }
+        Read::Reserve { db, keys, with_expiry } => {
+            for shard in &mut shards {
+                shard.db(db).reserve_when_empty(keys, with_expiry);
+            }
+            Ok(())
+        }
+        Read::Function(code) => {
+            functions.push(code);
+            Ok(())
+        }
+    };
+    let reader = RdbReader::new(input).map_err(located)?;
+    keel_engine::db::loading(true);
+    let expired = read_rdb(server, reader, total, "the master's RDB", &mut sink);
+    keel_engine::db::loading(false);
+    match expired {
+        Ok(expired) => Ok(Detached { shards, functions, keys, expired }),
+        Err(e) => {
+            // What was read goes off this thread: clients wait for it.
+            crate::lazyfree::drop_async(shards, keys);
+            Err(e)
+        }
+    }
+}
+
+/// Puts `detached` in place of the dataset, with every shard held by the
+/// caller (the end of Redis's `swapdb` load): its function libraries
+/// first, all or none, then each database's contents, so that watchers and
+/// blocked clients hear of the change as from SWAPDB. A BGSAVE under way
+/// shows the data from before: it is superseded, as by FLUSHALL. Returns
+/// the old contents, for the caller to drop off the locks, and their keys.
+pub fn install_held(server: &Server, locked: &mut Locked<'_>, detached: Detached) -> Result<(Vec<keel_engine::db::DbData>, u64), String> {
+    let policy = crate::scripting::functions::RestorePolicy::Flush;
+    server.scripts.functions.restore(server, &detached.functions, policy).map_err(|e| format!("function library: {e}"))?;
+    server.rdb.superseded.store(true, Ordering::Relaxed);
+    let now = unix_ms();
+    let mut new = detached.shards;
+    let (mut old, mut old_keys) = (Vec::new(), 0);
+    for shard in locked.iter_mut() {
+        let loaded = &mut new[shard.index];
+        for (live, read) in shard.dbs_mut().iter_mut().zip(loaded.dbs_mut().iter_mut()) {
+            old_keys += live.len() as u64;
+            old.push(live.take_all());
+            keel_engine::Db::swap_data(live, read, now);
+        }
+    }
+    // Tracking clients learn that every key went, as from a FLUSHALL.
+    if server.tracking.active() {
+        crate::tracking::flushed(server, locked.iter_mut());
+        crate::tracking::flush(server, None);
+    }
+    Ok((old, old_keys))
 }
 
 /// A replica's full sync (`replica.rs`), with every shard held by the

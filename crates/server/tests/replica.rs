@@ -561,3 +561,121 @@ fn a_writable_replica_expires_the_keys_its_own_clients_made_volatile() {
         wait_for("the master's DEL", || r.cmd("DBSIZE") == int(1));
     }
 }
+
+/// What a test server (Keel or redis-server) has logged so far.
+fn log_of(server: &Server) -> String {
+    let log = std::env::temp_dir().join("keel-test-logs").join(format!("{}.log", server.port));
+    std::fs::read_to_string(log).unwrap_or_default()
+}
+
+/// A function library whose function a read-only replica may call.
+const LIBRARY: &str = "#!lua name=lib\nredis.register_function{function_name='hi', callback=function() return 'hi' end, flags={'no-writes'}}";
+
+/// `repl-diskless-load swapdb`: the RDB goes from the link to the parser,
+/// whether the master streams it with an EOF mark (redis-server with
+/// `repl-diskless-sync yes`, Keel) or sends its length first (redis-server
+/// with `repl-diskless-sync no`). The master's data and function libraries
+/// replace the replica's own, nothing is written to its directory, and the
+/// stream goes on after the payload.
+#[test]
+fn a_diskless_load_reads_the_rdb_straight_off_the_link() {
+    let Some(redis) = redis_master() else { return };
+    let redis_sized = Server::start_redis(&["--repl-diskless-sync", "no"]).expect("installed");
+    let keel = Server::start(&["--appendonly", "no"]);
+    for (master, framing) in [(&redis, "streamed RDB from master with EOF"), (&redis_sized, " bytes from master"), (&keel, "with EOF")] {
+        let mut m = master.client();
+        write_initial(&mut m);
+        assert_eq!(m.send(&["FUNCTION", "LOAD", LIBRARY]), bulk("lib"));
+        let replica = Server::start(&["--appendonly", "no", "--repl-diskless-load", "swapdb"]);
+        let mut r = replica.client();
+        assert_eq!(r.cmd("SET own 1"), ok());
+        assert_eq!(r.send(&["REPLICAOF", "127.0.0.1", &master.port.to_string()]), ok());
+        wait_link_up(&mut r);
+        check_initial(&mut r);
+        assert_eq!(r.cmd("EXISTS own"), int(0));
+        assert_eq!(r.cmd("FCALL_RO hi 0"), bulk("hi"));
+        assert_eq!(m.cmd("SET after 1"), ok());
+        wait_acked(&mut m);
+        assert_eq!(r.cmd("GET after"), bulk("1"));
+        let log = log_of(&replica);
+        assert!(log.lines().any(|l| l.contains(framing) && l.ends_with("to parser")), "{log}");
+        assert!(log.contains("Swapping active DB with loaded DB"), "{log}");
+        let dir = replica.dir.as_ref().expect("a directory");
+        let files: Vec<_> = std::fs::read_dir(dir).expect("the replica's dir").map(|e| e.expect("entry").file_name()).collect();
+        assert!(files.is_empty(), "nothing written: {files:?}");
+    }
+}
+
+/// A `swapdb` load that fails (the link cut inside the RDB, a wrong EOF
+/// mark, a sized payload cut short) leaves the replica's old data, from
+/// Keel as from redis-server; the next full sync that succeeds replaces
+/// it. So does a damaged RDB in Keel (redis-server 7.0 exits on one).
+#[test]
+fn a_failed_diskless_load_leaves_the_old_data() {
+    let auth = ["--masteruser", "repl", "--masterauth", "secret", "--repl-diskless-load", "swapdb"];
+    let Some(redis) = Server::start_redis(&auth) else { return };
+    let keel = Server::start(&[&["--appendonly", "no"][..], &auth].concat());
+    // One string key; checksum 0 is not checked.
+    let rdb: &[u8] = b"REDIS0009\xfe\x00\x00\x03key\x05value\xff\x00\x00\x00\x00\x00\x00\x00\x00";
+    let mark = "m".repeat(40);
+    let fullresync = "+FULLRESYNC 0123456789abcdef0123456789abcdef01234567 0\r\n";
+    let streamed = |body: &[u8], end: &str| [format!("{fullresync}$EOF:{mark}\r\n").as_bytes(), body, end.as_bytes()].concat();
+    let sized = |body: &[u8]| [format!("{fullresync}${}\r\n", rdb.len()).as_bytes(), body].concat();
+    let mut failures: Vec<(&str, Vec<u8>)> = vec![
+        ("cut inside the RDB", streamed(&rdb[..12], "")),
+        ("a wrong EOF mark", streamed(rdb, &"x".repeat(40))),
+        ("a sized payload cut short", sized(&rdb[..rdb.len() - 5])),
+    ];
+    let redis_failures = failures.clone();
+    // An unknown value type (99) after the first key.
+    let damaged = [&rdb[..22], b"\x63", &rdb[22..]].concat();
+    failures.push(("a damaged RDB", streamed(&damaged, &mark)));
+    for (replica, failures) in [(&redis, &redis_failures), (&keel, &failures)] {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = listener.local_addr().expect("addr").port().to_string();
+        let mut r = replica.client();
+        assert_eq!(r.cmd("SET old 1"), ok());
+        assert_eq!(r.send(&["REPLICAOF", "127.0.0.1", &port]), ok());
+        let mut master = FakeMaster::accept(&listener);
+        for (failure, payload) in failures {
+            master.handshake(replica.port);
+            master.write(payload);
+            // The link is cut (a wrong mark alone would have it given up),
+            // and the replica comes back.
+            drop(master);
+            master = FakeMaster::accept(&listener);
+            assert_eq!(r.cmd("GET old"), bulk("1"), "after {failure}, port {}", replica.port);
+            assert_eq!(r.cmd("EXISTS key"), int(0), "after {failure}");
+        }
+        master.handshake(replica.port);
+        master.write(&streamed(rdb, &mark));
+        wait_for("the synced data", || r.cmd("GET key") == bulk("value"));
+        assert_eq!(r.cmd("EXISTS old"), int(0));
+        assert_eq!(r.cmd("REPLICAOF NO ONE"), ok());
+    }
+    let log = log_of(&keel);
+    assert!(log.contains("Replication stream EOF marker is broken"), "{log}");
+    assert!(log.contains("Discarding temporary DB in background"), "{log}");
+}
+
+/// `on-empty-db` loads from the link only into an empty dataset, and
+/// through a file otherwise (Redis's `useDisklessLoad`).
+#[test]
+fn on_empty_db_loads_from_the_link_only_into_an_empty_dataset() {
+    let Some(master) = redis_master() else { return };
+    let mut m = master.client();
+    assert_eq!(m.cmd("SET k v"), ok());
+    for (own_key, target) in [(false, "to parser"), (true, "to disk")] {
+        let replica = Server::start(&["--appendonly", "no", "--repl-diskless-load", "on-empty-db"]);
+        let mut r = replica.client();
+        if own_key {
+            assert_eq!(r.cmd("SET own 1"), ok());
+        }
+        assert_eq!(r.send(&["REPLICAOF", "127.0.0.1", &master.port.to_string()]), ok());
+        wait_link_up(&mut r);
+        assert_eq!(r.cmd("GET k"), bulk("v"));
+        assert_eq!(r.cmd("EXISTS own"), int(0));
+        let log = log_of(&replica);
+        assert!(log.lines().any(|l| l.contains("receiving streamed RDB") && l.ends_with(target)), "{log}");
+    }
+}
