@@ -7,7 +7,7 @@
 # no persistence either); the master is pinned to core 1 (Keel with one
 # worker thread). Both masters hold the same dataset, made by DEBUG
 # POPULATE, and keep nothing on disk (`--appendonly no --save ''`);
-# Redis's master sends its RDB at once (`repl-diskless-sync-delay 0`, its
+# both masters send their RDB at once (`repl-diskless-sync-delay 0`, the
 # default being to wait 5 s for more replicas). Prints, per master, the
 # median sync time in seconds, the RDB's size as the replica got it, and
 # the master's CPU seconds for the sync.
@@ -25,7 +25,7 @@ trap 'kill $(jobs -p) 2>/dev/null || true; wait || true; rm -rf "$work"' EXIT
 
 mkdir -p "$work/keel" "$work/redis"
 taskset -c 1 "$keel" --port 7711 --threads 1 --dir "$work/keel" --save '' --appendonly no \
-    --enable-debug-command yes >"$work/keel/log" 2>&1 &
+    --enable-debug-command yes --repl-diskless-sync-delay 0 >"$work/keel/log" 2>&1 &
 echo $! >"$work/keel.pid"
 taskset -c 1 redis-server --port 7713 --dir "$work/redis" --save '' --appendonly no \
     --enable-debug-command yes --repl-diskless-sync-delay 0 >"$work/redis/log" 2>&1 &

@@ -284,6 +284,11 @@ pub struct Config {
     /// `repl-diskless-sync`: a full sync's RDB goes straight to replicas
     /// that take it so (`capa eof`); with `no`, through a file first.
     pub repl_diskless_sync: bool,
+    /// `repl-diskless-sync-delay`: seconds a diskless sync waits for more
+    /// replicas to share its snapshot; `repl-diskless-sync-max-replicas`:
+    /// that many waiting start it at once (0: no such number).
+    pub repl_diskless_sync_delay_s: u64,
+    pub repl_diskless_sync_max_replicas: u64,
     /// `repl-diskless-load`: where a replica puts a full sync's RDB.
     /// `disabled`: a file, then the load; `swapdb`: straight from the
     /// socket into a dataset of its own, the old one kept until that
@@ -498,6 +503,8 @@ impl Default for Config {
             repl_backlog_ttl: 3600,
             repl_diskless_sync: true,
             repl_diskless_load: "disabled".into(),
+            repl_diskless_sync_delay_s: 5,
+            repl_diskless_sync_max_replicas: 0,
             repl_timeout_s: 60,
             rdbcompression: true,
             rdbchecksum: true,
@@ -887,6 +894,8 @@ pub static DIRECTIVES: &[Directive] = &[
     directive!("repl-backlog-ttl", true, num(0, i32::MAX as u64), repl_backlog_ttl),
     directive!("repl-diskless-sync", true, bool, repl_diskless_sync),
     directive!("repl-diskless-load", true, enum ["disabled", "on-empty-db", "swapdb"], repl_diskless_load),
+    directive!("repl-diskless-sync-delay", true, num(0, i32::MAX as u64), repl_diskless_sync_delay_s),
+    directive!("repl-diskless-sync-max-replicas", true, num(0, i32::MAX as u64), repl_diskless_sync_max_replicas),
     directive!("repl-ping-replica-period", true, num(1, i32::MAX as u64), repl_ping_replica_period),
     directive!("repl-ping-slave-period", true, num(1, i32::MAX as u64), repl_ping_replica_period),
     directive!("repl-timeout", true, num(1, i32::MAX as u64), repl_timeout_s),
@@ -1169,8 +1178,6 @@ pub static DIRECTIVES: &[Directive] = &[
     inert!("slave-priority", "100"),
     inert!("replica-lazy-flush", "no"),
     inert!("slave-lazy-flush", "no"),
-    inert!("repl-diskless-sync-delay", "5"),
-    inert!("repl-diskless-sync-max-replicas", "0"),
     inert!("repl-disable-tcp-nodelay", "no"),
     directive!("acllog-max-len", true, num(0, i64::MAX as u64), acllog_max_len),
     directive!("aclfile", false, string, aclfile),
@@ -1552,18 +1559,18 @@ mod tests {
 
     #[test]
     fn directives_of_missing_features_take_their_defaults_only() {
-        let c = Config::load(&args(&["--replica-priority", "100", "--repl-diskless-sync-delay", "05"])).expect("defaults");
+        let c = Config::load(&args(&["--replica-priority", "100", "--repl-disable-tcp-nodelay", "NO"])).expect("defaults");
         assert_eq!(c.get("replica-read-only").as_deref(), Some("yes"));
         let mut c = Config::default();
         for (name, value) in [("slave-read-only", "YES"), ("set-proc-title", "yes")] {
             c.set_at_runtime(name, value).expect(name);
         }
-        for (name, value) in [("slave-priority", "10"), ("repl-diskless-sync-delay", "1"), ("replica-priority", "5")] {
+        for (name, value) in [("slave-priority", "10"), ("repl-disable-tcp-nodelay", "yes"), ("replica-priority", "5")] {
             let err = c.set_at_runtime(name, value).expect_err(name);
             assert!(err.to_string().contains("only its default"), "{err}");
         }
-        let err = Config::load(&args(&["--repl-diskless-sync-delay", "0"])).expect_err("not the default");
-        assert!(err.to_string().contains("repl-diskless-sync-delay"), "{err}");
+        let err = Config::load(&args(&["--replica-priority", "0"])).expect_err("not the default");
+        assert!(err.to_string().contains("replica-priority"), "{err}");
     }
 
     #[test]

@@ -336,10 +336,13 @@ impl RawReplica {
 
     /// Reads until `want` has come; returns everything read up to its end.
     fn until(&mut self, want: &[u8]) -> Vec<u8> {
+        // Where the search resumes: bytes before it cannot start `want`.
+        let mut from = 0;
         loop {
-            if let Some(at) = self.buf.windows(want.len()).position(|w| w == want) {
-                return self.buf.drain(..at + want.len()).collect();
+            if let Some(at) = self.buf[from..].windows(want.len()).position(|w| w == want) {
+                return self.buf.drain(..from + at + want.len()).collect();
             }
+            from = self.buf.len().saturating_sub(want.len() - 1);
             self.fill();
         }
     }
@@ -658,4 +661,106 @@ fn the_stream_carries_sets_as_redis_sends_them() {
         };
         assert_eq!(lower(keel), lower(redis));
     }
+}
+
+/// A diskless full sync as a raw replica sees it: `+FULLRESYNC`'s replid
+/// and offset, the EOF mark, and the RDB before the mark.
+fn diskless_sync(raw: &mut RawReplica) -> (String, String, Vec<u8>) {
+    let fullresync = raw.line();
+    let words: Vec<&str> = fullresync.split(' ').collect();
+    assert_eq!(words[0], "+FULLRESYNC", "{fullresync}");
+    let mark = raw.line().strip_prefix("$EOF:").expect("an EOF mark").to_string();
+    let mut rdb = raw.until(mark.as_bytes());
+    rdb.truncate(rdb.len() - mark.len());
+    assert!(rdb.starts_with(b"REDIS0010"), "an RDB");
+    (format!("{} {}", words[1], words[2]), mark, rdb)
+}
+
+/// Replicas that ask for a diskless sync close together share one: the
+/// same snapshot instant, one RDB, one EOF mark. The first waits
+/// `repl-diskless-sync-delay`, unless `repl-diskless-sync-max-replicas`
+/// are waiting before; one that comes after the sync began gets one of its
+/// own.
+#[test]
+fn replicas_that_come_together_share_one_diskless_sync() {
+    // Started by the second replica: the delay would be a minute.
+    let master = Server::start(&["--repl-diskless-sync-delay", "60", "--repl-diskless-sync-max-replicas", "2"]);
+    let mut m = master.client();
+    assert_eq!(m.cmd("SET k v"), ok());
+    let mut first = RawReplica::connect(master.port, true);
+    first.send(&["PSYNC", "?", "-1"]);
+    wait_until("the first replica waiting", || m.info_field("replication", "slave0").contains("state=wait_bgsave"));
+    let mut second = RawReplica::connect(master.port, true);
+    second.send(&["PSYNC", "?", "-1"]);
+    let one = diskless_sync(&mut first);
+    assert_eq!(diskless_sync(&mut second), one, "the same instant, mark and RDB");
+    for raw in [&mut first, &mut second] {
+        raw.send(&["REPLCONF", "ACK", "0"]);
+    }
+    // The stream from the shared instant on goes to both.
+    assert_eq!(m.cmd("SET after 1"), ok());
+    for raw in [&mut first, &mut second] {
+        assert_eq!(raw.command(), ["SELECT", "0"]);
+        assert_eq!(raw.command(), ["SET", "after", "1"]);
+    }
+
+    // With a delay of 1 s and no number, two replicas a moment apart
+    // share the sync; it starts no sooner than a second after the first.
+    assert_eq!(m.send(&["CONFIG", "SET", "repl-diskless-sync-delay", "1", "repl-diskless-sync-max-replicas", "0"]), ok());
+    let asked = Instant::now();
+    let mut third = RawReplica::connect(master.port, true);
+    third.send(&["PSYNC", "?", "-1"]);
+    let mut fourth = RawReplica::connect(master.port, true);
+    fourth.send(&["PSYNC", "?", "-1"]);
+    let shared = diskless_sync(&mut third);
+    assert!(asked.elapsed() >= Duration::from_secs(1), "the sync waited the delay");
+    assert_eq!(diskless_sync(&mut fourth), shared);
+    assert_ne!(shared.1, one.1, "a new sync, with a mark of its own");
+}
+
+/// A replica whose socket fails during a shared sync is dropped from it;
+/// the other gets the whole RDB and then the stream.
+#[test]
+fn a_replica_that_fails_during_a_shared_sync_leaves_the_others_theirs() {
+    let args = ["--appendonly", "no", "--rdbcompression", "no", "--repl-diskless-sync-delay", "60", "--repl-diskless-sync-max-replicas", "2"];
+    let master = Server::start(&args);
+    let mut m = master.client();
+    // About 20 MB: more than the socket buffers hold.
+    let value = "x".repeat(10_000);
+    for i in 0..2000 {
+        assert_eq!(m.send(&["SET", &format!("key:{i}"), &value]), ok());
+    }
+    let mut leaving = RawReplica::connect(master.port, true);
+    leaving.send(&["PSYNC", "?", "-1"]);
+    let mut staying = RawReplica::connect(master.port, true);
+    staying.send(&["PSYNC", "?", "-1"]);
+    assert!(leaving.line().starts_with("+FULLRESYNC"));
+    drop(leaving);
+    let (_, _, rdb) = diskless_sync(&mut staying);
+    assert!(rdb.len() > 20_000_000, "the whole RDB: {} bytes", rdb.len());
+    staying.send(&["REPLCONF", "ACK", "0"]);
+    assert_eq!(m.cmd("SET after 1"), ok());
+    assert_eq!(staying.command(), ["SELECT", "0"]);
+    assert_eq!(staying.command(), ["SET", "after", "1"]);
+    wait_until("one replica left", || m.info_field("replication", "connected_slaves") == "1");
+}
+
+/// A redis-server replica and a Keel replica that come together are
+/// served by one sync, and both hold the master's data after it.
+#[test]
+fn a_redis_and_a_keel_replica_share_one_sync() {
+    let master = Server::start(&["--repl-diskless-sync-delay", "60", "--repl-diskless-sync-max-replicas", "2"]);
+    let mut m = master.client();
+    assert_eq!(m.cmd("SET k v"), ok());
+    let port = master.port.to_string();
+    let Some(redis) = Server::start_redis(&["--replicaof", "127.0.0.1", &port]) else { return };
+    let keel = Server::start(&["--replicaof", "127.0.0.1", &port]);
+    for replica in [&redis, &keel] {
+        let mut r = replica.client();
+        wait_until("the replica's link", || r.info_field("replication", "master_link_status") == "up");
+        assert_eq!(r.cmd("GET k"), bulk("v"));
+    }
+    let log = std::env::temp_dir().join("keel-test-logs").join(format!("{}.log", master.port));
+    let log = std::fs::read_to_string(log).unwrap_or_default();
+    assert!(log.contains("Starting a diskless sync at offset 0 for 2 replica(s)"), "{log}");
 }

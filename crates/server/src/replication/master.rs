@@ -19,7 +19,7 @@ use std::time::Duration;
 use thiserror::Error;
 
 use super::backlog::Backlog;
-use super::{random_id, Replication};
+use super::Replication;
 use crate::server::{unix_ms, Server};
 
 /// Most bytes of the stream copied out of the backlog per write: the copy
@@ -146,8 +146,9 @@ pub struct AttachedReplica {
     gone: AtomicBool,
     /// It has sent an ACK: it has loaded its full sync's RDB.
     acked_once: AtomicBool,
-    /// A handle on its socket, to end the link from any thread.
-    link: Link,
+    /// A handle on its socket, to end the link from any thread, and for
+    /// a shared diskless sync to write to (`super::diskless`).
+    pub(super) link: Link,
 }
 
 impl AttachedReplica {
@@ -244,7 +245,7 @@ pub fn serve(server: Arc<Server>, link: Link, handoff: Handoff, peer_ip: String,
     }
 }
 
-fn run(server: &Server, replica: &AttachedReplica, link: &Link, handoff: &Handoff, pending: &[u8]) -> Result<(), LinkError> {
+fn run(server: &Server, replica: &Arc<AttachedReplica>, link: &Link, handoff: &Handoff, pending: &[u8]) -> Result<(), LinkError> {
     let timeout_s = server.config.read().repl_timeout_s.max(1);
     link.set_write_timeout(Duration::from_secs(timeout_s))?;
     let mut out = link;
@@ -276,27 +277,12 @@ fn run(server: &Server, replica: &AttachedReplica, link: &Link, handoff: &Handof
 /// A full sync: the snapshot at S (where the replica's position is
 /// pinned at the stream's end), `+FULLRESYNC`, the RDB. Returns the
 /// position the stream goes on from.
-fn full_sync(server: &Server, replica: &AttachedReplica, link: &Link, handoff: &Handoff) -> Result<u64, LinkError> {
+fn full_sync(server: &Server, replica: &Arc<AttachedReplica>, link: &Link, handoff: &Handoff) -> Result<u64, LinkError> {
     let repl = &server.repl;
     repl.sync_full.fetch_add(1, Ordering::Relaxed);
     let stop = || server.shutdown.load(Ordering::Relaxed) || replica.is_gone();
-    let size = server.config.read().repl_backlog_size;
-    let mut pos = 0;
-    let taken = crate::snapshot::take_for_sync(server, || pos = repl.attach_at_s(replica.id, size), &stop)
-        .ok_or_else(|| LinkError::Snapshot("stopped before it began".into()))?;
-    let mut out = link;
-    let replid = repl.replid();
-    tracing::info!("Full resync requested by replica {}; starting a snapshot for it at offset {pos}", replica.addr());
-    if !handoff.pre_psync {
-        out.write_all(format!("+FULLRESYNC {replid} {pos}\r\n").as_bytes())?;
-    }
-    if handoff.conf.capa_eof && server.config.read().repl_diskless_sync {
-        let mark = random_id();
-        out.write_all(format!("$EOF:{mark}\r\n").as_bytes())?;
-        let sink = BufWriter::with_capacity(256 << 10, link);
-        let mut sink = crate::snapshot::write_for_sync(server, taken, sink, &stop).map_err(LinkError::Snapshot)?;
-        sink.write_all(mark.as_bytes())?;
-        sink.flush()?;
+    let pos = if handoff.conf.capa_eof && server.config.read().repl_diskless_sync {
+        let pos = super::diskless::sync(server, replica, handoff.pre_psync).map_err(LinkError::Snapshot)?;
         // A replica finds the mark in the last bytes it read: nothing may
         // follow it until the replica says it has loaded, with its first
         // ACK (Redis puts such a replica online on that ACK too).
@@ -306,10 +292,20 @@ fn full_sync(server: &Server, replica: &AttachedReplica, link: &Link, handoff: &
             }
             std::thread::sleep(Duration::from_millis(1));
         }
+        pos
     } else {
         // A replica without `capa eof` needs the length first, and
         // `repl-diskless-sync no` asks for it: the RDB goes through a
         // file, unlinked as soon as it is open again.
+        let size = server.config.read().repl_backlog_size;
+        let mut pos = 0;
+        let taken = crate::snapshot::take_for_sync(server, || pos = repl.attach_at_s(replica.id, size), &stop)
+            .ok_or_else(|| LinkError::Snapshot("stopped before it began".into()))?;
+        let mut out = link;
+        tracing::info!("Full resync requested by replica {}; starting a snapshot for it at offset {pos}", replica.addr());
+        if !handoff.pre_psync {
+            out.write_all(format!("+FULLRESYNC {} {pos}\r\n", repl.replid()).as_bytes())?;
+        }
         let path = server.config.read().dir.join(format!("temp-repl-{}-{}.rdb", std::process::id(), replica.id));
         let written = File::create(&path).map_err(LinkError::Io).and_then(|file| {
             let sink = crate::snapshot::write_for_sync(server, taken, BufWriter::new(file), &stop).map_err(LinkError::Snapshot)?;
@@ -321,7 +317,8 @@ fn full_sync(server: &Server, replica: &AttachedReplica, link: &Link, handoff: &
         replica.set_state(ReplicaState::SendBulk);
         out.write_all(format!("${}\r\n", file.metadata()?.len()).as_bytes())?;
         io::copy(&mut file, &mut out)?;
-    }
+        pos
+    };
     replica.set_state(ReplicaState::Online);
     tracing::info!("Synchronization with replica {} succeeded", replica.addr());
     Ok(pos)
@@ -409,7 +406,7 @@ impl Replication {
     /// At a full sync's S, under every shard lock: the backlog (created by
     /// the first replica) will start the next record with a SELECT, and
     /// keeps everything from its end on for replica `id`. Returns that end.
-    fn attach_at_s(&self, id: u64, size: u64) -> u64 {
+    pub(super) fn attach_at_s(&self, id: u64, size: u64) -> u64 {
         let mut g = self.shared.backlog.lock();
         let backlog = g.get_or_insert_with(|| Backlog::new(self.freed_at.load(Ordering::Relaxed), size));
         backlog.selected_db = None;

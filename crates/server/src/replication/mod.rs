@@ -23,7 +23,9 @@
 //! pinned at the stream's end, streamed as an RDB (diskless, `$EOF:`
 //! framing, to replicas that announce `capa eof`; else through a file,
 //! with its length first); then the stream from S on. The snapshot scan
-//! runs behind the workers, as BGSAVE's. A second thread reads the
+//! runs behind the workers, as BGSAVE's. Diskless syncs asked for within
+//! `repl-diskless-sync-delay` of each other share one snapshot and one
+//! stream of its RDB ([`diskless`]). A second thread reads the
 //! replica's `REPLCONF ACK`s, which WAIT and `min-replicas-to-write`
 //! count.
 //!
@@ -32,6 +34,7 @@
 //! crash of the master could still take away (see [`backlog`]).
 
 pub mod backlog;
+pub mod diskless;
 pub mod master;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -102,6 +105,8 @@ pub struct Replication {
     /// Replicas whose lag is within `min-replicas-max-lag` (INFO
     /// min_slaves_good_slaves).
     pub good_replicas: AtomicU64,
+    /// Replicas waiting for a diskless sync to start.
+    groups: diskless::Groups,
 }
 
 /// A 40-hex-digit random id (run ids, replication ids).
@@ -127,6 +132,7 @@ impl Replication {
             good_replicas: AtomicU64::new(0),
             output_hard_limit: AtomicU64::new(256 << 20),
             freed_at: AtomicU64::new(0),
+            groups: diskless::Groups::default(),
         }
     }
 

@@ -38,10 +38,14 @@ fn server_log(port: u16) -> Stdio {
     }
 }
 
-/// keel-server's arguments for `port` and `dir`: two threads, then `extra`.
+/// keel-server's arguments for `port` and `dir`: two threads, full syncs at
+/// once, then `extra`.
 fn keel_args(port: u16, dir: &std::path::Path, extra: &[&str]) -> Vec<String> {
     let mut args: Vec<String> = vec!["--port".into(), port.to_string(), "--threads".into(), "2".into()];
     args.extend(["--dir".into(), dir.display().to_string()]);
+    // A master's full syncs start at once (by default they wait 5 s for
+    // more replicas to share them); tests of the delay set their own.
+    args.extend(["--repl-diskless-sync-delay".into(), "0".into()]);
     args.extend(extra.iter().map(|s| s.to_string()));
     args
 }
