@@ -18,8 +18,7 @@
 #   src/redis-cli, src/redis-benchmark -> Debian's, for both
 # The copy's tests/assets/default.conf (the config every test server starts
 # from) drops, for both servers alike, the directives of features Keel does
-# not have and refuses at start: protected configs, modules, propagation
-# errors.
+# not have and refuses at start: protected configs and modules.
 #
 # Needs tclsh (Debian: tcl) and Debian's redis-server and redis-tools.
 # Environment: COMPAT_UNITS="integration/a integration/b" overrides the
@@ -37,7 +36,7 @@ UNITS=(integration/aof integration/aof-multi-part unit/aofrw integration/rdb
     unit/info unit/pubsubshard unit/wait unit/cluster-scripting unit/limits unit/oom-score-adj
     unit/networking unit/client-eviction unit/obuf-limits integration/corrupt-dump)
 if [[ -n "${COMPAT_UNITS:-}" ]]; then read -r -a UNITS <<<"$COMPAT_UNITS"; fi
-DROPPED_DIRECTIVES='enable-protected-configs|enable-module-command|propagation-error-behavior'
+DROPPED_DIRECTIVES='enable-protected-configs|enable-module-command'
 # Tests skipped for both servers: each starts a server with a directive of
 # a feature Keel does not have, which Keel refuses at start; the suite then
 # waits two minutes for the server's PID line and its watchdog (--timeout)

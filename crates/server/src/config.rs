@@ -289,6 +289,10 @@ pub struct Config {
     /// that many waiting start it at once (0: no such number).
     pub repl_diskless_sync_delay_s: u64,
     pub repl_diskless_sync_max_replicas: u64,
+    /// `propagation-error-behavior`: what a command from the master (or
+    /// the journal's replay) that fails does: `ignore` (logged only),
+    /// `panic`, `panic-on-replicas` (the master's stream only).
+    pub propagation_error_behavior: String,
     /// `repl-diskless-load`: where a replica puts a full sync's RDB.
     /// `disabled`: a file, then the load; `swapdb`: straight from the
     /// socket into a dataset of its own, the old one kept until that
@@ -503,6 +507,7 @@ impl Default for Config {
             repl_backlog_ttl: 3600,
             repl_diskless_sync: true,
             repl_diskless_load: "disabled".into(),
+            propagation_error_behavior: "ignore".into(),
             repl_diskless_sync_delay_s: 5,
             repl_diskless_sync_max_replicas: 0,
             repl_timeout_s: 60,
@@ -894,6 +899,7 @@ pub static DIRECTIVES: &[Directive] = &[
     directive!("repl-backlog-ttl", true, num(0, i32::MAX as u64), repl_backlog_ttl),
     directive!("repl-diskless-sync", true, bool, repl_diskless_sync),
     directive!("repl-diskless-load", true, enum ["disabled", "on-empty-db", "swapdb"], repl_diskless_load),
+    directive!("propagation-error-behavior", true, enum ["ignore", "panic", "panic-on-replicas"], propagation_error_behavior),
     directive!("repl-diskless-sync-delay", true, num(0, i32::MAX as u64), repl_diskless_sync_delay_s),
     directive!("repl-diskless-sync-max-replicas", true, num(0, i32::MAX as u64), repl_diskless_sync_max_replicas),
     directive!("repl-ping-replica-period", true, num(1, i32::MAX as u64), repl_ping_replica_period),

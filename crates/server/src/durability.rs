@@ -203,7 +203,7 @@ fn replay_in<'scope, 'env>(server: &'env Server, mut replay: Replay, scope: &'sc
         // happened are in the journal as DELs.
         command::execute(server, stats, &mut client, &mut reply, &args, 0);
         if reply.first() == Some(&b'-') {
-            replay_failed(&argv[0], String::from_utf8_lossy(&reply).trim_end());
+            crate::process::propagation_error(server, crate::process::Propagated::Journal, &argv[0], &reply);
         }
         last = Some((db, argv));
     }
@@ -341,7 +341,7 @@ fn run_replayed(ctx: &mut Ctx<'_>, replay: &Replay, db: usize, argv: &[Vec<u8>])
     // A failing command is skipped, as at start.
     let ran = command::resolve(&args).and_then(|(index, spec)| command::run(ctx, index, spec, &args));
     if let Err(e) = ran {
-        replay_failed(args[0], &e.to_string());
+        crate::process::propagation_error(ctx.server, crate::process::Propagated::Journal, args[0], e.to_string().as_bytes());
     }
     ctx.durability = Default::default();
     Ok(())
@@ -354,9 +354,6 @@ fn unknown_command(replay: &Replay, name: &[u8]) -> String {
     format!("Unknown command '{}' reading the append only file {file}", String::from_utf8_lossy(name))
 }
 
-fn replay_failed(name: &[u8], error: &str) {
-    tracing::warn!("journal command {} failed on replay: {error}", String::from_utf8_lossy(name));
-}
 
 /// The inserters of an RDB base, started at its first key or hint.
 fn base_inserters<'a, 'scope, 'env>(

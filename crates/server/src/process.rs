@@ -1,6 +1,7 @@
 //! What the server does to its own process, as Redis does: `daemonize`,
-//! `disable-thp`, `oom-score-adj` with `oom-score-adj-values`, and
-//! `jemalloc-bg-thread`.
+//! `disable-thp`, `oom-score-adj` with `oom-score-adj-values`,
+//! `jemalloc-bg-thread`, and ending it: on a panic (`use-exit-on-panic`)
+//! and on a propagated command that failed (`propagation-error-behavior`).
 
 use std::fs::OpenOptions;
 use std::io;
@@ -131,6 +132,54 @@ pub fn install_panic_hook() {
             std::process::exit(1);
         }
     }));
+}
+
+/// Redis's `serverPanic`: a state the server must not go on from. Logs
+/// `why` and ends the process: exit code 1 under `use-exit-on-panic`, an
+/// abort otherwise, as Redis's.
+pub fn server_panic(why: &str) -> ! {
+    tracing::error!("Guru Meditation: {why}");
+    if EXIT_ON_PANIC.load(std::sync::atomic::Ordering::Relaxed) {
+        std::process::exit(1);
+    }
+    std::process::abort()
+}
+
+/// Where a command that failed came from, for [`propagation_error`].
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Propagated {
+    /// The master's stream, on a replica.
+    Master,
+    /// The journal, replayed at start (Redis's AOF-loading client).
+    Journal,
+}
+
+/// A command that reached this server through propagation answered an
+/// error (Redis's `afterErrorReply` for its master and AOF clients): the
+/// copy may now differ from its source. Logged as Redis logs it and
+/// counted; with `propagation-error-behavior panic` (or, for the master's
+/// stream on a read-only replica, `panic-on-replicas`) the server panics.
+pub fn propagation_error(server: &crate::server::Server, source: Propagated, name: &[u8], error: &[u8]) {
+    let (from, to) = match source {
+        Propagated::Master => ("replica", "master"),
+        Propagated::Journal => ("server", "AOF-loading-client"),
+    };
+    let name = crate::command::table().lookup(name).map_or("<unknown>", |(_, spec)| spec.name);
+    // As Redis shows it: a plain ERR without its code, others as sent.
+    let error = String::from_utf8_lossy(&error[..error.len().min(4096)]);
+    let error = error.trim_end_matches(['\r', '\n']);
+    let error = error.strip_prefix("-ERR ").or(error.strip_prefix("ERR ")).unwrap_or(error);
+    tracing::warn!("== CRITICAL == This {from} is sending an error to its {to}: '{error}' after processing the command '{name}'");
+    server.unexpected_error_replies.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let config = server.config.read();
+    let panics = match source {
+        Propagated::Master => config.replica_read_only && config.propagation_error_behavior != "ignore",
+        Propagated::Journal => config.propagation_error_behavior == "panic",
+    };
+    drop(config);
+    if panics {
+        server_panic(&format!("This {from} panicked sending an error to its {to} after processing the command '{name}'"));
+    }
 }
 
 /// `CONFIG SET use-exit-on-panic`.

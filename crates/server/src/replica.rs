@@ -254,6 +254,15 @@ impl Replica {
         }
     }
 
+    /// The master link's `addr` and `laddr`, which CLIENT KILL matches as
+    /// Redis's matches its master client's; `None` without a link.
+    pub fn link_addrs(&self) -> Option<(String, String)> {
+        let socket = self.socket.lock();
+        let socket = socket.as_ref()?;
+        let (peer, local) = (socket.peer_addr().ok()?, socket.local_addr().ok()?);
+        Some((crate::worker::fmt_addr(&peer), crate::worker::fmt_addr(&local)))
+    }
+
     /// Ends the thread (a link under way ends at its next poll).
     pub fn stop(&self) {
         self.bell.stop();
@@ -1189,9 +1198,7 @@ fn apply_stream(mut conn: Conn<'_>, mut cursor: Cursor) -> Result<(), LinkError>
                 } else if !argv.is_empty() {
                     last_lsn = last_lsn.max(command::execute(server, stats, &mut client, &mut reply, &argv, now_ms));
                     if reply.first() == Some(&b'-') {
-                        // As Redis's warning: the copy may now differ.
-                        let name = String::from_utf8_lossy(argv[0]);
-                        tracing::warn!("== CRITICAL == This replica failed a command from its master: {name}: {}", String::from_utf8_lossy(&reply).trim_end());
+                        crate::process::propagation_error(server, crate::process::Propagated::Master, argv[0], &reply);
                     }
                     reply.clear();
                 }

@@ -197,6 +197,9 @@ pub struct Server {
     pub repl: crate::replication::Replication,
     /// Writes since the last save (INFO rdb_changes_since_last_save).
     pub dirty: AtomicU64,
+    /// Errors in answer to a master's command or a journal replay's (INFO
+    /// unexpected_error_replies): see `crate::process::propagation_error`.
+    pub unexpected_error_replies: AtomicU64,
     pub lastsave_s: AtomicU64,
     pub shutdown: AtomicBool,
     /// A SIGTERM or SIGINT waits here to be acted on (Redis's
@@ -385,6 +388,7 @@ impl Server {
             run_id,
             repl: crate::replication::Replication::new(),
             dirty: AtomicU64::new(0),
+            unexpected_error_replies: AtomicU64::new(0),
             lastsave_s: AtomicU64::new(unix_ms() / 1000),
             shutdown: AtomicBool::new(false),
             shutdown_asap: AtomicBool::new(false),

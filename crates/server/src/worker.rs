@@ -1455,7 +1455,8 @@ fn memory_of(conn: &Conn) -> u64 {
         + items * BOOKKEEPING_ITEM_BYTES
 }
 
-fn fmt_addr(addr: &SocketAddr) -> String {
+/// A socket address as CLIENT LIST shows it (`ip:port`, no brackets).
+pub fn fmt_addr(addr: &SocketAddr) -> String {
     match addr {
         SocketAddr::V4(a) => format!("{}:{}", a.ip(), a.port()),
         SocketAddr::V6(a) => format!("{}:{}", a.ip(), a.port()),

@@ -993,3 +993,59 @@ fn debug_aof_flush_sleep_holds_the_replies_of_writes() {
     assert_eq!(c.cmd("DEBUG AOF-FLUSH-SLEEP 0"), common::ok());
     assert_eq!(c.cmd("SET after y"), common::ok());
 }
+
+/// A journal command that fails on replay (an INCR of a word, appended to
+/// the incr file by hand) is logged as Redis logs it, `== CRITICAL ==`
+/// with the command, and counted in unexpected_error_replies; under
+/// `propagation-error-behavior panic` the start stops there, with exit code
+/// 1 under `use-exit-on-panic`. Keel and redis-server on the same
+/// directory: the same line, the same exit.
+#[test]
+fn a_journal_command_that_fails_on_replay_is_logged_or_stops_the_start() {
+    let dir = temp_dir("replay-error");
+    {
+        let server = Server::start_in(&dir, &["--appendfsync", "everysec"]);
+        let mut c = server.client();
+        assert_eq!(c.cmd("SET k word"), common::ok());
+        c.write_command(&["SHUTDOWN"]);
+        c.read_to_close();
+    }
+    let incr = dir.join("appendonlydir/appendonly.aof.1.incr.aof");
+    let mut file = std::fs::OpenOptions::new().append(true).open(&incr).expect("the incr file");
+    file.write_all(&common::encode(&["INCR", "k"])).expect("append");
+    drop(file);
+    let critical = |log: &str| -> Vec<String> { log.lines().filter_map(|l| l.find("== CRITICAL ==").map(|at| l[at..].to_string())).collect() };
+    let want = "== CRITICAL == This server is sending an error to its AOF-loading-client: \
+                'value is not an integer or out of range' after processing the command 'incr'";
+    let server = Server::start_in(&dir, &[]);
+    let mut c = server.client();
+    assert_eq!(c.cmd("GET k"), bulk("word"));
+    assert_eq!(c.info_field("stats", "unexpected_error_replies"), "1");
+    let log_path = std::env::temp_dir().join("keel-test-logs").join(format!("{}.log", server.port));
+    assert_eq!(critical(&std::fs::read_to_string(log_path).unwrap_or_default()), [want]);
+    drop(server);
+    let (status, log) = common::start_expecting_exit(&dir, &["--propagation-error-behavior", "panic", "--use-exit-on-panic", "yes"]);
+    assert_eq!(status.code(), Some(1), "{log}");
+    assert_eq!(critical(&log), [want]);
+
+    if std::path::Path::new("/usr/bin/redis-server").exists() {
+        let redis_dir = temp_dir("replay-error-redis");
+        let copy = |to: &std::path::Path| {
+            std::fs::create_dir_all(to.join("appendonlydir")).expect("dir");
+            for entry in std::fs::read_dir(dir.join("appendonlydir")).expect("aof dir") {
+                let entry = entry.expect("entry");
+                std::fs::copy(entry.path(), to.join("appendonlydir").join(entry.file_name())).expect("copy");
+            }
+        };
+        copy(&redis_dir);
+        let output = std::process::Command::new("/usr/bin/redis-server")
+            .args(["--port", &common::free_port().to_string(), "--dir", redis_dir.to_str().expect("utf8"), "--appendonly", "yes"])
+            .args(["--propagation-error-behavior", "panic", "--use-exit-on-panic", "yes"])
+            .output()
+            .expect("run redis-server");
+        assert_eq!(output.status.code(), Some(1));
+        assert_eq!(critical(&String::from_utf8_lossy(&output.stdout)), [want]);
+        let _ = std::fs::remove_dir_all(&redis_dir);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -679,3 +679,37 @@ fn on_empty_db_loads_from_the_link_only_into_an_empty_dataset() {
         assert!(log.lines().any(|l| l.contains("receiving streamed RDB") && l.ends_with(target)), "{log}");
     }
 }
+
+/// CLIENT KILL finds the link to the master by its address (the old form,
+/// ADDR) or by TYPE master, as Redis's finds its master client; the link
+/// comes back with a partial resync. A Keel and a redis-server replica of
+/// one master, the same commands, the same replies.
+#[test]
+fn client_kill_by_address_drops_the_master_link() {
+    let Some(master) = redis_master() else { return };
+    let mut m = master.client();
+    assert_eq!(m.cmd("SET k v"), ok());
+    let port = master.port.to_string();
+    let keel = replica_of(&master, &["--appendonly", "no"]);
+    let redis = Server::start_redis(&["--replicaof", "127.0.0.1", &port]).expect("installed");
+    let addr = format!("127.0.0.1:{port}");
+    let kills: [(&[&str], Frame); 3] = [
+        (&["CLIENT", "KILL", &addr], ok()),
+        (&["CLIENT", "KILL", "ADDR", &addr], int(1)),
+        (&["CLIENT", "KILL", "TYPE", "master"], int(1)),
+    ];
+    for replica in [&keel, &redis] {
+        let mut r = replica.client();
+        wait_link_up(&mut r);
+        for (kill, reply) in &kills {
+            let mut resyncs = || m.info_field("stats", "sync_partial_ok").parse::<u64>().expect("a count");
+            let before = resyncs();
+            assert_eq!(r.send(kill), *reply, "{kill:?} on port {}", replica.port);
+            wait_for("a partial resync", || resyncs() > before);
+            wait_link_up(&mut r);
+        }
+        assert_eq!(r.send(&["CLIENT", "KILL", "ADDR", "127.0.0.1:1"]), int(0));
+        assert_eq!(r.send(&["CLIENT", "KILL", "127.0.0.1:1"]), err("ERR No such client"));
+        assert_eq!(r.cmd("GET k"), bulk("v"));
+    }
+}

@@ -764,3 +764,45 @@ fn a_redis_and_a_keel_replica_share_one_sync() {
     let log = std::fs::read_to_string(log).unwrap_or_default();
     assert!(log.contains("Starting a diskless sync at offset 0 for 2 replica(s)"), "{log}");
 }
+
+/// The `== CRITICAL ==` lines a server has logged, from that mark on.
+fn critical_lines(server: &Server) -> Vec<String> {
+    let log = std::env::temp_dir().join("keel-test-logs").join(format!("{}.log", server.port));
+    let log = std::fs::read_to_string(log).unwrap_or_default();
+    log.lines().filter_map(|l| l.find("== CRITICAL ==").map(|at| l[at..].to_string())).collect()
+}
+
+/// A command from the master that fails on a replica (DEBUG REPLICATE puts
+/// one in the stream) is logged as Redis logs it and counted in
+/// unexpected_error_replies; with `propagation-error-behavior panic` the
+/// replica stops, with exit code 1 under `use-exit-on-panic`. A Keel and a
+/// redis-server replica of one Keel master, the same log line, the same
+/// exit.
+#[test]
+fn a_failed_command_from_the_master_is_logged_or_panics_as_configured() {
+    let master = Server::start(&["--appendonly", "no", "--enable-debug-command", "yes"]);
+    let mut m = master.client();
+    let port = master.port.to_string();
+    let mut keel = keel_replica_of(&master);
+    let Some(mut redis) = redis_replica_of(&master, &[]) else { return };
+    assert_eq!(m.cmd("DEBUG REPLICATE fake-command-1 a"), ok());
+    assert_eq!(m.cmd("SET after 1"), ok());
+    assert_eq!(m.cmd("WAIT 2 5000"), int(2));
+    let lines = critical_lines(&redis);
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(lines[0].contains("'unknown command 'fake-command-1'"), "{lines:?}");
+    assert_eq!(critical_lines(&keel), lines);
+    for replica in [&keel, &redis] {
+        let mut r = replica.client();
+        assert_eq!(r.info_field("stats", "unexpected_error_replies"), "1", "port {}", replica.port);
+        assert_eq!(r.cmd("GET after"), bulk("1"));
+        assert_eq!(r.cmd("CONFIG SET propagation-error-behavior panic"), ok());
+        assert_eq!(r.cmd("CONFIG SET use-exit-on-panic yes"), ok());
+    }
+    assert_eq!(m.cmd("DEBUG REPLICATE fake-command-2"), ok());
+    for replica in [&mut keel, &mut redis] {
+        wait_until("the replica's exit", || !replica.alive());
+        assert_eq!(replica.exit_status().and_then(|s| s.code()), Some(1), "port {}", replica.port);
+    }
+    drop(port);
+}

@@ -549,17 +549,25 @@ fn client_kill(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     for worker in workers_to_tell {
         ctx.server.send(worker, Message::CheckKills);
     }
-    // Replication links are no clients of a worker: by their type alone.
-    let by_type_alone = addr.is_none() && laddr.is_none() && id.is_none() && user.is_none();
-    match ctype {
-        Some(ClientType::Replica) if by_type_alone => {
-            for replica in ctx.server.repl.replicas() {
+    // Replication links are no clients of a worker: matched by type and
+    // address, as Redis's master and replica clients, never by id or user.
+    if id.is_none() && user.is_none() {
+        let matches = |kind: ClientType, addrs: Option<(String, String)>| {
+            let by_address = match addrs {
+                Some((a, l)) => addr.is_none_or(|want| want == a.as_bytes()) && laddr.is_none_or(|want| want == l.as_bytes()),
+                None => addr.is_none() && laddr.is_none(),
+            };
+            ctype.is_none_or(|t| t == kind) && by_address
+        };
+        for replica in ctx.server.repl.replicas() {
+            if matches(ClientType::Replica, replica.link_addrs()) {
                 replica.disconnect();
                 killed += 1;
             }
         }
-        Some(ClientType::Master) if by_type_alone => killed += i64::from(ctx.server.replica.kill_link()),
-        _ => {}
+        if matches(ClientType::Master, ctx.server.replica.link_addrs()) {
+            killed += i64::from(ctx.server.replica.kill_link());
+        }
     }
     if old_form {
         if killed == 0 {

@@ -548,7 +548,7 @@ fn write_section(ctx: &mut Ctx<'_>, section: &str, out: &mut String) {
             field!(out, "tracking_total_keys", server.tracking.total_keys());
             field!(out, "tracking_total_items", server.tracking.total_items());
             field!(out, "tracking_total_prefixes", server.tracking.total_prefixes());
-            field!(out, "unexpected_error_replies", 0);
+            field!(out, "unexpected_error_replies", server.unexpected_error_replies.load(Ordering::Relaxed));
             field!(out, "total_error_replies", errors);
             field!(out, "dump_payload_sanitizations", 0);
             field!(out, "total_reads_processed", server.total(|w| &w.reads_processed));
@@ -1528,6 +1528,8 @@ fn debug(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
                     "    Reply with a test value of the specified type. <type> can be: string,",
                     "    integer, double, bignum, null, array, set, map, attrib, push, verbatim,",
                     "    true, false.",
+                    "REPLICATE <command> [<arg> ...]",
+                    "    Send <command> to the replicas, through the replication stream only.",
                     "REPLYBUFFER RESIZING <0|1>",
                     "    Enable or disable giving back drained reply buffers over 1 MB.",
                     "SET-SKIP-CHECKSUM-VALIDATION <0|1>",
@@ -1563,6 +1565,17 @@ fn debug(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
         }
         4 if eq(sub, "replybuffer") && eq(argv[2], "resizing") => {
             crate::worker::REPLY_BUFFER_RESIZING.store(parse_atoi(argv[3]) != 0, Ordering::Relaxed);
+            ctx.out.ok();
+            Ok(())
+        }
+        n if n >= 3 && eq(sub, "replicate") => {
+            // Into the replication stream as it is, and not the journal
+            // (tests: what a replica does with a command that fails there).
+            if ctx.server.repl.feeding() {
+                ctx.propagate_as(vec![argv[2..].iter().map(|a| a.to_vec()).collect()]);
+                ctx.durability.forced = true;
+                ctx.durability.replicas_only = true;
+            }
             ctx.out.ok();
             Ok(())
         }

@@ -177,6 +177,14 @@ impl AttachedReplica {
         format!("{}:{}", self.ip, self.port)
     }
 
+    /// Its socket's `addr` and `laddr`, which CLIENT KILL matches as
+    /// Redis's matches a replica client's; `None` on a Unix socket.
+    pub fn link_addrs(&self) -> Option<(String, String)> {
+        let Link::Tcp(socket) = &self.link else { return None };
+        let (peer, local) = (socket.peer_addr().ok()?, socket.local_addr().ok()?);
+        Some((crate::worker::fmt_addr(&peer), crate::worker::fmt_addr(&local)))
+    }
+
     /// Ends the link; the replica's threads then clean up.
     pub fn disconnect(&self) {
         self.gone.store(true, Ordering::Release);
