@@ -23,7 +23,8 @@
 # Needs tclsh (Debian: tcl) and Debian's redis-server and redis-tools.
 # Environment: COMPAT_UNITS="integration/a integration/b" overrides the
 # unit list, COMPAT_UNIT_TIMEOUT (seconds, default 900) bounds each unit,
-# COMPAT_LOG_DIR names the log directory (default: a new mktemp -d).
+# COMPAT_LOG_DIR names the log directory (default: a new mktemp -d),
+# COMPAT_SERVERS="Keel" (or "Redis") runs one server's side only.
 set -uo pipefail
 
 # (integration/aof-race is left out: its redis-benchmark run leaves no
@@ -95,7 +96,7 @@ kill_leftovers() {
 }
 
 declare -A results
-labels=(Keel Redis)
+read -r -a labels <<<"${COMPAT_SERVERS:-Keel Redis}"
 for label in "${labels[@]}"; do
     tree="$log_dir/tree-$label"
     if [[ $label == Keel ]]; then
@@ -119,7 +120,7 @@ done
 echo "| unit | Keel [ok] | Keel [err]+[exception] | Redis [ok] | Redis [err]+[exception] |"
 echo "|---|---:|---:|---:|---:|"
 for u in "${UNITS[@]}"; do
-    IFS='|' read -r kok kerr <<<"${results["Keel|$u"]}"
-    IFS='|' read -r rok rerr <<<"${results["Redis|$u"]}"
+    IFS='|' read -r kok kerr <<<"${results["Keel|$u"]:--|-}"
+    IFS='|' read -r rok rerr <<<"${results["Redis|$u"]:--|-}"
     echo "| $u | $kok | $kerr | $rok | $rerr |"
 done

@@ -480,7 +480,7 @@ fn logged_as_is(spec: &CommandSpec, argv: &[&[u8]]) -> bool {
         // A plain SET key value has nothing relative to rewrite.
         "set" => argv.len() == 3,
         "setex" | "psetex" | "incrbyfloat" | "getex" | "expire" | "pexpire" | "expireat" | "pexpireat" | "getdel"
-        | "flushall" | "flushdb" => false,
+        | "getset" | "flushall" | "flushdb" => false,
         _ => true,
     }
 }
@@ -521,6 +521,7 @@ fn propagate(ctx: &mut Ctx<'_>, spec: &CommandSpec, argv: &[&[u8]]) -> Vec<Vec<V
         },
         "getex" | "expire" | "pexpire" | "expireat" | "pexpireat" => vec![state_of(ctx, key(), false)],
         "getdel" => vec![vec![b"DEL".to_vec(), key().to_vec()]],
+        "getset" => vec![vec![b"SET".to_vec(), key().to_vec(), argv[2].to_vec()]],
         "flushall" | "flushdb" => vec![vec![argv[0].to_vec()]],
         _ => vec![owned(argv)],
     }

@@ -102,20 +102,23 @@ impl<'a> Pacer<'a> {
         }
     }
 
-    /// Before each key, with the bytes read so far.
+    /// Before each key, with the bytes read so far (a cheap call: it is
+    /// made at every key, so that a load of big values starts serving
+    /// after `loading-process-events-interval-bytes` as Redis's does,
+    /// however few keys that is).
     pub fn key(&mut self, loaded_bytes: impl FnOnce() -> u64) -> Result<(), Stopped> {
         if self.server.shutdown.load(Ordering::Relaxed) {
             return Err(Stopped);
         }
+        let loaded = loaded_bytes();
         if self.items.is_multiple_of(NOTE_EVERY) {
-            let loaded = loaded_bytes();
             self.server.load_progress.loaded_bytes.store(loaded, Ordering::Relaxed);
             let config = self.server.config.read();
             (self.delay_us, self.interval_bytes) = (config.key_load_delay_us, config.loading_process_events_interval_bytes);
-            drop(config);
-            if loaded >= self.interval_bytes {
-                self.serve();
-            }
+        }
+        if !self.served && loaded >= self.interval_bytes {
+            self.server.load_progress.loaded_bytes.store(loaded, Ordering::Relaxed);
+            self.serve();
         }
         self.items += 1;
         if self.delay_us != 0 {

@@ -164,6 +164,18 @@ impl Phase {
             Phase::Connected => "connected",
         }
     }
+
+    /// What Redis's cron logs when `repl-timeout` passes in this phase.
+    fn timed_out(self) -> &'static str {
+        match self {
+            Phase::Connect | Phase::Connecting | Phase::Handshake => "Timeout connecting to the MASTER...",
+            Phase::Transfer => {
+                "Timeout receiving bulk data from MASTER... If the problem persists try to set the 'repl-timeout' \
+                 parameter in redis.conf to a larger value."
+            }
+            Phase::Connected => "MASTER timed out: no data nor PING received...",
+        }
+    }
 }
 
 /// Where the data stands in the master's history: what a PSYNC continues
@@ -242,6 +254,14 @@ impl Replica {
     /// no`: commands without the `stale` flag get -MASTERDOWN.
     pub fn is_stale(&self) -> bool {
         self.is_replica() && !self.serve_stale.load(Ordering::Relaxed) && self.state.lock().phase != Phase::Connected
+    }
+
+    /// INFO's `slave_expires_tracked_keys`: the names of the keys its own
+    /// clients gave a TTL, as Redis counts `slaveKeysWithExpire` (one per
+    /// name, whatever the databases).
+    pub fn own_volatile_keys(&self) -> usize {
+        let own = self.own_volatile.lock();
+        own.iter().map(|(_, key)| key).collect::<std::collections::HashSet<_>>().len()
     }
 
     /// CLIENT KILL TYPE master: drops the link to the master, which the
@@ -571,6 +591,7 @@ fn run(server: &Server) {
         if let Some((host, port)) = master {
             match link(server, &host, port, generation) {
                 Ok(()) | Err(LinkError::Stopped) => {}
+                Err(LinkError::Timeout(_)) => tracing::warn!("{}", replica.state.lock().phase.timed_out()),
                 Err(e) => tracing::warn!("Replication link with MASTER {host}:{port} ended: {e}"),
             }
             link_down(server, generation);

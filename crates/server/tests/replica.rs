@@ -428,9 +428,11 @@ fn offsets_acks_timeouts_and_psync_follow_redis() {
     assert_eq!(r.cmd("GET a"), bulk("1"));
     assert_eq!(r.info_field("replication", "slave_repl_offset"), offset.to_string());
 
-    // Silence past repl-timeout: the replica drops the link and comes back
-    // asking to continue after what it processed.
+    // Silence past repl-timeout: the replica drops the link (saying so as
+    // Redis does) and comes back asking to continue after what it
+    // processed.
     let mut master = FakeMaster::accept(&listener);
+    assert!(log_of(&replica).contains("MASTER timed out: no data nor PING received..."));
     assert_eq!(master.handshake(replica.port), ["PSYNC", replid, &(offset + 1).to_string()]);
     master.write(b"+CONTINUE\r\n");
     let set_b = common::encode(&["SET", "b", "2"]);
@@ -548,17 +550,19 @@ fn a_writable_replica_expires_the_keys_its_own_clients_made_volatile() {
         assert_eq!(m.cmd("DEBUG SET-ACTIVE-EXPIRE 0"), ok());
         assert_eq!(m.cmd("SET theirs v PX 50"), ok());
         wait_acked(&mut m);
-        for (i, line) in ["SET own1 v PX 50", "SETEX own2 1 v", "SET own3 v", "PEXPIRE own3 50", "SET keep v"].iter().enumerate() {
+        let lines = ["SET own1 v PX 50", "SETEX own2 1 v", "SET own3 v", "PEXPIRE own3 50", "SET keep v", "SET later v EX 1000"];
+        for (i, line) in lines.iter().enumerate() {
             assert!(!matches!(r.cmd(line), Frame::Error(_)), "{i}: {line}");
         }
-        assert_eq!(r.cmd("DBSIZE"), int(5));
+        assert_eq!(r.cmd("DBSIZE"), int(6));
         // own1, own2 and own3 go by themselves; the master's key stays,
         // absent to reads, until the master deletes it.
-        wait_for("the replica's own keys expired", || r.cmd("DBSIZE") == int(2));
+        wait_for("the replica's own keys expired", || r.cmd("DBSIZE") == int(3));
+        assert_eq!(r.info_field("stats", "slave_expires_tracked_keys"), "1", "`later` still tracked");
         assert_eq!(r.cmd("EXISTS theirs"), int(0));
         assert_eq!(r.cmd("GET keep"), bulk("v"));
         assert_eq!(m.cmd("DEBUG SET-ACTIVE-EXPIRE 1"), ok());
-        wait_for("the master's DEL", || r.cmd("DBSIZE") == int(1));
+        wait_for("the master's DEL", || r.cmd("DBSIZE") == int(2));
     }
 }
 
@@ -711,5 +715,36 @@ fn client_kill_by_address_drops_the_master_link() {
         assert_eq!(r.send(&["CLIENT", "KILL", "ADDR", "127.0.0.1:1"]), int(0));
         assert_eq!(r.send(&["CLIENT", "KILL", "127.0.0.1:1"]), err("ERR No such client"));
         assert_eq!(r.cmd("GET k"), bulk("v"));
+    }
+}
+
+/// A `swapdb` load cut off by the master, as Redis's own test of it: while
+/// the master's RDB comes slowly (`rdb-key-save-delay`), the replica says
+/// it is loading (once `loading-process-events-interval-bytes` are in,
+/// however few keys that is); when the master drops it, the old data is
+/// there again, whole. A Keel and a redis-server replica, each of a Keel
+/// master.
+#[test]
+fn a_swapdb_load_cut_off_by_the_master_shows_loading_then_the_old_data() {
+    let Some(redis) = Server::start_redis(&["--repl-diskless-load", "swapdb"]) else { return };
+    let keel = Server::start(&["--appendonly", "no", "--repl-diskless-load", "swapdb"]);
+    for replica in [&keel, &redis] {
+        let master = Server::start(&["--appendonly", "no", "--enable-debug-command", "yes", "--rdbcompression", "no"]);
+        let mut m = master.client();
+        // 100 keys of 100 kB, one every 100 ms.
+        assert_eq!(m.cmd("DEBUG POPULATE 100 key 100000"), ok());
+        assert_eq!(m.cmd("CONFIG SET rdb-key-save-delay 100000"), ok());
+        let mut r = replica.client();
+        assert_eq!(r.cmd("SET mykey myvalue"), ok());
+        assert_eq!(r.send(&["REPLICAOF", "127.0.0.1", &master.port.to_string()]), ok());
+        wait_for("the replica loading", || r.info_field("persistence", "loading") == "1");
+        assert!(matches!(r.cmd("GET mykey"), Frame::Error(e) if e.starts_with(b"LOADING")), "port {}", replica.port);
+        // The next sync would start at once otherwise.
+        assert_eq!(m.cmd("CONFIG SET repl-diskless-sync-delay 30"), ok());
+        assert_eq!(m.cmd("CLIENT KILL TYPE replica"), int(1));
+        wait_for("the load's end", || r.info_field("persistence", "loading") == "0");
+        assert_eq!(r.cmd("GET mykey"), bulk("myvalue"), "port {}", replica.port);
+        assert_eq!(r.cmd("DBSIZE"), int(1));
+        assert_eq!(r.cmd("REPLICAOF NO ONE"), ok());
     }
 }

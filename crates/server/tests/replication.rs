@@ -609,7 +609,8 @@ fn a_replica_connects_from_bind_source_addr() {
 /// The stream carries SET and INCRBYFLOAT as Redis 7.0 sends them: a SET
 /// as it came but for GET (KEEPTTL, XX and NX kept) unless it set an
 /// expiry, which goes as `SET k v PXAT <ms>` (SETEX too); INCRBYFLOAT as
-/// `SET k <value> KEEPTTL`; a SET NX that set nothing, not at all.
+/// `SET k <value> KEEPTTL`; a SET NX that set nothing, not at all; GETSET
+/// as SET; BRPOPLPUSH and BLMOVE as RPOPLPUSH and LMOVE.
 /// Compared with redis-server's stream, PXAT's time by its shape.
 #[test]
 fn the_stream_carries_sets_as_redis_sends_them() {
@@ -624,6 +625,10 @@ fn the_stream_carries_sets_as_redis_sends_them() {
         "SET e v EX 100 GET",
         "SETEX e2 100 v",
         "SET p v PXAT 99999999999999",
+        "GETSET g v",
+        "RPUSH src a b c",
+        "BRPOPLPUSH src dst 1",
+        "BLMOVE src dst LEFT RIGHT 1",
     ];
     let stream_of = |server: &Server| -> Vec<Vec<String>> {
         let mut raw = RawReplica::connect(server.port, false);
@@ -664,9 +669,11 @@ fn the_stream_carries_sets_as_redis_sends_them() {
 }
 
 /// A diskless full sync as a raw replica sees it: `+FULLRESYNC`'s replid
-/// and offset, the EOF mark, and the RDB before the mark.
+/// and offset, the EOF mark, and the RDB before the mark. The newlines
+/// that kept the link up before it are passed over.
 fn diskless_sync(raw: &mut RawReplica) -> (String, String, Vec<u8>) {
-    let fullresync = raw.line();
+    let line = raw.line();
+    let fullresync = line.trim_start_matches('\n');
     let words: Vec<&str> = fullresync.split(' ').collect();
     assert_eq!(words[0], "+FULLRESYNC", "{fullresync}");
     let mark = raw.line().strip_prefix("$EOF:").expect("an EOF mark").to_string();
@@ -704,16 +711,19 @@ fn replicas_that_come_together_share_one_diskless_sync() {
         assert_eq!(raw.command(), ["SET", "after", "1"]);
     }
 
-    // With a delay of 1 s and no number, two replicas a moment apart
-    // share the sync; it starts no sooner than a second after the first.
-    assert_eq!(m.send(&["CONFIG", "SET", "repl-diskless-sync-delay", "1", "repl-diskless-sync-max-replicas", "0"]), ok());
+    // With a delay of 2 s and no number, two replicas a moment apart
+    // share the sync; it starts no sooner than 2 s after the first, which
+    // gets a newline every second meanwhile, as from Redis.
+    assert_eq!(m.send(&["CONFIG", "SET", "repl-diskless-sync-delay", "2", "repl-diskless-sync-max-replicas", "0"]), ok());
     let asked = Instant::now();
     let mut third = RawReplica::connect(master.port, true);
     third.send(&["PSYNC", "?", "-1"]);
     let mut fourth = RawReplica::connect(master.port, true);
     fourth.send(&["PSYNC", "?", "-1"]);
+    third.fill();
+    assert_eq!(third.buf[0], b'\n', "a newline first");
     let shared = diskless_sync(&mut third);
-    assert!(asked.elapsed() >= Duration::from_secs(1), "the sync waited the delay");
+    assert!(asked.elapsed() >= Duration::from_secs(2), "the sync waited the delay");
     assert_eq!(diskless_sync(&mut fourth), shared);
     assert_ne!(shared.1, one.1, "a new sync, with a mark of its own");
 }

@@ -121,7 +121,11 @@ fn move_list(ctx: &mut Ctx<'_>, argv: &[&[u8]], from: End, to: End) -> CmdResult
     let (src, dst) = (argv[1], argv[2]);
     match lists::lmove(ctx, src, dst, from, to)? {
         Some(element) => {
-            let logged = [b"LMOVE".as_slice(), src, dst, end_name(from), end_name(to)];
+            // As Redis's: the non-blocking form of the same command.
+            let logged: &[&[u8]] = match argv.len() {
+                4 => &[b"RPOPLPUSH", src, dst],
+                _ => &[b"LMOVE", src, dst, end_name(from), end_name(to)],
+            };
             ctx.propagate_as(vec![logged.iter().map(|a| a.to_vec()).collect()]);
             ctx.out.bulk(&element);
             Ok(())

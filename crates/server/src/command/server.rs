@@ -534,8 +534,8 @@ fn write_section(ctx: &mut Ctx<'_>, section: &str, out: &mut String) {
             field!(out, "latest_fork_usec", 0);
             field!(out, "total_forks", 0);
             field!(out, "migrate_cached_sockets", server.migrate.len());
+            field!(out, "slave_expires_tracked_keys", server.replica.own_volatile_keys());
             for name in [
-                "slave_expires_tracked_keys",
                 "active_defrag_hits",
                 "active_defrag_misses",
                 "active_defrag_key_hits",

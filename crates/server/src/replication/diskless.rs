@@ -24,6 +24,10 @@ use crate::server::Server;
 
 /// How often a waiting group looks at its delay and its members.
 const TICK: Duration = Duration::from_millis(10);
+/// How often the replicas of a waiting group get a newline, as Redis's
+/// cron sends one to replicas waiting for their sync: it keeps a replica's
+/// `repl-timeout` from passing while the delay runs.
+const KEEPALIVE: Duration = Duration::from_secs(1);
 
 /// The replicas waiting for the next diskless sync to start.
 #[derive(Default)]
@@ -84,6 +88,7 @@ pub fn sync(server: &Server, replica: &Arc<AttachedReplica>, pre_psync: bool) ->
 /// rather than every second). Takes the group out, so that replicas
 /// coming later form the next one.
 fn wait_to_start(server: &Server) -> Group {
+    let mut last_newline = Instant::now();
     loop {
         let (delay, max) = {
             let c = server.config.read();
@@ -96,6 +101,11 @@ fn wait_to_start(server: &Server) -> Group {
             let full = max > 0 && waiting >= max;
             if waiting == 0 || full || group.since.elapsed() >= delay || server.shutdown.load(Ordering::Relaxed) {
                 return forming.take().expect("only the leader takes its group");
+            }
+            if last_newline.elapsed() >= KEEPALIVE {
+                last_newline = Instant::now();
+                // A member whose write fails is gone: its threads notice.
+                group.members.iter().for_each(|m| drop((&m.replica.link).write_all(b"\n")));
             }
         }
         std::thread::sleep(TICK);
