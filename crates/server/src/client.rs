@@ -257,6 +257,10 @@ pub enum Message {
     /// A blocked client's wait ended (served, or CLIENT UNBLOCK): its
     /// reply, which may leave once the journal is durable at `lsn`.
     Unblock { client: u64, reply: Vec<u8>, lsn: u64 },
+    /// The server became a replica: end every blocked client's wait with
+    /// an error and close it, as Redis's `disconnectAllBlockedClients`
+    /// (what it waits for would now come from the master, or never).
+    BecameReplica,
     /// A CLIENT PAUSE ended early (CLIENT UNPAUSE, or a shorter pause
     /// replaced it): run the input your paused connections hold.
     Resume,

@@ -461,6 +461,7 @@ fn set_master(server: &Server) {
     let _applying = replica.applying.lock();
     replica.set_phase(Phase::Connect);
     replica.bell.ring();
+    server.broadcast(|| crate::client::Message::BecameReplica);
 }
 
 /// Commands by which a client gives a key a TTL (Redis's setExpire callers).

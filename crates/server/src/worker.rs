@@ -539,6 +539,7 @@ impl Worker {
                 Message::Durable => self.release_durable(),
                 Message::Adopt(accepted) => self.adopt(accepted),
                 Message::RedirectBlocked => self.redirect_blocked(),
+                Message::BecameReplica => self.unblock_all_for_replica(),
                 Message::ShardChannelsGone { client, channels } => {
                     if let Some(key) = self.conn_of(client) {
                         let conn = &mut self.conns[key];
@@ -720,6 +721,22 @@ impl Worker {
                 self.server.count_error(&error);
                 let mut reply = Vec::new();
                 keel_protocol::ReplyWriter::new(&mut reply, waiter.resp3).error(&error);
+                self.unblock(key, &reply, 0);
+            }
+        }
+    }
+
+    /// [`Message::BecameReplica`]: every blocked client gets Redis's
+    /// -UNBLOCKED error, and is closed once it is sent.
+    fn unblock_all_for_replica(&mut self) {
+        const ERROR: &str = "UNBLOCKED force unblock from blocking operation, instance state changed (master -> replica?)";
+        for key in self.blocked.clone() {
+            let Some(waiter) = self.conns.get(key).and_then(|c| c.client.blocked.clone()) else { continue };
+            if waiter.claim() {
+                self.server.count_error(ERROR);
+                let mut reply = Vec::new();
+                keel_protocol::ReplyWriter::new(&mut reply, waiter.resp3).error(ERROR);
+                self.conns[key].client.close_after_reply = true;
                 self.unblock(key, &reply, 0);
             }
         }

@@ -748,3 +748,24 @@ fn a_swapdb_load_cut_off_by_the_master_shows_loading_then_the_old_data() {
         assert_eq!(r.cmd("REPLICAOF NO ONE"), ok());
     }
 }
+
+/// Becoming a replica ends the waits of blocked clients with Redis's
+/// -UNBLOCKED error and closes them (what they wait for would now come
+/// from the master): Keel and redis-server alike.
+#[test]
+fn becoming_a_replica_unblocks_blocked_clients_with_an_error() {
+    let Some(master) = redis_master() else { return };
+    let port = master.port.to_string();
+    let keel = Server::start(&["--appendonly", "no"]);
+    let redis = Server::start_redis(&[]).expect("installed");
+    for server in [&keel, &redis] {
+        let mut blocked = server.client();
+        blocked.write_command(&["BLPOP", "foo", "0"]);
+        let mut c = server.client();
+        wait_for("the client blocked", || c.info_field("clients", "blocked_clients") == "1");
+        assert_eq!(c.send(&["REPLICAOF", "127.0.0.1", &port]), ok());
+        let unblocked = err("UNBLOCKED force unblock from blocking operation, instance state changed (master -> replica?)");
+        assert_eq!(blocked.read(), unblocked, "port {}", server.port);
+        assert!(blocked.read_to_close().is_empty(), "closed after the error");
+    }
+}

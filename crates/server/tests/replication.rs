@@ -816,3 +816,29 @@ fn a_failed_command_from_the_master_is_logged_or_panics_as_configured() {
     }
     drop(port);
 }
+
+/// A command of the master's that comes while a script on the replica is
+/// busy waits for the script to end, as Redis defers its master's stream,
+/// rather than being refused -BUSY (which would lose it).
+#[test]
+fn the_masters_stream_waits_for_a_busy_script_on_the_replica() {
+    let master = Server::start(&["--appendonly", "no"]);
+    let replica = keel_replica_of(&master);
+    let mut r = replica.client();
+    assert_eq!(r.cmd("CONFIG SET busy-reply-threshold 50"), ok());
+    // Busy for a second and a half.
+    let script = "#!lua flags=no-writes\n\
+                  local function us() local t = redis.call('TIME') return t[1] * 1000000 + t[2] end\n\
+                  local start = us()\n\
+                  while us() - start < 1500000 do end\n\
+                  return 1";
+    let mut busy = replica.client();
+    busy.write_command(&["EVAL", script, "0"]);
+    wait_until("the script busy", || matches!(r.cmd("PING"), Frame::Error(e) if e.starts_with(b"BUSY")));
+    let mut m = master.client();
+    assert_eq!(m.cmd("SET x 1"), ok());
+    assert_eq!(busy.read(), int(1));
+    wait_one(&mut m);
+    assert_eq!(r.cmd("GET x"), bulk("1"));
+    assert_eq!(critical_lines(&replica), Vec::<String>::new());
+}

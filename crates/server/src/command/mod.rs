@@ -985,7 +985,9 @@ fn dispatch(
         return Err(reject(server, stats, client, index, spec, error));
     }
     // A busy script holds every shard: answer rather than wait for them.
-    if let Some(error) = crate::scripting::busy_refusal(server, spec) {
+    // The master's stream waits instead, as Redis defers it until the
+    // script ends (answering it -BUSY would lose the command).
+    if let Some(error) = crate::scripting::busy_refusal(server, spec).filter(|_| !client.is_master) {
         stats.commands[index].rejected_calls.fetch_add(1, Ordering::Relaxed);
         return Err(CmdError::other(error));
     }
