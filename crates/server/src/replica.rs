@@ -63,9 +63,11 @@
 //! Redis's do; unlike Redis, a writable replica does not expire the keys
 //! with a TTL that its own clients wrote.
 //!
-//! Not done (yet): SYNC for masters without PSYNC; Redis's async loading
-//! (serving the old data during a `swapdb` load from the same replid:
-//! clients get -LOADING throughout). Sub-replicas of a Keel replica are
+//! A `swapdb` load of the same history (the `+FULLRESYNC` names the replid
+//! the data came from) leaves the old data serving meanwhile, as Redis's
+//! async loading; any other load answers clients -LOADING.
+//!
+//! Not done (yet): SYNC for masters without PSYNC. Sub-replicas of a Keel replica are
 //! served from its own backlog (`crate::replication`), which holds the
 //! records it applied, re-encoded: their offsets are the replica's, not
 //! the master's.
@@ -204,6 +206,12 @@ struct LinkState {
     transfer_size: i64,
     transfer_read: i64,
     transfer_last_io_ms: u64,
+    /// The replid of the history this data belongs to (Redis's
+    /// `server.replid` on a replica): set by a full sync that succeeded
+    /// and by a `+CONTINUE` with a new id. A `+FULLRESYNC` with it again
+    /// brings a later point of the same data, which a `swapdb` load reads
+    /// while the old one goes on serving (async loading).
+    synced_replid: Option<String>,
 }
 
 /// The replica side's state (`Server::replica`).
@@ -717,6 +725,7 @@ fn link(server: &Server, host: &str, port: u16, generation: u64) -> Result<(), L
             tracing::warn!("Master replication ID changed to {new_id}");
             cursor.replid = new_id.to_string();
         }
+        replica.state.lock().synced_replid = Some(cursor.replid.clone());
         apply_stream(conn, cursor)
     } else if reply.starts_with("-NOMASTERLINK") || reply.starts_with("-LOADING") {
         Err(LinkError::TryLater(reply))
@@ -867,8 +876,11 @@ fn full_sync(conn: &mut Conn<'_>, timeout: Duration, cursor: &Cursor) -> Result<
     replica.state.lock().transfer_size = size;
     let generation = conn.generation;
     if diskless != DisklessLoad::No {
+        // Redis's async loading: the same history, later.
+        let same_history = replica.state.lock().synced_replid.as_deref() == Some(cursor.replid.as_str());
+        let serving = diskless == DisklessLoad::SwapDb && same_history;
         let mut payload = Payload { conn, left: (mark.is_none()).then_some(size as u64), timeout, failure: None };
-        return replace_data(server, generation, cursor, || load_from_link(&mut payload, mark.as_deref(), diskless));
+        return replace_data(server, generation, cursor, || load_from_link(&mut payload, mark.as_deref(), diskless, serving));
     }
     let dir = server.config.read().dir.clone();
     let temp = dir.join(format!("temp-{}.{}.rdb", unix_ms() / 1000, std::process::id()));
@@ -918,6 +930,7 @@ fn replace_data(server: &Server, generation: u64, cursor: &Cursor, load: impl Fn
     let mut st = replica.state.lock();
     st.read_offset = cursor.offset;
     st.cursor = Some(cursor.clone());
+    st.synced_replid = Some(cursor.replid.clone());
     Ok(())
 }
 
@@ -978,7 +991,7 @@ fn receive(conn: &mut Conn<'_>, timeout: Duration, temp: &Path, size: i64, mark:
 /// Replaces the dataset with the received RDB, as Redis's
 /// `readSyncBulkPayload` after the transfer.
 fn load(server: &Server, received: &Path) -> Result<(), LinkError> {
-    replace_dataset(server, true, || {
+    replace_dataset(server, true, false, || {
         let mut locked = server.keyspace.lock_all();
         crate::snapshot::replace_held(server, &mut locked, received).map_err(LinkError::Load)
     })
@@ -987,9 +1000,16 @@ fn load(server: &Server, received: &Path) -> Result<(), LinkError> {
 /// What Redis's `readSyncBulkPayload` does around a load, `read`, which
 /// returns (keys loaded, keys expired): the AOF off before (nothing of the
 /// load is logged, and a rewrite of the old data is cancelled, as by
-/// `stopAppendOnly`) and on after; clients answered -LOADING meanwhile.
+/// `stopAppendOnly`) and on after; clients answered -LOADING meanwhile,
+/// unless `serving`: Redis's async loading, where the old data goes on
+/// serving and only the commands flagged `no-async-loading` are refused.
 /// `flushing`: the old data goes first (all but `swapdb`).
-fn replace_dataset(server: &Server, flushing: bool, read: impl FnOnce() -> Result<(u64, u64), LinkError>) -> Result<(), LinkError> {
+fn replace_dataset(
+    server: &Server,
+    flushing: bool,
+    serving: bool,
+    read: impl FnOnce() -> Result<(u64, u64), LinkError>,
+) -> Result<(), LinkError> {
     let appendonly = server.config.read().appendonly;
     if server.aof.state() != AofState::Off {
         switch_aof(server, false).map_err(LinkError::Aof)?;
@@ -999,10 +1019,16 @@ fn replace_dataset(server: &Server, flushing: bool, read: impl FnOnce() -> Resul
         tracing::info!("MASTER <-> REPLICA sync: Flushing old data");
     }
     tracing::info!("MASTER <-> REPLICA sync: Loading DB in memory");
-    server.begin_load();
+    match serving {
+        true => server.async_loading.store(true, Ordering::Release),
+        false => server.begin_load(),
+    }
     let started = Instant::now();
     let loaded = read();
-    server.end_load();
+    match serving {
+        true => server.async_loading.store(false, Ordering::Release),
+        false => server.end_load(),
+    }
     let (keys, expired) = loaded?;
     tracing::info!("Done loading RDB, keys loaded: {keys}, keys expired: {expired} in {:?}", started.elapsed());
     // Redis's restartAOFAfterSYNC: the rewrite this starts writes the
@@ -1018,9 +1044,9 @@ fn replace_dataset(server: &Server, flushing: bool, read: impl FnOnce() -> Resul
 /// takes the serving one's place only once the whole payload is in and
 /// checked, so a failure leaves the data as it was (Redis's `swapdb`
 /// keeps the old data aside for the same reason).
-fn load_from_link(payload: &mut Payload<'_, '_>, mark: Option<&[u8]>, mode: DisklessLoad) -> Result<(), LinkError> {
+fn load_from_link(payload: &mut Payload<'_, '_>, mark: Option<&[u8]>, mode: DisklessLoad, serving: bool) -> Result<(), LinkError> {
     let server = payload.conn.server;
-    let loaded = replace_dataset(server, mode == DisklessLoad::OnEmptyDb, || {
+    let loaded = replace_dataset(server, mode == DisklessLoad::OnEmptyDb, serving, || {
         let total = payload.left.unwrap_or(0);
         let detached = crate::snapshot::load_detached(server, &mut *payload, total).map_err(|e| {
             let reason = payload.failure.as_ref().map_or_else(|| e.clone(), LinkError::to_string);

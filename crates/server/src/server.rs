@@ -227,6 +227,9 @@ pub struct Server {
     /// True while a load runs ([`crate::loading`]): nothing it replays is
     /// logged, and clients wait for it or are answered -LOADING.
     pub loading: AtomicBool,
+    /// True while a replica's `swapdb` load of the same history runs with
+    /// the old data serving (Redis's async loading, `replica.rs`).
+    pub async_loading: AtomicBool,
     /// How far that load has come (INFO loading_*).
     pub load_progress: crate::loading::LoadProgress,
     /// The active expiry cycle runs (DEBUG SET-ACTIVE-EXPIRE 0 stops it).
@@ -401,6 +404,7 @@ impl Server {
             listeners: Default::default(),
             aof: crate::durability::Aof::new(journal, config_fsync),
             loading: AtomicBool::new(false),
+            async_loading: AtomicBool::new(false),
             load_progress: Default::default(),
             active_expire: AtomicBool::new(true),
             meter: Mutex::new(Meter::new()),

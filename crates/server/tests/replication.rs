@@ -842,3 +842,57 @@ fn the_masters_stream_waits_for_a_busy_script_on_the_replica() {
     assert_eq!(r.cmd("GET x"), bulk("1"));
     assert_eq!(critical_lines(&replica), Vec::<String>::new());
 }
+
+/// Redis's async loading: a `swapdb` replica that must sync in full again
+/// from the same history (its PSYNC's offset gone from the backlog) goes
+/// on serving its old data meanwhile, refuses what is flagged
+/// `no-async-loading` with -LOADING, and keeps that data when the sync
+/// fails. A Keel and a redis-server replica of one Keel master, which
+/// serves both with one sync.
+#[test]
+fn a_swapdb_resync_of_the_same_history_serves_the_old_data_meanwhile() {
+    let master = Server::start(&["--appendonly", "no", "--enable-debug-command", "yes", "--rdbcompression", "no"]);
+    let mut m = master.client();
+    assert_eq!(m.cmd("SET old v"), ok());
+    let swapdb = ["--repl-diskless-load", "swapdb"];
+    let keel = Server::start(&[&["--replicaof", "127.0.0.1", &master.port.to_string()][..], &swapdb].concat());
+    let Some(redis) = redis_replica_of(&master, &swapdb) else { return };
+    for replica in [&keel, &redis] {
+        let mut r = replica.client();
+        wait_until("the replica's link", || r.info_field("replication", "master_link_status") == "up");
+        assert_eq!(r.cmd("GET old"), bulk("v"));
+    }
+    // 100 keys of 100 kB sent one every 100 ms: ten seconds of sync.
+    assert_eq!(m.cmd("DEBUG POPULATE 100 key 100000"), ok());
+    assert_eq!(m.cmd("CONFIG SET rdb-key-save-delay 100000"), ok());
+    // Both replicas in one sync: they come back a second apart at most.
+    assert_eq!(m.cmd("CONFIG SET repl-diskless-sync-delay 2"), ok());
+    // In one transaction, as Redis's test: the links dropped, and the
+    // backlog left holding too little for a partial resync.
+    assert_eq!(m.cmd("MULTI"), ok());
+    for line in ["CLIENT KILL TYPE replica", "CONFIG SET repl-backlog-size 16384"] {
+        assert_eq!(m.cmd(line), simple("QUEUED"));
+    }
+    assert_eq!(m.send(&["SET", "filler", &"x".repeat(20_000)]), simple("QUEUED"));
+    assert_eq!(m.cmd("EXEC"), Frame::Array(vec![int(2), ok(), ok()]));
+    for replica in [&keel, &redis] {
+        let mut r = replica.client();
+        wait_until("the async load", || r.info_field("persistence", "async_loading") == "1");
+        assert_eq!(r.info_field("persistence", "loading"), "0");
+        assert_eq!(r.cmd("GET old"), bulk("v"), "the old data serves, port {}", replica.port);
+    }
+    // Refused as by Redis's own test of it (redis-server answers these
+    // -LOADING only while its load is between two reads, so not here).
+    let mut r = keel.client();
+    for refused in ["REPLICAOF NO ONE", "CONFIG SET appendonly no"] {
+        assert_eq!(r.cmd(refused), err("LOADING Keel is loading the dataset in memory"), "{refused}");
+    }
+    assert_eq!(m.cmd("CONFIG SET repl-diskless-sync-delay 30"), ok());
+    assert_eq!(m.cmd("CLIENT KILL TYPE replica"), int(2));
+    for replica in [&keel, &redis] {
+        let mut r = replica.client();
+        wait_until("the load's end", || r.info_field("persistence", "async_loading") == "0");
+        assert_eq!(r.cmd("GET old"), bulk("v"), "the old data stays, port {}", replica.port);
+        assert_eq!(r.cmd("EXISTS key:1"), int(0));
+    }
+}

@@ -997,6 +997,11 @@ fn dispatch(
         stats.commands[index].rejected_calls.fetch_add(1, Ordering::Relaxed);
         return Err(CmdError::other(LOADING_ERROR));
     }
+    // An async load serves the old data; what would disturb it waits.
+    if spec.has(flags::NO_ASYNC_LOADING) && server.async_loading.load(Ordering::Relaxed) {
+        stats.commands[index].rejected_calls.fetch_add(1, Ordering::Relaxed);
+        return Err(CmdError::other(LOADING_ERROR));
+    }
     // A MONITOR client is a replica to Redis: it may not touch keys.
     if client.info.monitor.load(Ordering::Relaxed) && spec.has(flags::WRITE | flags::READONLY) {
         stats.commands[index].rejected_calls.fetch_add(1, Ordering::Relaxed);

@@ -386,7 +386,7 @@ fn write_section(ctx: &mut Ctx<'_>, section: &str, out: &mut String) {
             out.push_str("# Persistence\r\n");
             for (name, value) in [
                 ("loading", if server.loading.load(Ordering::Relaxed) { "1" } else { "0" }),
-                ("async_loading", "0"),
+                ("async_loading", if server.async_loading.load(Ordering::Relaxed) { "1" } else { "0" }),
             ] {
                 field!(out, name, value);
             }
@@ -481,7 +481,7 @@ fn write_section(ctx: &mut Ctx<'_>, section: &str, out: &mut String) {
             // Memory the running snapshot holds besides the dataset: old
             // versions of keys written since it began (`current_cow_size`).
             field!(out, "keel_snapshot_saved_bytes", kept);
-            if server.loading.load(Ordering::Relaxed) {
+            if server.loading.load(Ordering::Relaxed) || server.async_loading.load(Ordering::Relaxed) {
                 // Redis's loading progress fields, shown while loading.
                 let p = &server.load_progress;
                 let (total, loaded) = (p.total_bytes.load(Ordering::Relaxed), p.loaded_bytes.load(Ordering::Relaxed));
@@ -946,7 +946,8 @@ fn config_set(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     };
     // Redis's DENY_LOADING_CONFIG, whose error comes before any other.
     let denied_while_loading = |name: &String| crate::config::find(name).is_some_and(|d| crate::config::DENIED_WHILE_LOADING.contains(&d.name));
-    if ctx.server.loading.load(Ordering::Relaxed) && pairs.iter().any(|(name, _)| denied_while_loading(name)) {
+    let loading = ctx.server.loading.load(Ordering::Relaxed) || ctx.server.async_loading.load(Ordering::Relaxed);
+    if loading && pairs.iter().any(|(name, _)| denied_while_loading(name)) {
         return Err(CmdError::other(super::LOADING_ERROR));
     }
     // Then every name must be known, settable and given once.
