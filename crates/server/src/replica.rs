@@ -879,7 +879,7 @@ fn full_sync(conn: &mut Conn<'_>, timeout: Duration, cursor: &Cursor) -> Result<
         // Redis's async loading: the same history, later.
         let same_history = replica.state.lock().synced_replid.as_deref() == Some(cursor.replid.as_str());
         let serving = diskless == DisklessLoad::SwapDb && same_history;
-        let mut payload = Payload { conn, left: (mark.is_none()).then_some(size as u64), timeout, failure: None };
+        let mut payload = Payload { conn, left: (mark.is_none()).then_some(size as u64), timeout, failure: None, consumed: 0 };
         return replace_data(server, generation, cursor, || load_from_link(&mut payload, mark.as_deref(), diskless, serving));
     }
     let dir = server.config.read().dir.clone();
@@ -1049,6 +1049,15 @@ fn load_from_link(payload: &mut Payload<'_, '_>, mark: Option<&[u8]>, mode: Disk
     let loaded = replace_dataset(server, mode == DisklessLoad::OnEmptyDb, serving, || {
         let total = payload.left.unwrap_or(0);
         let detached = crate::snapshot::load_detached(server, &mut *payload, total).map_err(|e| {
+            // Redis's rdbReportError lines: a link that failed is no damage.
+            let offset = payload.consumed;
+            match &payload.failure {
+                Some(link) => tracing::warn!(
+                    "Internal error in RDB reading offset {offset} -> {link}. \
+                     Failure loading rdb format from socket, assuming connection error, resuming operation."
+                ),
+                None => tracing::warn!("Internal error in RDB reading offset {offset} -> {e}. Failure loading rdb format"),
+            }
             let reason = payload.failure.as_ref().map_or_else(|| e.clone(), LinkError::to_string);
             tracing::warn!("Failed trying to load the MASTER synchronization DB from socket: {reason}");
             payload.failure.take().unwrap_or(LinkError::Load(e))
@@ -1083,6 +1092,8 @@ struct Payload<'c, 's> {
     timeout: Duration,
     /// Why the link failed under the parser, which sees an I/O error only.
     failure: Option<LinkError>,
+    /// Bytes of the payload the parser has taken.
+    consumed: u64,
 }
 
 impl Payload<'_, '_> {
@@ -1144,6 +1155,7 @@ impl io::BufRead for Payload<'_, '_> {
 
     fn consume(&mut self, n: usize) {
         self.conn.start += n;
+        self.consumed += n as u64;
         if let Some(left) = &mut self.left {
             *left -= n as u64;
         }

@@ -659,6 +659,9 @@ fn a_failed_diskless_load_leaves_the_old_data() {
     }
     let log = log_of(&keel);
     assert!(log.contains("Replication stream EOF marker is broken"), "{log}");
+    // Redis's lines for a cut link (no damage) and for a damaged RDB.
+    assert!(log.contains("Failure loading rdb format from socket, assuming connection error, resuming operation."), "{log}");
+    assert!(log.contains("-> at offset 22: corrupt RDB at byte 22: unknown opcode or value type 99. Failure loading rdb format"), "{log}");
     assert!(log.contains("Discarding temporary DB in background"), "{log}");
 }
 
