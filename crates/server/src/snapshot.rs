@@ -1,6 +1,7 @@
 //! RDB snapshots: SAVE, BGSAVE [SCHEDULE], the `save` rules' cron,
-//! `stop-writes-on-bgsave-error`, SHUTDOWN's final save, DEBUG RELOAD, and
-//! loading `dump.rdb` at start.
+//! `stop-writes-on-bgsave-error`, SHUTDOWN's final save, DEBUG RELOAD,
+//! loading `dump.rdb` at start, and a replica's loads of its master's RDB
+//! (from a file, or off the link into a [`Detached`] dataset).
 //!
 //! A save is a forkless point-in-time snapshot (`keel_engine`'s
 //! `snapshot.rs`), driven as the AOF rewrite drives one (`rewrite.rs`):
