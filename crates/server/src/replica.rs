@@ -800,6 +800,19 @@ impl Conn<'_> {
         Ok(n)
     }
 
+    /// Returns once bytes are buffered, reading if none are; fails when
+    /// none came within `timeout`, or the link is no longer wanted.
+    fn await_bytes(&mut self, timeout: Duration) -> Result<(), LinkError> {
+        let since = Instant::now();
+        while self.buffered() == 0 {
+            self.still_wanted()?;
+            if self.fill()? == 0 && since.elapsed() >= timeout {
+                return Err(LinkError::Timeout(timeout.as_secs()));
+            }
+        }
+        Ok(())
+    }
+
     /// Fails the link if it is no longer wanted.
     fn still_wanted(&self) -> Result<(), LinkError> {
         if wanted(self.server, self.generation) {
@@ -940,18 +953,8 @@ fn receive(conn: &mut Conn<'_>, timeout: Duration, temp: &Path, size: i64, mark:
     let mut file = BufWriter::with_capacity(1 << 20, File::create(temp)?);
     let mut read = 0i64;
     let mut tail: Vec<u8> = Vec::with_capacity(2 * RUN_ID_SIZE);
-    let mut last_io = Instant::now();
     loop {
-        if conn.buffered() == 0 {
-            conn.still_wanted()?;
-            if conn.fill()? == 0 {
-                if last_io.elapsed() >= timeout {
-                    return Err(LinkError::Timeout(timeout.as_secs()));
-                }
-                continue;
-            }
-            last_io = Instant::now();
-        }
+        conn.await_bytes(timeout)?;
         // With a size, bytes past it are the stream's: they stay buffered.
         let take = match mark {
             Some(_) => conn.buffered(),
@@ -1129,24 +1132,15 @@ impl io::BufRead for Payload<'_, '_> {
         if self.left == Some(0) {
             return Ok(&[]);
         }
-        let mut last_io = Instant::now();
-        while self.conn.buffered() == 0 {
-            let filled = self.conn.still_wanted().and_then(|()| self.conn.fill());
-            let failure = match filled {
-                Ok(0) if last_io.elapsed() < self.timeout => continue,
-                Ok(0) => LinkError::Timeout(self.timeout.as_secs()),
-                Ok(n) => {
-                    last_io = Instant::now();
-                    let mut st = self.conn.server.replica.state.lock();
-                    st.transfer_read += n as i64;
-                    st.transfer_last_io_ms = unix_ms();
-                    continue;
-                }
-                Err(e) => e,
-            };
-            let error = io::Error::other(failure.to_string());
-            self.failure = Some(failure);
-            return Err(error);
+        if self.conn.buffered() == 0 {
+            if let Err(failure) = self.conn.await_bytes(self.timeout) {
+                let error = io::Error::other(failure.to_string());
+                self.failure = Some(failure);
+                return Err(error);
+            }
+            let mut st = self.conn.server.replica.state.lock();
+            st.transfer_read += self.conn.buffered() as i64;
+            st.transfer_last_io_ms = unix_ms();
         }
         let available = self.left.map_or(usize::MAX, |left| usize::try_from(left).unwrap_or(usize::MAX));
         let n = self.conn.buffered().min(available);
