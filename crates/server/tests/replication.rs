@@ -865,8 +865,8 @@ fn a_swapdb_resync_of_the_same_history_serves_the_old_data_meanwhile() {
     // 100 keys of 100 kB sent one every 100 ms: ten seconds of sync.
     assert_eq!(m.cmd("DEBUG POPULATE 100 key 100000"), ok());
     assert_eq!(m.cmd("CONFIG SET rdb-key-save-delay 100000"), ok());
-    // Both replicas in one sync: they come back a second apart at most.
-    assert_eq!(m.cmd("CONFIG SET repl-diskless-sync-delay 2"), ok());
+    // Both replicas in one sync, which starts once both are back.
+    assert_eq!(m.cmd("CONFIG SET repl-diskless-sync-delay 60 repl-diskless-sync-max-replicas 2"), ok());
     // In one transaction, as Redis's test: the links dropped, and the
     // backlog left holding too little for a partial resync.
     assert_eq!(m.cmd("MULTI"), ok());
@@ -887,7 +887,8 @@ fn a_swapdb_resync_of_the_same_history_serves_the_old_data_meanwhile() {
     for refused in ["REPLICAOF NO ONE", "CONFIG SET appendonly no"] {
         assert_eq!(r.cmd(refused), err("LOADING Keel is loading the dataset in memory"), "{refused}");
     }
-    assert_eq!(m.cmd("CONFIG SET repl-diskless-sync-delay 30"), ok());
+    // No sync after this one for a while.
+    assert_eq!(m.cmd("CONFIG SET repl-diskless-sync-max-replicas 0"), ok());
     assert_eq!(m.cmd("CLIENT KILL TYPE replica"), int(2));
     for replica in [&keel, &redis] {
         let mut r = replica.client();
