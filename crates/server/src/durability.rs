@@ -412,7 +412,7 @@ pub fn append<A: AsRef<[u8]>>(server: &Server, db: usize, argv: &[A], item_flags
 /// The journal position replicas must wait for before they are sent a
 /// record at `lsn`: the record itself under `appendfsync always`, where
 /// a reply waits for it too; nothing otherwise.
-fn replicas_wait_for(server: &Server, lsn: Lsn) -> Lsn {
+pub fn replicas_wait_for(server: &Server, lsn: Lsn) -> Lsn {
     if server.gate_replies() {
         lsn
     } else {

@@ -67,10 +67,22 @@
 //! the data came from) leaves the old data serving meanwhile, as Redis's
 //! async loading; any other load answers clients -LOADING.
 //!
-//! Not done (yet): SYNC for masters without PSYNC. Sub-replicas of a Keel replica are
-//! served from its own backlog (`crate::replication`), which holds the
-//! records it applied, re-encoded: their offsets are the replica's, not
-//! the master's.
+//! # One history down the chain
+//!
+//! A replica's own replicas see its master's history, as in Redis: each
+//! piece of the stream applied is passed on as it came, to the backlog
+//! (`Replication::proxy`), under the same hold, so the backlog's end is
+//! always the master's offset of the data; a transaction goes at its
+//! EXEC. A full sync takes up the master's replid and offset (and the
+//! stream's database from the RDB's `repl-stream-db`, since a stream
+//! proxied from further up has no SELECT first), dropping this server's
+//! replicas and backlog first; a `+CONTINUE` with a new replid keeps the
+//! old one as the secondary id. Promotion makes the master's history the
+//! secondary id, up to the offset applied; turning a master into a replica
+//! PSYNCs with its own history (Redis's cached master "using myself"), so
+//! a new master that was its replica continues it.
+//!
+//! Not done (yet): SYNC for masters without PSYNC.
 
 use std::fs::{self, File};
 use std::io::{self, BufWriter, Read, Write};
@@ -299,6 +311,18 @@ impl Replica {
     fn set_phase(&self, phase: Phase) {
         self.state.lock().phase = phase;
     }
+
+    /// Holds the master's stream still: while held, no piece of it is
+    /// being applied and proxied, so the backlog's end is the master's
+    /// offset of the data (a full sync's instant S on a replica).
+    pub fn hold_stream(&self) -> parking_lot::MutexGuard<'_, ()> {
+        self.applying.lock()
+    }
+
+    /// The link to the master is up (Redis's `REPL_STATE_CONNECTED`).
+    pub fn link_up(&self) -> bool {
+        self.state.lock().phase == Phase::Connected
+    }
 }
 
 /// The link as INFO and ROLE show it.
@@ -467,6 +491,13 @@ fn set_master(server: &Server) {
     let replica = &server.replica;
     replica.generation.fetch_add(1, Ordering::AcqRel);
     let _applying = replica.applying.lock();
+    if let Some((replid, offset)) = server.repl.start_proxying() {
+        tracing::info!(
+            "Before turning into a replica, using my own master parameters to synthesize a cached master: \
+             I may be able to synchronize with the new master with just a partial transfer."
+        );
+        replica.state.lock().cursor = Some(Cursor { replid, offset: offset as i64, db: 0 });
+    }
     replica.set_phase(Phase::Connect);
     replica.bell.ring();
     server.broadcast(|| crate::client::Message::BecameReplica);
@@ -497,8 +528,8 @@ pub fn note_own_write(ctx: &mut Ctx<'_>, spec: &crate::command::CommandSpec, arg
 }
 
 /// A replica's cron: deletes the remembered keys whose time has run out
-/// (journaled and passed on to its own replicas as DELs, with the
-/// `expired` event), and forgets those gone or no longer volatile, as
+/// (journaled as DELs, with the `expired` event; its own replicas, which
+/// get the master's stream, never had them), and forgets those gone or no longer volatile, as
 /// Redis's expireSlaveKeys.
 pub fn expire_own_keys(server: &Server) {
     let replica = &server.replica;
@@ -554,8 +585,11 @@ fn unset_master(server: &Server) {
         cursor
     };
     replica.bell.ring();
-    if let Some(cursor) = cursor {
-        promoted(server, &cursor.replid, cursor.offset);
+    let history = cursor.as_ref().filter(|c| c.offset >= 0).map(|c| (c.replid.as_str(), c.offset as u64));
+    server.repl.stop_proxying(history);
+    if let Some((old, _)) = history {
+        let (replid, _, second) = server.repl.ids();
+        tracing::warn!("Setting secondary replication ID to {old}, valid up to offset: {second}. New replication ID is {replid}");
     }
     // As Redis's replicationUnsetMaster: an AOF a failed sync left off
     // comes back on.
@@ -564,20 +598,6 @@ fn unset_master(server: &Server) {
             tracing::warn!("Failed enabling the AOF after the promotion: {e}");
         }
     }
-}
-
-/// Promotion to master with the data of `old_master_replid` up to
-/// `offset`: as Redis's `shiftReplicationId`, that ID becomes the
-/// secondary one and a new replication ID starts (`Replication::shift_replid`).
-fn promoted(server: &Server, old_master_replid: &str, offset: i64) {
-    if offset < 0 {
-        return;
-    }
-    server.repl.shift_replid(old_master_replid.to_string(), offset as u64);
-    let (replid, _, second) = server.repl.ids();
-    tracing::warn!(
-        "Setting secondary replication ID to {old_master_replid}, valid up to offset: {second}. New replication ID is {replid}"
-    );
 }
 
 /// Starts the link thread.
@@ -711,8 +731,8 @@ fn link(server: &Server, host: &str, port: u16, generation: u64) -> Result<(), L
             return Err(LinkError::Psync(format!("wrong +FULLRESYNC syntax: {reply}")));
         };
         tracing::info!("Full resync from master: {replid}:{offset}");
-        let cursor = Cursor { replid: replid.to_string(), offset, db: 0 };
-        full_sync(&mut conn, timeout, &cursor)?;
+        let mut cursor = Cursor { replid: replid.to_string(), offset, db: 0 };
+        full_sync(&mut conn, timeout, &mut cursor)?;
         tracing::info!("MASTER <-> REPLICA sync: Finished with success");
         apply_stream(conn, cursor)
     } else if let Some(rest) = reply.strip_prefix("+CONTINUE") {
@@ -725,7 +745,13 @@ fn link(server: &Server, host: &str, port: u16, generation: u64) -> Result<(), L
             tracing::warn!("Master replication ID changed to {new_id}");
             cursor.replid = new_id.to_string();
         }
-        replica.state.lock().synced_replid = Some(cursor.replid.clone());
+        {
+            let _applying = replica.applying.lock();
+            conn.still_wanted()?;
+            let size = server.config.read().repl_backlog_size;
+            server.repl.continue_master_history(&cursor.replid, cursor.offset as u64, cursor.db, size);
+            replica.state.lock().synced_replid = Some(cursor.replid.clone());
+        }
         apply_stream(conn, cursor)
     } else if reply.starts_with("-NOMASTERLINK") || reply.starts_with("-LOADING") {
         Err(LinkError::TryLater(reply))
@@ -849,7 +875,7 @@ fn encode(argv: &[&str]) -> Vec<u8> {
 
 /// A full sync: receives the RDB into a temporary file, then replaces the
 /// dataset with it.
-fn full_sync(conn: &mut Conn<'_>, timeout: Duration, cursor: &Cursor) -> Result<(), LinkError> {
+fn full_sync(conn: &mut Conn<'_>, timeout: Duration, cursor: &mut Cursor) -> Result<(), LinkError> {
     let server = conn.server;
     let replica = &server.replica;
     {
@@ -930,16 +956,28 @@ fn dataset_is_empty(server: &Server) -> bool {
 
 /// Runs `load` as the replica's data changes hands: holding
 /// [`Replica::applying`], with the old history dropped first (a failed
-/// load must not PSYNC from it, Redis's `replicationDiscardCachedMaster`),
-/// and the link's `cursor` recorded once it succeeded.
-fn replace_data(server: &Server, generation: u64, cursor: &Cursor, load: impl FnOnce() -> Result<(), LinkError>) -> Result<(), LinkError> {
+/// load must not PSYNC from it, Redis's `replicationDiscardCachedMaster`;
+/// this server's own replicas go, and its backlog), and once it succeeded
+/// the master's history taken up from the link's `cursor` on, in the
+/// database the RDB names (`repl-stream-db`; a master's stream that
+/// proxies its own master's has no SELECT first).
+fn replace_data(
+    server: &Server,
+    generation: u64,
+    cursor: &mut Cursor,
+    load: impl FnOnce() -> Result<crate::snapshot::Loaded, LinkError>,
+) -> Result<(), LinkError> {
     let replica = &server.replica;
     let _applying = replica.applying.lock();
     if !wanted(server, generation) {
         return Err(LinkError::Stopped);
     }
     replica.state.lock().cursor = None;
-    load()?;
+    server.repl.forget_history();
+    let loaded = load()?;
+    cursor.db = loaded.stream_db.unwrap_or(0);
+    let size = server.config.read().repl_backlog_size;
+    server.repl.adopt_master_history(&cursor.replid, cursor.offset as u64, cursor.db, size);
     let mut st = replica.state.lock();
     st.read_offset = cursor.offset;
     st.cursor = Some(cursor.clone());
@@ -993,15 +1031,15 @@ fn receive(conn: &mut Conn<'_>, timeout: Duration, temp: &Path, size: i64, mark:
 
 /// Replaces the dataset with the received RDB, as Redis's
 /// `readSyncBulkPayload` after the transfer.
-fn load(server: &Server, received: &Path) -> Result<(), LinkError> {
+fn load(server: &Server, received: &Path) -> Result<crate::snapshot::Loaded, LinkError> {
     replace_dataset(server, true, false, || {
         let mut locked = server.keyspace.lock_all();
         crate::snapshot::replace_held(server, &mut locked, received).map_err(LinkError::Load)
     })
 }
 
-/// What Redis's `readSyncBulkPayload` does around a load, `read`, which
-/// returns (keys loaded, keys expired): the AOF off before (nothing of the
+/// What Redis's `readSyncBulkPayload` does around a load, `read`: the AOF
+/// off before (nothing of the
 /// load is logged, and a rewrite of the old data is cancelled, as by
 /// `stopAppendOnly`) and on after; clients answered -LOADING meanwhile,
 /// unless `serving`: Redis's async loading, where the old data goes on
@@ -1011,8 +1049,8 @@ fn replace_dataset(
     server: &Server,
     flushing: bool,
     serving: bool,
-    read: impl FnOnce() -> Result<(u64, u64), LinkError>,
-) -> Result<(), LinkError> {
+    read: impl FnOnce() -> Result<crate::snapshot::Loaded, LinkError>,
+) -> Result<crate::snapshot::Loaded, LinkError> {
     let appendonly = server.config.read().appendonly;
     if server.aof.state() != AofState::Off {
         switch_aof(server, false).map_err(LinkError::Aof)?;
@@ -1032,14 +1070,14 @@ fn replace_dataset(
         true => server.async_loading.store(false, Ordering::Release),
         false => server.end_load(),
     }
-    let (keys, expired) = loaded?;
-    tracing::info!("Done loading RDB, keys loaded: {keys}, keys expired: {expired} in {:?}", started.elapsed());
+    let loaded = loaded?;
+    tracing::info!("Done loading RDB, keys loaded: {}, keys expired: {} in {:?}", loaded.keys, loaded.expired, started.elapsed());
     // Redis's restartAOFAfterSYNC: the rewrite this starts writes the
     // synced data as the AOF's base.
     if appendonly {
         switch_aof(server, true).map_err(LinkError::Aof)?;
     }
-    Ok(())
+    Ok(loaded)
 }
 
 /// A diskless load: the parser reads the payload straight off the link
@@ -1047,7 +1085,12 @@ fn replace_dataset(
 /// takes the serving one's place only once the whole payload is in and
 /// checked, so a failure leaves the data as it was (Redis's `swapdb`
 /// keeps the old data aside for the same reason).
-fn load_from_link(payload: &mut Payload<'_, '_>, mark: Option<&[u8]>, mode: DisklessLoad, serving: bool) -> Result<(), LinkError> {
+fn load_from_link(
+    payload: &mut Payload<'_, '_>,
+    mark: Option<&[u8]>,
+    mode: DisklessLoad,
+    serving: bool,
+) -> Result<crate::snapshot::Loaded, LinkError> {
     let server = payload.conn.server;
     let loaded = replace_dataset(server, mode == DisklessLoad::OnEmptyDb, serving, || {
         let total = payload.left.unwrap_or(0);
@@ -1066,7 +1109,7 @@ fn load_from_link(payload: &mut Payload<'_, '_>, mark: Option<&[u8]>, mode: Disk
             payload.failure.take().unwrap_or(LinkError::Load(e))
         })?;
         payload.finish(mark)?;
-        let (keys, expired) = (detached.keys, detached.expired);
+        let loaded = detached.loaded;
         let (old, old_keys) = {
             let mut locked = server.keyspace.lock_all();
             crate::snapshot::install_held(server, &mut locked, detached).map_err(LinkError::Load)?
@@ -1076,7 +1119,7 @@ fn load_from_link(payload: &mut Payload<'_, '_>, mark: Option<&[u8]>, mode: Disk
             tracing::info!("MASTER <-> REPLICA sync: Discarding old DB in background");
         }
         crate::lazyfree::drop_async(old, old_keys);
-        Ok((keys, expired))
+        Ok(loaded)
     });
     if loaded.is_err() && mode == DisklessLoad::SwapDb {
         tracing::info!("MASTER <-> REPLICA sync: Discarding temporary DB in background");
@@ -1205,6 +1248,9 @@ fn apply_stream(mut conn: Conn<'_>, mut cursor: Cursor) -> Result<(), LinkError>
     let mut last_ack: Option<Instant> = None;
     let mut last_lsn = 0u64;
     let mut last_io = Instant::now();
+    // What was applied but not yet proxied to this server's replicas: a
+    // transaction goes to them whole, at its EXEC, as it counts then.
+    let mut unproxied: Vec<u8> = Vec::new();
     let result = loop {
         if let Err(e) = conn.still_wanted() {
             break Err(e);
@@ -1229,6 +1275,8 @@ fn apply_stream(mut conn: Conn<'_>, mut cursor: Cursor) -> Result<(), LinkError>
             // expired there.
             let now_ms = 0;
             let mut failed = None;
+            let batch_start = conn.start;
+            let proxied_upto = cursor.offset;
             loop {
                 let parsed = match keel_protocol::parse_request(&conn.buf[conn.start..], &limits) {
                     Ok(Some(parsed)) => parsed,
@@ -1265,6 +1313,15 @@ fn apply_stream(mut conn: Conn<'_>, mut cursor: Cursor) -> Result<(), LinkError>
                 }
             }
             cursor.db = client.db;
+            // Proxied under the same hold as applied: a snapshot for a
+            // replica of this one sees both or neither.
+            unproxied.extend_from_slice(&conn.buf[batch_start..conn.start]);
+            let ready = (cursor.offset - proxied_upto) as usize;
+            if ready > 0 {
+                let lsn = crate::durability::replicas_wait_for(server, last_lsn);
+                server.repl.proxy(&unproxied[..ready], cursor.db, lsn);
+                unproxied.drain(..ready);
+            }
             replica.state.lock().cursor = Some(cursor.clone());
             if let Some(e) = failed {
                 break Err(e);

@@ -389,7 +389,7 @@ impl Server {
             errorstats: Mutex::new(BTreeMap::new()),
             started: Instant::now(),
             run_id,
-            repl: crate::replication::Replication::new(),
+            repl: crate::replication::Replication::new(mirrored.replicaof.is_some()),
             dirty: AtomicU64::new(0),
             unexpected_error_replies: AtomicU64::new(0),
             lastsave_s: AtomicU64::new(unix_ms() / 1000),

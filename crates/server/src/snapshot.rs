@@ -74,6 +74,7 @@ use crate::config::SaveRule;
 
 use crate::doorbell::{Doorbell, Wake};
 use crate::rdb::{Gathered, GatheredValue};
+use crate::replication::SyncPoint;
 use crate::scripting::functions::Library;
 use crate::server::{unix_ms, Server};
 
@@ -93,6 +94,9 @@ pub struct Saver {
     scheduled: AtomicBool,
     /// A BGSAVE holds the snapshot token and writes (rdb_bgsave_in_progress).
     in_progress: AtomicBool,
+    /// A replica's full sync holds it: INFO counts that as a save in
+    /// progress too, as Redis counts its RDB child for a replica.
+    for_sync: AtomicBool,
     /// The last BGSAVE failed (rdb_last_bgsave_status:err); a successful
     /// SAVE or BGSAVE clears it.
     last_failed: AtomicBool,
@@ -155,7 +159,7 @@ impl Saver {
     pub fn info(&self) -> SaveInfo {
         let st = self.state.lock();
         SaveInfo {
-            in_progress: self.in_progress.load(Ordering::Acquire),
+            in_progress: self.in_progress.load(Ordering::Acquire) || self.for_sync.load(Ordering::Acquire),
             scheduled: self.scheduled.load(Ordering::Relaxed),
             current_s: st.started.map_or(-1, |t| t.elapsed().as_secs() as i64),
             last_s: st.last_took.map_or(-1, |d| d.as_secs() as i64),
@@ -654,6 +658,17 @@ impl<W: Write> DumpWriter<W> {
         Ok(())
     }
 
+    /// The aux fields Redis writes into a full sync's RDB: the stream's
+    /// database after it (which a replica's replica needs, its stream
+    /// being proxied without a SELECT first), its history and offset.
+    fn sync_point(&mut self, point: &SyncPoint) -> Result<(), String> {
+        let fields = [("repl-stream-db", point.stream_db.to_string()), ("repl-id", point.replid.clone()), ("repl-offset", point.offset.to_string())];
+        for (name, value) in fields {
+            self.w.aux(name.as_bytes(), value.as_bytes()).map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+
     /// The function libraries, before the databases as Redis writes them.
     fn functions(&mut self, libraries: &[Arc<Library>]) -> Result<(), String> {
         for library in libraries {
@@ -795,7 +810,10 @@ pub struct SyncSnapshot(Begun);
 
 /// Takes the snapshot token (waiting while a BGSAVE or an AOF rewrite
 /// holds it) and a full sync's instant S, running `at_s` under every
-/// shard lock. `None` if `stop` said so before the token came.
+/// shard lock. On a replica, S falls between two pieces of its master's
+/// stream, each applied and proxied as one (`Replica::hold_stream`), so
+/// that the backlog's end is the master's offset of what the snapshot
+/// holds. `None` if `stop` said so before the token came.
 pub fn take_for_sync(server: &Server, at_s: impl FnOnce(), stop: &dyn Fn() -> bool) -> Option<SyncSnapshot> {
     while server.snapshot_active.compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire).is_err() {
         if stop() {
@@ -803,6 +821,8 @@ pub fn take_for_sync(server: &Server, at_s: impl FnOnce(), stop: &dyn Fn() -> bo
         }
         std::thread::sleep(Duration::from_millis(5));
     }
+    server.rdb.for_sync.store(true, Ordering::Release);
+    let _stream = server.replica.hold_stream();
     Some(SyncSnapshot(begin_with(server, at_s)))
 }
 
@@ -812,12 +832,14 @@ pub fn take_for_sync(server: &Server, at_s: impl FnOnce(), stop: &dyn Fn() -> bo
 pub fn write_for_sync<W: Write + Send>(
     server: &Server,
     taken: SyncSnapshot,
+    point: &SyncPoint,
     sink: W,
     stop: &(dyn Fn() -> bool + Sync),
 ) -> Result<W, String> {
     let urgent = AtomicBool::new(false);
     let result = DumpWriter::new(sink, dump_settings(server)).and_then(|mut out| {
         out.counts = taken.0.counts;
+        out.sync_point(point)?;
         out.functions(&taken.0.libraries)?;
         crate::behind::scan(server, "keel-repl-sync-bg", &urgent, |behind| stream(server, &mut out, stop, behind.then_some(&urgent)))?;
         out.finish_into()
@@ -829,6 +851,7 @@ pub fn write_for_sync<W: Write + Send>(
         }
     }
     server.snapshot_progress.end();
+    server.rdb.for_sync.store(false, Ordering::Release);
     server.snapshot_active.store(false, Ordering::Release);
     result
 }
@@ -897,9 +920,25 @@ enum Read {
     Function(Vec<u8>),
 }
 
-/// Reads `path`, handing what it holds to `sink`. Returns the expired keys
-/// skipped; an error names the offset.
-fn read_dump(server: &Server, path: &Path, sink: &mut dyn FnMut(Read) -> Result<(), LoadError>) -> Result<u64, LoadError> {
+/// What a read RDB said besides its keys.
+struct RdbRead {
+    /// Keys skipped because they had expired.
+    expired: u64,
+    /// Its `repl-stream-db`: where a full sync's stream goes on.
+    stream_db: Option<usize>,
+}
+
+/// A load's outcome: keys loaded and skipped as expired, and where a full
+/// sync's stream goes on (the RDB's `repl-stream-db`).
+#[derive(Debug, Clone, Copy)]
+pub struct Loaded {
+    pub keys: u64,
+    pub expired: u64,
+    pub stream_db: Option<usize>,
+}
+
+/// Reads `path`, handing what it holds to `sink`; an error names the offset.
+fn read_dump(server: &Server, path: &Path, sink: &mut dyn FnMut(Read) -> Result<(), LoadError>) -> Result<RdbRead, LoadError> {
     let file = File::open(path).map_err(|e| e.to_string())?;
     let total = file.metadata().map(|m| m.len()).unwrap_or(0);
     // The parsing thread is what a load waits on: the checksum goes to a helper.
@@ -916,18 +955,18 @@ fn located(e: keel_rdb::RdbError) -> LoadError {
 }
 
 /// Reads an RDB of `total` bytes (0: unknown) from `reader`, named
-/// `source` in the log, handing what it holds to `sink`. Returns the
-/// expired keys skipped.
+/// `source` in the log, handing what it holds to `sink`.
 fn read_rdb<R: io::BufRead>(
     server: &Server,
     mut reader: RdbReader<R>,
     total: u64,
     source: &str,
     sink: &mut dyn FnMut(Read) -> Result<(), LoadError>,
-) -> Result<u64, LoadError> {
+) -> Result<RdbRead, LoadError> {
     let mut pacer = crate::loading::Pacer::new(server, total);
     let now = unix_ms();
     let mut expired = 0u64;
+    let mut stream_db = None;
     let mut db = 0;
     while let Some(item) = reader.next_item().map_err(located)? {
         let e = match item {
@@ -953,6 +992,10 @@ fn read_rdb<R: io::BufRead>(
                 sink(Read::Function(code))?;
                 continue;
             }
+            RdbItem::Aux { name, value } if name == b"repl-stream-db" => {
+                stream_db = std::str::from_utf8(&value).ok().and_then(|v| v.parse().ok()).filter(|&n| n < server.keyspace.databases());
+                continue;
+            }
             _ => continue,
         };
         if e.expire_at_ms.is_some_and(|at| at <= now) {
@@ -969,7 +1012,7 @@ fn read_rdb<R: io::BufRead>(
     if reader.empty_keys_skipped() > 0 {
         tracing::info!("{source}: empty keys skipped: {}", reader.empty_keys_skipped());
     }
-    Ok(expired)
+    Ok(RdbRead { expired, stream_db })
 }
 
 /// Adds a function library read from a file to the server's.
@@ -1128,7 +1171,7 @@ pub fn load(server: &Server, path: &Path) -> Result<(u64, u64), String> {
         let read = read_dump(server, path, &mut route);
         // An inserter's error is the cause of the reader's closed channel.
         let loaded = inserters.finish()?;
-        Ok((loaded, read?))
+        Ok((loaded, read?.expired))
     });
     let (loaded, expired) = result.map_err(|e: LoadError| format!("Fatal error loading the DB {}: {e}", path.display()))?;
     server.rdb.last_load_keys_loaded.store(loaded, Ordering::Relaxed);
@@ -1202,9 +1245,8 @@ pub fn debug_reload(server: &Server, locked: &mut Locked<'_>, save: bool, flush:
 }
 
 /// Loads `path` into the shards the caller holds (all of them), refusing
-/// a key already present unless `replace`. Returns (keys loaded, expired
-/// keys skipped).
-fn load_held(server: &Server, locked: &mut Locked<'_>, path: &Path, replace: bool) -> Result<(u64, u64), LoadError> {
+/// a key already present unless `replace`.
+fn load_held(server: &Server, locked: &mut Locked<'_>, path: &Path, replace: bool) -> Result<Loaded, LoadError> {
     let limits = server.config.read().encoding;
     let lru_s = server.lru_s();
     let mut loaded = 0u64;
@@ -1221,8 +1263,8 @@ fn load_held(server: &Server, locked: &mut Locked<'_>, path: &Path, replace: boo
         }
         Read::Function(code) => load_function(server, &code),
     };
-    let expired = read_dump(server, path, &mut insert)?;
-    Ok((loaded, expired))
+    let read = read_dump(server, path, &mut insert)?;
+    Ok(Loaded { keys: loaded, expired: read.expired, stream_db: read.stream_db })
 }
 
 /// A dataset read beside the serving one (a replica's diskless load):
@@ -1231,9 +1273,7 @@ fn load_held(server: &Server, locked: &mut Locked<'_>, path: &Path, replace: boo
 pub struct Detached {
     shards: Vec<keel_engine::Shard>,
     functions: Vec<Vec<u8>>,
-    /// Keys loaded, and expired keys skipped.
-    pub keys: u64,
-    pub expired: u64,
+    pub loaded: Loaded,
 }
 
 /// Reads an RDB of `total` bytes (0: unknown) from `input` into a
@@ -1265,10 +1305,10 @@ pub fn load_detached<R: io::BufRead>(server: &Server, input: R, total: u64) -> R
     };
     let reader = RdbReader::new(input).map_err(located)?;
     keel_engine::db::loading(true);
-    let expired = read_rdb(server, reader, total, "the master's RDB", &mut sink);
+    let read = read_rdb(server, reader, total, "the master's RDB", &mut sink);
     keel_engine::db::loading(false);
-    match expired {
-        Ok(expired) => Ok(Detached { shards, functions, keys, expired }),
+    match read {
+        Ok(read) => Ok(Detached { shards, functions, loaded: Loaded { keys, expired: read.expired, stream_db: read.stream_db } }),
         Err(e) => {
             // What was read goes off this thread: clients wait for it.
             crate::lazyfree::drop_async(shards, keys);
@@ -1311,9 +1351,9 @@ pub fn install_held(server: &Server, locked: &mut Locked<'_>, detached: Detached
 /// over `dbfilename` (as Redis's replica does: a restart with `appendonly
 /// no` loads it), the dataset emptied and loaded from it. A BGSAVE under
 /// way shows the data from before: it is superseded, as by FLUSHALL, so
-/// that it does not replace the new file. Returns (keys loaded, expired
-/// keys skipped); an error leaves the dataset empty or partly loaded.
-pub fn replace_held(server: &Server, locked: &mut Locked<'_>, received: &Path) -> Result<(u64, u64), String> {
+/// that it does not replace the new file. An error leaves the dataset
+/// empty or partly loaded.
+pub fn replace_held(server: &Server, locked: &mut Locked<'_>, received: &Path) -> Result<Loaded, String> {
     server.rdb.superseded.store(true, Ordering::Relaxed);
     let path = dump_path(server);
     fs::rename(received, &path).map_err(|e| format!("rename {} to {}: {e}", received.display(), path.display()))?;

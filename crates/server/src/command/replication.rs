@@ -69,19 +69,24 @@ fn replconf(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
 fn psync(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     let offset = i64_arg(argv[2])?;
     let replid = String::from_utf8_lossy(argv[1]).into_owned();
-    hand_off(ctx, replid, offset, false);
-    Ok(())
+    hand_off(ctx, replid, offset, false)
 }
 
 /// SYNC: the pre-PSYNC protocol, a full sync with no `+FULLRESYNC` line.
 fn sync(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
-    hand_off(ctx, "?".into(), -1, true);
-    Ok(())
+    hand_off(ctx, "?".into(), -1, true)
 }
 
-fn hand_off(ctx: &mut Ctx<'_>, replid: String, offset: i64, pre_psync: bool) {
+/// A replica serves replicas of its own only while its master's link is
+/// up: before, it has no history to give them (Redis's syncCommand).
+fn hand_off(ctx: &mut Ctx<'_>, replid: String, offset: i64, pre_psync: bool) -> CmdResult {
+    let replica = &ctx.server.replica;
+    if replica.is_replica() && !replica.link_up() {
+        return Err(CmdError::other("NOMASTERLINK Can't SYNC while not connected with my master"));
+    }
     let conf: ReplConf = ctx.client.replconf.take().map(|c| *c).unwrap_or_default();
     ctx.client.handoff = Some(Box::new(Handoff { replid, offset, pre_psync, conf }));
+    Ok(())
 }
 
 /// WAIT numreplicas timeout: the number of replicas that acknowledged

@@ -589,12 +589,9 @@ fn write_section(ctx: &mut Ctx<'_>, section: &str, out: &mut String) {
                 );
                 field!(out, format!("slave{i}"), line);
             }
-            let (mut replid, replid2, second_offset) = repl.ids();
-            let mut offset = repl.end() as i64;
-            // A replica shows its master's history, as far as it applied it.
-            if let Some(status) = following.filter(|s| s.offset >= 0) {
-                (replid, offset) = (status.master_replid, status.offset);
-            }
+            // A replica's are its master's: it proxies its master's stream.
+            let (replid, replid2, second_offset) = repl.ids();
+            let offset = repl.end();
             let (active, size, first_byte, held) = repl.backlog_info(backlog_size);
             field!(out, "master_failover_state", "no-failover");
             field!(out, "master_replid", replid);

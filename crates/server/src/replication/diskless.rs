@@ -128,23 +128,25 @@ fn run(server: &Server, group: Group) {
     }
     let repl = &server.repl;
     let size = server.config.read().repl_backlog_size;
-    let mut pos = 0;
+    let mut point = None;
     let stop = || server.shutdown.load(Ordering::Relaxed) || members.iter().all(|m| m.replica.is_gone());
-    let at_s = || members.iter().for_each(|m| pos = repl.attach_at_s(m.replica.id, size));
-    let Some(taken) = crate::snapshot::take_for_sync(server, at_s, &stop) else {
+    let at_s = || members.iter().for_each(|m| point = Some(repl.attach_at_s(m.replica.id, size)));
+    let taken = crate::snapshot::take_for_sync(server, at_s, &stop);
+    let (Some(taken), Some(point)) = (taken, point) else {
         members.iter().for_each(|m| drop(m.outcome.send(Err("stopped before the snapshot began".into()))));
         return;
     };
+    let (pos, replid) = (point.offset, &point.replid);
     let names: Vec<String> = members.iter().map(|m| m.replica.addr()).collect();
     tracing::info!("Starting a diskless sync at offset {pos} for {} replica(s): {}", members.len(), names.join(", "));
-    let (replid, mark) = (repl.replid(), random_id());
+    let mark = random_id();
     let mut tee = Tee { links: members.iter().map(|m| &m.replica.link).collect(), failed: vec![None; members.len()] };
     for (i, m) in members.iter().enumerate() {
         let fullresync = if m.pre_psync { String::new() } else { format!("+FULLRESYNC {replid} {pos}\r\n") };
         tee.write_one(i, format!("{fullresync}$EOF:{mark}\r\n").as_bytes());
     }
     let sink = BufWriter::with_capacity(256 << 10, tee);
-    let sent = crate::snapshot::write_for_sync(server, taken, sink, &stop).and_then(|mut sink| {
+    let sent = crate::snapshot::write_for_sync(server, taken, &point, sink, &stop).and_then(|mut sink| {
         sink.write_all(mark.as_bytes()).and_then(|()| sink.flush()).map_err(|e| e.to_string())?;
         sink.into_inner().map_err(|e| e.error().to_string())
     });

@@ -19,7 +19,7 @@ use std::time::Duration;
 use thiserror::Error;
 
 use super::backlog::Backlog;
-use super::Replication;
+use super::{Replication, SyncPoint};
 use crate::server::{unix_ms, Server};
 
 /// Most bytes of the stream copied out of the backlog per write: the copy
@@ -259,7 +259,7 @@ fn run(server: &Server, replica: &Arc<AttachedReplica>, link: &Link, handoff: &H
     let mut out = link;
     out.write_all(pending)?;
     let repl = &server.repl;
-    let pos = match repl.try_partial(replica.id, handoff) {
+    let pos = match repl.try_partial(replica, handoff) {
         Some(pos) => {
             let reply = match handoff.conf.capa_psync2 {
                 true => format!("+CONTINUE {}\r\n", repl.replid()),
@@ -267,11 +267,6 @@ fn run(server: &Server, replica: &Arc<AttachedReplica>, link: &Link, handoff: &H
             };
             out.write_all(reply.as_bytes())?;
             replica.set_state(ReplicaState::Online);
-            tracing::info!(
-                "Partial resynchronization request from {} accepted, from offset {}.",
-                replica.addr(),
-                pos + 1
-            );
             pos
         }
         None => full_sync(server, replica, link, handoff)?,
@@ -306,19 +301,31 @@ fn full_sync(server: &Server, replica: &Arc<AttachedReplica>, link: &Link, hando
         // `repl-diskless-sync no` asks for it: the RDB goes through a
         // file, unlinked as soon as it is open again.
         let size = server.config.read().repl_backlog_size;
-        let mut pos = 0;
-        let taken = crate::snapshot::take_for_sync(server, || pos = repl.attach_at_s(replica.id, size), &stop)
-            .ok_or_else(|| LinkError::Snapshot("stopped before it began".into()))?;
-        let mut out = link;
-        tracing::info!("Full resync requested by replica {}; starting a snapshot for it at offset {pos}", replica.addr());
-        if !handoff.pre_psync {
-            out.write_all(format!("+FULLRESYNC {} {pos}\r\n", repl.replid()).as_bytes())?;
-        }
+        // Created before the snapshot, whose token only its writing gives back.
         let path = server.config.read().dir.join(format!("temp-repl-{}-{}.rdb", std::process::id(), replica.id));
-        let written = File::create(&path).map_err(LinkError::Io).and_then(|file| {
-            let sink = crate::snapshot::write_for_sync(server, taken, BufWriter::new(file), &stop).map_err(LinkError::Snapshot)?;
-            sink.into_inner().map_err(|e| LinkError::Io(e.into_error()))
-        });
+        let file = File::create(&path)?;
+        let mut point = None;
+        let taken = crate::snapshot::take_for_sync(server, || point = Some(repl.attach_at_s(replica.id, size)), &stop);
+        let (Some(taken), Some(point)) = (taken, point) else {
+            let _ = std::fs::remove_file(&path);
+            return Err(LinkError::Snapshot("stopped before it began".into()));
+        };
+        let pos = point.offset;
+        tracing::info!("Starting a snapshot for replica {} at offset {pos}", replica.addr());
+        let mut out = link;
+        let header = match handoff.pre_psync {
+            false => out.write_all(format!("+FULLRESYNC {} {pos}\r\n", point.replid).as_bytes()).map_err(LinkError::Io),
+            true => Ok(()),
+        };
+        // Written even if the header failed (stopping at its first step):
+        // that gives the token back.
+        if header.is_err() {
+            replica.disconnect();
+        }
+        let written = crate::snapshot::write_for_sync(server, taken, &point, BufWriter::new(file), &stop)
+            .map_err(LinkError::Snapshot)
+            .and_then(|sink| sink.into_inner().map_err(|e| LinkError::Io(e.into_error())))
+            .and(header);
         let opened = written.and_then(|_| File::open(&path).map_err(LinkError::Io));
         let _ = std::fs::remove_file(&path);
         let mut file = opened?;
@@ -411,36 +418,67 @@ fn read_acks(server: &Server, replica: &AttachedReplica, link: Link, unread: Vec
 }
 
 impl Replication {
-    /// At a full sync's S, under every shard lock: the backlog (created by
-    /// the first replica) will start the next record with a SELECT, and
-    /// keeps everything from its end on for replica `id`. Returns that end.
-    pub(super) fn attach_at_s(&self, id: u64, size: u64) -> u64 {
+    /// At a full sync's S, under every shard lock (and, on a replica,
+    /// between two applied pieces of its master's stream): the backlog
+    /// (created by the first replica) keeps everything from its end on for
+    /// replica `id`; a master's own stream starts its next record with a
+    /// SELECT, a proxied one goes on in the master's database.
+    pub(super) fn attach_at_s(&self, id: u64, size: u64) -> SyncPoint {
         let mut g = self.shared.backlog.lock();
         let backlog = g.get_or_insert_with(|| Backlog::new(self.freed_at.load(Ordering::Relaxed), size));
-        backlog.selected_db = None;
-        let end = backlog.end();
-        backlog.pin(id, end);
-        self.active.store(true, Ordering::Relaxed);
-        end
+        let proxying = self.proxying.load(Ordering::Relaxed);
+        if !proxying {
+            backlog.selected_db = None;
+        }
+        let offset = backlog.end();
+        backlog.pin(id, offset);
+        let stream_db = backlog.selected_db.unwrap_or(0);
+        self.active.store(!proxying, Ordering::Relaxed);
+        SyncPoint { replid: self.replid(), offset, stream_db }
     }
 
     /// Redis's `masterTryPartialResynchronization`: the position to go on
-    /// from if the replica's history is ours and the backlog still holds
-    /// what follows its offset (pinned for it then), or `None`.
-    fn try_partial(&self, id: u64, handoff: &Handoff) -> Option<u64> {
-        if handoff.replid == "?" {
+    /// from if the replica's history is ours (or our secondary one, up to
+    /// where it ended) and the backlog still holds what follows its offset
+    /// (pinned for it then), or `None`.
+    fn try_partial(&self, replica: &AttachedReplica, handoff: &Handoff) -> Option<u64> {
+        let (asked, offset) = (handoff.replid.as_str(), handoff.offset);
+        if asked == "?" {
+            tracing::info!("Full resync requested by replica {}", replica.addr());
             return None;
         }
-        let ours = self.replid() == handoff.replid;
-        let mut g = self.shared.backlog.lock();
-        let backlog = g.as_mut().filter(|_| ours);
-        let Some(backlog) = backlog.filter(|b| handoff.offset >= b.first_byte_offset() as i64 && handoff.offset <= b.end() as i64 + 1) else {
+        let refused = |why: String| {
+            tracing::info!("{why}");
             self.sync_partial_err.fetch_add(1, Ordering::Relaxed);
-            return None;
+            None
         };
-        let pos = handoff.offset as u64 - 1;
-        backlog.pin(id, pos);
+        let (replid, replid2, second_offset) = self.ids();
+        if asked != replid && asked != replid2 {
+            return refused(format!(
+                "Partial resynchronization not accepted: Replication ID mismatch (Replica asked for '{asked}', my replication IDs are '{replid}' and '{replid2}')"
+            ));
+        }
+        if asked != replid && offset > second_offset {
+            return refused(format!(
+                "Partial resynchronization not accepted: Requested offset for second ID was {offset}, but I can reply up to {second_offset}"
+            ));
+        }
+        let mut g = self.shared.backlog.lock();
+        let Some(backlog) = g.as_mut().filter(|b| offset >= b.first_byte_offset() as i64 && offset <= b.end() as i64 + 1) else {
+            drop(g);
+            return refused(format!(
+                "Unable to partial resync with replica {} for lack of backlog (Replica request was: {offset}).",
+                replica.addr()
+            ));
+        };
+        let pos = offset as u64 - 1;
+        backlog.pin(replica.id, pos);
         self.sync_partial_ok.fetch_add(1, Ordering::Relaxed);
+        tracing::info!(
+            "Partial resynchronization request from {} accepted. Sending {} bytes of backlog starting from offset {offset}.",
+            replica.addr(),
+            backlog.end() - pos
+        );
         Some(pos)
     }
 

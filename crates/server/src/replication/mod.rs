@@ -32,6 +32,16 @@
 //! Under `appendfsync always` a replica is sent a record only once the
 //! journal has it on disk: no read on a replica shows a write that a
 //! crash of the master could still take away (see [`backlog`]).
+//!
+//! # A replica's own replicas
+//!
+//! While this server follows a master it is one link of a chain, as a
+//! Redis replica is: its backlog holds the master's stream as it came
+//! (`crate::replica` proxies each applied piece), at the master's offsets
+//! and under the master's replid, and its own writes feed nothing. So its
+//! replicas see the top master's history, a replica moved to a sibling
+//! can PSYNC there, and a promoted replica keeps serving PSYNCs of the
+//! old history (its secondary id) up to where it left it.
 
 pub mod backlog;
 pub mod diskless;
@@ -82,8 +92,11 @@ impl Shared {
 
 pub struct Replication {
     ids: Mutex<Ids>,
-    /// The backlog exists: writes feed it.
+    /// Writes feed the backlog: it exists, and this server is no replica.
     active: AtomicBool,
+    /// This server follows a master: its backlog holds the master's
+    /// stream, proxied (changed under the backlog's lock).
+    proxying: AtomicBool,
     pub shared: Arc<Shared>,
     replicas: Mutex<Vec<Arc<AttachedReplica>>>,
     /// Clients blocked in WAIT.
@@ -116,11 +129,26 @@ pub fn random_id() -> String {
     (0..40).map(|_| char::from_digit(rng.gen_range(0..16), 16).unwrap_or('0')).collect()
 }
 
+/// What a full sync's replica is told at its instant S.
+#[derive(Debug, Clone)]
+pub struct SyncPoint {
+    /// The history (`+FULLRESYNC <replid> <offset>`), and the offset the
+    /// snapshot holds everything up to.
+    pub replid: String,
+    pub offset: u64,
+    /// The database the stream after it runs in (the RDB's
+    /// `repl-stream-db`): the proxied master's, on a replica; a master's
+    /// own stream begins with a SELECT.
+    pub stream_db: usize,
+}
+
 impl Replication {
-    pub fn new() -> Replication {
+    /// `following`: the server starts as a replica (`replicaof` set).
+    pub fn new(following: bool) -> Replication {
         Replication {
             ids: Mutex::new(Ids { replid: random_id(), replid2: "0".repeat(40), second_offset: -1 }),
             active: AtomicBool::new(false),
+            proxying: AtomicBool::new(following),
             shared: Arc::new(Shared { backlog: Mutex::new(None), more: Condvar::new(), waiting_durable: AtomicBool::new(false) }),
             replicas: Mutex::new(Vec::new()),
             waits: Mutex::new(Vec::new()),
@@ -169,7 +197,9 @@ impl Replication {
 
     fn feed_with(&self, db: Option<usize>, lsn: u64, encode: impl FnOnce(&mut Vec<u8>, &mut Option<usize>)) -> u64 {
         let mut g = self.shared.backlog.lock();
-        let Some(backlog) = g.as_mut() else { return 0 };
+        // A write that saw `feeding()` just before this server became a
+        // replica: the backlog now holds the master's stream only.
+        let Some(backlog) = g.as_mut().filter(|_| !self.proxying.load(Ordering::Relaxed)) else { return 0 };
         let end = backlog.feed(db, lsn, encode);
         let hard = self.output_hard_limit.load(Ordering::Relaxed);
         let over = backlog.furthest_behind().filter(|&(_, behind)| hard > 0 && behind > hard);
@@ -179,6 +209,112 @@ impl Replication {
             self.enforce_output_limit(id, behind);
         }
         end
+    }
+
+    /// A piece of the master's stream that this replica applied, as it
+    /// came, after which the stream is in database `db`: its replicas get
+    /// the same bytes at the same offsets, once the journal holds `lsn`
+    /// (0: nothing) where replies wait for the disk.
+    pub fn proxy(&self, bytes: &[u8], db: usize, lsn: u64) {
+        let mut g = self.shared.backlog.lock();
+        let Some(backlog) = g.as_mut() else { return };
+        backlog.feed(None, lsn, |out, selected| {
+            out.extend_from_slice(bytes);
+            *selected = Some(db);
+        });
+        drop(g);
+        self.shared.more.notify_all();
+    }
+
+    /// Becoming a replica (REPLICAOF host port): writes stop feeding the
+    /// backlog, which from the first sync on holds the master's stream.
+    /// Returns, if this server was a master, its own history as a cached
+    /// master to PSYNC with (replid, offset), as Redis's
+    /// `replicationCacheMasterUsingMyself`: a new master that was its
+    /// replica may continue it.
+    pub fn start_proxying(&self) -> Option<(String, u64)> {
+        let g = self.shared.backlog.lock();
+        let was_proxying = self.proxying.swap(true, Ordering::Relaxed);
+        self.active.store(false, Ordering::Relaxed);
+        let end = g.as_ref().map_or(self.freed_at.load(Ordering::Relaxed), |b| b.end());
+        drop(g);
+        (!was_proxying).then(|| (self.replid(), end))
+    }
+
+    /// A full sync from the master begins to load: this server's replicas
+    /// go, to sync again with the new data, and the backlog with them, so
+    /// that none continues the history it held (Redis's
+    /// `replicationAttachToNewMaster`).
+    pub fn forget_history(&self) {
+        self.disconnect_replicas();
+        if let Some(backlog) = self.shared.backlog.lock().take() {
+            self.freed_at.store(backlog.end(), Ordering::Relaxed);
+        }
+    }
+
+    /// A full sync from the master loaded: the master's history is this
+    /// server's from `offset` on, with the stream in database `db`, and no
+    /// secondary id (the end of Redis's `readSyncBulkPayload`).
+    pub fn adopt_master_history(&self, replid: &str, offset: u64, db: usize, size: u64) {
+        let mut backlog = Backlog::new(offset, size);
+        backlog.selected_db = Some(db);
+        *self.shared.backlog.lock() = Some(backlog);
+        let mut ids = self.ids.lock();
+        ids.replid = replid.to_string();
+        ids.replid2 = "0".repeat(40);
+        ids.second_offset = -1;
+    }
+
+    /// A partial resync with the master (`+CONTINUE`) from `offset`, the
+    /// stream in database `db`. A new replid (the master was promoted)
+    /// becomes this server's, the old one its secondary id up to `offset`,
+    /// and its replicas go, to learn it when they PSYNC again, as Redis's
+    /// `replicaTryPartialResynchronization` does.
+    pub fn continue_master_history(&self, replid: &str, offset: u64, db: usize, size: u64) {
+        {
+            let mut g = self.shared.backlog.lock();
+            if g.as_ref().is_none_or(|b| b.end() != offset) {
+                let mut backlog = Backlog::new(offset, size);
+                backlog.selected_db = Some(db);
+                *g = Some(backlog);
+            }
+        }
+        let mut ids = self.ids.lock();
+        if ids.replid != replid {
+            ids.replid2 = std::mem::replace(&mut ids.replid, replid.to_string());
+            ids.second_offset = offset as i64 + 1;
+            drop(ids);
+            self.disconnect_replicas();
+        }
+    }
+
+    /// Promotion (REPLICAOF NO ONE): writes feed the backlog again, the
+    /// next one after a SELECT. With `history`, the master's replid and
+    /// the offset applied, that history becomes the secondary one, which
+    /// PSYNCs may still continue up to there (Redis's
+    /// `shiftReplicationId`); the replicas go, to learn the new id.
+    pub fn stop_proxying(&self, history: Option<(&str, u64)>) {
+        {
+            let mut g = self.shared.backlog.lock();
+            self.proxying.store(false, Ordering::Relaxed);
+            if let Some(backlog) = g.as_mut() {
+                backlog.selected_db = None;
+            }
+            self.active.store(g.is_some(), Ordering::Relaxed);
+        }
+        if let Some((old, offset)) = history {
+            let mut ids = self.ids.lock();
+            ids.replid2 = old.to_string();
+            ids.second_offset = offset as i64 + 1;
+            ids.replid = random_id();
+        }
+        self.disconnect_replicas();
+    }
+
+    fn disconnect_replicas(&self) {
+        for replica in self.replicas() {
+            replica.disconnect();
+        }
     }
 
     /// CONFIG RESETSTAT: the sync counters start again.
@@ -226,18 +362,6 @@ impl Replication {
     pub fn ids(&self) -> (String, String, i64) {
         let ids = self.ids.lock();
         (ids.replid.clone(), ids.replid2.clone(), ids.second_offset)
-    }
-
-    /// Starts a new history (a replica promoted): the master's id becomes
-    /// replid2, its history ending after `offset`, as Redis's
-    /// `shiftReplicationId` (INFO shows both). Keel's backlog holds its own
-    /// records, not the old master's bytes, so PSYNCs of the old history
-    /// get a full sync.
-    pub fn shift_replid(&self, old: String, offset: u64) {
-        let mut ids = self.ids.lock();
-        ids.replid2 = old;
-        ids.second_offset = offset as i64 + 1;
-        ids.replid = random_id();
     }
 
     /// INFO's repl_backlog_* figures: (active, size, first byte offset, held).
@@ -333,12 +457,6 @@ impl Replication {
     }
 }
 
-impl Default for Replication {
-    fn default() -> Self {
-        Replication::new()
-    }
-}
-
 /// Every 100 ms: the good replicas for `min-replicas-to-write`; every
 /// `repl-ping-replica-period` seconds, a PING in the stream; after
 /// `repl-backlog-ttl` seconds without replicas, the backlog freed.
@@ -356,6 +474,8 @@ fn cron(server: &Server) {
         repl.output_hard_limit.store(server.output_limit[1][0].load(Ordering::Relaxed), Ordering::Relaxed);
         let now = unix_ms();
         let replicas = repl.replicas();
+        // (A replica's own replicas get its master's PINGs: `feed_with`
+        // feeds nothing while it proxies.)
         if !replicas.is_empty() && now.saturating_sub(last_ping_ms) >= period_s * 1000 {
             last_ping_ms = now;
             repl.feed_with(None, 0, |out, _| keel_journal::encode_command(out, &[b"PING"]));
