@@ -197,7 +197,12 @@ pub fn run(config: Config) -> io::Result<()> {
     } else if rdb_load {
         // appendonly no: the RDB file is the dataset, as in Redis.
         let loaded = snapshot::load(&server, &rdb_path);
-        Some(loaded.map(|(keys, expired)| format!("DB loaded from disk: {keys} keys ({expired} expired skipped)")))
+        Some(loaded.map(|(keys, expired, history)| {
+            if let Some(history) = history {
+                replica::restore_history(&server, history);
+            }
+            format!("DB loaded from disk: {keys} keys ({expired} expired skipped)")
+        }))
     } else {
         None
     };

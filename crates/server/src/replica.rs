@@ -80,7 +80,8 @@
 //! old one as the secondary id. Promotion makes the master's history the
 //! secondary id, up to the offset applied; turning a master into a replica
 //! PSYNCs with its own history (Redis's cached master "using myself"), so
-//! a new master that was its replica continues it.
+//! a new master that was its replica continues it. A replica started from
+//! an RDB that recorded a history PSYNCs with it ([`restore_history`]).
 //!
 //! Not done (yet): SYNC for masters without PSYNC.
 
@@ -319,6 +320,12 @@ impl Replica {
         self.applying.lock()
     }
 
+    /// [`Replica::hold_stream`], waiting at most `wait`: `None` if the
+    /// link holds it longer (it loads a full sync).
+    pub fn hold_stream_for(&self, wait: Duration) -> Option<parking_lot::MutexGuard<'_, ()>> {
+        self.applying.try_lock_for(wait)
+    }
+
     /// The link to the master is up (Redis's `REPL_STATE_CONNECTED`).
     pub fn link_up(&self) -> bool {
         self.state.lock().phase == Phase::Connected
@@ -423,6 +430,9 @@ pub fn replicaof(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
         return Err(CmdError::other("ERR REPLICAOF not allowed in cluster mode."));
     }
     let who = || command::connection::client_line(&ctx.client.info, unix_ms());
+    if server.repl.failover.state() != crate::replication::failover::State::None {
+        return Err(CmdError::other("ERR REPLICAOF not allowed while failing over."));
+    }
     if eq(argv[1], "no") && eq(argv[2], "one") {
         if stop_following(server) {
             tracing::info!("MASTER MODE enabled (user request from '{}')", who());
@@ -501,6 +511,26 @@ fn set_master(server: &Server) {
     replica.set_phase(Phase::Connect);
     replica.bell.ring();
     server.broadcast(|| crate::client::Message::BecameReplica);
+}
+
+/// The history an RDB loaded at start was saved with (its `repl-id`,
+/// `repl-offset`, `repl-stream-db`), as Redis's `loadDataFromDisk` takes
+/// it up: a replica PSYNCs with it (a cached master from it); a master
+/// keeps it as its secondary id, up to that offset, and goes on from
+/// there, its first records the DELs of the keys the load found expired,
+/// so that replicas that had everything continue after a restart.
+pub fn restore_history(server: &Arc<Server>, history: crate::snapshot::SavedHistory) {
+    let size = server.config.read().repl_backlog_size;
+    let (replid, offset, db) = (history.replid, history.offset, history.stream_db);
+    if server.replica.is_replica() {
+        server.repl.adopt_master_history(&replid, offset, db, size);
+        server.replica.state.lock().cursor = Some(Cursor { replid, offset: offset as i64, db });
+        return;
+    }
+    server.repl.restore_as_master(server, &replid, offset, size);
+    for (db, key) in &history.expired {
+        server.repl.feed(*db, &[&b"DEL"[..], key], 0);
+    }
 }
 
 /// Commands by which a client gives a key a TTL (Redis's setExpire callers).
@@ -705,11 +735,14 @@ fn link(server: &Server, host: &str, port: u16, generation: u64) -> Result<(), L
         }
     }
     let cursor = replica.state.lock().cursor.clone();
+    // A master handing over in a FAILOVER asks its target to take over.
+    let failing_over = server.repl.failover.state() == crate::replication::failover::State::InProgress;
     match &cursor {
         Some(c) => {
             let next = (c.offset + 1).to_string();
             tracing::info!("Trying a partial resynchronization (request {}:{next}).", c.replid);
-            conn.send(&["PSYNC", &c.replid, &next])?;
+            let failover: &[&str] = if failing_over { &["FAILOVER"] } else { &[] };
+            conn.send(&[&["PSYNC", &c.replid, &next][..], failover].concat())?;
         }
         None => {
             tracing::info!("Partial resynchronization not possible (no cached master)");
@@ -723,6 +756,9 @@ fn link(server: &Server, host: &str, port: u16, generation: u64) -> Result<(), L
             break line;
         }
     };
+    if failing_over {
+        crate::replication::failover::target_answered(server, reply.starts_with("+FULLRESYNC") || reply.starts_with("+CONTINUE"));
+    }
     if let Some(rest) = reply.strip_prefix("+FULLRESYNC") {
         let mut words = rest.split_whitespace();
         let replid = words.next().filter(|r| r.len() == RUN_ID_SIZE);

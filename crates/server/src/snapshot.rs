@@ -658,9 +658,10 @@ impl<W: Write> DumpWriter<W> {
         Ok(())
     }
 
-    /// The aux fields Redis writes into a full sync's RDB: the stream's
-    /// database after it (which a replica's replica needs, its stream
-    /// being proxied without a SELECT first), its history and offset.
+    /// The aux fields Redis writes into a full sync's RDB, and a save's
+    /// where there is a history: the stream's database after it (which a
+    /// replica's replica needs, its stream being proxied without a SELECT
+    /// first), its history and offset (a restart continues from there).
     fn sync_point(&mut self, point: &SyncPoint) -> Result<(), String> {
         let fields = [("repl-stream-db", point.stream_db.to_string()), ("repl-id", point.replid.clone()), ("repl-offset", point.offset.to_string())];
         for (name, value) in fields {
@@ -705,15 +706,26 @@ struct Begun {
     libraries: Vec<Arc<Library>>,
     /// `dirty` at S: what a successful save takes off it.
     dirty_at_s: u64,
+    /// The replication history at S, which the file records.
+    repl: Option<SyncPoint>,
 }
+
+/// How long a save waits for a replica's link to hold its master's
+/// stream still for S: a piece of it is applied in well under this, and a
+/// link that holds it longer is loading a full sync, whose history is not
+/// yet this server's (the save then records none).
+const STREAM_HOLD_WAIT: Duration = Duration::from_millis(200);
 
 /// Takes S (with the snapshot token held): every shard locked an instant.
 fn begin(server: &Server) -> Begun {
-    begin_with(server, || {})
+    let held = server.replica.hold_stream_for(STREAM_HOLD_WAIT);
+    begin_with(server, held.is_some(), || {})
 }
 
-/// `begin`, running `at_s` at S, under every shard lock.
-fn begin_with(server: &Server, at_s: impl FnOnce()) -> Begun {
+/// `begin`, running `at_s` at S, under every shard lock. `stream_held`:
+/// the replica's link holds its master's stream still (always so on a
+/// master), so the history at S can be recorded.
+fn begin_with(server: &Server, stream_held: bool, at_s: impl FnOnce()) -> Begun {
     let keyspace = &server.keyspace;
     keyspace.prepare_snapshot(PREPARE_BUDGET);
     keyspace.begin_snapshot(|all| {
@@ -725,6 +737,7 @@ fn begin_with(server: &Server, at_s: impl FnOnce()) -> Begun {
             counts,
             libraries: server.scripts.functions.snapshot(),
             dirty_at_s: server.dirty.load(Ordering::Relaxed),
+            repl: if stream_held { server.repl.save_point() } else { None },
         }
     })
 }
@@ -744,6 +757,9 @@ fn write_snapshot(
     let keyspace = &server.keyspace;
     let result = DumpWriter::create(temp, settings).and_then(|mut out| {
         out.counts = begun.counts;
+        if let Some(point) = &begun.repl {
+            out.sync_point(point)?;
+        }
         out.functions(&begun.libraries)?;
         if background {
             crate::behind::scan(server, "keel-bgsave-bg", &server.rdb.urgent, |behind| stream(server, &mut out, stop, behind.then_some(&server.rdb.urgent)))?;
@@ -823,7 +839,7 @@ pub fn take_for_sync(server: &Server, at_s: impl FnOnce(), stop: &dyn Fn() -> bo
     }
     server.rdb.for_sync.store(true, Ordering::Release);
     let _stream = server.replica.hold_stream();
-    Some(SyncSnapshot(begin_with(server, at_s)))
+    Some(SyncSnapshot(begin_with(server, true, at_s)))
 }
 
 /// Writes a snapshot taken by [`take_for_sync`] into `sink` as an RDB,
@@ -865,9 +881,15 @@ fn save_held(server: &Server, locked: &mut Locked<'_>) -> Result<u64, SaveError>
     if server.snapshot_active.compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire).is_err() {
         return Err(SaveError::SnapshotBusy);
     }
+    // With every shard held, the link's hold can only be tried: waiting
+    // for it would reverse the order in which the link takes both.
+    let repl = server.replica.hold_stream_for(Duration::ZERO).and_then(|_stream| server.repl.save_point());
     let write = |temp: &Path, settings: DumpSettings| -> Result<(u64, u64), String> {
         let mut out = DumpWriter::create(temp, settings)?;
         out.counts = db_counts(locked.iter_mut(), server.keyspace.databases());
+        if let Some(point) = &repl {
+            out.sync_point(point)?;
+        }
         out.functions(&server.scripts.functions.snapshot())?;
         for shard in locked.iter_mut() {
             for (db, d) in shard.dbs().iter().enumerate() {
@@ -926,6 +948,21 @@ struct RdbRead {
     expired: u64,
     /// Its `repl-stream-db`: where a full sync's stream goes on.
     stream_db: Option<usize>,
+    /// Its `repl-id` and `repl-offset`.
+    history: (Option<String>, Option<u64>),
+    /// The keys skipped as expired, when asked for.
+    expired_keys: Vec<(usize, Vec<u8>)>,
+}
+
+/// The replication history an RDB was saved with (`repl-id`,
+/// `repl-offset`, `repl-stream-db`), and the keys its load skipped as
+/// expired, whose DELs a restarted master owes its replicas.
+#[derive(Debug)]
+pub struct SavedHistory {
+    pub replid: String,
+    pub offset: u64,
+    pub stream_db: usize,
+    pub expired: Vec<(usize, Vec<u8>)>,
 }
 
 /// A load's outcome: keys loaded and skipped as expired, and where a full
@@ -937,13 +974,14 @@ pub struct Loaded {
     pub stream_db: Option<usize>,
 }
 
-/// Reads `path`, handing what it holds to `sink`; an error names the offset.
-fn read_dump(server: &Server, path: &Path, sink: &mut dyn FnMut(Read) -> Result<(), LoadError>) -> Result<RdbRead, LoadError> {
+/// Reads `path`, handing what it holds to `sink`; an error names the
+/// offset. `expired_keys`: keep the keys skipped as expired.
+fn read_dump(server: &Server, path: &Path, expired_keys: bool, sink: &mut dyn FnMut(Read) -> Result<(), LoadError>) -> Result<RdbRead, LoadError> {
     let file = File::open(path).map_err(|e| e.to_string())?;
     let total = file.metadata().map(|m| m.len()).unwrap_or(0);
     // The parsing thread is what a load waits on: the checksum goes to a helper.
     let reader = RdbReader::new(BufReader::with_capacity(256 << 10, file)).map_err(located)?.checksum_in_background();
-    read_rdb(server, reader, total, &path.display().to_string(), sink)
+    read_rdb(server, reader, total, &path.display().to_string(), expired_keys, sink)
 }
 
 /// An RDB error with the offset it was met at, where known.
@@ -955,18 +993,23 @@ fn located(e: keel_rdb::RdbError) -> LoadError {
 }
 
 /// Reads an RDB of `total` bytes (0: unknown) from `reader`, named
-/// `source` in the log, handing what it holds to `sink`.
+/// `source` in the log, handing what it holds to `sink`; with
+/// `keep_expired`, the keys skipped as expired are kept, once the file
+/// has named a history (a restarted master owes its replicas their DELs).
 fn read_rdb<R: io::BufRead>(
     server: &Server,
     mut reader: RdbReader<R>,
     total: u64,
     source: &str,
+    keep_expired: bool,
     sink: &mut dyn FnMut(Read) -> Result<(), LoadError>,
 ) -> Result<RdbRead, LoadError> {
     let mut pacer = crate::loading::Pacer::new(server, total);
     let now = unix_ms();
     let mut expired = 0u64;
     let mut stream_db = None;
+    let mut history = (None, None);
+    let mut expired_keys = Vec::new();
     let mut db = 0;
     while let Some(item) = reader.next_item().map_err(located)? {
         let e = match item {
@@ -992,14 +1035,23 @@ fn read_rdb<R: io::BufRead>(
                 sink(Read::Function(code))?;
                 continue;
             }
-            RdbItem::Aux { name, value } if name == b"repl-stream-db" => {
-                stream_db = std::str::from_utf8(&value).ok().and_then(|v| v.parse().ok()).filter(|&n| n < server.keyspace.databases());
+            RdbItem::Aux { name, value } => {
+                let text = String::from_utf8_lossy(&value);
+                match &name[..] {
+                    b"repl-stream-db" => stream_db = text.parse().ok().filter(|&n| n < server.keyspace.databases()),
+                    b"repl-id" => history.0 = Some(text.into_owned()),
+                    b"repl-offset" => history.1 = text.parse().ok(),
+                    _ => {}
+                }
                 continue;
             }
             _ => continue,
         };
         if e.expire_at_ms.is_some_and(|at| at <= now) {
             expired += 1;
+            if keep_expired && history.0.is_some() {
+                expired_keys.push((e.db as usize, e.key));
+            }
             continue;
         }
         if e.db as usize >= server.keyspace.databases() {
@@ -1012,7 +1064,7 @@ fn read_rdb<R: io::BufRead>(
     if reader.empty_keys_skipped() > 0 {
         tracing::info!("{source}: empty keys skipped: {}", reader.empty_keys_skipped());
     }
-    Ok(RdbRead { expired, stream_db })
+    Ok(RdbRead { expired, stream_db, history, expired_keys })
 }
 
 /// Adds a function library read from a file to the server's.
@@ -1155,9 +1207,10 @@ impl<'scope> Inserters<'scope> {
 
 /// Loads `path` into the (empty) keyspace at start, with every core: this
 /// thread parses and [`Inserters`] insert. Keys that have expired are
-/// skipped. Returns (keys loaded, keys expired), or an error naming the
-/// file and the offset.
-pub fn load(server: &Server, path: &Path) -> Result<(u64, u64), String> {
+/// skipped. Returns (keys loaded, keys expired) and the replication
+/// history the file was saved with, or an error naming the file and the
+/// offset.
+pub fn load(server: &Server, path: &Path) -> Result<(u64, u64, Option<SavedHistory>), String> {
     let result = std::thread::scope(|scope| {
         let mut inserters = Inserters::start(scope, server, false)?;
         let mut route = |read: Read| match read {
@@ -1168,15 +1221,19 @@ pub fn load(server: &Server, path: &Path) -> Result<(u64, u64), String> {
             }
             Read::Function(code) => load_function(server, &code),
         };
-        let read = read_dump(server, path, &mut route);
+        let read = read_dump(server, path, true, &mut route);
         // An inserter's error is the cause of the reader's closed channel.
         let loaded = inserters.finish()?;
-        Ok((loaded, read?.expired))
+        Ok((loaded, read?))
     });
-    let (loaded, expired) = result.map_err(|e: LoadError| format!("Fatal error loading the DB {}: {e}", path.display()))?;
+    let (loaded, read) = result.map_err(|e: LoadError| format!("Fatal error loading the DB {}: {e}", path.display()))?;
     server.rdb.last_load_keys_loaded.store(loaded, Ordering::Relaxed);
-    server.rdb.last_load_keys_expired.store(expired, Ordering::Relaxed);
-    Ok((loaded, expired))
+    server.rdb.last_load_keys_expired.store(read.expired, Ordering::Relaxed);
+    let history = match (read.history, read.stream_db) {
+        ((Some(replid), Some(offset)), Some(stream_db)) => Some(SavedHistory { replid, offset, stream_db, expired: read.expired_keys }),
+        _ => None,
+    };
+    Ok((loaded, read.expired, history))
 }
 
 /// FLUSHALL's save, with every shard held by the caller and the dataset
@@ -1263,7 +1320,7 @@ fn load_held(server: &Server, locked: &mut Locked<'_>, path: &Path, replace: boo
         }
         Read::Function(code) => load_function(server, &code),
     };
-    let read = read_dump(server, path, &mut insert)?;
+    let read = read_dump(server, path, false, &mut insert)?;
     Ok(Loaded { keys: loaded, expired: read.expired, stream_db: read.stream_db })
 }
 
@@ -1305,7 +1362,7 @@ pub fn load_detached<R: io::BufRead>(server: &Server, input: R, total: u64) -> R
     };
     let reader = RdbReader::new(input).map_err(located)?;
     keel_engine::db::loading(true);
-    let read = read_rdb(server, reader, total, "the master's RDB", &mut sink);
+    let read = read_rdb(server, reader, total, "the master's RDB", false, &mut sink);
     keel_engine::db::loading(false);
     match read {
         Ok(read) => Ok(Detached { shards, functions, loaded: Loaded { keys, expired: read.expired, stream_db: read.stream_db } }),

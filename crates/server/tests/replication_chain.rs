@@ -45,6 +45,12 @@ fn wait_same_history(top: &Server, chain: &[&Server]) {
     }
 }
 
+/// SHUTDOWN, which saves (`save` rules are set) and closes the connection.
+fn shutdown(c: &mut Client) {
+    c.write_command(&["SHUTDOWN"]);
+    assert!(c.read_to_close().is_empty(), "no reply to a successful SHUTDOWN");
+}
+
 fn stat(server: &Server, field: &str) -> String {
     server.client().info_field("stats", field)
 }
@@ -211,4 +217,62 @@ fn a_replica_without_its_masters_link_refuses_to_serve_replicas() {
             );
         }
     }
+}
+
+/// A master restarted from its RDB keeps the history the file was saved
+/// with as its secondary id, and sends first the DELs of the keys its load
+/// found expired; a replica restarted from its RDB PSYNCs with the history
+/// in it. Neither needs a full sync, as with Redis's RDB aux fields.
+#[test]
+fn restarts_from_an_rdb_continue_with_a_partial_resync() {
+    let args = ["--appendonly", "no", "--save", "3600 1", "--enable-debug-command", "yes"];
+    let master_dir = temp_dir("restart-master");
+    let master = Server::start_in(&master_dir, &args);
+    let mut m = master.client();
+    assert_eq!(m.cmd("DEBUG SET-ACTIVE-EXPIRE 0"), ok());
+    assert_eq!(m.cmd("SET kept 1"), ok());
+    assert_eq!(m.cmd("SELECT 5"), ok());
+    assert_eq!(m.cmd("SET brief x PX 100"), ok());
+    let replica_dir = temp_dir("restart-replica");
+    let replica_args = |port: u16| [&args[..], &["--replicaof", "127.0.0.1", &port.to_string()]].concat().iter().map(|a| a.to_string()).collect::<Vec<_>>();
+    let start_replica = |port: u16| {
+        let owned = replica_args(port);
+        Server::start_in(&replica_dir, &owned.iter().map(String::as_str).collect::<Vec<_>>())
+    };
+    let replica = start_replica(master.port);
+    wait_link_up(&replica);
+    wait_same_history(&master, &[&replica]);
+    let replid = m.info_field("replication", "master_replid");
+    let offset: u64 = m.info_field("replication", "master_repl_offset").parse().expect("offset");
+    let mut r = replica.client();
+    assert_eq!(r.cmd("SELECT 5"), ok());
+    wait_for("the key's time to pass", || r.cmd("EXISTS brief") == int(0));
+    assert_eq!(r.cmd("DBSIZE"), int(1), "a replica keeps an expired key for its master's DEL");
+    shutdown(&mut m);
+
+    let master = Server::start_last_in(&master_dir, &args);
+    let mut m = master.client();
+    assert_eq!(m.info_field("replication", "master_replid2"), replid);
+    assert_eq!(m.info_field("replication", "second_repl_offset"), (offset + 1).to_string());
+    assert_eq!(m.info_field("persistence", "rdb_last_load_keys_expired"), "1");
+    let dels: u64 = m.info_field("replication", "repl_backlog_histlen").parse().expect("histlen");
+    assert!(dels > 0, "the expired key's DEL is in the backlog");
+    assert_eq!(m.info_field("replication", "master_repl_offset"), (offset + dels).to_string());
+    assert_eq!(r.send(&["REPLICAOF", "127.0.0.1", &master.port.to_string()]), ok());
+    wait_link_up(&replica);
+    wait_same_history(&master, &[&replica]);
+    assert_eq!(stat(&master, "sync_full"), "0");
+    assert_eq!(stat(&master, "sync_partial_ok"), "1");
+    assert_eq!(r.cmd("DBSIZE"), int(0), "the master's DEL reached it");
+
+    // The replica restarted from its own RDB continues too.
+    shutdown(&mut r);
+    let replica = start_replica(master.port);
+    wait_link_up(&replica);
+    assert_eq!(m.cmd("SET after 1"), ok());
+    wait_same_history(&master, &[&replica]);
+    assert_eq!(stat(&master, "sync_full"), "0");
+    assert_eq!(stat(&master, "sync_partial_ok"), "2");
+    assert_eq!(replica.client().cmd("MGET kept after"), Frame::Array(vec![bulk("1"), bulk("1")]));
+    let _ = std::fs::remove_dir_all(&replica_dir);
 }

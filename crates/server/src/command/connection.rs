@@ -561,7 +561,7 @@ fn client_kill(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
         };
         for replica in ctx.server.repl.replicas() {
             if matches(ClientType::Replica, replica.link_addrs()) {
-                replica.disconnect();
+                ctx.server.repl.drop_replica(&replica);
                 killed += 1;
             }
         }

@@ -19,6 +19,8 @@ pub static COMMANDS: &[CommandSpec] = &[
         .doc("Wait for the synchronous replication of all the write commands sent in the context of the current connection", "3.0.0")
         .acl(acl::CONNECTION)
         .tips(&["request_policy:all_shards", "response_policy:agg_min"]),
+    cmd("failover", -1, ADMIN | NOSCRIPT | STALE, Keys::None, "server", crate::replication::failover::command)
+        .doc("Start a coordinated failover between this server and one of its replicas.", "6.2.0"),
     cmd("role", 1, NOSCRIPT | LOADING | STALE | FAST, Keys::None, "server", role)
         .doc("Return the role of the instance in the context of replication", "2.8.12")
         .acl(acl::ADMIN | acl::DANGEROUS),
@@ -69,7 +71,28 @@ fn replconf(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
 fn psync(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     let offset = i64_arg(argv[2])?;
     let replid = String::from_utf8_lossy(argv[1]).into_owned();
+    if argv.get(3).is_some_and(|a| eq(a, "failover")) {
+        take_over(ctx, &replid)?;
+    }
     hand_off(ctx, replid, offset, false)
+}
+
+/// `PSYNC <replid> <offset> FAILOVER`: our master, in a FAILOVER, asks us
+/// to become the master of the history we share with it, then continue
+/// it as our replica (Redis's syncCommand).
+fn take_over(ctx: &mut Ctx<'_>, replid: &str) -> Result<(), CmdError> {
+    let server = ctx.server;
+    tracing::warn!("Failover request received for replid {replid}.");
+    if !server.replica.is_replica() {
+        return Err(CmdError::other("ERR PSYNC FAILOVER can't be sent to a master."));
+    }
+    if server.repl.replid() != replid {
+        return Err(CmdError::other("ERR PSYNC FAILOVER replid must match my replid."));
+    }
+    crate::replica::stop_following(server);
+    let client = super::connection::client_line(&ctx.client.info, crate::server::unix_ms());
+    tracing::info!("MASTER MODE enabled (failover request from '{client}')");
+    Ok(())
 }
 
 /// SYNC: the pre-PSYNC protocol, a full sync with no `+FULLRESYNC` line.
@@ -80,6 +103,9 @@ fn sync(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
 /// A replica serves replicas of its own only while its master's link is
 /// up: before, it has no history to give them (Redis's syncCommand).
 fn hand_off(ctx: &mut Ctx<'_>, replid: String, offset: i64, pre_psync: bool) -> CmdResult {
+    if ctx.server.repl.failover.state() != crate::replication::failover::State::None {
+        return Err(CmdError::other("NOMASTERLINK Can't SYNC while failing over"));
+    }
     let replica = &ctx.server.replica;
     if replica.is_replica() && !replica.link_up() {
         return Err(CmdError::other("NOMASTERLINK Can't SYNC while not connected with my master"));

@@ -593,7 +593,7 @@ fn write_section(ctx: &mut Ctx<'_>, section: &str, out: &mut String) {
             let (replid, replid2, second_offset) = repl.ids();
             let offset = repl.end();
             let (active, size, first_byte, held) = repl.backlog_info(backlog_size);
-            field!(out, "master_failover_state", "no-failover");
+            field!(out, "master_failover_state", repl.failover.state().name());
             field!(out, "master_replid", replid);
             field!(out, "master_replid2", replid2);
             field!(out, "master_repl_offset", offset);

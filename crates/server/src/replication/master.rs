@@ -259,7 +259,14 @@ fn run(server: &Server, replica: &Arc<AttachedReplica>, link: &Link, handoff: &H
     let mut out = link;
     out.write_all(pending)?;
     let repl = &server.repl;
-    let pos = match repl.try_partial(replica, handoff) {
+    // At one point of the command order, as Redis's single thread answers
+    // a PSYNC: after any write under way (a transaction that killed this
+    // replica's old link, say) has been fed.
+    let partial = {
+        let _all = server.keyspace.lock_all();
+        repl.try_partial(replica, handoff)
+    };
+    let pos = match partial {
         Some(pos) => {
             let reply = match handoff.conf.capa_psync2 {
                 true => format!("+CONTINUE {}\r\n", repl.replid()),

@@ -42,9 +42,17 @@
 //! replicas see the top master's history, a replica moved to a sibling
 //! can PSYNC there, and a promoted replica keeps serving PSYNCs of the
 //! old history (its secondary id) up to where it left it.
+//!
+//! # FAILOVER ([`failover`])
+//!
+//! A master hands over to one of its replicas: writes pause until the
+//! target has acknowledged the stream's end, then the master becomes its
+//! replica and asks it, with `PSYNC ... FAILOVER`, to take over the shared
+//! history, so neither side syncs in full.
 
 pub mod backlog;
 pub mod diskless;
+pub mod failover;
 pub mod master;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -120,6 +128,8 @@ pub struct Replication {
     pub good_replicas: AtomicU64,
     /// Replicas waiting for a diskless sync to start.
     groups: diskless::Groups,
+    /// A FAILOVER under way.
+    pub failover: failover::Failover,
 }
 
 /// A 40-hex-digit random id (run ids, replication ids).
@@ -161,6 +171,7 @@ impl Replication {
             output_hard_limit: AtomicU64::new(256 << 20),
             freed_at: AtomicU64::new(0),
             groups: diskless::Groups::default(),
+            failover: failover::Failover::default(),
         }
     }
 
@@ -265,6 +276,30 @@ impl Replication {
         ids.second_offset = -1;
     }
 
+    /// What an RDB saved at S records of the history (Redis's
+    /// `rdbPopulateSaveInfo`): its replid, the offset at S and the
+    /// stream's database, where a backlog holds it. Read at S, under every
+    /// shard lock (on a replica, with its master's stream held still).
+    pub fn save_point(&self) -> Option<SyncPoint> {
+        let g = self.shared.backlog.lock();
+        let backlog = g.as_ref()?;
+        Some(SyncPoint { replid: self.replid(), offset: backlog.end(), stream_db: backlog.selected_db.unwrap_or(0) })
+    }
+
+    /// A master restarted from an RDB saved at `offset` of history
+    /// `replid`: that becomes its secondary id, up to there, and its
+    /// stream goes on from `offset` (Redis's `loadDataFromDisk`).
+    pub fn restore_as_master(&self, server: &Arc<Server>, replid: &str, offset: u64, size: u64) {
+        *self.shared.backlog.lock() = Some(Backlog::new(offset, size));
+        self.active.store(true, Ordering::Relaxed);
+        let mut ids = self.ids.lock();
+        ids.replid2 = replid.to_string();
+        ids.second_offset = offset as i64 + 1;
+        drop(ids);
+        // Its `repl-backlog-ttl` counts from now.
+        self.start_cron(server);
+    }
+
     /// A partial resync with the master (`+CONTINUE`) from `offset`, the
     /// stream in database `db`. A new replid (the master was promoted)
     /// becomes this server's, the old one its secondary id up to `offset`,
@@ -313,7 +348,7 @@ impl Replication {
 
     fn disconnect_replicas(&self) {
         for replica in self.replicas() {
-            replica.disconnect();
+            self.drop_replica(&replica);
         }
     }
 
@@ -410,7 +445,11 @@ impl Replication {
     /// offset (`REPLCONF GETACK *` in the stream, as Redis does).
     pub fn add_wait(&self, waiter: Arc<Waiter>) {
         self.waits.lock().push(waiter);
-        self.feed_with(None, 0, |out, _| keel_journal::encode_command(out, &[&b"REPLCONF"[..], b"GETACK", b"*"]));
+        // Not while a FAILOVER waits for its target to reach the stream's
+        // end: the replicas' own ACKs, every second, do then.
+        if self.failover.state() == failover::State::None {
+            self.feed_with(None, 0, |out, _| keel_journal::encode_command(out, &[&b"REPLCONF"[..], b"GETACK", b"*"]));
+        }
     }
 
     /// A replica acknowledged more: answers the WAITs now satisfied.
@@ -434,12 +473,21 @@ impl Replication {
     /// Drops a replica past `client-output-buffer-limit`'s hard limit
     /// for its class (Redis's `replica` class: 256 MB by default).
     fn enforce_output_limit(&self, id: u64, behind: u64) {
-        if let Some(replica) = self.replicas.lock().iter().find(|r| r.id == id) {
+        let replica = self.replicas.lock().iter().find(|r| r.id == id).cloned();
+        if let Some(replica) = replica {
             tracing::warn!("Client {} scheduled to be closed ASAP for overcoming of output buffer limits ({behind} bytes behind).", replica.addr());
-            replica.disconnect();
+            self.drop_replica(&replica);
         }
+    }
+
+    /// Ends a replica's link and releases at once what the backlog kept
+    /// for it, as Redis frees a replica client at once: what is fed next
+    /// is trimmed to `repl-backlog-size`, not kept for the replica's
+    /// threads to notice the end.
+    pub fn drop_replica(&self, replica: &AttachedReplica) {
+        replica.disconnect();
         if let Some(b) = self.shared.backlog.lock().as_mut() {
-            b.unpin(id);
+            b.unpin(replica.id);
         }
     }
 
@@ -457,7 +505,8 @@ impl Replication {
     }
 }
 
-/// Every 100 ms: the good replicas for `min-replicas-to-write`; every
+/// Every 100 ms: the good replicas for `min-replicas-to-write`, a
+/// FAILOVER's progress; every
 /// `repl-ping-replica-period` seconds, a PING in the stream; after
 /// `repl-backlog-ttl` seconds without replicas, the backlog freed.
 fn cron(server: &Server) {
@@ -472,11 +521,14 @@ fn cron(server: &Server) {
             (c.repl_ping_replica_period, c.repl_backlog_ttl)
         };
         repl.output_hard_limit.store(server.output_limit[1][0].load(Ordering::Relaxed), Ordering::Relaxed);
+        failover::tick(server);
         let now = unix_ms();
         let replicas = repl.replicas();
         // (A replica's own replicas get its master's PINGs: `feed_with`
-        // feeds nothing while it proxies.)
-        if !replicas.is_empty() && now.saturating_sub(last_ping_ms) >= period_s * 1000 {
+        // feeds nothing while it proxies.) None during a FAILOVER: the
+        // target is to reach the stream's end, which must stay put.
+        let failing_over = repl.failover.state() != failover::State::None;
+        if !replicas.is_empty() && !failing_over && now.saturating_sub(last_ping_ms) >= period_s * 1000 {
             last_ping_ms = now;
             repl.feed_with(None, 0, |out, _| keel_journal::encode_command(out, &[b"PING"]));
         }
