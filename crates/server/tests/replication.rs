@@ -897,3 +897,37 @@ fn a_swapdb_resync_of_the_same_history_serves_the_old_data_meanwhile() {
         assert_eq!(r.cmd("EXISTS key:1"), int(0));
     }
 }
+
+/// A replication link carries no replies: a replica that sends a command
+/// (anything but REPLCONF ACK or GETACK) loses its link, with Redis's log
+/// lines, and one that reads or writes keys also counts as an error sent
+/// to it. PSYNC with an offset that is no number is refused and logged.
+/// Keel and redis-server alike.
+#[test]
+fn a_replica_that_sends_a_command_loses_its_link() {
+    let keel = Server::start(&["--appendonly", "no"]);
+    let Some(redis) = Server::start_redis(&[]) else { return };
+    for master in [&keel, &redis] {
+        let mut m = master.client();
+        // In this order: the keyspace refusal's line comes with the GET.
+        for (command, name) in [(&["PING"][..], "ping"), (&["GET", "foo"], "get"), (&["XINFO", "HELP"], "xinfo|help")] {
+            let mut raw = RawReplica::connect(master.port, false);
+            raw.full_sync_with_length();
+            raw.send(command);
+            let mut rest = Vec::new();
+            let _ = raw.stream.read_to_end(&mut rest);
+            let rest = String::from_utf8_lossy(&rest);
+            assert!(!rest.contains("PONG") && !rest.contains('-'), "no reply on the link: {rest:?}");
+            let log = std::fs::read_to_string(std::env::temp_dir().join("keel-test-logs").join(format!("{}.log", master.port))).unwrap_or_default();
+            assert!(log.contains(&format!("Replica generated a reply to command '{name}', disconnecting it: ")), "port {}: {name}", master.port);
+            let critical = "This master is sending an error to its replica: 'Replica can't interact with the keyspace' after processing the command 'get'";
+            assert_eq!(log.contains(critical), name != "ping", "port {}: {name}", master.port);
+            assert_eq!(m.cmd("PING"), simple("PONG"));
+        }
+        assert_eq!(m.info_field("stats", "unexpected_error_replies"), "1", "port {}", master.port);
+        let mut c = master.client();
+        assert_eq!(c.cmd("PSYNC replicationid offset_str"), err("ERR value is not an integer or out of range"));
+        let log = std::fs::read_to_string(std::env::temp_dir().join("keel-test-logs").join(format!("{}.log", master.port))).unwrap_or_default();
+        assert!(log.contains("asks for synchronization but with a wrong offset"), "port {}", master.port);
+    }
+}

@@ -20,6 +20,7 @@ use thiserror::Error;
 
 use super::backlog::Backlog;
 use super::{Replication, SyncPoint};
+use crate::command::flags;
 use crate::server::{unix_ms, Server};
 
 /// Most bytes of the stream copied out of the backlog per write: the copy
@@ -401,13 +402,17 @@ fn read_acks(server: &Server, replica: &AttachedReplica, link: Link, unread: Vec
     loop {
         while let Ok(Some((request, consumed))) = keel_protocol::parse_request(&buf[start..], &limits) {
             let argv: Vec<&[u8]> = request.argv.iter().map(|a| &**a).collect();
-            if argv.len() >= 3 && argv[0].eq_ignore_ascii_case(b"replconf") && argv[1].eq_ignore_ascii_case(b"ack") {
+            let replconf = |sub: &str| argv.len() >= 2 && argv[0].eq_ignore_ascii_case(b"replconf") && argv[1].eq_ignore_ascii_case(sub.as_bytes());
+            if replconf("ack") && argv.len() >= 3 {
                 if let Some(offset) = std::str::from_utf8(argv[2]).ok().and_then(|s| s.parse::<u64>().ok()) {
                     replica.ack.fetch_max(offset, Ordering::AcqRel);
                     replica.ack_ms.store(unix_ms(), Ordering::Relaxed);
                     replica.acked_once.store(true, Ordering::Release);
                     server.repl.acks_advanced(server);
                 }
+            } else if !replconf("getack") && !argv.is_empty() {
+                refuse_command(server, replica, &argv);
+                return;
             }
             start += consumed;
         }
@@ -422,6 +427,29 @@ fn read_acks(server: &Server, replica: &AttachedReplica, link: Link, unread: Vec
             Ok(n) => buf.extend_from_slice(&piece[..n]),
         }
     }
+}
+
+/// A replica sent a command that would be answered (anything but
+/// `REPLCONF ACK` or `GETACK`): as Redis, which never writes a reply on a
+/// replication link, the link goes, and a command touching the keyspace
+/// counts as an error sent to the replica (Redis refuses those from
+/// replicas: they are exempt from CLIENT PAUSE).
+fn refuse_command(server: &Server, replica: &AttachedReplica, argv: &[&[u8]]) {
+    let (name, error) = match crate::command::resolve(argv) {
+        Ok((_, spec)) if spec.has(flags::READONLY) || spec.has(flags::WRITE) => {
+            (spec.name, Some("Replica can't interact with the keyspace".to_string()))
+        }
+        Ok((_, spec)) => (spec.name, None),
+        Err(e) => ("<unknown>", Some(e.to_string())),
+    };
+    if let Some(error) = error {
+        let error = error.strip_prefix("ERR ").unwrap_or(&error);
+        tracing::warn!("== CRITICAL == This master is sending an error to its replica: '{error}' after processing the command '{name}'");
+        server.unexpected_error_replies.fetch_add(1, Ordering::Relaxed);
+    }
+    let (addr, laddr) = replica.link_addrs().unwrap_or_default();
+    tracing::warn!("Replica generated a reply to command '{name}', disconnecting it: addr={addr} laddr={laddr}");
+    server.repl.drop_replica(replica);
 }
 
 impl Replication {
