@@ -931,3 +931,27 @@ fn a_replica_that_sends_a_command_loses_its_link() {
         assert!(log.contains("asks for synchronization but with a wrong offset"), "port {}", master.port);
     }
 }
+
+/// A disk-based full sync sends the replica a newline every second while
+/// the RDB file is written, before its length: a big dataset must not let
+/// the replica's `repl-timeout` pass. Keel and redis-server alike.
+#[test]
+fn a_disk_based_sync_keeps_the_link_alive_while_the_file_is_written() {
+    let args = ["--repl-diskless-sync", "no", "--rdb-key-save-delay", "100000"];
+    let keel = Server::start(&[&args[..], &["--appendonly", "no"]].concat());
+    let Some(redis) = Server::start_redis(&args) else { return };
+    for master in [&keel, &redis] {
+        let mut m = master.client();
+        for i in 0..25 {
+            assert_eq!(m.send(&["SET", &format!("k{i}"), "v"]), ok());
+        }
+        // 25 keys at 100 ms each: the file takes 2.5 s.
+        let mut raw = RawReplica::connect(master.port, false);
+        raw.send(&["PSYNC", "?", "-1"]);
+        assert!(raw.line().starts_with("+FULLRESYNC"));
+        let header = raw.line();
+        let newlines = header.len() - header.trim_start_matches('\n').len();
+        assert!(newlines >= 1, "port {}: {header:?}", master.port);
+        assert!(header[newlines..].starts_with('$'), "port {}: {header:?}", master.port);
+    }
+}

@@ -27,7 +27,7 @@ const TICK: Duration = Duration::from_millis(10);
 /// How often the replicas of a waiting group get a newline, as Redis's
 /// cron sends one to replicas waiting for their sync: it keeps a replica's
 /// `repl-timeout` from passing while the delay runs.
-const KEEPALIVE: Duration = Duration::from_secs(1);
+pub(super) const KEEPALIVE: Duration = Duration::from_secs(1);
 
 /// The replicas waiting for the next diskless sync to start.
 #[derive(Default)]

@@ -22,7 +22,8 @@
 //! instant S, with every shard locked, when the replica's position is
 //! pinned at the stream's end, streamed as an RDB (diskless, `$EOF:`
 //! framing, to replicas that announce `capa eof`; else through a file,
-//! with its length first); then the stream from S on. The snapshot scan
+//! with its length first, and a newline every second while the file is
+//! written); then the stream from S on. The snapshot scan
 //! runs behind the workers, as BGSAVE's. Diskless syncs asked for within
 //! `repl-diskless-sync-delay` of each other share one snapshot and one
 //! stream of its RDB ([`diskless`]). A second thread reads the
