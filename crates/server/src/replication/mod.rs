@@ -178,7 +178,8 @@ impl Replication {
 
     /// Whether writes feed the backlog: one relaxed load. Set under every
     /// shard lock (a full sync's instant S), so a writer holding any shard
-    /// lock sees it settled.
+    /// lock sees it settled; off while this server follows a master (a
+    /// write that saw it just before is dropped by `feed_with`).
     pub fn feeding(&self) -> bool {
         self.active.load(Ordering::Relaxed)
     }
