@@ -91,6 +91,11 @@ pub struct ClientInfo {
 }
 
 impl ClientInfo {
+    /// The peer's address without its port (all of `addr` on a Unix socket).
+    pub fn ip(&self) -> &str {
+        self.addr.rsplit_once(':').map_or(self.addr.as_str(), |(ip, _)| ip)
+    }
+
     pub fn new(id: u64, addr: String, laddr: String, fd: i32, unix: bool) -> ClientInfo {
         let now = crate::server::unix_ms();
         ClientInfo {

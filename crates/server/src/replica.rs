@@ -219,12 +219,6 @@ struct LinkState {
     transfer_size: i64,
     transfer_read: i64,
     transfer_last_io_ms: u64,
-    /// The replid of the history this data belongs to (Redis's
-    /// `server.replid` on a replica): set by a full sync that succeeded
-    /// and by a `+CONTINUE` with a new id. A `+FULLRESYNC` with it again
-    /// brings a later point of the same data, which a `swapdb` load reads
-    /// while the old one goes on serving (async loading).
-    synced_replid: Option<String>,
 }
 
 /// The replica side's state (`Server::replica`).
@@ -786,7 +780,6 @@ fn link(server: &Server, host: &str, port: u16, generation: u64) -> Result<(), L
             conn.still_wanted()?;
             let size = server.config.read().repl_backlog_size;
             server.repl.continue_master_history(&cursor.replid, cursor.offset as u64, cursor.db, size);
-            replica.state.lock().synced_replid = Some(cursor.replid.clone());
         }
         apply_stream(conn, cursor)
     } else if reply.starts_with("-NOMASTERLINK") || reply.starts_with("-LOADING") {
@@ -951,8 +944,9 @@ fn full_sync(conn: &mut Conn<'_>, timeout: Duration, cursor: &mut Cursor) -> Res
     replica.state.lock().transfer_size = size;
     let generation = conn.generation;
     if diskless != DisklessLoad::No {
-        // Redis's async loading: the same history, later.
-        let same_history = replica.state.lock().synced_replid.as_deref() == Some(cursor.replid.as_str());
+        // Redis's async loading: the same history, later (this server's
+        // replid is the one its data came from, its master's).
+        let same_history = server.repl.replid() == cursor.replid;
         let serving = diskless == DisklessLoad::SwapDb && same_history;
         let mut payload = Payload { conn, left: (mark.is_none()).then_some(size as u64), timeout, failure: None, consumed: 0 };
         return replace_data(server, generation, cursor, || load_from_link(&mut payload, mark.as_deref(), diskless, serving));
@@ -1017,7 +1011,6 @@ fn replace_data(
     let mut st = replica.state.lock();
     st.read_offset = cursor.offset;
     st.cursor = Some(cursor.clone());
-    st.synced_replid = Some(cursor.replid.clone());
     Ok(())
 }
 
@@ -1350,13 +1343,22 @@ fn apply_stream(mut conn: Conn<'_>, mut cursor: Cursor) -> Result<(), LinkError>
             }
             cursor.db = client.db;
             // Proxied under the same hold as applied: a snapshot for a
-            // replica of this one sees both or neither.
-            unproxied.extend_from_slice(&conn.buf[batch_start..conn.start]);
+            // replica of this one sees both or neither. Straight from the
+            // link's buffer unless a transaction began in an earlier batch.
             let ready = (cursor.offset - proxied_upto) as usize;
-            if ready > 0 {
-                let lsn = crate::durability::replicas_wait_for(server, last_lsn);
-                server.repl.proxy(&unproxied[..ready], cursor.db, lsn);
-                unproxied.drain(..ready);
+            let lsn = crate::durability::replicas_wait_for(server, last_lsn);
+            let batch = &conn.buf[batch_start..conn.start];
+            if unproxied.is_empty() {
+                if ready > 0 {
+                    server.repl.proxy(&batch[..ready], cursor.db, lsn);
+                }
+                unproxied.extend_from_slice(&batch[ready..]);
+            } else {
+                unproxied.extend_from_slice(batch);
+                if ready > 0 {
+                    server.repl.proxy(&unproxied[..ready], cursor.db, lsn);
+                    unproxied.drain(..ready);
+                }
             }
             replica.state.lock().cursor = Some(cursor.clone());
             if let Some(e) = failed {

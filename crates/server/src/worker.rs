@@ -863,10 +863,7 @@ impl Worker {
         let Some(handoff) = conn.client.handoff.take() else { return };
         let pending = conn.wbuf[conn.wpos..].to_vec();
         let unread = conn.rbuf[conn.rstart..conn.rend].to_vec();
-        let peer_ip = match conn.client.info.addr.rsplit_once(':') {
-            Some((ip, _)) => ip.to_string(),
-            None => conn.client.info.addr.clone(),
-        };
+        let peer_ip = conn.client.info.ip().to_string();
         let link = match conn.stream.into_blocking() {
             Ok(link) => link,
             Err(e) => {

@@ -9,13 +9,8 @@ use common::*;
 
 fn keel_replica_of(master: &Server) -> Server {
     let replica = Server::start(&["--replicaof", "127.0.0.1", &master.port.to_string()]);
-    wait_link_up(&replica);
+    replica.wait_link_up();
     replica
-}
-
-fn wait_link_up(replica: &Server) {
-    let mut r = replica.client();
-    wait_for("the replica's link", || r.info_field("replication", "master_link_status") == "up");
 }
 
 fn role(server: &Server) -> String {
@@ -28,10 +23,6 @@ fn failover_state(server: &Server) -> String {
 
 fn stat(server: &Server, field: &str) -> String {
     server.client().info_field("stats", field)
-}
-
-fn log_of(server: &Server) -> String {
-    std::fs::read_to_string(std::env::temp_dir().join("keel-test-logs").join(format!("{}.log", server.port))).unwrap_or_default()
 }
 
 /// Stops (SIGSTOP) or continues (SIGCONT) a server's process.
@@ -59,7 +50,7 @@ fn failover_refuses_what_redis_refuses() {
     }
     let keel_replica = keel_replica_of(&keel);
     let Some(redis_replica) = Server::start_redis(&["--replicaof", "127.0.0.1", &redis.port.to_string()]) else { return };
-    wait_link_up(&redis_replica);
+    redis_replica.wait_link_up();
     for (master, replica) in [(&keel, &keel_replica), (&redis, &redis_replica)] {
         let mut m = master.client();
         let port = replica.port.to_string();
@@ -94,7 +85,7 @@ fn failover_hands_over_both_ways_without_a_full_sync() {
     assert_eq!(a.cmd("SET before 1"), ok());
     let keel_b = keel_replica_of(&keel_a);
     let Some(redis_c) = Server::start_redis(&["--replicaof", "127.0.0.1", &keel_a.port.to_string()]) else { return };
-    wait_link_up(&redis_c);
+    redis_c.wait_link_up();
     assert_eq!(a.cmd("INCR n"), int(1));
     assert_eq!(a.cmd("WAIT 2 20000"), int(2));
 
@@ -103,12 +94,12 @@ fn failover_hands_over_both_ways_without_a_full_sync() {
     wait_for("the failover's end", || failover_state(&keel_a) == "no-failover");
     assert_eq!(role(&keel_b), "master");
     assert_eq!(role(&keel_a), "slave");
-    wait_link_up(&keel_a);
-    assert!(log_of(&keel_b).contains("MASTER MODE enabled (failover request from"));
+    keel_a.wait_link_up();
+    assert!(keel_b.log().contains("MASTER MODE enabled (failover request from"));
     assert_eq!(stat(&keel_b, "sync_full"), "0");
     assert_eq!(stat(&keel_b, "sync_partial_ok"), "1");
     assert_eq!(redis_c.client().send(&["REPLICAOF", "127.0.0.1", &keel_b.port.to_string()]), ok());
-    wait_link_up(&redis_c);
+    redis_c.wait_link_up();
     assert_eq!(stat(&keel_b, "sync_partial_ok"), "2", "the redis-server replica continued too");
     let mut b = keel_b.client();
     assert_eq!(b.cmd("INCR n"), int(2));
@@ -123,9 +114,9 @@ fn failover_hands_over_both_ways_without_a_full_sync() {
     signal(&keel_a, "-CONT");
     assert_eq!(role(&redis_c), "master");
     assert_eq!(role(&keel_b), "slave");
-    wait_link_up(&keel_b);
+    keel_b.wait_link_up();
     assert_eq!(a.send(&["REPLICAOF", "127.0.0.1", &redis_c.port.to_string()]), ok());
-    wait_link_up(&keel_a);
+    keel_a.wait_link_up();
     assert_eq!(stat(&redis_c, "sync_full"), "0");
     assert_eq!(stat(&redis_c, "sync_partial_ok"), "2");
 
@@ -167,7 +158,7 @@ fn failover_waits_then_gives_up_or_is_aborted_or_refused() {
     assert_eq!(m.cmd("GET case"), bulk("1"), "reads go on");
     assert_eq!(writer.read(), ok(), "the write goes on once the failover gave up");
     assert_eq!(failover_state(&master), "no-failover");
-    assert!(log_of(&master).contains("aborted: Replica never caught up before timeout"));
+    assert!(master.log().contains("aborted: Replica never caught up before timeout"));
 
     assert_eq!(m.send(&[&target[..], &["TIMEOUT", "60000"]].concat()), ok());
     assert_eq!(m.send(&target), err("ERR FAILOVER already in progress."));
@@ -182,11 +173,11 @@ fn failover_waits_then_gives_up_or_is_aborted_or_refused() {
     assert_eq!(replica.client().cmd("ACL SETUSER default -psync"), ok());
     assert_eq!(m.send(&target), ok());
     wait_for("the failover's end", || failover_state(&master) == "no-failover");
-    assert!(log_of(&master).contains("Failover target rejected psync request"));
+    assert!(master.log().contains("Failover target rejected psync request"));
     assert_eq!(role(&master), "master");
     assert_eq!(m.cmd("SET again 1"), ok());
     assert_eq!(replica.client().cmd("ACL SETUSER default +psync"), ok());
-    wait_link_up(&replica);
+    replica.wait_link_up();
     assert_eq!(stat(&master, "sync_full"), "1", "only the first sync was full");
     let mut r = replica.client();
     wait_for("the last write", || r.cmd("GET again") == bulk("1"));

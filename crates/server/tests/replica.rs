@@ -432,7 +432,7 @@ fn offsets_acks_timeouts_and_psync_follow_redis() {
     // Redis does) and comes back asking to continue after what it
     // processed.
     let mut master = FakeMaster::accept(&listener);
-    assert!(log_of(&replica).contains("MASTER timed out: no data nor PING received..."));
+    assert!(replica.log().contains("MASTER timed out: no data nor PING received..."));
     assert_eq!(master.handshake(replica.port), ["PSYNC", replid, &(offset + 1).to_string()]);
     master.write(b"+CONTINUE\r\n");
     let set_b = common::encode(&["SET", "b", "2"]);
@@ -566,12 +566,6 @@ fn a_writable_replica_expires_the_keys_its_own_clients_made_volatile() {
     }
 }
 
-/// What a test server (Keel or redis-server) has logged so far.
-fn log_of(server: &Server) -> String {
-    let log = std::env::temp_dir().join("keel-test-logs").join(format!("{}.log", server.port));
-    std::fs::read_to_string(log).unwrap_or_default()
-}
-
 /// A function library whose function a read-only replica may call.
 const LIBRARY: &str = "#!lua name=lib\nredis.register_function{function_name='hi', callback=function() return 'hi' end, flags={'no-writes'}}";
 
@@ -601,7 +595,7 @@ fn a_diskless_load_reads_the_rdb_straight_off_the_link() {
         assert_eq!(m.cmd("SET after 1"), ok());
         wait_acked(&mut m);
         assert_eq!(r.cmd("GET after"), bulk("1"));
-        let log = log_of(&replica);
+        let log = replica.log();
         assert!(log.lines().any(|l| l.contains(framing) && l.ends_with("to parser")), "{log}");
         assert!(log.contains("Swapping active DB with loaded DB"), "{log}");
         let dir = replica.dir.as_ref().expect("a directory");
@@ -657,7 +651,7 @@ fn a_failed_diskless_load_leaves_the_old_data() {
         assert_eq!(r.cmd("EXISTS old"), int(0));
         assert_eq!(r.cmd("REPLICAOF NO ONE"), ok());
     }
-    let log = log_of(&keel);
+    let log = keel.log();
     assert!(log.contains("Replication stream EOF marker is broken"), "{log}");
     // Redis's lines for a cut link (no damage) and for a damaged RDB.
     assert!(log.contains("Failure loading rdb format from socket, assuming connection error, resuming operation."), "{log}");
@@ -682,7 +676,7 @@ fn on_empty_db_loads_from_the_link_only_into_an_empty_dataset() {
         wait_link_up(&mut r);
         assert_eq!(r.cmd("GET k"), bulk("v"));
         assert_eq!(r.cmd("EXISTS own"), int(0));
-        let log = log_of(&replica);
+        let log = replica.log();
         assert!(log.lines().any(|l| l.contains("receiving streamed RDB") && l.ends_with(target)), "{log}");
     }
 }
@@ -771,4 +765,64 @@ fn becoming_a_replica_unblocks_blocked_clients_with_an_error() {
         assert_eq!(blocked.read(), unblocked, "port {}", server.port);
         assert!(blocked.read_to_close().is_empty(), "closed after the error");
     }
+}
+
+/// A replica's own replica gets its master's stream byte for byte, and a
+/// transaction only once its EXEC came, even when its MULTI arrived in an
+/// earlier read: the two pieces go on together.
+#[test]
+fn a_replicas_replica_gets_a_split_transaction_whole_at_its_exec() {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port().to_string();
+    let replica = Server::start(&["--appendonly", "no", "--replicaof", "127.0.0.1", &port, "--masteruser", "repl", "--masterauth", "secret"]);
+    let mut master = FakeMaster::accept(&listener);
+    assert_eq!(master.handshake(replica.port), ["PSYNC", "?", "-1"]);
+    let replid = "0123456789abcdef0123456789abcdef01234567";
+    let rdb = b"REDIS0009\xff\x00\x00\x00\x00\x00\x00\x00\x00";
+    master.write(format!("+FULLRESYNC {replid} 100\r\n${}\r\n", rdb.len()).as_bytes());
+    master.write(rdb);
+    let select = common::encode(&["SELECT", "0"]);
+    master.write(&select);
+    master.wait_ack(100 + select.len() as i64);
+
+    // A replica of the replica, raw: its full sync, then the stream.
+    let mut sub = std::net::TcpStream::connect(("127.0.0.1", replica.port)).expect("connect");
+    sub.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
+    sub.write_all(&common::encode(&["PSYNC", "?", "-1"])).expect("psync");
+    let mut got = Vec::new();
+    let read_until = |sub: &mut std::net::TcpStream, got: &mut Vec<u8>, enough: &dyn Fn(&[u8]) -> bool| {
+        while !enough(got) {
+            let mut piece = [0u8; 4096];
+            let n = sub.read(&mut piece).expect("read");
+            assert!(n > 0, "closed");
+            got.extend_from_slice(&piece[..n]);
+        }
+    };
+    let fullresync = format!("+FULLRESYNC {replid} {}\r\n", 100 + select.len());
+    read_until(&mut sub, &mut got, &|g: &[u8]| g.windows(2).filter(|w| w == b"\r\n").count() >= 2);
+    assert!(got.starts_with(fullresync.as_bytes()), "{}", String::from_utf8_lossy(&got));
+    got.drain(..fullresync.len());
+    // Keepalive newlines may come before the RDB's length.
+    let newlines = got.iter().take_while(|&&b| b == b'\n').count();
+    got.drain(..newlines);
+    let header_end = got.windows(2).position(|w| w == b"\r\n").expect("length") + 2;
+    let len: usize = String::from_utf8_lossy(&got[1..header_end - 2]).parse().expect("length");
+    read_until(&mut sub, &mut got, &|g: &[u8]| g.len() >= header_end + len);
+    got.drain(..header_end + len);
+
+    let (multi, incr, exec) = (common::encode(&["MULTI"]), common::encode(&["INCR", "n"]), common::encode(&["EXEC"]));
+    master.write(&[multi.clone(), incr.clone()].concat());
+    let mut r = replica.client();
+    wait_for("the MULTI read", || r.info_field("replication", "slave_read_repl_offset") == (100 + select.len() + multi.len() + incr.len()).to_string());
+    // Nothing of the transaction goes on before its EXEC.
+    sub.set_read_timeout(Some(Duration::from_millis(300))).expect("timeout");
+    let mut piece = [0u8; 64];
+    assert!(got.is_empty() && sub.read(&mut piece).is_err(), "sent before the EXEC: {got:?}");
+    sub.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
+    master.write(&exec);
+    let whole = [multi, incr, exec].concat();
+    read_until(&mut sub, &mut got, &|g: &[u8]| g.len() >= whole.len());
+    assert_eq!(String::from_utf8_lossy(&got), String::from_utf8_lossy(&whole), "the transaction as the master sent it");
+    assert_eq!(r.cmd("GET n"), bulk("1"));
 }

@@ -770,16 +770,13 @@ fn a_redis_and_a_keel_replica_share_one_sync() {
         wait_until("the replica's link", || r.info_field("replication", "master_link_status") == "up");
         assert_eq!(r.cmd("GET k"), bulk("v"));
     }
-    let log = std::env::temp_dir().join("keel-test-logs").join(format!("{}.log", master.port));
-    let log = std::fs::read_to_string(log).unwrap_or_default();
+    let log = master.log();
     assert!(log.contains("Starting a diskless sync at offset 0 for 2 replica(s)"), "{log}");
 }
 
 /// The `== CRITICAL ==` lines a server has logged, from that mark on.
 fn critical_lines(server: &Server) -> Vec<String> {
-    let log = std::env::temp_dir().join("keel-test-logs").join(format!("{}.log", server.port));
-    let log = std::fs::read_to_string(log).unwrap_or_default();
-    log.lines().filter_map(|l| l.find("== CRITICAL ==").map(|at| l[at..].to_string())).collect()
+    server.log().lines().filter_map(|l| l.find("== CRITICAL ==").map(|at| l[at..].to_string())).collect()
 }
 
 /// A command from the master that fails on a replica (DEBUG REPLICATE puts
@@ -918,7 +915,7 @@ fn a_replica_that_sends_a_command_loses_its_link() {
             let _ = raw.stream.read_to_end(&mut rest);
             let rest = String::from_utf8_lossy(&rest);
             assert!(!rest.contains("PONG") && !rest.contains('-'), "no reply on the link: {rest:?}");
-            let log = std::fs::read_to_string(std::env::temp_dir().join("keel-test-logs").join(format!("{}.log", master.port))).unwrap_or_default();
+            let log = master.log();
             assert!(log.contains(&format!("Replica generated a reply to command '{name}', disconnecting it: ")), "port {}: {name}", master.port);
             let critical = "This master is sending an error to its replica: 'Replica can't interact with the keyspace' after processing the command 'get'";
             assert_eq!(log.contains(critical), name != "ping", "port {}: {name}", master.port);
@@ -927,7 +924,7 @@ fn a_replica_that_sends_a_command_loses_its_link() {
         assert_eq!(m.info_field("stats", "unexpected_error_replies"), "1", "port {}", master.port);
         let mut c = master.client();
         assert_eq!(c.cmd("PSYNC replicationid offset_str"), err("ERR value is not an integer or out of range"));
-        let log = std::fs::read_to_string(std::env::temp_dir().join("keel-test-logs").join(format!("{}.log", master.port))).unwrap_or_default();
+        let log = master.log();
         assert!(log.contains("asks for synchronization but with a wrong offset"), "port {}", master.port);
     }
 }

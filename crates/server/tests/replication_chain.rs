@@ -15,7 +15,7 @@ use common::*;
 /// A Keel replica of `master` (Keel's durable defaults), once its link is up.
 fn keel_replica_of(master: &Server) -> Server {
     let replica = Server::start(&["--replicaof", "127.0.0.1", &master.port.to_string()]);
-    wait_link_up(&replica);
+    replica.wait_link_up();
     replica
 }
 
@@ -23,13 +23,8 @@ fn keel_replica_of(master: &Server) -> Server {
 /// without redis-server.
 fn redis_replica_of(master: &Server) -> Option<Server> {
     let replica = Server::start_redis(&["--replicaof", "127.0.0.1", &master.port.to_string()])?;
-    wait_link_up(&replica);
+    replica.wait_link_up();
     Some(replica)
-}
-
-fn wait_link_up(replica: &Server) {
-    let mut r = replica.client();
-    wait_for("the replica's link", || r.info_field("replication", "master_link_status") == "up");
 }
 
 /// Waits until every server of the chain shows `top`'s replid and offset.
@@ -138,7 +133,7 @@ fn a_promoted_replica_continues_its_siblings_and_its_old_master() {
     }
     let moved: Vec<&Server> = siblings.iter().chain([&master]).collect();
     for server in &moved {
-        wait_link_up(server);
+        server.wait_link_up();
     }
     wait_same_history(&promoted, &moved);
     assert_eq!(stat(&promoted, "sync_full"), "0");
@@ -162,11 +157,11 @@ fn a_psync_past_the_secondary_ids_end_syncs_in_full() {
     assert_eq!(promoted.client().cmd("REPLICAOF NO ONE"), ok());
     assert_eq!(m.cmd("SET written 1"), ok());
     assert_eq!(m.send(&["REPLICAOF", "127.0.0.1", &promoted.port.to_string()]), ok());
-    wait_link_up(&master);
+    master.wait_link_up();
     assert_eq!(stat(&promoted, "sync_full"), "1");
     assert_eq!(stat(&promoted, "sync_partial_err"), "1");
     assert_eq!(m.cmd("EXISTS written"), int(0));
-    let log = std::fs::read_to_string(std::env::temp_dir().join("keel-test-logs").join(format!("{}.log", promoted.port))).unwrap_or_default();
+    let log = promoted.log();
     assert!(log.contains("Partial resynchronization not accepted: Requested offset for second ID was"), "{log}");
 }
 
@@ -184,7 +179,7 @@ fn a_keel_replica_continues_under_a_promoted_redis_sibling() {
     wait_same_history(&master, &[&promoted, &keel]);
     assert_eq!(promoted.client().cmd("REPLICAOF NO ONE"), ok());
     assert_eq!(keel.client().send(&["REPLICAOF", "127.0.0.1", &promoted.port.to_string()]), ok());
-    wait_link_up(&keel);
+    keel.wait_link_up();
     let mut p = promoted.client();
     assert_eq!(p.cmd("SELECT 3"), ok());
     assert_eq!(p.cmd("SET c 3"), ok());
@@ -240,7 +235,7 @@ fn restarts_from_an_rdb_continue_with_a_partial_resync() {
         Server::start_in(&replica_dir, &owned.iter().map(String::as_str).collect::<Vec<_>>())
     };
     let replica = start_replica(master.port);
-    wait_link_up(&replica);
+    replica.wait_link_up();
     wait_same_history(&master, &[&replica]);
     let replid = m.info_field("replication", "master_replid");
     let offset: u64 = m.info_field("replication", "master_repl_offset").parse().expect("offset");
@@ -259,7 +254,7 @@ fn restarts_from_an_rdb_continue_with_a_partial_resync() {
     assert!(dels > 0, "the expired key's DEL is in the backlog");
     assert_eq!(m.info_field("replication", "master_repl_offset"), (offset + dels).to_string());
     assert_eq!(r.send(&["REPLICAOF", "127.0.0.1", &master.port.to_string()]), ok());
-    wait_link_up(&replica);
+    replica.wait_link_up();
     wait_same_history(&master, &[&replica]);
     assert_eq!(stat(&master, "sync_full"), "0");
     assert_eq!(stat(&master, "sync_partial_ok"), "1");
@@ -268,7 +263,7 @@ fn restarts_from_an_rdb_continue_with_a_partial_resync() {
     // The replica restarted from its own RDB continues too.
     shutdown(&mut r);
     let replica = start_replica(master.port);
-    wait_link_up(&replica);
+    replica.wait_link_up();
     assert_eq!(m.cmd("SET after 1"), ok());
     wait_same_history(&master, &[&replica]);
     assert_eq!(stat(&master, "sync_full"), "0");

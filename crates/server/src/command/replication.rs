@@ -70,8 +70,9 @@ fn replconf(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
 /// replication once this returns; the replies come from there.
 fn psync(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     let offset = i64_arg(argv[2]).inspect_err(|_| {
-        let port = ctx.client.replconf.as_ref().map_or(0, |c| c.listening_port);
-        let ip = ctx.client.info.addr.rsplit_once(':').map_or(ctx.client.info.addr.as_str(), |(ip, _)| ip);
+        let conf = ctx.client.replconf.as_deref();
+        let ip = conf.and_then(|c| c.ip.as_deref()).unwrap_or(ctx.client.info.ip());
+        let port = conf.map_or(0, |c| c.listening_port);
         tracing::warn!("Replica {ip}:{port} asks for synchronization but with a wrong offset");
     })?;
     let replid = String::from_utf8_lossy(argv[1]).into_owned();

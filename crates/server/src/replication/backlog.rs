@@ -45,6 +45,11 @@ impl Backlog {
         Backlog { buf: Vec::new(), head: 0, end, selected_db: None, size, marks: VecDeque::new(), pins: Vec::new() }
     }
 
+    /// A backlog of a master's stream proxied from `end` on, in database `db`.
+    pub fn proxied(end: u64, size: u64, db: usize) -> Backlog {
+        Backlog { selected_db: Some(db), ..Backlog::new(end, size) }
+    }
+
     /// Offset of the last byte fed (master_repl_offset).
     pub fn end(&self) -> u64 {
         self.end

@@ -269,9 +269,7 @@ impl Replication {
     /// server's from `offset` on, with the stream in database `db`, and no
     /// secondary id (the end of Redis's `readSyncBulkPayload`).
     pub fn adopt_master_history(&self, replid: &str, offset: u64, db: usize, size: u64) {
-        let mut backlog = Backlog::new(offset, size);
-        backlog.selected_db = Some(db);
-        *self.shared.backlog.lock() = Some(backlog);
+        *self.shared.backlog.lock() = Some(Backlog::proxied(offset, size, db));
         let mut ids = self.ids.lock();
         ids.replid = replid.to_string();
         ids.replid2 = "0".repeat(40);
@@ -311,9 +309,7 @@ impl Replication {
         {
             let mut g = self.shared.backlog.lock();
             if g.as_ref().is_none_or(|b| b.end() != offset) {
-                let mut backlog = Backlog::new(offset, size);
-                backlog.selected_db = Some(db);
-                *g = Some(backlog);
+                *g = Some(Backlog::proxied(offset, size, db));
             }
         }
         let mut ids = self.ids.lock();

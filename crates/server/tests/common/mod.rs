@@ -27,12 +27,18 @@ fn try_info(port: u16, password: Option<&str>, section: &str) -> Option<Frame> {
     client.try_send(&["INFO", section])
 }
 
-/// Where a test server's log goes: `$TMPDIR/keel-test-logs/<port>.log`,
-/// kept so that a failure can be read afterwards.
+/// Where a test server's log goes, kept so that a failure can be read
+/// afterwards.
+pub fn log_path(port: u16) -> PathBuf {
+    std::env::temp_dir().join("keel-test-logs").join(format!("{port}.log"))
+}
+
 fn server_log(port: u16) -> Stdio {
-    let dir = std::env::temp_dir().join("keel-test-logs");
-    let _ = std::fs::create_dir_all(&dir);
-    match std::fs::File::create(dir.join(format!("{port}.log"))) {
+    let path = log_path(port);
+    if let Some(dir) = path.parent() {
+        let _ = std::fs::create_dir_all(dir);
+    }
+    match std::fs::File::create(path) {
         Ok(f) => Stdio::from(f),
         Err(_) => Stdio::null(),
     }
@@ -270,6 +276,17 @@ impl Server {
             }
             std::thread::sleep(Duration::from_millis(10));
         }
+    }
+
+    /// What the server has logged so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(log_path(self.port)).unwrap_or_default()
+    }
+
+    /// Waits until this replica's link to its master is up.
+    pub fn wait_link_up(&self) {
+        let mut c = self.client();
+        wait_for("the replica's link", || c.info_field("replication", "master_link_status") == "up");
     }
 
     pub fn client(&self) -> Client {
