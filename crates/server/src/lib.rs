@@ -14,7 +14,8 @@
 //! `disable-thp`, `oom-score-adj`, `jemalloc-bg-thread`); [`slowlog`] keeps
 //! SLOWLOG's entries; [`latency`] is the latency monitor (LATENCY's
 //! events); [`loading`] paces a load and decides what clients
-//! see meanwhile; [`pubsub`] keeps who listens to which channel and
+//! see meanwhile; [`pause`] holds clients for CLIENT PAUSE, a shutdown's
+//! save and a failover, each its own pause; [`pubsub`] keeps who listens to which channel and
 //! carries PUBLISH's messages to them, whatever worker serves them;
 //! [`notify`] turns changes to keys into such messages; [`tracking`] is
 //! client-side caching (CLIENT TRACKING: who tracks, and the invalidations
@@ -73,6 +74,7 @@ pub mod memcache;
 pub mod metrics;
 pub mod migrate;
 pub mod notify;
+pub mod pause;
 pub mod process;
 pub mod pubsub;
 pub mod rdb;

@@ -215,9 +215,8 @@ pub struct Server {
     pub skip_dump_checksum: AtomicBool,
     /// The LRU clock: `LRU_EPOCH_S` + seconds since start, refreshed by the cron.
     pub lru_clock: AtomicU32,
-    /// CLIENT PAUSE: until this Unix ms, and whether writes only.
-    pub pause_until_ms: AtomicU64,
-    pub pause_writes_only: AtomicBool,
+    /// CLIENT PAUSE's, a shutdown's and a failover's pauses.
+    pub pauses: crate::pause::Pauses,
     pub thread_count: usize,
     /// The workers' listeners on `port`, which CONFIG SET may replace.
     pub listeners: crate::listen::PortListeners,
@@ -398,8 +397,7 @@ impl Server {
             cron_paused: AtomicBool::new(false),
             skip_dump_checksum: AtomicBool::new(false),
             lru_clock: AtomicU32::new(LRU_EPOCH_S),
-            pause_until_ms: AtomicU64::new(0),
-            pause_writes_only: AtomicBool::new(false),
+            pauses: Default::default(),
             thread_count,
             listeners: Default::default(),
             aof: crate::durability::Aof::new(journal, config_fsync),
@@ -503,20 +501,11 @@ impl Server {
         *self.errorstats.lock().entry(prefix).or_insert(0) += 1;
     }
 
-    /// Whether CLIENT PAUSE is in effect at `now_ms`, and for writes only.
-    /// 0 in `pause_until_ms` means no pause, so that the common case costs
-    /// one atomic load and no clock read.
+    /// Whether clients are paused at `now_ms`, and for writes only (see
+    /// [`crate::pause`]). The common case costs one atomic load and no
+    /// clock read.
     pub fn paused(&self, now_ms: impl FnOnce() -> u64) -> Option<bool> {
-        let until = self.pause_until_ms.load(Ordering::Acquire);
-        if until == 0 {
-            return None;
-        }
-        if until <= now_ms() {
-            // Expired: clear it unless another pause replaced it meanwhile.
-            let _ = self.pause_until_ms.compare_exchange(until, 0, Ordering::AcqRel, Ordering::Relaxed);
-            return None;
-        }
-        Some(self.pause_writes_only.load(Ordering::Relaxed))
+        self.pauses.in_effect(now_ms).map(|mode| mode == crate::pause::Mode::Writes)
     }
 
     /// Tells every worker to look at its paused connections again.

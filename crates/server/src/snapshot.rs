@@ -56,6 +56,7 @@
 //! aux field (which Redis skips); every load gives them back. RESTORE
 //! takes none: its payload has no place for them.
 
+use crate::pause::{Mode, Purpose};
 use std::fs::{self, File};
 use std::io::{self, BufReader, BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -329,11 +330,7 @@ pub fn prepare_shutdown(server: &Server, mode: FinalSave, force: bool) -> Result
         return Ok(());
     }
     tracing::info!("Saving the final RDB snapshot before exiting.");
-    let paused = (server.pause_until_ms.load(Ordering::Acquire), server.pause_writes_only.load(Ordering::Relaxed));
-    if paused.0 == 0 || paused.1 {
-        server.pause_writes_only.store(true, Ordering::Relaxed);
-    }
-    server.pause_until_ms.store(u64::MAX, Ordering::Release);
+    server.pauses.pause(Purpose::Shutdown, u64::MAX, Mode::Writes, unix_ms());
     match save_sync(server) {
         Ok(_) => Ok(()),
         Err(e) if force => {
@@ -342,8 +339,7 @@ pub fn prepare_shutdown(server: &Server, mode: FinalSave, force: bool) -> Result
         }
         Err(e) => {
             tracing::warn!("Error trying to save the DB, can't exit.");
-            server.pause_writes_only.store(paused.1, Ordering::Relaxed);
-            server.pause_until_ms.store(paused.0, Ordering::Release);
+            server.pauses.unpause(Purpose::Shutdown);
             server.broadcast(|| crate::client::Message::Resume);
             Err(e)
         }

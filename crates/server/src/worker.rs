@@ -192,9 +192,12 @@ pub struct Worker {
     /// Those on `port` are in `tcp`, shared with whoever replaces them.
     listeners: Listeners,
     tcp: crate::listen::SharedListeners,
-    /// Some connection may be held by CLIENT PAUSE (saves scanning every
+    /// Some connection may be held by a pause (saves scanning every
     /// connection on every loop turn).
     any_paused: bool,
+    /// `Pauses::weakened` when held connections were last looked at: a
+    /// pause that got weaker since (ALL to WRITE) may release some.
+    pauses_weakened: u64,
     /// Connections holding replies until the journal is durable.
     gated: Vec<usize>,
     /// When `gated` last went from empty to not: no later than its oldest
@@ -242,6 +245,7 @@ impl Worker {
             listeners,
             tcp,
             any_paused: false,
+            pauses_weakened: 0,
             gated: Vec::new(),
             gated_since: None,
             blocked: Vec::new(),
@@ -266,9 +270,8 @@ impl Worker {
             // Wake when a pause that holds one of our clients runs out,
             // rather than up to a cron period later.
             if self.any_paused {
-                // 0: no pause (a load's start holds them; its end wakes us).
-                let until = self.server.pause_until_ms.load(Ordering::Acquire);
-                if until != 0 {
+                // None: no pause (a load's start holds them; its end wakes us).
+                if let Some(until) = self.server.pauses.next_end_ms() {
                     timeout = timeout.min(Duration::from_millis(until.saturating_sub(unix_ms())));
                 }
             }
@@ -641,13 +644,18 @@ impl Worker {
     }
 
     /// Runs the input that held connections keep, once neither a pause nor
-    /// the start of a load holds them.
+    /// the start of a load holds them, or a pause got weaker (a write
+    /// held again is held as before).
     fn resume_if_unpaused(&mut self) {
-        // A pause only ever widens (longer, or WRITE to ALL) until it ends,
-        // so nothing held can go while one is in effect.
-        if !self.any_paused || self.server.paused(unix_ms).is_some() || self.server.held_by_load() {
+        if !self.any_paused || self.server.held_by_load() {
             return;
         }
+        let paused = self.server.paused(unix_ms);
+        let weakened = self.server.pauses.weakened();
+        if paused == Some(false) || paused.is_some() && weakened == self.pauses_weakened {
+            return;
+        }
+        self.pauses_weakened = weakened;
         self.any_paused = false;
         let paused: Vec<usize> = self.conns.iter().filter(|(_, c)| c.paused).map(|(k, _)| k).collect();
         let limits = self.limits();

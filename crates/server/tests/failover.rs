@@ -163,8 +163,23 @@ fn failover_waits_then_gives_up_or_is_aborted_or_refused() {
     assert_eq!(m.send(&[&target[..], &["TIMEOUT", "60000"]].concat()), ok());
     assert_eq!(m.send(&target), err("ERR FAILOVER already in progress."));
     assert_eq!(m.cmd("REPLICAOF NO ONE"), err("ERR REPLICAOF not allowed while failing over."));
+    // The failover's pause and CLIENT PAUSE's each end alone, as Redis's
+    // pauses per purpose: CLIENT UNPAUSE leaves the failover's, and
+    // FAILOVER ABORT leaves a CLIENT PAUSE's.
+    writer.write_command(&["SET", "held", "2"]);
+    let blocked = |server: &Server| server.client().info_field("clients", "blocked_clients");
+    wait_for("the write to be held", || blocked(&master) == "1");
+    assert_eq!(m.cmd("CLIENT PAUSE 60000 WRITE"), ok());
+    assert_eq!(m.cmd("CLIENT UNPAUSE"), ok());
+    assert_eq!(m.cmd("GET held"), bulk("1"), "the failover still holds the write");
+    assert_eq!(blocked(&master), "1");
+    assert_eq!(m.cmd("CLIENT PAUSE 60000 WRITE"), ok());
     assert_eq!(m.cmd("FAILOVER ABORT"), ok());
     assert_eq!(failover_state(&master), "no-failover");
+    assert_eq!(m.cmd("GET held"), bulk("1"), "CLIENT PAUSE still holds the write");
+    assert_eq!(blocked(&master), "1");
+    assert_eq!(m.cmd("CLIENT UNPAUSE"), ok());
+    assert_eq!(writer.read(), ok());
     assert_eq!(m.cmd("SET after 1"), ok());
     signal(&replica, "-CONT");
     assert_eq!(m.cmd("WAIT 1 20000"), int(1));

@@ -20,6 +20,7 @@
 pub mod bus;
 pub mod state;
 
+use crate::pause::{Mode, Purpose};
 use std::fs::{self, File};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
@@ -265,12 +266,11 @@ fn apply(server: &Server, effect: Effect) {
             crate::pubsub::deliver(server, published.others);
         }
         Effect::PauseWrites(until_ms) => {
-            server.pause_writes_only.store(true, Ordering::Relaxed);
-            server.pause_until_ms.fetch_max(until_ms, Ordering::AcqRel);
+            server.pauses.pause(Purpose::Failover, until_ms, Mode::Writes, crate::server::unix_ms());
         }
-        Effect::ResumeWrites(until_ms) => {
-            // Only the failover's own pause: a later CLIENT PAUSE stays.
-            let _ = server.pause_until_ms.compare_exchange(until_ms, 0, Ordering::AcqRel, Ordering::Relaxed);
+        Effect::ResumeWrites => {
+            // Only the failover's own pause: a CLIENT PAUSE stays.
+            server.pauses.unpause(Purpose::Failover);
             server.broadcast(|| crate::client::Message::Resume);
         }
     }

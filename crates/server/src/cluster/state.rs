@@ -56,8 +56,8 @@ pub enum Effect {
     Publish { shard: bool, channel: Vec<u8>, message: Vec<u8> },
     /// Pause writes until this Unix ms (a manual failover's master side).
     PauseWrites(u64),
-    /// End that pause (the one until this Unix ms) early.
-    ResumeWrites(u64),
+    /// End that pause early.
+    ResumeWrites,
 }
 
 /// What the state reads from the server's settings and replication at the
@@ -1429,7 +1429,7 @@ impl State {
     /// Redis's resetManualFailover: the master side's pause ends with it.
     fn reset_manual(&mut self) {
         if self.manual.paused_until != 0 {
-            self.effects.push(Effect::ResumeWrites(self.manual.paused_until));
+            self.effects.push(Effect::ResumeWrites);
         }
         self.manual = Manual::default();
     }

@@ -8,6 +8,7 @@ use super::parse::{eq, i64_arg};
 use super::{acl, cmd, flags::*, CmdError, CmdResult, CommandSpec, Ctx, Keys};
 use crate::acl::{Context, Reason};
 use crate::client::{ClientInfo, Message, ReplyMode};
+use crate::pause::{Mode, Purpose};
 use crate::server::unix_ms;
 use crate::tracking::flags as tracking;
 
@@ -623,11 +624,11 @@ fn client_pause(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     if argv.len() > 4 {
         return Err(CmdError::Syntax);
     }
-    let mut writes_only = false;
-    if let Some(mode) = argv.get(3) {
-        if eq(mode, "write") {
-            writes_only = true;
-        } else if !eq(mode, "all") {
+    let mut mode = Mode::All;
+    if let Some(arg) = argv.get(3) {
+        if eq(arg, "write") {
+            mode = Mode::Writes;
+        } else if !eq(arg, "all") {
             return Err(CmdError::other("ERR CLIENT PAUSE mode must be WRITE or ALL"));
         }
     }
@@ -637,17 +638,7 @@ fn client_pause(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     }
     let now = unix_ms();
     let end = if timeout > 0 { now.saturating_add(timeout as u64) } else { 0 };
-    let server = ctx.server;
-    match server.paused(|| now) {
-        Some(current_writes_only) => {
-            server.pause_writes_only.store(current_writes_only && writes_only, Ordering::Release);
-            server.pause_until_ms.fetch_max(end, Ordering::AcqRel);
-        }
-        None => {
-            server.pause_writes_only.store(writes_only, Ordering::Release);
-            server.pause_until_ms.store(end, Ordering::Release);
-        }
-    }
+    ctx.server.pauses.pause(Purpose::ClientCommand, end, mode, now);
     ctx.out.ok();
     Ok(())
 }
@@ -692,7 +683,7 @@ fn client_unblock(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
 }
 
 fn client_unpause(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
-    ctx.server.pause_until_ms.store(0, Ordering::Release);
+    ctx.server.pauses.unpause(Purpose::ClientCommand);
     ctx.server.broadcast(|| Message::Resume);
     ctx.out.ok();
     Ok(())

@@ -16,12 +16,11 @@
 //!
 //! The replication cron ([`tick`]) moves from 1 to 2, every 100 ms.
 
-use std::sync::atomic::Ordering;
-
 use parking_lot::Mutex;
 
 use crate::command::parse::{eq, i64_arg};
 use crate::command::{CmdError, CmdResult, Ctx};
+use crate::pause::{Mode, Purpose};
 use crate::server::{unix_ms, Server};
 
 /// INFO's `master_failover_state`.
@@ -204,17 +203,13 @@ fn clear(server: &Server) {
     resume_writes(server);
 }
 
-/// Holds writes back until the failover ends (a CLIENT PAUSE ALL under
-/// way stays one for ALL).
+/// Holds writes back until the failover ends.
 fn pause_writes(server: &Server) {
-    if server.paused(unix_ms).is_none() {
-        server.pause_writes_only.store(true, Ordering::Release);
-    }
-    server.pause_until_ms.store(u64::MAX, Ordering::Release);
+    server.pauses.pause(Purpose::Failover, u64::MAX, Mode::Writes, unix_ms());
 }
 
-/// Ends the failover's pause.
+/// Ends the failover's pause (a CLIENT PAUSE stays).
 fn resume_writes(server: &Server) {
-    let _ = server.pause_until_ms.compare_exchange(u64::MAX, 0, Ordering::AcqRel, Ordering::Relaxed);
+    server.pauses.unpause(Purpose::Failover);
     server.broadcast(|| crate::client::Message::Resume);
 }
