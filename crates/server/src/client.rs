@@ -3,7 +3,7 @@
 //! thread serves it. Subscriptions have their own registry (`pubsub`).
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use keel_engine::WatchFlag;
@@ -88,6 +88,18 @@ pub struct ClientInfo {
     /// `B`, `redir`).
     pub tracking: AtomicU32,
     pub tracking_redirect: AtomicU64,
+    /// A [`LinkRole`] as u8 (0: none) once the client is a replication link.
+    link_role: AtomicU8,
+}
+
+/// What a replication link's client is, as CLIENT LIST's flags (`S`, `M`)
+/// and TYPE name it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LinkRole {
+    /// A replica's connection, on its master, since its PSYNC.
+    Replica = 1,
+    /// The master's connection, on a replica, while it streams.
+    Master = 2,
 }
 
 impl ClientInfo {
@@ -126,7 +138,20 @@ impl ClientInfo {
             user: Mutex::new(None),
             tracking: 0.into(),
             tracking_redirect: 0.into(),
+            link_role: 0.into(),
         }
+    }
+
+    pub fn link_role(&self) -> Option<LinkRole> {
+        match self.link_role.load(Ordering::Relaxed) {
+            1 => Some(LinkRole::Replica),
+            2 => Some(LinkRole::Master),
+            _ => None,
+        }
+    }
+
+    pub fn set_link_role(&self, role: LinkRole) {
+        self.link_role.store(role as u8, Ordering::Relaxed);
     }
 
     /// A client with no connection (the journal's replay at start).

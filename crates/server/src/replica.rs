@@ -239,6 +239,9 @@ pub struct Replica {
     /// A handle on the link's socket while it is open: CLIENT KILL TYPE
     /// master ends the link through it.
     socket: Mutex<Option<TcpStream>>,
+    /// The client that runs the master's stream, while it streams (Redis's
+    /// master client): CLIENT LIST shows it (flag `M`).
+    master_client: Mutex<Option<Arc<ClientInfo>>>,
     /// Keys (database, name) a writable replica's own clients gave a TTL
     /// (Redis's `slaveKeysWithExpire`): no DEL of the master's will ever
     /// expire them, so the replica does ([`expire_own_keys`]), its active
@@ -289,13 +292,9 @@ impl Replica {
         }
     }
 
-    /// The master link's `addr` and `laddr`, which CLIENT KILL matches as
-    /// Redis's matches its master client's; `None` without a link.
-    pub fn link_addrs(&self) -> Option<(String, String)> {
-        let socket = self.socket.lock();
-        let socket = socket.as_ref()?;
-        let (peer, local) = (socket.peer_addr().ok()?, socket.local_addr().ok()?);
-        Some((crate::worker::fmt_addr(&peer), crate::worker::fmt_addr(&local)))
+    /// The client running the master's stream, while it streams.
+    pub fn master_client(&self) -> Option<Arc<ClientInfo>> {
+        self.master_client.lock().clone()
     }
 
     /// Ends the thread (a link under way ends at its next poll).
@@ -1254,9 +1253,18 @@ fn apply_stream(mut conn: Conn<'_>, mut cursor: Cursor) -> Result<(), LinkError>
     let replica = &server.replica;
     // The master's offset of the first byte buffered.
     let mut consumed = cursor.offset;
+    let addr = conn.stream.peer_addr().map(|a| crate::worker::fmt_addr(&a)).unwrap_or_default();
+    let laddr = conn.stream.local_addr().map(|a| crate::worker::fmt_addr(&a)).unwrap_or_default();
+    let info = Arc::new(ClientInfo::new(server.clients.next_id(), addr, laddr, conn.stream.as_raw_fd(), false));
+    info.db.store(cursor.db, Ordering::Relaxed);
+    info.set_link_role(crate::client::LinkRole::Master);
+    let mut client = Client::new(Arc::clone(&info), true);
+    client.is_master = true;
+    client.db = cursor.db;
     {
         let _applying = replica.applying.lock();
         conn.still_wanted()?;
+        *replica.master_client.lock() = Some(info);
         let mut st = replica.state.lock();
         st.phase = Phase::Connected;
         st.down_since_ms = 0;
@@ -1264,12 +1272,6 @@ fn apply_stream(mut conn: Conn<'_>, mut cursor: Cursor) -> Result<(), LinkError>
         st.read_offset = consumed + conn.buffered() as i64;
         st.cursor = Some(cursor.clone());
     }
-    let addr = conn.stream.peer_addr().map(|a| a.to_string()).unwrap_or_default();
-    let laddr = conn.stream.local_addr().map(|a| a.to_string()).unwrap_or_default();
-    let info = Arc::new(ClientInfo::new(server.clients.next_id(), addr, laddr, conn.stream.as_raw_fd(), false));
-    let mut client = Client::new(info, true);
-    client.is_master = true;
-    client.db = cursor.db;
     let stats = &server.workers[0];
     // The master's arguments are not bounded by `proto-max-bulk-len`.
     let limits = keel_protocol::Limits { max_bulk_len: i64::MAX as usize, ..Default::default() };
@@ -1375,13 +1377,16 @@ fn apply_stream(mut conn: Conn<'_>, mut cursor: Cursor) -> Result<(), LinkError>
             }
             Ok(n) => {
                 last_io = Instant::now();
+                let now = unix_ms();
+                client.info.last_interaction_ms.store(now, Ordering::Relaxed);
                 let mut st = replica.state.lock();
-                st.last_io_ms = unix_ms();
+                st.last_io_ms = now;
                 st.read_offset += n as i64;
             }
             Err(e) => break Err(e),
         }
     };
+    replica.master_client.lock().take();
     if client.multi.is_some() {
         command::transactions::discard_state(server, &mut client);
     }

@@ -871,15 +871,15 @@ impl Worker {
         let Some(handoff) = conn.client.handoff.take() else { return };
         let pending = conn.wbuf[conn.wpos..].to_vec();
         let unread = conn.rbuf[conn.rstart..conn.rend].to_vec();
-        let peer_ip = conn.client.info.ip().to_string();
+        let info = Arc::clone(&conn.client.info);
         let link = match conn.stream.into_blocking() {
             Ok(link) => link,
             Err(e) => {
-                tracing::warn!("replica {peer_ip}: {e}");
+                tracing::warn!("replica {}: {e}", info.ip());
                 return;
             }
         };
-        crate::replication::master::serve(Arc::clone(&self.server), link, *handoff, peer_ip, pending, unread);
+        crate::replication::master::serve(Arc::clone(&self.server), link, *handoff, info, pending, unread);
     }
 
     /// Takes a connection out of the worker, its client out of every

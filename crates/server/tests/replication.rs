@@ -952,3 +952,54 @@ fn a_disk_based_sync_keeps_the_link_alive_while_the_file_is_written() {
         assert!(header[newlines..].starts_with('$'), "port {}: {header:?}", master.port);
     }
 }
+
+/// One field of a CLIENT LIST line.
+fn client_field<'a>(line: &'a str, name: &str) -> &'a str {
+    line.split(' ').find_map(|f| f.strip_prefix(name)?.strip_prefix('=')).unwrap_or_else(|| panic!("no {name} in {line}"))
+}
+
+/// The lines of a CLIENT LIST reply.
+fn client_lines(c: &mut Client, args: &[&str]) -> Vec<String> {
+    let Frame::Bulk(text) = c.send(&[&["CLIENT", "LIST"], args].concat()) else { panic!("not a bulk") };
+    String::from_utf8_lossy(&text).lines().map(str::to_string).collect()
+}
+
+/// A replica's connection shows on its master as Redis's replica client
+/// (flag S, TYPE replica, its ACKs as `cmd`), and the master's on the
+/// replica as its master client (flag M, TYPE master, no user of its own,
+/// counted in connected_clients); CLIENT KILL finds them by id and type
+/// as well. A Keel pair and a redis-server pair, the same checks.
+#[test]
+fn replication_links_show_in_client_list_as_redis_shows_them() {
+    let keel = Some((Server::start(&[]), false));
+    let redis = Server::start_redis(&[]).map(|server| (server, true));
+    for (master, is_redis) in keel.iter().chain(redis.iter()) {
+        let replica = if *is_redis { redis_replica_of(master, &[]).expect("installed") } else { keel_replica_of(master) };
+        let (mut m, mut r) = (master.client(), replica.client());
+        m.cmd("SET a 1");
+        wait_one(&mut m);
+        let on_master = client_lines(&mut m, &["TYPE", "replica"]);
+        assert_eq!(on_master.len(), 1, "{on_master:?}");
+        let line = &on_master[0];
+        assert_eq!(client_field(line, "flags"), "S", "{line}");
+        assert_eq!(client_field(line, "cmd"), "replconf", "{line}");
+        assert_eq!(client_field(line, "user"), "default", "{line}");
+        let id = client_field(line, "id").to_string();
+        assert!(client_lines(&mut m, &[]).iter().any(|l| client_field(l, "id") == id));
+        assert_eq!(client_lines(&mut m, &["ID", &id]).len(), 1);
+        assert_eq!(m.info_field("clients", "connected_clients"), "1", "a replica is no client here");
+
+        let on_replica = client_lines(&mut r, &["TYPE", "master"]);
+        assert_eq!(on_replica.len(), 1, "{on_replica:?}");
+        let line = &on_replica[0];
+        assert_eq!(client_field(line, "flags"), "M", "{line}");
+        assert_eq!(client_field(line, "user"), "(superuser)", "{line}");
+        assert_eq!(client_field(line, "addr"), format!("127.0.0.1:{}", master.port), "{line}");
+        assert_eq!(r.info_field("clients", "connected_clients"), "2", "the master's client counts");
+        assert_eq!(r.cmd("CLIENT KILL USER default"), int(0), "the master's client runs as no user");
+        assert!(client_lines(&mut r, &["TYPE", "normal"]).iter().all(|l| client_field(l, "flags") != "M"));
+
+        assert_eq!(m.send(&["CLIENT", "KILL", "ID", &id]), int(1));
+        wait_until("a partial resync", || m.info_field("stats", "sync_partial_ok") == "1");
+    }
+}

@@ -3,11 +3,12 @@
 
 use std::fmt::Write as _;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use super::parse::{eq, i64_arg};
 use super::{acl, cmd, flags::*, CmdError, CmdResult, CommandSpec, Ctx, Keys};
 use crate::acl::{Context, Reason};
-use crate::client::{ClientInfo, Message, ReplyMode};
+use crate::client::{ClientInfo, LinkRole, Message, ReplyMode};
 use crate::pause::{Mode, Purpose};
 use crate::server::unix_ms;
 use crate::tracking::flags as tracking;
@@ -325,9 +326,9 @@ fn client_setname(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     Ok(())
 }
 
-/// Client types as CLIENT LIST/KILL TYPE name them. Keel has no replicas
-/// or masters: a client is `pubsub` while it listens to something, else
-/// `normal`.
+/// Client types as CLIENT LIST/KILL TYPE name them: a replication link's
+/// client is `replica` or `master`, another `pubsub` while it listens to
+/// something, else `normal`.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum ClientType {
     Normal,
@@ -348,6 +349,11 @@ fn client_type(name: &[u8]) -> Result<ClientType, CmdError> {
 }
 
 fn type_of(info: &ClientInfo) -> ClientType {
+    match info.link_role() {
+        Some(LinkRole::Master) => return ClientType::Master,
+        Some(LinkRole::Replica) => return ClientType::Replica,
+        None => {}
+    }
     if info.subscriptions.iter().any(|n| n.load(Ordering::Relaxed) > 0) {
         ClientType::PubSub
     } else {
@@ -361,8 +367,11 @@ const REPLY_BUFFER_BYTES: u64 = 16 * 1024;
 /// One CLIENT LIST / CLIENT INFO line, fields in Redis 7.0's order.
 pub fn client_line(info: &ClientInfo, now_ms: u64) -> String {
     let mut flags = String::new();
-    if info.monitor.load(Ordering::Relaxed) {
-        flags.push('O');
+    match info.link_role() {
+        Some(LinkRole::Replica) => flags.push('S'),
+        Some(LinkRole::Master) => flags.push('M'),
+        None if info.monitor.load(Ordering::Relaxed) => flags.push('O'),
+        None => {}
     }
     let [sub, psub, ssub] = [0, 1, 2].map(|i| info.subscriptions[i].load(Ordering::Relaxed));
     if sub + psub + ssub > 0 {
@@ -410,7 +419,8 @@ pub fn client_line(info: &ClientInfo, now_ms: u64) -> String {
         n => super::table().all.get(n - 1).map(|s| s.name).unwrap_or("NULL"),
     };
     let name = info.name.lock().as_deref().map(|n| String::from_utf8_lossy(n).into_owned()).unwrap_or_default();
-    let user = info.user.lock().as_ref().map_or_else(|| "default".into(), |u| String::from_utf8_lossy(&u.name).into_owned());
+    // None: the server's own client (the master's, on a replica), as Redis.
+    let user = info.user.lock().as_ref().map_or_else(|| "(superuser)".into(), |u| String::from_utf8_lossy(&u.name).into_owned());
     let age = now_ms.saturating_sub(info.created_ms) / 1000;
     let idle = now_ms.saturating_sub(info.last_interaction_ms.load(Ordering::Relaxed)) / 1000;
     let mut line = String::with_capacity(256);
@@ -440,34 +450,37 @@ fn client_info(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
     Ok(())
 }
 
+/// The replication links' clients, which no worker serves: each
+/// replica's connection, and the master's on a replica while it streams.
+fn link_clients(server: &crate::server::Server) -> Vec<Arc<ClientInfo>> {
+    let replicas = server.repl.replicas().into_iter().map(|r| Arc::clone(&r.info));
+    replicas.chain(server.replica.master_client()).collect()
+}
+
 fn client_list(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     let now = unix_ms();
-    let clients = ctx.server.clients.list();
+    let clients: Vec<Arc<ClientInfo>> =
+        ctx.server.clients.list().into_iter().map(|(info, _)| info).chain(link_clients(ctx.server)).collect();
     let mut text = String::new();
+    let mut push = |info: &ClientInfo| {
+        text.push_str(&client_line(info, now));
+        text.push('\n');
+    };
     if argv.len() == 4 && eq(argv[2], "type") {
         let wanted = client_type(argv[3])?;
-        for (info, _) in clients.iter().filter(|(i, _)| type_of(i) == wanted) {
-            text.push_str(&client_line(info, now));
-            text.push('\n');
-        }
+        clients.iter().filter(|i| type_of(i) == wanted).for_each(|i| push(i));
     } else if argv.len() > 3 && eq(argv[2], "id") {
         let mut ids = Vec::new();
         for arg in &argv[3..] {
             ids.push(i64_arg(arg).map_err(|_| CmdError::other("ERR Invalid client ID"))?);
         }
         for id in ids {
-            if let Some((info, _)) = ctx.server.clients.get(id as u64) {
-                text.push_str(&client_line(&info, now));
-                text.push('\n');
-            }
+            clients.iter().filter(|i| i.id as i64 == id).for_each(|i| push(i));
         }
     } else if argv.len() != 2 {
         return Err(CmdError::Syntax);
     } else {
-        for (info, _) in &clients {
-            text.push_str(&client_line(info, now));
-            text.push('\n');
-        }
+        clients.iter().for_each(|i| push(i));
     }
     ctx.out.verbatim("txt", text.as_bytes());
     Ok(())
@@ -527,14 +540,16 @@ fn client_kill(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     let mut killed = 0;
     let mut kill_me = false;
     let mut workers_to_tell = Vec::new();
+    let matches = |info: &ClientInfo| {
+        addr.is_none_or(|a| a == info.addr.as_bytes())
+            && laddr.is_none_or(|a| a == info.laddr.as_bytes())
+            && ctype.is_none_or(|t| t == type_of(info))
+            && id.is_none_or(|i| i == info.id)
+            && user.as_ref().is_none_or(|u| info.user.lock().as_ref().is_some_and(|mine| Arc::ptr_eq(u, mine)))
+            && !(skipme && info.id == me)
+    };
     for (info, worker) in ctx.server.clients.list() {
-        if addr.is_some_and(|a| a != info.addr.as_bytes())
-            || laddr.is_some_and(|a| a != info.laddr.as_bytes())
-            || ctype.is_some_and(|t| t != type_of(&info))
-            || id.is_some_and(|i| i != info.id)
-            || user.as_ref().is_some_and(|u| !info.user.lock().as_ref().is_some_and(|mine| std::sync::Arc::ptr_eq(u, mine)))
-            || (skipme && info.id == me)
-        {
+        if !matches(&info) {
             continue;
         }
         if info.id == me {
@@ -550,25 +565,16 @@ fn client_kill(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     for worker in workers_to_tell {
         ctx.server.send(worker, Message::CheckKills);
     }
-    // Replication links are no clients of a worker: matched by type and
-    // address, as Redis's master and replica clients, never by id or user.
-    if id.is_none() && user.is_none() {
-        let matches = |kind: ClientType, addrs: Option<(String, String)>| {
-            let by_address = match addrs {
-                Some((a, l)) => addr.is_none_or(|want| want == a.as_bytes()) && laddr.is_none_or(|want| want == l.as_bytes()),
-                None => addr.is_none() && laddr.is_none(),
-            };
-            ctype.is_none_or(|t| t == kind) && by_address
-        };
-        for replica in ctx.server.repl.replicas() {
-            if matches(ClientType::Replica, replica.link_addrs()) {
-                ctx.server.repl.drop_replica(&replica);
-                killed += 1;
-            }
+    // Replication links are no clients of a worker: their own threads
+    // end them.
+    for replica in ctx.server.repl.replicas() {
+        if matches(&replica.info) {
+            ctx.server.repl.drop_replica(&replica);
+            killed += 1;
         }
-        if matches(ClientType::Master, ctx.server.replica.link_addrs()) {
-            killed += i64::from(ctx.server.replica.kill_link());
-        }
+    }
+    if ctx.server.replica.master_client().is_some_and(|info| matches(&info)) {
+        killed += i64::from(ctx.server.replica.kill_link());
     }
     if old_form {
         if killed == 0 {

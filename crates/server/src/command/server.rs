@@ -364,7 +364,9 @@ fn write_section(ctx: &mut Ctx<'_>, section: &str, out: &mut String) {
             let max_out = clients.iter().map(|(c, _)| c.obl.load(Ordering::Relaxed)).max().unwrap_or(0);
             let blocked = clients.iter().filter(|(c, _)| c.blocked.load(Ordering::Relaxed)).count();
             out.push_str("# Clients\r\n");
-            field!(out, "connected_clients", clients.len());
+            // The master's client counts, as Redis's; replicas do not.
+            let master_client = usize::from(server.replica.master_client().is_some());
+            field!(out, "connected_clients", clients.len() + master_client);
             field!(out, "cluster_connections", server.cluster.as_ref().map_or(0, |c| c.links()));
             field!(out, "maxclients", server.config.read().maxclients);
             field!(out, "client_recent_max_input_buffer", max_in);

@@ -20,6 +20,7 @@ use thiserror::Error;
 
 use super::backlog::Backlog;
 use super::{Replication, SyncPoint};
+use crate::client::ClientInfo;
 use crate::command::flags;
 use crate::server::{unix_ms, Server};
 
@@ -150,6 +151,9 @@ pub struct AttachedReplica {
     /// A handle on its socket, to end the link from any thread, and for
     /// a shared diskless sync to write to (`super::diskless`).
     pub(super) link: Link,
+    /// The connection's client, which CLIENT LIST shows and CLIENT KILL
+    /// matches (flag `S`), out of the workers' registry since its PSYNC.
+    pub info: Arc<ClientInfo>,
 }
 
 impl AttachedReplica {
@@ -176,14 +180,6 @@ impl AttachedReplica {
     /// `ip:port` as Redis names a replica in its log.
     pub fn addr(&self) -> String {
         format!("{}:{}", self.ip, self.port)
-    }
-
-    /// Its socket's `addr` and `laddr`, which CLIENT KILL matches as
-    /// Redis's matches a replica client's; `None` on a Unix socket.
-    pub fn link_addrs(&self) -> Option<(String, String)> {
-        let Link::Tcp(socket) = &self.link else { return None };
-        let (peer, local) = (socket.peer_addr().ok()?, socket.local_addr().ok()?);
-        Some((crate::worker::fmt_addr(&peer), crate::worker::fmt_addr(&local)))
     }
 
     /// Ends the link; the replica's threads then clean up.
@@ -213,16 +209,16 @@ enum LinkError {
 /// Serves a replica on threads of its own. `pending` is output its
 /// connection had not sent yet (replies to REPLCONF), `unread` input it had
 /// sent after its PSYNC.
-pub fn serve(server: Arc<Server>, link: Link, handoff: Handoff, peer_ip: String, pending: Vec<u8>, unread: Vec<u8>) {
+pub fn serve(server: Arc<Server>, link: Link, handoff: Handoff, info: Arc<ClientInfo>, pending: Vec<u8>, unread: Vec<u8>) {
     let spawned = std::thread::Builder::new().name("keel-repl-out".into()).spawn(move || {
         let repl = &server.repl;
         let (Ok(handle), Ok(reader)) = (link.try_clone(), link.try_clone()) else {
-            tracing::warn!("replica {peer_ip}: could not duplicate its socket");
+            tracing::warn!("replica {}: could not duplicate its socket", info.ip());
             return;
         };
         let replica = Arc::new(AttachedReplica {
             id: repl.next_replica_id.fetch_add(1, Ordering::Relaxed),
-            ip: handoff.conf.ip.clone().unwrap_or(peer_ip),
+            ip: handoff.conf.ip.clone().unwrap_or_else(|| info.ip().to_string()),
             port: handoff.conf.listening_port,
             state: AtomicU8::new(ReplicaState::WaitBgsave as u8),
             ack: AtomicU64::new(0),
@@ -230,7 +226,12 @@ pub fn serve(server: Arc<Server>, link: Link, handoff: Handoff, peer_ip: String,
             gone: AtomicBool::new(false),
             acked_once: AtomicBool::new(false),
             link: handle,
+            info,
         });
+        replica.info.set_link_role(crate::client::LinkRole::Replica);
+        // What the worker last showed of its buffers is no more.
+        replica.info.qbuf.store(0, Ordering::Relaxed);
+        replica.info.obl.store(0, Ordering::Relaxed);
         tracing::info!("Replica {} asks for synchronization", replica.addr());
         repl.replicas.lock().push(Arc::clone(&replica));
         repl.start_cron(&server);
@@ -422,6 +423,10 @@ fn read_acks(server: &Server, replica: &AttachedReplica, link: Link, unread: Vec
         while let Ok(Some((request, consumed))) = keel_protocol::parse_request(&buf[start..], &limits) {
             let argv: Vec<&[u8]> = request.argv.iter().map(|a| &**a).collect();
             let replconf = |sub: &str| argv.len() >= 2 && argv[0].eq_ignore_ascii_case(b"replconf") && argv[1].eq_ignore_ascii_case(sub.as_bytes());
+            if let Ok((index, _)) = crate::command::resolve(&argv) {
+                replica.info.last_cmd.store(index as u16 + 1, Ordering::Relaxed);
+                replica.info.last_interaction_ms.store(unix_ms(), Ordering::Relaxed);
+            }
             if replconf("ack") && argv.len() >= 3 {
                 if let Some(offset) = std::str::from_utf8(argv[2]).ok().and_then(|s| s.parse::<u64>().ok()) {
                     replica.ack.fetch_max(offset, Ordering::AcqRel);
@@ -466,7 +471,7 @@ fn refuse_command(server: &Server, replica: &AttachedReplica, argv: &[&[u8]]) {
         tracing::warn!("== CRITICAL == This master is sending an error to its replica: '{error}' after processing the command '{name}'");
         server.unexpected_error_replies.fetch_add(1, Ordering::Relaxed);
     }
-    let (addr, laddr) = replica.link_addrs().unwrap_or_default();
+    let (addr, laddr) = (&replica.info.addr, &replica.info.laddr);
     tracing::warn!("Replica generated a reply to command '{name}', disconnecting it: addr={addr} laddr={laddr}");
     server.repl.drop_replica(replica);
 }
