@@ -404,6 +404,7 @@ impl Journal {
             healthy: AtomicBool::new(true),
             last_error: Mutex::new(None),
             on_durable: OnceLock::new(),
+            on_latency: OnceLock::new(),
             progress: Mutex::new(()),
             progress_cv: Condvar::new(),
             syncer: Mutex::new(Syncer::default()),
@@ -626,6 +627,18 @@ impl Journal {
     pub fn on_durable(&self, f: Box<dyn Fn(Lsn) + Send + Sync>) {
         if self.inner.on_durable.set(f).is_err() {
             tracing::warn!("journal: on_durable set twice; keeping the first");
+        }
+    }
+
+    /// Sets the function the writer thread calls with how long each round
+    /// of writes (`aof-write`) and each fdatasync under `always`
+    /// (`aof-fsync-always`) took, Redis's latency events of the same names
+    /// (the server's latency monitor keeps those past its threshold). Only
+    /// the first call counts; like `on_durable`, it runs on the writer
+    /// thread.
+    pub fn on_latency(&self, f: Box<dyn Fn(&'static str, Duration) + Send + Sync>) {
+        if self.inner.on_latency.set(f).is_err() {
+            tracing::warn!("journal: on_latency set twice; keeping the first");
         }
     }
 

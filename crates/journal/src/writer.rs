@@ -243,6 +243,7 @@ pub(crate) struct Inner {
     pub(crate) healthy: AtomicBool,
     pub(crate) last_error: Mutex<Option<String>>,
     pub(crate) on_durable: OnceLock<Box<dyn Fn(Lsn) + Send + Sync>>,
+    pub(crate) on_latency: OnceLock<Box<dyn Fn(&'static str, Duration) + Send + Sync>>,
     /// `flush_and_sync` waits here; the writer notifies after every cycle.
     pub(crate) progress: Mutex<()>,
     pub(crate) progress_cv: Condvar,
@@ -259,6 +260,13 @@ impl Inner {
     pub(crate) fn policy(&self) -> FsyncPolicy {
         FsyncPolicy::from_u8(self.policy.load(Ordering::Acquire))
     }
+
+    fn report_latency(&self, event: &'static str, took: Duration) {
+        if let Some(f) = self.on_latency.get() {
+            f(event, took);
+        }
+    }
+
     /// Records a failure: `health()` is `Err` from now on. `from_syncer`
     /// also flags the file for repair by the writer (under the same lock as
     /// [`Inner::clear_error`], so a repair never hides a newer failure).
@@ -645,6 +653,7 @@ impl Writer {
             std::thread::sleep(Duration::from_micros(flush_sleep));
         }
         let (mut bytes, mut records) = (0u64, 0u64);
+        let writing = Instant::now();
         for i in 0..self.retained.len() {
             if !self.switch_if_due() {
                 return;
@@ -673,6 +682,9 @@ impl Writer {
             records += recs;
             inner.written.store(self.written, Ordering::Release);
         }
+        if bytes > 0 {
+            inner.report_latency("aof-write", writing.elapsed());
+        }
         if !self.switch_if_due() {
             return;
         }
@@ -692,8 +704,12 @@ impl Writer {
         let resync = self.must_resync;
         if want_sync || resync {
             self.pause_syncer();
+            let syncing = Instant::now();
             if let Err(e) = self.sync_current() {
                 return self.fail_sync("fdatasync of", &e);
+            }
+            if policy == FsyncPolicy::Always {
+                inner.report_latency("aof-fsync-always", syncing.elapsed());
             }
             self.resume_syncer();
         }

@@ -147,6 +147,27 @@ fn durable_lsn_is_monotonic_and_reported() {
     j.health().unwrap();
 }
 
+/// The writer reports each round of writes as `aof-write`, and each
+/// fdatasync as `aof-fsync-always` under `always` only (Redis's latency
+/// events), before the position they make durable is published.
+#[test]
+fn the_writer_reports_its_writes_and_always_syncs() {
+    for policy in [FsyncPolicy::Always, FsyncPolicy::EverySec] {
+        let tmp = tempfile::tempdir().unwrap();
+        let (j, _) = open(&config(tmp.path(), policy));
+        let events = Arc::new(parking_lot::Mutex::new(Vec::new()));
+        let seen = Arc::clone(&events);
+        j.on_latency(Box::new(move |event, took| seen.lock().push((event, took))));
+        let lsn = j.append(0, &[&b"SET"[..], b"k", b"v"]);
+        assert!(wait_durable(&j, lsn, T));
+        let events = events.lock().clone();
+        let count = |name: &str| events.iter().filter(|(event, _)| *event == name).count();
+        assert!(count("aof-write") >= 1, "{policy:?}: {events:?}");
+        assert_eq!(count("aof-fsync-always") >= 1, policy == FsyncPolicy::Always, "{policy:?}: {events:?}");
+        assert_eq!(count("aof-write") + count("aof-fsync-always"), events.len(), "{events:?}");
+    }
+}
+
 /// Many threads append concurrently and wait for durability like clients:
 /// every record is replayed exactly once, each thread's records in order,
 /// and the file's order is LSN order. Values of 2 KB make 24 MB in all, so

@@ -800,8 +800,8 @@ pub fn suspend_fsync_while_saving(server: &Server, starting: bool) {
 }
 
 /// Registers the wake-up of workers holding replies, and of replicas'
-/// senders, on each durable advance of `journal` (once, when it is
-/// opened).
+/// senders, on each durable advance of `journal`, and the latency
+/// monitor's AOF events (once, when it is opened).
 pub fn attach(server: &Server, journal: &Journal) {
     journal.set_flush_sleep(Duration::from_micros(server.aof.flush_sleep_us.load(Ordering::Relaxed)));
     let mailboxes = server.mailboxes.read().clone();
@@ -815,6 +815,8 @@ pub fn attach(server: &Server, journal: &Journal) {
         // Replicas' senders that wait for the disk.
         replication.durable_advanced();
     }));
+    let monitor = Arc::clone(&server.latency_monitor);
+    journal.on_latency(Box::new(move |event, took| monitor.record(event, took)));
 }
 
 fn fsync_policy(fsync: AppendFsync) -> FsyncPolicy {

@@ -1,7 +1,8 @@
 //! The latency monitor (Redis's `latency.c`): with
 //! `latency-monitor-threshold` set, every event that took at least that
 //! many milliseconds (a command's run, an expiry or eviction cycle, one
-//! expired or evicted key's deletion) is kept as a sample of its event's history,
+//! expired or evicted key's deletion, a round of AOF writes or an
+//! fdatasync under `always`) is kept as a sample of its event's history,
 //! which LATENCY LATEST, HISTORY, GRAPH and DOCTOR report.
 //!
 //! Each event keeps Redis's ring of the last `HISTORY_LEN` seconds that
@@ -241,6 +242,8 @@ pub struct DoctorContext {
     pub slowlog_log_slower_than: i64,
     pub hz: u32,
     pub anon_huge_pages: bool,
+    /// `appendfsync always`.
+    pub fsync_always: bool,
 }
 
 /// LATENCY DOCTOR: Redis's `createLatencyReport`, a line of statistics
@@ -319,11 +322,13 @@ struct Advice {
     large_objects: bool,
     mass_eviction: bool,
     disable_thp: bool,
+    relax_fsync_policy: bool,
 }
 
 impl Advice {
-    /// Redis's per-event rules, for the events Keel records (the fork,
-    /// AOF and RDB ones are left out: Keel never has those events).
+    /// Redis's per-event rules, for the events Keel records (the fork and
+    /// RDB ones, and the AOF ones but `aof-fsync-always`, are left out:
+    /// Keel never has those events).
     fn note(&mut self, event: &str, ctx: &DoctorContext) {
         let is = |name: &str| event.eq_ignore_ascii_case(name);
         if is("command") {
@@ -354,6 +359,10 @@ impl Advice {
             self.mass_eviction = true;
             self.count += 1;
         }
+        if is("aof-fsync-always") {
+            self.relax_fsync_policy = true;
+            self.count += 1;
+        }
     }
 
     fn write(&self, out: &mut String, ctx: &DoctorContext) {
@@ -376,6 +385,9 @@ impl Advice {
                 "  4) Check with 'redis-cli --intrinsic-latency 100' what is the intrinsic latency in your system.\n",
                 "  5) Check if the problem is allocator-related by recompiling Redis with MALLOC=libc, if you are using Jemalloc. However this may create fragmentation problems.\n",
             ));
+        }
+        if self.relax_fsync_policy && ctx.fsync_always {
+            out.push_str("- Your fsync policy is set to 'always'. It is very hard to get good performances with such a setup, if possible try to relax the fsync policy to 'onesec'.\n");
         }
         if self.hz && ctx.hz < 100 {
             out.push_str("- In order to make the Redis keys expiring process more incremental, try to set the 'hz' configuration parameter to 100 using 'CONFIG SET hz 100'.\n");
@@ -458,7 +470,7 @@ mod tests {
 
     #[test]
     fn the_doctor_reports_each_event_and_its_advice() {
-        let ctx = DoctorContext { threshold_ms: 0, slowlog_log_slower_than: 10_000, hz: 10, anon_huge_pages: false };
+        let ctx = DoctorContext { threshold_ms: 0, slowlog_log_slower_than: 10_000, hz: 10, anon_huge_pages: false, fsync_always: true };
         assert!(doctor(&[], &ctx, 0).starts_with("I'm sorry, Dave"));
         let ctx = DoctorContext { threshold_ms: 100, ..ctx };
         assert!(doctor(&[], &ctx, 0).starts_with("Dave, no latency spike"));
@@ -468,5 +480,9 @@ mod tests {
         let report = doctor(&[("expire-cycle", series)], &ctx, 1000);
         assert!(report.contains("1. expire-cycle: 2 latency spikes (average 400ms, mean deviation 100ms, period 5.00 sec). Worst all time event 500ms.\n"), "{report}");
         assert!(report.contains("'hz' configuration parameter to 100") && report.contains("large objects"), "{report}");
+        let mut series = Series::new();
+        series.add(990, 30);
+        let report = doctor(&[("aof-fsync-always", series)], &ctx, 1000);
+        assert!(report.contains("try to relax the fsync policy to 'onesec'"), "{report}");
     }
 }

@@ -250,7 +250,7 @@ pub struct Server {
     pub latency_tracking: AtomicBool,
     pub slowlog: crate::slowlog::SlowLog,
     /// The latency monitor (LATENCY LATEST, HISTORY, GRAPH, DOCTOR).
-    pub latency_monitor: crate::latency::LatencyMonitor,
+    pub latency_monitor: Arc<crate::latency::LatencyMonitor>,
     /// `client-output-buffer-limit` (hard, soft, soft seconds) by class
     /// (`config::OUTPUT_LIMIT_CLASSES`), mirrored for the workers, which
     /// check it at every flush.
@@ -415,7 +415,7 @@ impl Server {
             output_limit: Default::default(),
             // Configured by `mirror_config` below, as at each CONFIG SET.
             slowlog: crate::slowlog::SlowLog::new(-1, 0),
-            latency_monitor: crate::latency::LatencyMonitor::new(),
+            latency_monitor: Arc::new(crate::latency::LatencyMonitor::new()),
             min_replicas_unmet: AtomicBool::new(false),
             lfu: AtomicU64::new(0),
             snapshot_active: AtomicBool::new(false),

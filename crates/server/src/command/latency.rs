@@ -105,6 +105,7 @@ fn doctor(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
             slowlog_log_slower_than: config.slowlog_log_slower_than,
             hz: config.hz,
             anon_huge_pages: latency::anon_huge_pages(),
+            fsync_always: config.appendfsync == crate::config::AppendFsync::Always,
         }
     };
     let report = latency::doctor(&ctx.server.latency_monitor.events(), &context, now_s());
