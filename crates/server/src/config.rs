@@ -281,6 +281,12 @@ pub struct Config {
     /// `repl-backlog-ttl`: seconds without replicas after which the
     /// backlog is freed (0: never).
     pub repl_backlog_ttl: u64,
+    /// `replica-priority`: what INFO tells Sentinel of this replica (lower
+    /// is promoted first, 0 never).
+    pub replica_priority: u32,
+    /// `repl-disable-tcp-nodelay`: a replica's link sends with Nagle's
+    /// algorithm (fewer, bigger packets; more delay).
+    pub repl_disable_tcp_nodelay: bool,
     /// `repl-diskless-sync`: a full sync's RDB goes straight to replicas
     /// that take it so (`capa eof`); with `no`, through a file first.
     pub repl_diskless_sync: bool,
@@ -505,6 +511,8 @@ impl Default for Config {
             repl_backlog_size: 1 << 20,
             repl_ping_replica_period: 10,
             repl_backlog_ttl: 3600,
+            replica_priority: 100,
+            repl_disable_tcp_nodelay: false,
             repl_diskless_sync: true,
             repl_diskless_load: "disabled".into(),
             propagation_error_behavior: "ignore".into(),
@@ -625,11 +633,15 @@ pub fn parse_memory(v: &str) -> Result<u64, ConfigError> {
         "gb" => 1024 * 1024 * 1024,
         _ => return Err(ConfigError::Invalid("argument must be a memory value".into())),
     };
-    digits
-        .parse::<u64>()
-        .ok()
-        .and_then(|n| n.checked_mul(mul))
-        .ok_or_else(|| ConfigError::Invalid("argument must be a memory value".into()))
+    // As Redis's memtoull: no digits are 0, and too many saturate (a
+    // directive's range then refuses what is past it).
+    if digits.is_empty() {
+        return Ok(0);
+    }
+    if !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(ConfigError::Invalid("argument must be a memory value".into()));
+    }
+    Ok(digits.parse::<u64>().unwrap_or(u64::MAX).saturating_mul(mul))
 }
 
 fn parse_num<T>(v: &str, min: T, max: T) -> Result<T, ConfigError>
@@ -642,6 +654,22 @@ where
         .parse::<i64>()
         .map(i128::from)
         .map_err(|_| ConfigError::Invalid("argument couldn't be parsed into an integer".into()))?;
+    in_range(n, min, max)
+}
+
+/// A memory value (`1mb`) within a directive's range, as Redis's numeric
+/// configs flagged `MEMORY_CONFIG`.
+fn parse_memory_in<T>(v: &str, min: T, max: T) -> Result<T, ConfigError>
+where
+    T: TryInto<i128> + TryFrom<i128> + Copy + std::fmt::Display,
+{
+    in_range(i128::from(parse_memory(v)?), min, max)
+}
+
+fn in_range<T>(n: i128, min: T, max: T) -> Result<T, ConfigError>
+where
+    T: TryInto<i128> + TryFrom<i128> + Copy + std::fmt::Display,
+{
     let (lo, hi): (i128, i128) = (min.try_into().unwrap_or(i128::MIN), max.try_into().unwrap_or(i128::MAX));
     if n < lo || n > hi {
         return Err(ConfigError::Invalid(format!("argument must be between {min} and {max} inclusive")));
@@ -673,6 +701,17 @@ macro_rules! directive {
             get: |c| c.$($field).+.to_string(),
             set: |c, a| {
                 c.$($field).+ = parse_num(one(a)?, $min, $max)?;
+                Ok(())
+            },
+        }
+    };
+    ($name:literal, $mutable:expr, memory($min:expr, $max:expr), $($field:ident).+) => {
+        Directive {
+            name: $name,
+            mutable: $mutable,
+            get: |c| c.$($field).+.to_string(),
+            set: |c, a| {
+                c.$($field).+ = parse_memory_in(one(a)?, $min, $max)?;
                 Ok(())
             },
         }
@@ -730,12 +769,20 @@ pub fn format_percentile(p: f64) -> String {
 /// value is refused, saying why.
 macro_rules! inert {
     ($name:literal, $default:literal) => {
+        inert!($name, $default, true)
+    };
+    ($name:literal, $default:literal, $mutable:expr) => {
         Directive {
             name: $name,
-            mutable: true,
+            mutable: $mutable,
             get: |_| $default.into(),
             set: |_, a| {
-                if is_default_value(one(a)?, $default) {
+                let given = one(a)?;
+                // A value of the wrong kind gets Redis's own error first.
+                if matches!($default, "yes" | "no") {
+                    parse_bool(given)?;
+                }
+                if is_default_value(given, $default) {
                     Ok(())
                 } else {
                     Err(ConfigError::Invalid(format!(
@@ -860,14 +907,14 @@ pub static DIRECTIVES: &[Directive] = &[
             Ok(())
         },
     },
-    directive!("maxclients", true, num(1, 1 << 20), maxclients),
+    directive!("maxclients", true, num(1, u32::MAX as usize), maxclients),
     directive!("timeout", true, num(0, i32::MAX as u64), timeout_s),
     directive!("tcp-keepalive", true, num(0, i32::MAX as u64), tcp_keepalive_s),
     directive!("tcp-backlog", false, num(0, i32::MAX), tcp_backlog),
-    directive!("proto-max-bulk-len", true, memory, proto_max_bulk_len),
-    directive!("client-query-buffer-limit", true, memory, client_query_buffer_limit),
+    directive!("proto-max-bulk-len", true, memory(1 << 20, i64::MAX as _), proto_max_bulk_len),
+    directive!("client-query-buffer-limit", true, memory(1 << 20, i64::MAX as _), client_query_buffer_limit),
     directive!("dynamic-hz", true, bool, dynamic_hz),
-    directive!("slowlog-log-slower-than", true, num(i64::MIN, i64::MAX), slowlog_log_slower_than),
+    directive!("slowlog-log-slower-than", true, num(-1, i64::MAX), slowlog_log_slower_than),
     directive!("slowlog-max-len", true, num(0, i64::MAX as usize), slowlog_max_len),
     directive!("latency-tracking", true, bool, latency_tracking),
     directive!("tracking-table-max-keys", true, num(0, i64::MAX as u64), tracking_table_max_keys),
@@ -877,11 +924,15 @@ pub static DIRECTIVES: &[Directive] = &[
         get: |c| c.latency_tracking_info_percentiles.iter().map(|p| format_percentile(*p)).collect::<Vec<_>>().join(" "),
         set: |c, a| {
             let words: Vec<&str> = a.iter().flat_map(|w| w.split_whitespace()).collect();
-            let percentiles = words
-                .iter()
-                .map(|w| w.parse::<f64>().ok().filter(|p| (0.0..=100.0).contains(p)))
-                .collect::<Option<Vec<f64>>>()
-                .ok_or_else(|| ConfigError::Invalid("latency-tracking-info-percentiles: percentiles are numbers between 0 and 100".into()))?;
+            let mut percentiles = Vec::with_capacity(words.len());
+            // Redis's two errors, word for word.
+            for word in words {
+                let p = word.parse::<f64>().map_err(|_| ConfigError::Invalid("Invalid latency-tracking-info-percentiles parameters".into()))?;
+                if !(0.0..=100.0).contains(&p) {
+                    return Err(ConfigError::Invalid("latency-tracking-info-percentiles parameters should sit between [0.0,100.0]".into()));
+                }
+                percentiles.push(p);
+            }
             c.latency_tracking_info_percentiles = percentiles;
             Ok(())
         },
@@ -895,8 +946,9 @@ pub static DIRECTIVES: &[Directive] = &[
     directive!("min-slaves-to-write", true, num(0, i32::MAX as u32), min_replicas_to_write),
     directive!("min-replicas-max-lag", true, num(0, i32::MAX as u32), min_replicas_max_lag),
     directive!("min-slaves-max-lag", true, num(0, i32::MAX as u32), min_replicas_max_lag),
-    directive!("repl-backlog-size", true, memory, repl_backlog_size),
-    directive!("repl-backlog-ttl", true, num(0, i32::MAX as u64), repl_backlog_ttl),
+    directive!("repl-backlog-size", true, memory(1, i64::MAX as _), repl_backlog_size),
+    directive!("repl-backlog-ttl", true, num(0, i64::MAX as u64), repl_backlog_ttl),
+    directive!("repl-disable-tcp-nodelay", true, bool, repl_disable_tcp_nodelay),
     directive!("repl-diskless-sync", true, bool, repl_diskless_sync),
     directive!("repl-diskless-load", true, enum ["disabled", "on-empty-db", "swapdb"], repl_diskless_load),
     directive!("propagation-error-behavior", true, enum ["ignore", "panic", "panic-on-replicas"], propagation_error_behavior),
@@ -932,7 +984,7 @@ pub static DIRECTIVES: &[Directive] = &[
         },
     },
     directive!("rdbcompression", true, bool, rdbcompression),
-    directive!("rdbchecksum", true, bool, rdbchecksum),
+    directive!("rdbchecksum", false, bool, rdbchecksum),
     directive!("rdb-save-incremental-fsync", true, bool, rdb_save_incremental_fsync),
     directive!("aof-rewrite-incremental-fsync", true, bool, aof_rewrite_incremental_fsync),
     // Switched at run time by `durability::apply_config` (CONFIG SET).
@@ -970,7 +1022,7 @@ pub static DIRECTIVES: &[Directive] = &[
     directive!("appendfilename", false, string, appendfilename),
     directive!("appenddirname", false, string, appenddirname),
     directive!("auto-aof-rewrite-percentage", true, num(0, i32::MAX as u64), auto_aof_rewrite_percentage),
-    directive!("auto-aof-rewrite-min-size", true, memory, auto_aof_rewrite_min_size),
+    directive!("auto-aof-rewrite-min-size", true, memory(0, i64::MAX as _), auto_aof_rewrite_min_size),
     directive!("keel-aof-max-recovery-seconds", true, num(0, i32::MAX as u64), keel_aof_max_recovery_seconds),
     directive!("keel-aof-max-disk-bytes", true, memory, keel_aof_max_disk_bytes),
     directive!("keel-aof-space-ahead", true, memory, keel_aof_space_ahead),
@@ -1072,17 +1124,17 @@ pub static DIRECTIVES: &[Directive] = &[
     // name it replaced (Redis accepts both; CONFIG GET * lists both).
     directive!("hash-max-listpack-entries", true, num(0, i64::MAX as usize), encoding.hash_max_listpack_entries),
     directive!("hash-max-ziplist-entries", true, num(0, i64::MAX as usize), encoding.hash_max_listpack_entries),
-    directive!("hash-max-listpack-value", true, num(0, i64::MAX as usize), encoding.hash_max_listpack_value),
-    directive!("hash-max-ziplist-value", true, num(0, i64::MAX as usize), encoding.hash_max_listpack_value),
+    directive!("hash-max-listpack-value", true, memory(0, i64::MAX as usize), encoding.hash_max_listpack_value),
+    directive!("hash-max-ziplist-value", true, memory(0, i64::MAX as usize), encoding.hash_max_listpack_value),
     directive!("set-max-intset-entries", true, num(0, i64::MAX as usize), encoding.set_max_intset_entries),
     directive!("zset-max-listpack-entries", true, num(0, i64::MAX as usize), encoding.zset_max_listpack_entries),
     directive!("zset-max-ziplist-entries", true, num(0, i64::MAX as usize), encoding.zset_max_listpack_entries),
-    directive!("zset-max-listpack-value", true, num(0, i64::MAX as usize), encoding.zset_max_listpack_value),
-    directive!("zset-max-ziplist-value", true, num(0, i64::MAX as usize), encoding.zset_max_listpack_value),
+    directive!("zset-max-listpack-value", true, memory(0, i64::MAX as usize), encoding.zset_max_listpack_value),
+    directive!("zset-max-ziplist-value", true, memory(0, i64::MAX as usize), encoding.zset_max_listpack_value),
     directive!("list-max-listpack-size", true, num(i32::MIN as i64, i32::MAX as i64), encoding.list_max_listpack_size),
     directive!("list-max-ziplist-size", true, num(i32::MIN as i64, i32::MAX as i64), encoding.list_max_listpack_size),
     directive!("list-compress-depth", true, num(0, i32::MAX as usize), encoding.list_compress_depth),
-    directive!("stream-node-max-bytes", true, memory, encoding.stream_node.max_bytes),
+    directive!("stream-node-max-bytes", true, memory(0, i64::MAX as _), encoding.stream_node.max_bytes),
     directive!("stream-node-max-entries", true, num(0, i64::MAX as usize), encoding.stream_node.max_entries),
     Directive {
         name: "hll-sparse-max-bytes",
@@ -1178,13 +1230,12 @@ pub static DIRECTIVES: &[Directive] = &[
     directive!("cluster-replica-no-failover", true, bool, cluster.replica_no_failover),
     directive!("cluster-slave-no-failover", true, bool, cluster.replica_no_failover),
     // Features Keel does not have yet; their defaults ask for nothing.
-    inert!("set-proc-title", "yes"),
+    inert!("set-proc-title", "yes", false),
     inert!("proc-title-template", "{title} {listen-addr} {server-mode}"),
-    inert!("replica-priority", "100"),
-    inert!("slave-priority", "100"),
+    directive!("replica-priority", true, num(0, i32::MAX as u32), replica_priority),
+    directive!("slave-priority", true, num(0, i32::MAX as u32), replica_priority),
     inert!("replica-lazy-flush", "no"),
     inert!("slave-lazy-flush", "no"),
-    inert!("repl-disable-tcp-nodelay", "no"),
     directive!("acllog-max-len", true, num(0, i64::MAX as u64), acllog_max_len),
     directive!("aclfile", false, string, aclfile),
     directive!("acl-pubsub-default", true, enum ["allchannels", "resetchannels"], acl_pubsub_default),
@@ -1565,18 +1616,16 @@ mod tests {
 
     #[test]
     fn directives_of_missing_features_take_their_defaults_only() {
-        let c = Config::load(&args(&["--replica-priority", "100", "--repl-disable-tcp-nodelay", "NO"])).expect("defaults");
+        let c = Config::load(&args(&["--replica-lazy-flush", "NO", "--set-proc-title", "yes"])).expect("defaults");
         assert_eq!(c.get("replica-read-only").as_deref(), Some("yes"));
         let mut c = Config::default();
-        for (name, value) in [("slave-read-only", "YES"), ("set-proc-title", "yes")] {
-            c.set_at_runtime(name, value).expect(name);
-        }
-        for (name, value) in [("slave-priority", "10"), ("repl-disable-tcp-nodelay", "yes"), ("replica-priority", "5")] {
-            let err = c.set_at_runtime(name, value).expect_err(name);
-            assert!(err.to_string().contains("only its default"), "{err}");
-        }
-        let err = Config::load(&args(&["--replica-priority", "0"])).expect_err("not the default");
-        assert!(err.to_string().contains("replica-priority"), "{err}");
+        c.set_at_runtime("slave-read-only", "YES").expect("slave-read-only");
+        let err = c.set_at_runtime("replica-lazy-flush", "yes").expect_err("not the default");
+        assert!(err.to_string().contains("only its default"), "{err}");
+        let err = c.set_at_runtime("replica-lazy-flush", "1").expect_err("no boolean");
+        assert!(err.to_string().contains("argument must be 'yes' or 'no'"), "{err}");
+        let err = Config::load(&args(&["--replica-lazy-flush", "yes"])).expect_err("not the default");
+        assert!(err.to_string().contains("replica-lazy-flush"), "{err}");
     }
 
     #[test]

@@ -106,6 +106,8 @@ pub fn run(config: Config) -> io::Result<()> {
     process::apply_jemalloc_bg_thread(&config);
     // As Redis at start: a failure is only logged.
     let _ = process::apply_oom_score(&config);
+    let mut config = config;
+    config.maxclients = process::adjust_open_files_limit(config.maxclients).map_err(io::Error::other)?;
     let threads = match config.threads {
         0 => std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
         n => n,

@@ -1,6 +1,7 @@
 //! What the server does to its own process, as Redis does: `daemonize`,
 //! `disable-thp`, `oom-score-adj` with `oom-score-adj-values`,
-//! `jemalloc-bg-thread`, and ending it: on a panic (`use-exit-on-panic`)
+//! `jemalloc-bg-thread`, the open files limit `maxclients` needs, and
+//! ending it: on a panic (`use-exit-on-panic`)
 //! and on a propagated command that failed (`propagation-error-behavior`).
 
 use std::fs::OpenOptions;
@@ -98,6 +99,56 @@ pub fn apply_oom_score(config: &Config) -> Result<(), String> {
 }
 
 const OOM_FAILED: &str = "Failed to set current oom_score_adj. Check server logs.";
+
+/// Descriptors kept for what is not a client: listeners, the journal's
+/// files, the workers' pollers (Redis's `CONFIG_MIN_RESERVED_FDS`).
+const RESERVED_FDS: u64 = 32;
+
+/// Raises the open files limit to what `maxclients` connections need, as
+/// Redis's `adjustOpenFilesLimit`: at most down to the limit already
+/// there, 16 at a time, when the system refuses more. Returns the
+/// `maxclients` the limit allows, lower than asked (with Redis's warnings)
+/// when it could not be raised that far; `Err` when it allows no client.
+pub fn adjust_open_files_limit(maxclients: usize) -> Result<usize, String> {
+    let wanted = maxclients as u64 + RESERVED_FDS;
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: `limit` is a valid rlimit to fill.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == -1 {
+        let e = io::Error::last_os_error();
+        tracing::warn!("Unable to obtain the current NOFILE limit ({e}), assuming 1024 and setting the max clients configuration accordingly.");
+        return Ok((1024 - RESERVED_FDS) as usize);
+    }
+    let old = limit.rlim_cur;
+    if old >= wanted {
+        return Ok(maxclients);
+    }
+    let mut best = wanted;
+    let mut refused = None;
+    while best > old {
+        let raised = libc::rlimit { rlim_cur: best, rlim_max: best.max(limit.rlim_max) };
+        // SAFETY: `raised` is a valid rlimit.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
+            break;
+        }
+        refused = Some(io::Error::last_os_error());
+        best = best.saturating_sub(16).max(old);
+    }
+    if best >= wanted {
+        tracing::info!("Increased maximum number of open files to {wanted} (it was originally set to {old}).");
+        return Ok(maxclients);
+    }
+    if best <= RESERVED_FDS {
+        return Err(format!(
+            "Your current 'ulimit -n' of {old} is not enough for the server to start. Please increase your open file limit to at least {wanted}. Exiting."
+        ));
+    }
+    let allowed = (best - RESERVED_FDS) as usize;
+    let why = refused.map(|e| e.to_string()).unwrap_or_default();
+    tracing::warn!("You requested maxclients of {maxclients} requiring at least {wanted} max file descriptors.");
+    tracing::warn!("Server can't set maximum open files to {wanted} because of OS error: {why}.");
+    tracing::warn!("Current maximum open files is {best}. maxclients has been reduced to {allowed} to compensate for low ulimit. If you need higher maxclients increase 'ulimit -n'.");
+    Ok(allowed)
+}
 
 /// The log filter for Redis's `loglevel` names.
 pub fn log_filter(loglevel: &str) -> &'static str {

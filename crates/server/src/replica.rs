@@ -408,8 +408,7 @@ pub fn info(server: &Server, out: &mut String) {
     if !s.link_up {
         field!(out, "master_link_down_since_seconds", s.link_down_since_seconds);
     }
-    // `replica-priority` is Redis's default (an inert directive).
-    field!(out, "slave_priority", 100);
+    field!(out, "slave_priority", server.config.read().replica_priority);
     field!(out, "slave_read_only", u8::from(server.replica.read_only.load(Ordering::Relaxed)));
     field!(out, "replica_announced", 1);
 }

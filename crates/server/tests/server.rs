@@ -994,3 +994,101 @@ fn port_and_bind_move_at_run_time() {
         assert_eq!(got[12..], theirs[12..]);
     }
 }
+
+/// CONFIG SET's ranges and value kinds, as Redis 7.0's: memory values for
+/// the listpack value sizes, the least `proto-max-bulk-len` and
+/// `client-query-buffer-limit` (1 MB: less would close every client),
+/// `slowlog-log-slower-than` from -1, a `repl-backlog-ttl` of any long,
+/// `rdbchecksum` and `set-proc-title` set at start only, `maxclients`
+/// up to 2^32-1, Redis's memory notation edge cases and its errors.
+#[test]
+fn config_set_takes_what_redis_takes() {
+    let lines: [&[&str]; 37] = [
+        &["CONFIG", "SET", "proto-max-bulk-len", "0"],
+        &["CONFIG", "SET", "proto-max-bulk-len", "1k"],
+        &["CONFIG", "SET", "proto-max-bulk-len", "2mb"],
+        &["CONFIG", "GET", "proto-max-bulk-len"],
+        &["CONFIG", "SET", "client-query-buffer-limit", "1000"],
+        &["CONFIG", "SET", "client-query-buffer-limit", "1gb"],
+        &["CONFIG", "GET", "client-query-buffer-limit"],
+        &["CONFIG", "SET", "hash-max-listpack-value", "1k"],
+        &["CONFIG", "GET", "hash-max-listpack-value"],
+        &["CONFIG", "SET", "hash-max-ziplist-value", "-1"],
+        &["CONFIG", "SET", "zset-max-ziplist-value", "2kb"],
+        &["CONFIG", "GET", "zset-max-listpack-value"],
+        &["CONFIG", "SET", "stream-node-max-bytes", "18446744073709551616"],
+        &["CONFIG", "SET", "auto-aof-rewrite-min-size", "18446744073709551616"],
+        &["CONFIG", "SET", "maxmemory", "18446744073709551616"],
+        &["CONFIG", "GET", "maxmemory"],
+        &["CONFIG", "SET", "maxmemory", ""],
+        &["CONFIG", "GET", "maxmemory"],
+        &["CONFIG", "SET", "slowlog-log-slower-than", "-2"],
+        &["CONFIG", "SET", "slowlog-log-slower-than", "-1"],
+        &["CONFIG", "SET", "repl-backlog-ttl", "9223372036854775807"],
+        &["CONFIG", "GET", "repl-backlog-ttl"],
+        &["CONFIG", "SET", "repl-backlog-size", "0"],
+        &["CONFIG", "SET", "rdbchecksum", "no"],
+        &["CONFIG", "SET", "set-proc-title", "no"],
+        &["CONFIG", "SET", "crash-memcheck-enabled", "1"],
+        &["CONFIG", "SET", "replica-priority", "-1"],
+        &["CONFIG", "SET", "replica-priority", "7"],
+        &["CONFIG", "GET", "slave-priority"],
+        &["CONFIG", "SET", "repl-disable-tcp-nodelay", "yes"],
+        &["CONFIG", "GET", "repl-disable-tcp-nodelay"],
+        &["CONFIG", "SET", "maxclients", "0"],
+        &["CONFIG", "SET", "maxclients", "4294967296"],
+        &["CONFIG", "SET", "maxclients", "2000"],
+        &["CONFIG", "GET", "maxclients"],
+        &["CONFIG", "SET", "latency-tracking-info-percentiles", "50 abc"],
+        &["CONFIG", "SET", "latency-tracking-info-percentiles", "50 101"],
+    ];
+    let run = |server: &Server| -> Vec<Frame> {
+        let mut c = server.client();
+        lines.iter().map(|argv| c.send(argv)).collect()
+    };
+    let keel = run(&Server::start(&[]));
+    assert_eq!(keel[3], Frame::Array(vec![bulk("proto-max-bulk-len"), bulk("2097152")]));
+    assert_eq!(keel[8], Frame::Array(vec![bulk("hash-max-listpack-value"), bulk("1000")]));
+    if let Some(redis) = Server::start_redis(&[]) {
+        for ((line, keel), redis) in lines.iter().zip(&keel).zip(run(&redis)) {
+            assert_eq!(*keel, redis, "{line:?}");
+        }
+    }
+}
+
+/// The soft open files limit of a process.
+fn open_files_limit(pid: u32) -> u64 {
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).expect("limits");
+    let line = limits.lines().find(|l| l.starts_with("Max open files")).expect("a NOFILE line");
+    line.split_whitespace().nth(3).and_then(|n| n.parse().ok()).expect("a number")
+}
+
+/// `maxclients` raises the open files limit to cover it with 32 to spare,
+/// at start and at CONFIG SET, as Redis's adjustOpenFilesLimit; where the
+/// system refuses that much, maxclients is what the limit allows (at
+/// start) or the setting is refused with what it would allow.
+#[test]
+fn maxclients_raises_the_open_files_limit() {
+    let server = Server::start(&["--maxclients", "30000"]);
+    let mut c = server.client();
+    let maxclients = |c: &mut Client| -> u64 {
+        let Frame::Array(pair) = c.cmd("CONFIG GET maxclients") else { panic!("not a pair") };
+        match &pair[1] {
+            Frame::Bulk(n) => String::from_utf8_lossy(n).parse().expect("a number"),
+            other => panic!("{other:?}"),
+        }
+    };
+    let at_start = maxclients(&mut c);
+    assert!(at_start + 32 <= open_files_limit(server.pid()), "maxclients {at_start}");
+    assert!(at_start == 30000 || server.log().contains("maxclients has been reduced to"), "{}", server.log());
+    match c.cmd("CONFIG SET maxclients 40000") {
+        Frame::Simple(_) => assert_eq!(maxclients(&mut c), 40000),
+        Frame::Error(e) => {
+            let e = String::from_utf8_lossy(&e).into_owned();
+            assert!(e.contains("The operating system is not able to handle the specified number of clients, try with"), "{e}");
+            assert_eq!(maxclients(&mut c), at_start, "a refused setting leaves it as it was");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(maxclients(&mut c) + 32 <= open_files_limit(server.pid()));
+}

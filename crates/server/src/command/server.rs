@@ -1002,6 +1002,15 @@ fn config_set(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
         }
         e
     };
+    // Redis's updateMaxclients: the open files limit rises with it, or
+    // the setting is refused.
+    if next.maxclients != config.maxclients {
+        let allowed = crate::process::adjust_open_files_limit(next.maxclients).unwrap_or(0);
+        if allowed != next.maxclients {
+            let why = format!("The operating system is not able to handle the specified number of clients, try with {allowed}");
+            return Err(unbind(failed("maxclients", &why)));
+        }
+    }
     // The AOF switched on or off, its fsync policy.
     if let Err(why) = crate::durability::apply_config(ctx.server, &config, &next) {
         let name = if next.appendonly != config.appendonly { "appendonly" } else { "appendfsync" };

@@ -229,6 +229,10 @@ pub fn serve(server: Arc<Server>, link: Link, handoff: Handoff, info: Arc<Client
             info,
         });
         replica.info.set_link_role(crate::client::LinkRole::Replica);
+        if let (Link::Tcp(socket), true) = (&replica.link, server.config.read().repl_disable_tcp_nodelay) {
+            // Redis's syncCommand does the same; a failure costs nothing.
+            let _ = socket.set_nodelay(false);
+        }
         // What the worker last showed of its buffers is no more.
         replica.info.qbuf.store(0, Ordering::Relaxed);
         replica.info.obl.store(0, Ordering::Relaxed);
