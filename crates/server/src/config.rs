@@ -284,6 +284,9 @@ pub struct Config {
     /// `replica-priority`: what INFO tells Sentinel of this replica (lower
     /// is promoted first, 0 never).
     pub replica_priority: u32,
+    /// `replica-lazy-flush`: a full sync from a file frees the replica's
+    /// old dataset on the lazyfree thread (a diskless one always does).
+    pub replica_lazy_flush: bool,
     /// `repl-disable-tcp-nodelay`: a replica's link sends with Nagle's
     /// algorithm (fewer, bigger packets; more delay).
     pub repl_disable_tcp_nodelay: bool,
@@ -513,6 +516,7 @@ impl Default for Config {
             repl_backlog_ttl: 3600,
             replica_priority: 100,
             repl_disable_tcp_nodelay: false,
+            replica_lazy_flush: false,
             repl_diskless_sync: true,
             repl_diskless_load: "disabled".into(),
             propagation_error_behavior: "ignore".into(),
@@ -949,6 +953,8 @@ pub static DIRECTIVES: &[Directive] = &[
     directive!("repl-backlog-size", true, memory(1, i64::MAX as _), repl_backlog_size),
     directive!("repl-backlog-ttl", true, num(0, i64::MAX as u64), repl_backlog_ttl),
     directive!("repl-disable-tcp-nodelay", true, bool, repl_disable_tcp_nodelay),
+    directive!("replica-lazy-flush", true, bool, replica_lazy_flush),
+    directive!("slave-lazy-flush", true, bool, replica_lazy_flush),
     directive!("repl-diskless-sync", true, bool, repl_diskless_sync),
     directive!("repl-diskless-load", true, enum ["disabled", "on-empty-db", "swapdb"], repl_diskless_load),
     directive!("propagation-error-behavior", true, enum ["ignore", "panic", "panic-on-replicas"], propagation_error_behavior),
@@ -1234,8 +1240,6 @@ pub static DIRECTIVES: &[Directive] = &[
     inert!("proc-title-template", "{title} {listen-addr} {server-mode}"),
     directive!("replica-priority", true, num(0, i32::MAX as u32), replica_priority),
     directive!("slave-priority", true, num(0, i32::MAX as u32), replica_priority),
-    inert!("replica-lazy-flush", "no"),
-    inert!("slave-lazy-flush", "no"),
     directive!("acllog-max-len", true, num(0, i64::MAX as u64), acllog_max_len),
     directive!("aclfile", false, string, aclfile),
     directive!("acl-pubsub-default", true, enum ["allchannels", "resetchannels"], acl_pubsub_default),
@@ -1616,16 +1620,16 @@ mod tests {
 
     #[test]
     fn directives_of_missing_features_take_their_defaults_only() {
-        let c = Config::load(&args(&["--replica-lazy-flush", "NO", "--set-proc-title", "yes"])).expect("defaults");
+        let c = Config::load(&args(&["--crash-memcheck-enabled", "NO", "--set-proc-title", "yes"])).expect("defaults");
         assert_eq!(c.get("replica-read-only").as_deref(), Some("yes"));
         let mut c = Config::default();
         c.set_at_runtime("slave-read-only", "YES").expect("slave-read-only");
-        let err = c.set_at_runtime("replica-lazy-flush", "yes").expect_err("not the default");
+        let err = c.set_at_runtime("crash-memcheck-enabled", "yes").expect_err("not the default");
         assert!(err.to_string().contains("only its default"), "{err}");
-        let err = c.set_at_runtime("replica-lazy-flush", "1").expect_err("no boolean");
+        let err = c.set_at_runtime("crash-memcheck-enabled", "1").expect_err("no boolean");
         assert!(err.to_string().contains("argument must be 'yes' or 'no'"), "{err}");
-        let err = Config::load(&args(&["--replica-lazy-flush", "yes"])).expect_err("not the default");
-        assert!(err.to_string().contains("replica-lazy-flush"), "{err}");
+        let err = Config::load(&args(&["--crash-memcheck-enabled", "yes"])).expect_err("not the default");
+        assert!(err.to_string().contains("crash-memcheck-enabled"), "{err}");
     }
 
     #[test]

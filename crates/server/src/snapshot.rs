@@ -1404,7 +1404,8 @@ pub fn install_held(server: &Server, locked: &mut Locked<'_>, detached: Detached
 /// over `dbfilename` (as Redis's replica does: a restart with `appendonly
 /// no` loads it), the dataset emptied and loaded from it. A BGSAVE under
 /// way shows the data from before: it is superseded, as by FLUSHALL, so
-/// that it does not replace the new file. An error leaves the dataset
+/// that it does not replace the new file. The old data goes on the
+/// lazyfree thread under `replica-lazy-flush`. An error leaves the dataset
 /// empty or partly loaded.
 pub fn replace_held(server: &Server, locked: &mut Locked<'_>, received: &Path) -> Result<Loaded, String> {
     server.rdb.superseded.store(true, Ordering::Relaxed);
@@ -1415,10 +1416,17 @@ pub fn replace_held(server: &Server, locked: &mut Locked<'_>, received: &Path) -
     if let Ok(d) = File::open(dir) {
         let _ = d.sync_all();
     }
+    let (mut old, mut old_keys) = (Vec::new(), 0);
     for shard in locked.iter_mut() {
         for d in shard.dbs_mut().iter_mut() {
-            drop(d.take_all());
+            old_keys += d.len() as u64;
+            old.push(d.take_all());
         }
+    }
+    if server.config.read().replica_lazy_flush {
+        crate::lazyfree::drop_async(old, old_keys);
+    } else {
+        drop(old);
     }
     // Tracking clients learn that every key went, as from a FLUSHALL.
     if server.tracking.active() {

@@ -1003,3 +1003,30 @@ fn replication_links_show_in_client_list_as_redis_shows_them() {
         wait_until("a partial resync", || m.info_field("stats", "sync_partial_ok") == "1");
     }
 }
+
+/// `replica-lazy-flush`: the data a replica had before a full sync from
+/// a file goes on the lazyfree thread (INFO `lazyfreed_objects`), or in
+/// place without it. A Keel and a redis-server replica, the same counts.
+#[test]
+fn replica_lazy_flush_frees_the_old_data_in_the_background() {
+    let master = Server::start(&[]);
+    let mut m = master.client();
+    m.cmd("SET fresh 1");
+    let port = master.port.to_string();
+    for lazy in ["yes", "no"] {
+        let flags = ["--replica-lazy-flush", lazy, "--repl-diskless-load", "disabled", "--appendonly", "no"];
+        let keel = Some(Server::start(&flags));
+        let redis = Server::start_redis(&flags);
+        for replica in keel.iter().chain(redis.iter()) {
+            let mut r = replica.client();
+            for i in 0..100 {
+                r.send(&["SET", &format!("old:{i}"), "x"]);
+            }
+            assert_eq!(r.send(&["REPLICAOF", "127.0.0.1", &port]), ok());
+            wait_until("the replica's link", || r.info_field("replication", "master_link_status") == "up");
+            assert_eq!(r.cmd("DBSIZE"), int(1));
+            let freed = if lazy == "yes" { "100" } else { "0" };
+            wait_until("the old keys freed", || r.info_field("memory", "lazyfreed_objects") == freed);
+        }
+    }
+}
