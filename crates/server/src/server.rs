@@ -210,6 +210,10 @@ pub struct Server {
     /// client timeouts, save rules, automatic rewrites, a signal's
     /// shutdown) wait while set, as Redis's serverCron skips its work.
     pub cron_paused: AtomicBool,
+    /// DEBUG SLEEP: until this Unix ms (0: not) the replicas' links send
+    /// nothing either, no stream and no keepalive, as nothing leaves
+    /// Redis's one thread while it sleeps.
+    pub sleeping_until_ms: AtomicU64,
     /// DEBUG SET-SKIP-CHECKSUM-VALIDATION: RESTORE takes payloads whatever
     /// their CRC64 (the value itself is still checked in full).
     pub skip_dump_checksum: AtomicBool,
@@ -395,6 +399,7 @@ impl Server {
             shutdown: AtomicBool::new(false),
             shutdown_asap: AtomicBool::new(false),
             cron_paused: AtomicBool::new(false),
+            sleeping_until_ms: AtomicU64::new(0),
             skip_dump_checksum: AtomicBool::new(false),
             lru_clock: AtomicU32::new(LRU_EPOCH_S),
             pauses: Default::default(),
@@ -494,6 +499,19 @@ impl Server {
         self.acl.trim_log();
         self.acl.pubsub_all.store(config.acl_pubsub_default == "allchannels", Ordering::Relaxed);
         crate::durability::suspend_fsync_while_saving(self, false);
+    }
+
+    /// Whether DEBUG SLEEP holds the server now.
+    pub fn sleeping(&self) -> bool {
+        let until = self.sleeping_until_ms.load(Ordering::Acquire);
+        until != 0 && unix_ms() < until
+    }
+
+    /// Waits out a DEBUG SLEEP under way.
+    pub fn wait_while_sleeping(&self) {
+        while self.sleeping() {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
     }
 
     pub fn count_error(&self, text: &str) {

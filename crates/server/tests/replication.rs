@@ -1030,3 +1030,22 @@ fn replica_lazy_flush_frees_the_old_data_in_the_background() {
         }
     }
 }
+
+/// DEBUG SLEEP stops the whole master, its replication links too: a
+/// replica kept waiting in the handshake (a long diskless delay, so only
+/// keepalive newlines come) times out while the master sleeps, as in
+/// Redis's "Slave is able to detect timeout during handshake".
+#[test]
+fn debug_sleep_stops_the_keepalives_of_a_waiting_replica() {
+    let master = Server::start(&["--appendonly", "no", "--enable-debug-command", "yes", "--repl-diskless-sync-delay", "1000"]);
+    let replica = Server::start(&["--appendonly", "no", "--repl-timeout", "2"]);
+    let mut r = replica.client();
+    assert_eq!(r.send(&["REPLICAOF", "127.0.0.1", &master.port.to_string()]), ok());
+    let mut m = master.client();
+    // Its PSYNC taken: the master holds it for the diskless delay.
+    wait_until("the replica's PSYNC", || m.info_field("replication", "connected_slaves") == "1");
+    assert!(matches!(r.cmd("ROLE"), Frame::Array(items) if items.get(3) == Some(&bulk("handshake"))));
+    m.write_command(&["DEBUG", "SLEEP", "5"]);
+    wait_until("the replica's timeout", || replica.log().contains("Timeout connecting to the MASTER"));
+    assert_eq!(m.read(), ok());
+}

@@ -1557,8 +1557,12 @@ fn debug(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
             let secs = parse_strtod(argv[2]);
             let micros = (secs * 1_000_000.0) as i64;
             if micros > 0 {
-                // Every shard stays locked meanwhile: the keyspace freezes.
+                // Every shard stays locked meanwhile: the keyspace freezes,
+                // and the replication links wait (`Server::sleeping`).
+                let server = ctx.server;
+                server.sleeping_until_ms.store(unix_ms() + (micros as u64).div_ceil(1000), Ordering::Release);
                 std::thread::sleep(std::time::Duration::from_micros(micros as u64));
+                server.sleeping_until_ms.store(0, Ordering::Release);
             }
             ctx.out.ok();
             Ok(())

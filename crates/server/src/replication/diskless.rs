@@ -102,7 +102,7 @@ fn wait_to_start(server: &Server) -> Group {
             if waiting == 0 || full || group.since.elapsed() >= delay || server.shutdown.load(Ordering::Relaxed) {
                 return forming.take().expect("only the leader takes its group");
             }
-            if last_newline.elapsed() >= KEEPALIVE {
+            if last_newline.elapsed() >= KEEPALIVE && !server.sleeping() {
                 last_newline = Instant::now();
                 // A member whose write fails is gone: its threads notice.
                 group.members.iter().for_each(|m| drop((&m.replica.link).write_all(b"\n")));

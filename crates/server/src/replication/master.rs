@@ -318,7 +318,7 @@ fn full_sync(server: &Server, replica: &Arc<AttachedReplica>, link: &Link, hando
         let path = server.config.read().dir.join(format!("temp-repl-{}-{}.rdb", std::process::id(), replica.id));
         let file = File::create(&path)?;
         let mut point = None;
-        let taken = with_keepalive(link, || crate::snapshot::take_for_sync(server, || point = Some(repl.attach_at_s(replica.id, size)), &stop));
+        let taken = with_keepalive(server, link, || crate::snapshot::take_for_sync(server, || point = Some(repl.attach_at_s(replica.id, size)), &stop));
         let (Some(taken), Some(point)) = (taken, point) else {
             let _ = std::fs::remove_file(&path);
             return Err(LinkError::Snapshot("stopped before it began".into()));
@@ -335,7 +335,7 @@ fn full_sync(server: &Server, replica: &Arc<AttachedReplica>, link: &Link, hando
         if header.is_err() {
             replica.disconnect();
         }
-        let written = with_keepalive(link, || crate::snapshot::write_for_sync(server, taken, &point, BufWriter::new(file), &stop))
+        let written = with_keepalive(server, link, || crate::snapshot::write_for_sync(server, taken, &point, BufWriter::new(file), &stop))
             .map_err(LinkError::Snapshot)
             .and_then(|sink| sink.into_inner().map_err(|e| LinkError::Io(e.into_error())))
             .and(header);
@@ -357,12 +357,14 @@ fn full_sync(server: &Server, replica: &Arc<AttachedReplica>, link: &Link, hando
 /// goes to it while the snapshot token is waited for and the file written,
 /// and its `repl-timeout` must not pass meanwhile. A failed write is left
 /// for the link's own next write to find.
-fn with_keepalive<T>(link: &Link, work: impl FnOnce() -> T) -> T {
+fn with_keepalive<T>(server: &Server, link: &Link, work: impl FnOnce() -> T) -> T {
     let (done, wait) = std::sync::mpsc::channel::<()>();
     std::thread::scope(|scope| {
         scope.spawn(move || {
             while wait.recv_timeout(super::diskless::KEEPALIVE) == Err(std::sync::mpsc::RecvTimeoutError::Timeout) {
-                let _ = (&*link).write_all(b"\n");
+                if !server.sleeping() {
+                    let _ = (&*link).write_all(b"\n");
+                }
             }
         });
         let out = work();
@@ -404,6 +406,7 @@ fn stream(server: &Server, replica: &AttachedReplica, link: &Link, mut pos: u64)
                 shared.more.wait_for(&mut g, Duration::from_millis(100));
             }
         }
+        server.wait_while_sleeping();
         out.write_all(&chunk)?;
     }
 }
