@@ -5,7 +5,7 @@
 //! leaves the others as they were.
 
 use parking_lot::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 
 /// Why clients are paused (Redis's `pause_purpose`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -32,9 +32,12 @@ struct Pause {
 #[derive(Default)]
 pub struct Pauses {
     by_purpose: Mutex<[Option<Pause>; 3]>,
-    /// The latest end of any purpose's pause, 0 when there is none: the
-    /// one atomic load every request pays when nothing is paused.
-    latest_end_ms: AtomicU64,
+    /// The earliest end of a purpose's pause, 0 when there is none: the
+    /// one atomic load every request pays when nothing is paused. Until
+    /// then the pause in effect is `strictest` (0 none, 1 WRITE, 2 ALL),
+    /// read without the lock.
+    earliest_end_ms: AtomicU64,
+    strictest: AtomicU8,
     /// Counts the times the pause in effect got weaker (ALL to WRITE, or
     /// ended), so that a worker knows to look at what it holds again, as
     /// Redis's `unblockPostponedClients`.
@@ -49,11 +52,12 @@ impl Pauses {
     pub fn pause(&self, purpose: Purpose, until_ms: u64, mode: Mode, now_ms: u64) {
         let mut by_purpose = self.by_purpose.lock();
         let slot = &mut by_purpose[purpose as usize];
-        *slot = Some(match *slot {
-            Some(p) if p.until_ms > now_ms => Pause { until_ms: p.until_ms.max(until_ms), mode: p.mode.max(mode) },
-            _ => Pause { until_ms, mode },
-        });
-        self.latest_end_ms.fetch_max(until_ms, Ordering::AcqRel);
+        *slot = match slot.filter(|p| p.until_ms > now_ms) {
+            Some(p) => Some(Pause { until_ms: p.until_ms.max(until_ms), mode: p.mode.max(mode) }),
+            // One that ends at once (CLIENT PAUSE 0) is none.
+            None => (until_ms > now_ms).then_some(Pause { until_ms, mode }),
+        };
+        self.settle(&by_purpose, None, now_ms);
     }
 
     /// Ends `purpose`'s pause. Workers learn of it from
@@ -66,12 +70,21 @@ impl Pauses {
     }
 
     /// The strictest pause in effect at `now_ms`, if any. Costs one atomic
-    /// load and no clock read when nothing is paused.
+    /// load and no clock read when nothing is paused, and takes no lock
+    /// until a pause's end.
     pub fn in_effect(&self, now_ms: impl FnOnce() -> u64) -> Option<Mode> {
-        if self.latest_end_ms.load(Ordering::Acquire) == 0 {
+        let earliest = self.earliest_end_ms.load(Ordering::Acquire);
+        if earliest == 0 {
             return None;
         }
         let now = now_ms();
+        if now < earliest {
+            return match self.strictest.load(Ordering::Acquire) {
+                1 => Some(Mode::Writes),
+                2 => Some(Mode::All),
+                _ => None,
+            };
+        }
         let mut by_purpose = self.by_purpose.lock();
         let before = strictest(&by_purpose, 0);
         for slot in by_purpose.iter_mut() {
@@ -85,10 +98,7 @@ impl Pauses {
     /// When the pause in effect may next change by itself: the earliest
     /// end of a purpose's pause (Unix ms), if any.
     pub fn next_end_ms(&self) -> Option<u64> {
-        if self.latest_end_ms.load(Ordering::Acquire) == 0 {
-            return None;
-        }
-        self.by_purpose.lock().iter().flatten().map(|p| p.until_ms).min()
+        Some(self.earliest_end_ms.load(Ordering::Acquire)).filter(|&end| end != 0)
     }
 
     /// How many times the pause in effect has got weaker.
@@ -96,11 +106,13 @@ impl Pauses {
         self.weakened.load(Ordering::Acquire)
     }
 
-    /// Recomputes the latest end after a change and counts a weakening.
+    /// Recomputes what readers see without the lock after a change, and
+    /// counts a weakening.
     fn settle(&self, by_purpose: &[Option<Pause>; 3], before: Option<Mode>, now: u64) -> Option<Mode> {
-        let latest = by_purpose.iter().flatten().map(|p| p.until_ms).max().unwrap_or(0);
-        self.latest_end_ms.store(latest, Ordering::Release);
         let after = strictest(by_purpose, now);
+        self.strictest.store(after.map_or(0, |mode| mode as u8 + 1), Ordering::Release);
+        let earliest = by_purpose.iter().flatten().map(|p| p.until_ms).min().unwrap_or(0);
+        self.earliest_end_ms.store(earliest, Ordering::Release);
         if after < before {
             self.weakened.fetch_add(1, Ordering::AcqRel);
         }
@@ -148,6 +160,11 @@ mod tests {
         assert_eq!(pauses.in_effect(|| 3_000), None);
         assert_eq!(pauses.next_end_ms(), None);
         assert_eq!(pauses.weakened(), 2);
+        // A pause that ends at once hides no other.
+        pauses.pause(Purpose::Failover, u64::MAX, Mode::Writes, 3_000);
+        pauses.pause(Purpose::ClientCommand, 0, Mode::Writes, 3_000);
+        assert_eq!(pauses.in_effect(|| 3_000), Some(Mode::Writes));
+        pauses.unpause(Purpose::Failover);
         // A pause that has ended lends a new one of its purpose nothing.
         pauses.pause(Purpose::ClientCommand, 5_000, Mode::All, 4_000);
         pauses.pause(Purpose::ClientCommand, 7_000, Mode::Writes, 6_000);
