@@ -720,17 +720,6 @@ macro_rules! directive {
             },
         }
     };
-    ($name:literal, $mutable:expr, memory, $($field:ident).+) => {
-        Directive {
-            name: $name,
-            mutable: $mutable,
-            get: |c| c.$($field).+.to_string(),
-            set: |c, a| {
-                c.$($field).+ = parse_memory(one(a)?)?.try_into().map_err(|_| ConfigError::Invalid("argument too large".into()))?;
-                Ok(())
-            },
-        }
-    };
     ($name:literal, $mutable:expr, string, $($field:ident).+) => {
         Directive {
             name: $name,
@@ -825,7 +814,7 @@ pub static DIRECTIVES: &[Directive] = &[
         },
     },
     directive!("memcached-port", false, num(0, 65535), memcached_port),
-    directive!("memcached-max-item-size", true, memory, memcached_max_item_size),
+    directive!("memcached-max-item-size", true, memory(0, usize::MAX), memcached_max_item_size),
     directive!("metrics-port", false, num(0, 65535), metrics_port),
     Directive {
         name: "unixsocket",
@@ -1030,12 +1019,12 @@ pub static DIRECTIVES: &[Directive] = &[
     directive!("auto-aof-rewrite-percentage", true, num(0, i32::MAX as u64), auto_aof_rewrite_percentage),
     directive!("auto-aof-rewrite-min-size", true, memory(0, i64::MAX as _), auto_aof_rewrite_min_size),
     directive!("keel-aof-max-recovery-seconds", true, num(0, i32::MAX as u64), keel_aof_max_recovery_seconds),
-    directive!("keel-aof-max-disk-bytes", true, memory, keel_aof_max_disk_bytes),
-    directive!("keel-aof-space-ahead", true, memory, keel_aof_space_ahead),
+    directive!("keel-aof-max-disk-bytes", true, memory(0, u64::MAX), keel_aof_max_disk_bytes),
+    directive!("keel-aof-space-ahead", true, memory(0, u64::MAX), keel_aof_space_ahead),
     directive!("keel-aof-sync-gap-us", true, num(0, 10_000), keel_aof_sync_gap_us),
     directive!("keel-aof-writer-batch-class", true, bool, keel_aof_writer_batch_class),
-    directive!("keel-aof-replay-rate", true, memory, keel_aof_replay_rate),
-    directive!("keel-aof-rdb-load-rate", true, memory, keel_aof_rdb_load_rate),
+    directive!("keel-aof-replay-rate", true, memory(0, u64::MAX), keel_aof_replay_rate),
+    directive!("keel-aof-rdb-load-rate", true, memory(0, u64::MAX), keel_aof_rdb_load_rate),
     Directive {
         name: "save",
         mutable: true,
