@@ -62,6 +62,13 @@ pub struct DbData {
     pub(crate) items: HashMap<Key, ItemMeta>,
 }
 
+/// [`Db::table_bytes`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TableBytes {
+    pub main: usize,
+    pub expires: usize,
+}
+
 /// A memcached item's flags and CAS value; 0 for either means none (a CAS
 /// value is handed out when a client first asks for one).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -675,9 +682,12 @@ impl Db {
         sum.checked_div(n).unwrap_or(0)
     }
 
-    pub fn memory_usage(&self) -> usize {
+    /// What the tables cost beside the keys and values they hold (Redis's
+    /// `overhead.hashtable.main` and `.expires`): buckets and entries,
+    /// memcached's side table counted with the main one.
+    pub fn table_bytes(&self) -> TableBytes {
         let items = self.data.items.capacity() * (std::mem::size_of::<(Key, ItemMeta)>() + 1);
-        self.data.keys.memory_usage() + self.data.expires.memory_usage() + items
+        TableBytes { main: self.data.keys.memory_usage() + items, expires: self.data.expires.memory_usage() }
     }
 }
 

@@ -620,6 +620,12 @@ impl Journal {
         self.inner.appended.load(Ordering::Acquire)
     }
 
+    /// Appended but not yet written to the file: what the gathering
+    /// buffers hold (Redis's `mem_aof_buffer`).
+    pub fn unwritten_bytes(&self) -> u64 {
+        self.appended_lsn().saturating_sub(self.inner.written.load(Ordering::Acquire))
+    }
+
     /// Sets the function the writer thread calls, with the new durable LSN,
     /// after each advance (the server wakes its workers with it). Only the
     /// first call counts; set it before appending. It runs on the writer

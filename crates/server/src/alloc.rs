@@ -29,7 +29,35 @@ pub struct AllocStats {
     pub resident: u64,
 }
 
-/// Reads the counters afresh (jemalloc caches them until the epoch moves).
+/// The most bytes the program held at any read of the counters since
+/// start or [`reset_peak`] (Redis's `used_memory_peak`).
+static PEAK: AtomicU64 = AtomicU64::new(0);
+/// What the program held once it was set up, before any data (Redis's
+/// `used_memory_startup`, [`note_startup`]).
+static STARTUP: AtomicU64 = AtomicU64::new(0);
+
+pub fn peak() -> u64 {
+    PEAK.load(Ordering::Relaxed)
+}
+
+/// CONFIG RESETSTAT: the peak starts again from what is held now.
+pub fn reset_peak() {
+    PEAK.store(0, Ordering::Relaxed);
+    stats();
+}
+
+/// Records what is held now as the start-up figure: called once the
+/// server's threads and tables exist, before it loads any data.
+pub fn note_startup() {
+    STARTUP.store(stats().allocated, Ordering::Relaxed);
+}
+
+pub fn startup() -> u64 {
+    STARTUP.load(Ordering::Relaxed)
+}
+
+/// Reads the counters afresh (jemalloc caches them until the epoch moves),
+/// and moves the peak.
 pub fn stats() -> AllocStats {
     let read = || -> Result<AllocStats, tikv_jemalloc_ctl::Error> {
         epoch::advance()?;
@@ -41,7 +69,30 @@ pub fn stats() -> AllocStats {
     };
     // The mallctl names are fixed at build time: a failure would be a
     // jemalloc built without stats, and INFO then shows zeros.
-    read().unwrap_or_default()
+    let stats = read().unwrap_or_default();
+    PEAK.fetch_max(stats.allocated, Ordering::Relaxed);
+    stats
+}
+
+/// MEMORY MALLOC-STATS: jemalloc's own report (`malloc_stats_print`), as
+/// Redis gives it.
+pub fn report() -> std::io::Result<Vec<u8>> {
+    let mut out = Vec::new();
+    tikv_jemalloc_ctl::stats_print::stats_print(&mut out, tikv_jemalloc_ctl::stats_print::Options::default())?;
+    Ok(out)
+}
+
+/// MEMORY PURGE: hands every arena's dirty pages back to the system
+/// (`arena.<MALLCTL_ARENAS_ALL>.purge`), as Redis's `jemalloc_purge`.
+pub fn purge() -> Result<(), i32> {
+    // jemalloc's MALLCTL_ARENAS_ALL.
+    const NAME: &[u8] = b"arena.4096.purge\0";
+    // SAFETY: a NUL-terminated name, and this control reads and writes
+    // nothing (all four pointers null).
+    let rc = unsafe {
+        tikv_jemalloc_sys::mallctl(NAME.as_ptr().cast(), std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut(), 0)
+    };
+    if rc == 0 { Ok(()) } else { Err(rc) }
 }
 
 /// How stale [`used_memory_recent`] may be: reading jemalloc's counters

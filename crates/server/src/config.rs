@@ -234,6 +234,10 @@ pub struct Config {
     /// (Keel is always a master and forks no children: it uses the first).
     pub oom_score_adj_values: [i32; 3],
     pub enable_debug_command: String,
+    /// Whether MODULE LOAD and UNLOAD may run (`yes`, `no`, `local`).
+    pub enable_module_command: String,
+    /// Whether CONFIG SET may change the [`PROTECTED`] settings.
+    pub enable_protected_configs: String,
     pub lazyfree_lazy_user_del: bool,
     pub lazyfree_lazy_user_flush: bool,
     pub lazyfree_lazy_expire: bool,
@@ -492,6 +496,8 @@ impl Default for Config {
             oom_score_adj: OomScoreAdj::No,
             oom_score_adj_values: [0, 200, 800],
             enable_debug_command: "no".into(),
+            enable_module_command: "no".into(),
+            enable_protected_configs: "no".into(),
             lazyfree_lazy_user_del: false,
             lazyfree_lazy_user_flush: false,
             lazyfree_lazy_expire: false,
@@ -1105,6 +1111,8 @@ pub static DIRECTIVES: &[Directive] = &[
         },
     },
     directive!("enable-debug-command", false, enum ["yes", "no", "local"], enable_debug_command),
+    directive!("enable-module-command", false, enum ["yes", "no", "local"], enable_module_command),
+    directive!("enable-protected-configs", false, enum ["yes", "no", "local"], enable_protected_configs),
     directive!("lazyfree-lazy-user-del", true, bool, lazyfree_lazy_user_del),
     directive!("lazyfree-lazy-user-flush", true, bool, lazyfree_lazy_user_flush),
     directive!("lazyfree-lazy-expire", true, bool, lazyfree_lazy_expire),
@@ -1282,6 +1290,11 @@ const HIDDEN: [&str; 3] = ["rdb-key-save-delay", "key-load-delay", "loading-proc
 /// Redis's `DENY_LOADING_CONFIG`s (of those Keel has): CONFIG SET refuses
 /// them with -LOADING while a load is under way.
 pub const DENIED_WHILE_LOADING: [&str; 2] = ["appendonly", "dir"];
+
+/// Redis's `PROTECTED_CONFIG`s: where the server writes its files, which
+/// CONFIG SET changes only as `enable-protected-configs` allows (a client
+/// that could point them anywhere could write a file anywhere).
+pub const PROTECTED: [&str; 2] = ["dir", "dbfilename"];
 
 pub fn find(name: &str) -> Option<&'static Directive> {
     DIRECTIVES.iter().find(|d| d.name.eq_ignore_ascii_case(name))

@@ -194,6 +194,7 @@ pub fn run(config: Config) -> io::Result<()> {
         server.replica.stop();
         Err(io::Error::other(e))
     };
+    crate::alloc::note_startup();
     let started = std::time::Instant::now();
     let loaded = if let Some(replay) = replay {
         let loaded = durability::replay(&server, replay);

@@ -239,8 +239,6 @@ pub struct Server {
     pub active_expire: AtomicBool,
     /// INFO's instantaneous_ops_per_sec and friends, sampled by a cron.
     pub meter: Mutex<Meter>,
-    /// Highest used_memory seen (INFO used_memory_peak).
-    pub peak_memory: AtomicU64,
     /// `maxmemory`, mirrored out of `config` (kept in step by CONFIG SET)
     /// so that the check before each command takes no lock.
     pub maxmemory: AtomicU64,
@@ -411,7 +409,6 @@ impl Server {
             load_progress: Default::default(),
             active_expire: AtomicBool::new(true),
             meter: Mutex::new(Meter::new()),
-            peak_memory: AtomicU64::new(0),
             maxmemory: AtomicU64::new(0),
             evictor: Default::default(),
             migrate: Default::default(),

@@ -451,6 +451,12 @@ fn a_keel_replica_follows_a_keel_master() {
     });
     let Frame::Array(role) = r.cmd("ROLE") else { panic!("ROLE") };
     assert_eq!(role[..4], [bulk("slave"), bulk("127.0.0.1"), int(master.port as i64), bulk("connected")]);
+    // The master's memory counts the replication buffer, as Redis's: all
+    // of it in the backlog while it is within repl-backlog-size.
+    let mut memory = |field: &str| -> u64 { m.info_field("memory", field).parse().expect("a number") };
+    let (backlog, buffers) = (memory("mem_replication_backlog"), memory("mem_total_replication_buffers"));
+    assert!(backlog > 0 && backlog == buffers, "{backlog} {buffers}");
+    assert_eq!(memory("mem_clients_slaves"), 0);
     assert_eq!(
         r.cmd("WAIT 1 0"),
         err("ERR WAIT cannot be used with replica instances. Please also note that since Redis 4.0 if a replica is configured to be writable (which is not the default) writes to replicas are just local and are not propagated.")

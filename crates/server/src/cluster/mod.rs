@@ -199,6 +199,11 @@ impl Cluster {
         self.state.lock().links.len()
     }
 
+    /// What the bus's links hold (INFO mem_cluster_links).
+    pub fn links_memory(&self) -> u64 {
+        self.state.lock().links.values().map(|l| l.memory() as u64).sum()
+    }
+
     pub fn is_ok(&self) -> bool {
         self.ok.load(Ordering::Relaxed)
     }

@@ -177,6 +177,12 @@ impl Link {
     pub fn pending_out(&self) -> usize {
         self.wbuf.len()
     }
+
+    /// What the link holds: itself and its buffers (Redis's
+    /// `mem_cluster_links` counts the same).
+    pub fn memory(&self) -> usize {
+        std::mem::size_of::<Link>() + self.rbuf.capacity() + self.wbuf.capacity()
+    }
 }
 
 #[derive(Default)]

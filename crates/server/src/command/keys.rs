@@ -107,9 +107,6 @@ pub static COMMANDS: &[CommandSpec] = &[
         .doc("A container for object introspection commands", "2.2.3")
         .subs(OBJECT_SUBCOMMANDS)
         .acl(acl::NONE),
-    cmd("memory", -2, 0, Keys::None, "server", super::server::container)
-        .doc("A container for memory diagnostics commands", "4.0.0")
-        .subs(MEMORY_SUBCOMMANDS),
     cmd("swapdb", 3, WRITE | FAST | ALL_SHARDS, Keys::None, "server", swapdb)
         .doc("Swaps two Redis databases", "4.0.0")
         .acl(acl::KEYSPACE | acl::DANGEROUS),
@@ -121,12 +118,6 @@ pub static COMMANDS: &[CommandSpec] = &[
         .doc("Remove all keys from all databases", "1.0.0")
         .tips(&["request_policy:all_shards", "response_policy:all_succeeded"])
         .acl(acl::KEYSPACE | acl::DANGEROUS),
-];
-
-const MEMORY_SUBCOMMANDS: &[CommandSpec] = &[
-    cmd("memory|usage", -3, READONLY, KEY2, "server", memory_usage)
-        .doc("Estimate the memory usage of a key", "4.0.0")
-        .specs(&[key_at(2, RO)]),
 ];
 
 const OBJECT_SUBCOMMANDS: &[CommandSpec] = &[
@@ -737,37 +728,9 @@ fn persist(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
 
 // ------------------------------------------------------------ OBJECT
 
-/// The parent of OBJECT's subcommands: the dispatcher always picks a
-/// subcommand (or answers an error) first, so this never runs.
 /// Redis's `objectCommandLookup`: no expiry of the access time, a hit or
 /// miss counted; a missing key answers null.
-/// MEMORY USAGE key [SAMPLES n]: the bytes the key costs: its name, its
-/// entry in the table and what its value owns (Keel measures the whole
-/// value, so SAMPLES is checked and otherwise ignored).
-fn memory_usage(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
-    let mut j = 3;
-    while j < argv.len() {
-        if eq(argv[j], "samples") && j + 1 < argv.len() {
-            if i64_arg(argv[j + 1])? < 0 {
-                return Err(CmdError::Syntax);
-            }
-            j += 2;
-        } else {
-            return Err(CmdError::Syntax);
-        }
-    }
-    let key_len = argv[2].len();
-    match object_lookup(ctx, argv[2]) {
-        Some(entry) => {
-            let bytes = key_len + std::mem::size_of::<Entry>() + entry.value.heap_size();
-            ctx.out.int(bytes as i64);
-        }
-        None => ctx.out.null(),
-    }
-    Ok(())
-}
-
-fn object_lookup<'c>(ctx: &'c mut Ctx<'_>, key: &[u8]) -> Option<&'c Entry> {
+pub(super) fn object_lookup<'c>(ctx: &'c mut Ctx<'_>, key: &[u8]) -> Option<&'c Entry> {
     let now = ctx.now_ms;
     let entry = ctx.dbs.of(key).get(key, now);
     ctx.stats.hit(entry.is_some());

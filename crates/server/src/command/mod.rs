@@ -19,6 +19,8 @@ pub mod keys;
 pub mod keyspec;
 pub mod latency;
 pub mod lists;
+pub mod lolwut;
+pub mod memory;
 pub mod pubsub;
 pub mod replication;
 pub mod scripting;
@@ -403,6 +405,8 @@ pub fn table() -> &'static Table {
             latency::COMMANDS,
             cluster::COMMANDS,
             keys::COMMANDS,
+            memory::COMMANDS,
+            lolwut::COMMANDS,
             dump::COMMANDS,
             strings::COMMANDS,
             bitmaps::COMMANDS,

@@ -56,6 +56,26 @@ pub static COMMANDS: &[CommandSpec] = &[
     // anywhere.
     cmd("debug", -2, ADMIN | NOSCRIPT | LOADING | STALE | ALL_SHARDS, Keys::None, "server", debug)
         .doc("A container for debugging commands", "1.0.0"),
+    cmd("module", -2, 0, Keys::None, "server", container)
+        .doc("A container for module commands", "4.0.0")
+        .subs(MODULE_SUBCOMMANDS),
+];
+
+/// MODULE: Keel loads no Redis modules (they are C libraries written
+/// against Redis's own structures), so the list is empty and a load fails
+/// as a module that does not load fails in Redis.
+const MODULE_SUBCOMMANDS: &[CommandSpec] = &[
+    cmd("module|help", 2, LOADING | STALE, Keys::None, "server", module_help)
+        .doc("Show helpful text about the different subcommands", "5.0.0"),
+    cmd("module|list", 2, ADMIN | NOSCRIPT, Keys::None, "server", module_list)
+        .doc("List all modules loaded by the server", "4.0.0")
+        .tips(&["nondeterministic_output_order"]),
+    cmd("module|load", -3, ADMIN | NOSCRIPT | NO_ASYNC_LOADING, Keys::None, "server", module_load)
+        .doc("Load a module", "4.0.0"),
+    cmd("module|loadex", -3, ADMIN | NOSCRIPT | NO_ASYNC_LOADING, Keys::None, "server", module_load)
+        .doc("Load a module with extended parameters", "7.0.0"),
+    cmd("module|unload", 3, ADMIN | NOSCRIPT | NO_ASYNC_LOADING, Keys::None, "server", module_unload)
+        .doc("Unload a module", "4.0.0"),
 ];
 
 const CONFIG_SUBCOMMANDS: &[CommandSpec] = &[
@@ -677,19 +697,13 @@ fn write_section(ctx: &mut Ctx<'_>, section: &str, out: &mut String) {
 
 fn write_memory(ctx: &mut Ctx<'_>, out: &mut String) {
     let server = ctx.server;
-    let dataset: u64 = ctx.dbs.shards().flat_map(|s| s.dbs().iter()).map(|d| d.memory_usage() as u64).sum();
-    // Connection buffers are the other big user of memory.
-    let clients = server.clients.memory.total();
-    let alloc = crate::alloc::stats();
-    let used = alloc.allocated;
-    let peak = server.peak_memory.fetch_max(used, Ordering::Relaxed).max(used);
-    let rss = rss_bytes();
+    let o = super::memory::Overhead::gather(ctx);
+    let (used, peak, rss) = (o.used(), o.peak, o.rss);
     let total_system = total_system_memory();
     let (maxmemory, policy) = {
         let config = server.config.read();
         (config.maxmemory, config.maxmemory_policy.name())
     };
-    let ratio = |a: u64, b: u64| if b == 0 { 0.0 } else { a as f64 / b as f64 };
     out.push_str("# Memory\r\n");
     field!(out, "used_memory", used);
     field!(out, "used_memory_human", bytes_to_human(used));
@@ -697,19 +711,22 @@ fn write_memory(ctx: &mut Ctx<'_>, out: &mut String) {
     field!(out, "used_memory_rss_human", bytes_to_human(rss));
     field!(out, "used_memory_peak", peak);
     field!(out, "used_memory_peak_human", bytes_to_human(peak));
-    field!(out, "used_memory_peak_perc", format!("{:.2}%", ratio(used, peak) * 100.0));
-    field!(out, "used_memory_overhead", clients);
-    field!(out, "used_memory_startup", 0);
-    field!(out, "used_memory_dataset", dataset.min(used));
-    field!(out, "used_memory_dataset_perc", format!("{:.2}%", ratio(dataset, used) * 100.0));
-    field!(out, "allocator_allocated", alloc.allocated);
-    field!(out, "allocator_active", alloc.active);
-    field!(out, "allocator_resident", alloc.resident);
+    field!(out, "used_memory_peak_perc", format!("{:.2}%", o.peak_percentage()));
+    field!(out, "used_memory_overhead", o.total());
+    field!(out, "used_memory_startup", o.startup);
+    field!(out, "used_memory_dataset", o.dataset());
+    field!(out, "used_memory_dataset_perc", format!("{:.2}%", o.dataset_percentage()));
+    field!(out, "allocator_allocated", o.alloc.allocated);
+    field!(out, "allocator_active", o.alloc.active);
+    field!(out, "allocator_resident", o.alloc.resident);
     field!(out, "total_system_memory", total_system);
     field!(out, "total_system_memory_human", bytes_to_human(total_system));
-    field!(out, "used_memory_lua", 0);
-    field!(out, "used_memory_vm_eval", 0);
-    field!(out, "used_memory_lua_human", "0B");
+    // One interpreter per worker runs both scripts and functions: Redis's
+    // two VMs' figures are all in the eval one's.
+    let vm = ctx.server.scripts.interpreter_memory();
+    field!(out, "used_memory_lua", vm);
+    field!(out, "used_memory_vm_eval", vm);
+    field!(out, "used_memory_lua_human", bytes_to_human(vm));
     let (scripts, script_bytes) = ctx.server.scripts.cached();
     field!(out, "used_memory_scripts_eval", script_bytes);
     field!(out, "number_of_cached_scripts", scripts);
@@ -717,31 +734,35 @@ fn write_memory(ctx: &mut Ctx<'_>, out: &mut String) {
     field!(out, "number_of_functions", functions);
     field!(out, "number_of_libraries", libraries);
     field!(out, "used_memory_vm_functions", 0);
-    field!(out, "used_memory_vm_total", 0);
-    field!(out, "used_memory_vm_total_human", "0B");
-    field!(out, "used_memory_functions", 0);
-    field!(out, "used_memory_scripts", 0);
-    field!(out, "used_memory_scripts_human", "0B");
+    field!(out, "used_memory_vm_total", vm);
+    field!(out, "used_memory_vm_total_human", bytes_to_human(vm));
+    field!(out, "used_memory_functions", o.functions_caches);
+    let scripts = o.lua_caches + o.functions_caches;
+    field!(out, "used_memory_scripts", scripts);
+    field!(out, "used_memory_scripts_human", bytes_to_human(scripts));
     field!(out, "maxmemory", maxmemory);
     field!(out, "maxmemory_human", bytes_to_human(maxmemory));
     field!(out, "maxmemory_policy", policy);
-    field!(out, "allocator_frag_ratio", format!("{:.2}", ratio(alloc.active, alloc.allocated)));
-    field!(out, "allocator_frag_bytes", alloc.active as i64 - alloc.allocated as i64);
-    field!(out, "allocator_rss_ratio", format!("{:.2}", ratio(alloc.resident, alloc.active)));
-    field!(out, "allocator_rss_bytes", alloc.resident as i64 - alloc.active as i64);
-    field!(out, "rss_overhead_ratio", format!("{:.2}", ratio(rss, alloc.resident)));
-    field!(out, "rss_overhead_bytes", rss as i64 - alloc.resident as i64);
-    field!(out, "mem_fragmentation_ratio", format!("{:.2}", ratio(rss, used)));
-    field!(out, "mem_fragmentation_bytes", rss as i64 - used as i64);
+    for (name, (ratio, bytes)) in [
+        ("allocator_frag", o.allocator_fragmentation()),
+        ("allocator_rss", o.allocator_rss()),
+        ("rss_overhead", o.rss_overhead()),
+    ] {
+        field!(out, format!("{name}_ratio"), format!("{ratio:.2}"));
+        field!(out, format!("{name}_bytes"), bytes);
+    }
+    let (ratio, bytes) = o.fragmentation();
+    field!(out, "mem_fragmentation_ratio", format!("{ratio:.2}"));
+    field!(out, "mem_fragmentation_bytes", bytes);
     // INFO holds every shard: what the snapshot keeps is summed here.
     let snapshot_kept: u64 = ctx.dbs.shards().map(|sh| sh.snapshot_saved_bytes() as u64).sum();
     field!(out, "mem_not_counted_for_evict", crate::evict::not_counted(server, Some(snapshot_kept)));
-    field!(out, "mem_replication_backlog", 0);
-    field!(out, "mem_total_replication_buffers", 0);
-    field!(out, "mem_clients_slaves", 0);
-    field!(out, "mem_clients_normal", clients);
-    field!(out, "mem_cluster_links", 0);
-    field!(out, "mem_aof_buffer", 0);
+    field!(out, "mem_replication_backlog", o.replication_backlog);
+    field!(out, "mem_total_replication_buffers", o.replication_buffers);
+    field!(out, "mem_clients_slaves", o.clients_replicas);
+    field!(out, "mem_clients_normal", o.clients_normal);
+    field!(out, "mem_cluster_links", o.cluster_links);
+    field!(out, "mem_aof_buffer", o.aof_buffer);
     field!(out, "mem_allocator", crate::alloc::NAME);
     field!(out, "active_defrag_running", 0);
     field!(out, "lazyfree_pending_objects", crate::lazyfree::pending_objects());
@@ -800,7 +821,7 @@ fn rusage(who: libc::c_int) -> (String, String) {
 }
 
 /// Resident set size from /proc/self/statm (pages) times the page size.
-fn rss_bytes() -> u64 {
+pub(super) fn rss_bytes() -> u64 {
     let pages = std::fs::read_to_string("/proc/self/statm")
         .ok()
         .and_then(|s| s.split_whitespace().nth(1).and_then(|p| p.parse::<u64>().ok()))
@@ -959,6 +980,9 @@ fn config_set(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
         if !d.mutable {
             return Err(failed(name, "can't set immutable config"));
         }
+        if crate::config::PROTECTED.contains(&d.name) && !protected_action_allowed(ctx, |c| &c.enable_protected_configs) {
+            return Err(failed(name, "can't set protected config"));
+        }
         if seen.contains(&d.name) {
             return Err(failed(name, "duplicate parameter"));
         }
@@ -1057,7 +1081,7 @@ fn config_resetstat(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
     if let Some(journal) = server.aof.opened() {
         journal.reset_stats();
     }
-    server.peak_memory.store(0, Ordering::Relaxed);
+    crate::alloc::reset_peak();
     server.repl.reset_stats();
     server.evictor.reset_stats();
     server.clients.memory.evicted.store(0, Ordering::Relaxed);
@@ -1472,9 +1496,11 @@ fn command_help(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
 
 // ---------------------------------------------------------------- DEBUG
 
-/// Whether `enable-debug-command` lets this client run DEBUG.
-fn debug_allowed(ctx: &Ctx<'_>) -> bool {
-    match ctx.server.config.read().enable_debug_command.as_str() {
+/// Redis's `allowProtectedAction`: whether `setting` (`yes`, `no` or
+/// `local`) lets this client do what it guards (DEBUG, MODULE LOAD, CONFIG
+/// SET of a protected setting).
+pub(super) fn protected_action_allowed(ctx: &Ctx<'_>, setting: impl Fn(&crate::config::Config) -> &String) -> bool {
+    match setting(&ctx.server.config.read()).as_str() {
         "yes" => true,
         "local" => {
             let addr = &ctx.client.info.addr;
@@ -1484,8 +1510,58 @@ fn debug_allowed(ctx: &Ctx<'_>) -> bool {
     }
 }
 
+// ---------------------------------------------------------------- MODULE
+
+fn module_help(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
+    reply_help(
+        ctx,
+        argv[0],
+        &[
+            "LIST",
+            "    Return a list of loaded modules.",
+            "LOAD <path> [<arg> ...]",
+            "    Load a module library from <path>, passing to it any optional arguments.",
+            "LOADEX <path> [[CONFIG NAME VALUE] [CONFIG NAME VALUE]] [ARGS ...]",
+            "    Load a module library from <path>, while passing it module configurations and optional arguments.",
+            "UNLOAD <name>",
+            "    Unload a module.",
+        ],
+    );
+    Ok(())
+}
+
+fn module_list(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
+    ctx.out.array(0);
+    Ok(())
+}
+
+/// Redis's check of `enable-module-command` before MODULE LOAD, LOADEX
+/// and UNLOAD.
+fn module_command_allowed(ctx: &Ctx<'_>) -> CmdResult {
+    if protected_action_allowed(ctx, |c| &c.enable_module_command) {
+        return Ok(());
+    }
+    Err(CmdError::other(
+        "ERR MODULE command not allowed. If the enable-module-command option is set to \"local\", you can run it \
+         from a local connection, otherwise you need to set this option in the configuration file, and then \
+         restart the server.",
+    ))
+}
+
+/// MODULE LOAD and LOADEX: Redis's failure, its reason in the log.
+fn module_load(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
+    module_command_allowed(ctx)?;
+    tracing::warn!("Module {} failed to load: Keel does not load Redis modules", String::from_utf8_lossy(argv[2]));
+    Err(CmdError::other("ERR Error loading the extension. Please check the server logs."))
+}
+
+fn module_unload(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
+    module_command_allowed(ctx)?;
+    Err(CmdError::other("ERR Error unloading module: no such module with that name"))
+}
+
 fn debug(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
-    if !debug_allowed(ctx) {
+    if !protected_action_allowed(ctx, |c| &c.enable_debug_command) {
         return Err(CmdError::other(
             "ERR DEBUG command not allowed. If the enable-debug-command option is set to \"local\", you can run it \
              from a local connection, otherwise you need to set this option in the configuration file, and then \

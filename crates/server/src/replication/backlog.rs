@@ -76,7 +76,13 @@ impl Backlog {
     /// replicas' progress, and evicting keys for them would evict the
     /// dataset away while a replica lags.
     pub fn beyond_size(&self) -> u64 {
-        (self.buf.capacity() as u64).saturating_sub(self.size)
+        self.memory().saturating_sub(self.size)
+    }
+
+    /// The buffer's bytes, whatever of them are held (Redis's
+    /// `mem_total_replication_buffers`).
+    pub fn memory(&self) -> u64 {
+        self.buf.capacity() as u64
     }
 
     pub fn set_size(&mut self, size: u64) {

@@ -362,6 +362,12 @@ impl Replication {
         self.shared.backlog.lock().as_ref().map_or(0, |b| b.beyond_size())
     }
 
+    /// The replication buffer's bytes and `repl-backlog-size`, while there
+    /// is a backlog.
+    pub fn buffer_memory(&self) -> Option<(u64, u64)> {
+        self.shared.backlog.lock().as_ref().map(|b| (b.memory(), b.size()))
+    }
+
     /// The stream's end (INFO master_repl_offset).
     pub fn end(&self) -> u64 {
         match self.shared.backlog.lock().as_ref() {

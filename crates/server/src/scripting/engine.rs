@@ -5,7 +5,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Instant;
@@ -65,6 +65,13 @@ struct Registered {
 
 thread_local! {
     static ENGINE: RefCell<Option<Engine>> = const { RefCell::new(None) };
+    /// Where this thread's interpreter reports its size (`Scripts::interpreter_memory`).
+    static MEMORY: std::cell::OnceCell<Arc<AtomicU64>> = const { std::cell::OnceCell::new() };
+}
+
+/// Reports this thread's interpreter's size, after it ran or was made.
+fn note_memory(server: &Server, lua: &Lua) {
+    MEMORY.with(|m| m.get_or_init(|| server.scripts.interpreter_slot()).store(lua.used_memory() as u64, Ordering::Relaxed));
 }
 
 /// Runs `f` with this thread's interpreter, made afresh after SCRIPT FLUSH.
@@ -75,6 +82,7 @@ fn with_engine<R>(server: &Server, f: impl FnOnce(&mut Engine) -> R) -> Result<R
         if slot.as_ref().is_none_or(|e| e.generation != generation) {
             *slot = None;
             let engine = Engine::new(generation, server.scripts.run.clone()).map_err(|e| CmdError::other(format!("ERR Lua initialization failed: {e}")))?;
+            note_memory(server, &engine.lua);
             *slot = Some(engine);
         }
         let engine = slot.as_mut().ok_or_else(|| CmdError::other("ERR Lua initialization failed"))?;
@@ -375,6 +383,7 @@ fn run_in(
     args: &[&[u8]],
     mode: Mode,
 ) -> Result<Reply, CmdError> {
+    let server = ctx.server;
     let declared_slot = keys_slot(ctx, keys);
     let name = match target {
         Target::Script(script) => script.sha.as_str(),
@@ -435,6 +444,7 @@ fn run_in(
     if engine.runs.is_multiple_of(GC_PERIOD) {
         let _ = engine.lua.gc_step_kbytes(GC_PERIOD as i32);
     }
+    note_memory(server, &engine.lua);
     outcome.map_err(lua_error)
 }
 

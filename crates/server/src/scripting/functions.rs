@@ -111,6 +111,22 @@ impl Functions {
         Some((library, info))
     }
 
+    /// The bytes the libraries keep outside the interpreters: their code
+    /// and names (MEMORY STATS `functions.caches`, INFO
+    /// `used_memory_functions`).
+    pub fn memory(&self) -> usize {
+        let registry = self.registry.lock();
+        registry
+            .libraries
+            .values()
+            .map(|l| {
+                let functions: usize =
+                    l.functions.iter().map(|f| f.name.len() + f.description.as_ref().map_or(0, Vec::len)).sum();
+                l.name.len() + l.code.len() + functions
+            })
+            .sum()
+    }
+
     /// Counts for INFO and FUNCTION STATS: (libraries, functions).
     pub fn counts(&self) -> (usize, usize) {
         let registry = self.registry.lock();

@@ -83,6 +83,8 @@ pub struct Scripts {
     pub run: Arc<RunState>,
     /// FUNCTION's libraries.
     pub functions: functions::Functions,
+    /// Each thread's interpreter's bytes, as of its last script.
+    interpreters: Mutex<Vec<Arc<AtomicU64>>>,
 }
 
 /// The running script, seen from other threads (SCRIPT KILL, -BUSY) and
@@ -206,6 +208,19 @@ impl Scripts {
     pub fn cached(&self) -> (usize, usize) {
         let cache = self.cache.lock();
         (cache.len(), cache.values().map(|s| s.body.len() + s.sha.len()).sum())
+    }
+
+    /// The bytes of every thread's Lua interpreter (INFO
+    /// `used_memory_vm_eval`): one per worker serves scripts and functions.
+    pub fn interpreter_memory(&self) -> u64 {
+        self.interpreters.lock().iter().map(|bytes| bytes.load(Ordering::Relaxed)).sum()
+    }
+
+    /// Where this thread's interpreter reports its size.
+    fn interpreter_slot(&self) -> Arc<AtomicU64> {
+        let slot = Arc::new(AtomicU64::new(0));
+        self.interpreters.lock().push(Arc::clone(&slot));
+        slot
     }
 
     /// SCRIPT FLUSH: forgets every script and every interpreter's state.
