@@ -154,6 +154,12 @@ pub fn block_for_acks(ctx: &mut Ctx<'_>, argv: &[&[u8]], offset: u64, wanted: u6
     block_waiting(ctx, argv, &[], deadline_ms, Some((offset, wanted)))
 }
 
+/// Blocks the client in SHUTDOWN until the shutdown fails or is aborted
+/// (`crate::shutdown` answers it then; a shutdown that succeeds closes it).
+pub fn block_for_shutdown(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Arc<Waiter> {
+    block_waiting(ctx, argv, &[], 0, None)
+}
+
 fn block_waiting(ctx: &mut Ctx<'_>, argv: &[&[u8]], keys: &[&[u8]], deadline_ms: u64, acks: Option<(u64, u64)>) -> Arc<Waiter> {
     let mut unique: Vec<Key> = Vec::with_capacity(keys.len());
     for key in keys {

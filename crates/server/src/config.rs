@@ -234,6 +234,10 @@ pub struct Config {
     /// (Keel is always a master and forks no children: it uses the first).
     pub oom_score_adj_values: [i32; 3],
     pub enable_debug_command: String,
+    /// Seconds a shutdown waits for lagging replicas (0: none).
+    pub shutdown_timeout: u32,
+    pub shutdown_on_sigint: crate::shutdown::Flags,
+    pub shutdown_on_sigterm: crate::shutdown::Flags,
     /// Whether MODULE LOAD and UNLOAD may run (`yes`, `no`, `local`).
     pub enable_module_command: String,
     /// Whether CONFIG SET may change the [`PROTECTED`] settings.
@@ -496,6 +500,9 @@ impl Default for Config {
             oom_score_adj: OomScoreAdj::No,
             oom_score_adj_values: [0, 200, 800],
             enable_debug_command: "no".into(),
+            shutdown_timeout: 10,
+            shutdown_on_sigint: Default::default(),
+            shutdown_on_sigterm: Default::default(),
             enable_module_command: "no".into(),
             enable_protected_configs: "no".into(),
             lazyfree_lazy_user_del: false,
@@ -1111,6 +1118,25 @@ pub static DIRECTIVES: &[Directive] = &[
         },
     },
     directive!("enable-debug-command", false, enum ["yes", "no", "local"], enable_debug_command),
+    directive!("shutdown-timeout", true, num(0, i32::MAX as u32), shutdown_timeout),
+    Directive {
+        name: "shutdown-on-sigint",
+        mutable: true,
+        get: |c| c.shutdown_on_sigint.words(),
+        set: |c, a| {
+            c.shutdown_on_sigint = crate::shutdown::Flags::parse(a).map_err(ConfigError::Invalid)?;
+            Ok(())
+        },
+    },
+    Directive {
+        name: "shutdown-on-sigterm",
+        mutable: true,
+        get: |c| c.shutdown_on_sigterm.words(),
+        set: |c, a| {
+            c.shutdown_on_sigterm = crate::shutdown::Flags::parse(a).map_err(ConfigError::Invalid)?;
+            Ok(())
+        },
+    },
     directive!("enable-module-command", false, enum ["yes", "no", "local"], enable_module_command),
     directive!("enable-protected-configs", false, enum ["yes", "no", "local"], enable_protected_configs),
     directive!("lazyfree-lazy-user-del", true, bool, lazyfree_lazy_user_del),

@@ -9,7 +9,8 @@
 //! [`doorbell`], and both run their snapshot's scan [`behind`] the workers
 //! (in the idle scheduling class, stepping aside for busy ones:
 //! [`give_way`]) until it must run as their equal. [`signals`] turns SIGTERM and
-//! SIGINT into SHUTDOWN; [`alloc`] is jemalloc and its counters;
+//! SIGINT into SHUTDOWN, and [`shutdown`] runs it (waiting for replicas
+//! to catch up first); [`alloc`] is jemalloc and its counters;
 //! [`process`] what the server does to its own process (`daemonize`,
 //! `disable-thp`, `oom-score-adj`, `jemalloc-bg-thread`); [`slowlog`] keeps
 //! SLOWLOG's entries; [`latency`] is the latency monitor (LATENCY's
@@ -83,6 +84,7 @@ pub mod replication;
 pub mod rewrite;
 pub mod scripting;
 pub mod server;
+pub mod shutdown;
 pub mod signals;
 pub mod slowlog;
 pub mod snapshot;

@@ -206,6 +206,8 @@ pub struct Server {
     /// `shutdown_asap`): only while `cron_paused`, since Keel acts on a
     /// signal at once otherwise; SHUTDOWN ABORT clears it.
     pub shutdown_asap: AtomicBool,
+    /// The shutdown under way (SHUTDOWN or a signal), if any.
+    pub shutting_down: crate::shutdown::Shutdown,
     /// DEBUG PAUSE-CRON: the periodic chores (active expiry, rehashing,
     /// client timeouts, save rules, automatic rewrites, a signal's
     /// shutdown) wait while set, as Redis's serverCron skips its work.
@@ -396,6 +398,7 @@ impl Server {
             lastsave_s: AtomicU64::new(unix_ms() / 1000),
             shutdown: AtomicBool::new(false),
             shutdown_asap: AtomicBool::new(false),
+            shutting_down: Default::default(),
             cron_paused: AtomicBool::new(false),
             sleeping_until_ms: AtomicU64::new(0),
             skip_dump_checksum: AtomicBool::new(false),

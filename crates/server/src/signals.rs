@@ -1,6 +1,8 @@
-//! SIGTERM and SIGINT shut the server down as SHUTDOWN with no argument
-//! does (Redis's `sigShutdownHandler` and serverCron): a final save when
-//! save rules exist, and if that save fails the server logs it and goes on.
+//! SIGTERM and SIGINT shut the server down as SHUTDOWN does, with the
+//! flags `shutdown-on-sigterm` and `shutdown-on-sigint` give (Redis's
+//! `sigShutdownHandler` and serverCron; by default: wait for lagging
+//! replicas, a final save when save rules exist, and if that save fails
+//! the server logs it and goes on; `crate::shutdown`).
 //! A second SIGINT during a shutdown exits at once, as Redis's "You
 //! insist...". Redis acts on a signal at its next cron tick; Keel at
 //! once, unless DEBUG PAUSE-CRON holds the cron: the shutdown then waits
@@ -11,7 +13,7 @@
 //! `sigtimedwait`: no code runs in a signal handler.
 
 use std::io;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use crate::server::Server;
@@ -50,12 +52,9 @@ const PENDING_POLL: libc::timespec = libc::timespec { tv_sec: 0, tv_nsec: 10_000
 
 fn listen(server: Arc<Server>) {
     let set = shutdown_signals();
-    // A shutdown thread runs (set by this thread, cleared by that one when
-    // its final save fails).
-    let shutting_down = Arc::new(AtomicBool::new(false));
     // A signal's shutdown waits for DEBUG PAUSE-CRON to end
     // (`Server::shutdown_asap`, which SHUTDOWN ABORT clears).
-    let mut pending: Option<&'static str> = None;
+    let mut pending: Option<libc::c_int> = None;
     loop {
         let timeout = if pending.is_some() { &PENDING_POLL as *const libc::timespec } else { std::ptr::null() };
         // SAFETY: `set` is a valid signal set and `timeout` null or a
@@ -65,16 +64,15 @@ fn listen(server: Arc<Server>) {
             pending = None; // aborted
         }
         if sig < 0 {
-            if let Some(name) = pending {
+            if let Some(sig) = pending {
                 if !server.cron_paused.load(Ordering::Acquire) && server.shutdown_asap.swap(false, Ordering::AcqRel) {
                     pending = None;
-                    start_shutdown(&server, name, &shutting_down);
+                    start_shutdown(&server, sig);
                 }
             }
             continue;
         }
-        let name = if sig == libc::SIGINT { "SIGINT" } else { "SIGTERM" };
-        if pending.is_some() || shutting_down.load(Ordering::Acquire) {
+        if pending.is_some() || server.shutting_down.active() {
             if sig == libc::SIGINT {
                 tracing::warn!("You insist... exiting now.");
                 let _ = std::fs::remove_file(crate::snapshot::temp_path(&server));
@@ -85,35 +83,39 @@ fn listen(server: Arc<Server>) {
         if server.loading.load(Ordering::Relaxed) {
             tracing::warn!("Received shutdown signal during loading, scheduling shutdown.");
         } else {
-            tracing::warn!("Received {name} scheduling shutdown...");
+            tracing::warn!("Received {} scheduling shutdown...", name(sig));
         }
         if server.cron_paused.load(Ordering::Acquire) {
             server.shutdown_asap.store(true, Ordering::Release);
-            pending = Some(name);
+            pending = Some(sig);
         } else {
-            start_shutdown(&server, name, &shutting_down);
+            start_shutdown(&server, sig);
         }
     }
 }
 
-/// Runs the shutdown on its own thread, so that a second SIGINT is still
-/// heard during the final save.
-fn start_shutdown(server: &Arc<Server>, name: &'static str, shutting_down: &Arc<AtomicBool>) {
-    shutting_down.store(true, Ordering::Release);
-    let (server, flag) = (Arc::clone(server), Arc::clone(shutting_down));
+fn name(sig: libc::c_int) -> &'static str {
+    if sig == libc::SIGINT { "SIGINT" } else { "SIGTERM" }
+}
+
+/// Runs the shutdown on its own thread, with the flags
+/// `shutdown-on-sigint` or `shutdown-on-sigterm` gives, so that a second
+/// SIGINT is still heard during the final save.
+fn start_shutdown(server: &Arc<Server>, sig: libc::c_int) {
+    let server = Arc::clone(server);
     let started = std::thread::Builder::new().name("keel-shutdown".into()).spawn(move || {
-        match crate::snapshot::prepare_shutdown(&server, crate::snapshot::FinalSave::IfRules, false) {
-            Ok(()) => server.request_shutdown(),
-            Err(_) => {
-                tracing::warn!(
-                    "{name} received but errors trying to shut down the server, check the logs for more information"
-                );
-                flag.store(false, Ordering::Release);
-            }
+        let flags = {
+            let c = server.config.read();
+            if sig == libc::SIGINT { c.shutdown_on_sigint } else { c.shutdown_on_sigterm }
+        };
+        if crate::shutdown::begin(&server, flags, None) == crate::shutdown::Outcome::Failed {
+            tracing::warn!(
+                "{} received but errors trying to shut down the server, check the logs for more information",
+                name(sig)
+            );
         }
     });
     if let Err(e) = started {
         tracing::error!("could not start the shutdown thread: {e}");
-        shutting_down.store(false, Ordering::Release);
     }
 }

@@ -7,12 +7,6 @@ mod common;
 
 use common::*;
 
-fn keel_replica_of(master: &Server) -> Server {
-    let replica = Server::start(&["--replicaof", "127.0.0.1", &master.port.to_string()]);
-    replica.wait_link_up();
-    replica
-}
-
 fn role(server: &Server) -> String {
     server.client().info_field("replication", "role")
 }
@@ -23,12 +17,6 @@ fn failover_state(server: &Server) -> String {
 
 fn stat(server: &Server, field: &str) -> String {
     server.client().info_field("stats", field)
-}
-
-/// Stops (SIGSTOP) or continues (SIGCONT) a server's process.
-fn signal(server: &Server, sig: &str) {
-    let status = std::process::Command::new("kill").args([sig, &server.pid().to_string()]).status().expect("kill");
-    assert!(status.success());
 }
 
 /// The refusals, word for word as redis-server's.
@@ -48,7 +36,7 @@ fn failover_refuses_what_redis_refuses() {
         assert_eq!(m.cmd("FAILOVER TO 127.0.0.1"), err("ERR syntax error"));
         assert_eq!(m.cmd("FAILOVER TIMEOUT 10 TIMEOUT 10"), err("ERR syntax error"));
     }
-    let keel_replica = keel_replica_of(&keel);
+    let keel_replica = keel.start_replica();
     let Some(redis_replica) = Server::start_redis(&["--replicaof", "127.0.0.1", &redis.port.to_string()]) else { return };
     redis_replica.wait_link_up();
     for (master, replica) in [(&keel, &keel_replica), (&redis, &redis_replica)] {
@@ -83,7 +71,7 @@ fn failover_hands_over_both_ways_without_a_full_sync() {
     let keel_a = Server::start(&["--appendonly", "no"]);
     let mut a = keel_a.client();
     assert_eq!(a.cmd("SET before 1"), ok());
-    let keel_b = keel_replica_of(&keel_a);
+    let keel_b = keel_a.start_replica();
     let Some(redis_c) = Server::start_redis(&["--replicaof", "127.0.0.1", &keel_a.port.to_string()]) else { return };
     redis_c.wait_link_up();
     assert_eq!(a.cmd("INCR n"), int(1));
@@ -107,11 +95,11 @@ fn failover_hands_over_both_ways_without_a_full_sync() {
 
     // To any replica: the Keel one is stopped, so the redis-server one is
     // the first to reach the stream's end.
-    signal(&keel_a, "-STOP");
+    keel_a.signal("-STOP");
     assert_eq!(b.cmd("INCR n"), int(3));
     assert_eq!(b.cmd("FAILOVER"), ok());
     wait_for("the failover's end", || failover_state(&keel_b) == "no-failover");
-    signal(&keel_a, "-CONT");
+    keel_a.signal("-CONT");
     assert_eq!(role(&redis_c), "master");
     assert_eq!(role(&keel_b), "slave");
     keel_b.wait_link_up();
@@ -146,10 +134,10 @@ fn failover_hands_over_both_ways_without_a_full_sync() {
 fn failover_waits_then_gives_up_or_is_aborted_or_refused() {
     let master = Server::start(&["--appendonly", "no"]);
     let mut m = master.client();
-    let replica = keel_replica_of(&master);
+    let replica = master.start_replica();
     let target = ["FAILOVER", "TO", "127.0.0.1", &replica.port.to_string()];
 
-    signal(&replica, "-STOP");
+    replica.signal("-STOP");
     assert_eq!(m.cmd("SET case 1"), ok());
     assert_eq!(m.send(&[&target[..], &["TIMEOUT", "300"]].concat()), ok());
     assert_eq!(failover_state(&master), "waiting-for-sync");
@@ -181,7 +169,7 @@ fn failover_waits_then_gives_up_or_is_aborted_or_refused() {
     assert_eq!(m.cmd("CLIENT UNPAUSE"), ok());
     assert_eq!(writer.read(), ok());
     assert_eq!(m.cmd("SET after 1"), ok());
-    signal(&replica, "-CONT");
+    replica.signal("-CONT");
     assert_eq!(m.cmd("WAIT 1 20000"), int(1));
 
     // The target refuses PSYNC: the master is one again.

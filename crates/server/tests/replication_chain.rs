@@ -12,13 +12,6 @@ use std::time::Duration;
 
 use common::*;
 
-/// A Keel replica of `master` (Keel's durable defaults), once its link is up.
-fn keel_replica_of(master: &Server) -> Server {
-    let replica = Server::start(&["--replicaof", "127.0.0.1", &master.port.to_string()]);
-    replica.wait_link_up();
-    replica
-}
-
 /// A redis-server replica of `master`, once its link is up; `None`
 /// without redis-server.
 fn redis_replica_of(master: &Server) -> Option<Server> {
@@ -62,8 +55,8 @@ fn a_replicas_replicas_share_the_masters_history_and_database() {
     assert_eq!(m.cmd("SET zero 0"), ok());
     assert_eq!(m.cmd("SELECT 9"), ok());
     assert_eq!(m.cmd("SET nine 9"), ok());
-    let middle = keel_replica_of(&master);
-    let mut below = vec![keel_replica_of(&middle)];
+    let middle = master.start_replica();
+    let mut below = vec![middle.start_replica()];
     below.extend(redis_replica_of(&middle));
     assert_eq!(m.cmd("INCR counter"), int(1));
     assert_eq!(m.cmd("MULTI"), ok());
@@ -91,7 +84,7 @@ fn a_keel_replica_of_a_redis_replica_runs_the_stream_in_its_database() {
     assert_eq!(m.cmd("SELECT 9"), ok());
     assert_eq!(m.cmd("SET nine 9"), ok());
     let Some(middle) = redis_replica_of(&master) else { return };
-    let below = keel_replica_of(&middle);
+    let below = middle.start_replica();
     assert_eq!(m.cmd("SET after 1"), ok());
     wait_same_history(&master, &[&middle, &below]);
     let mut b = below.client();
@@ -111,8 +104,8 @@ fn a_promoted_replica_continues_its_siblings_and_its_old_master() {
     let master = Server::start(&["--appendonly", "no"]);
     let mut m = master.client();
     assert_eq!(m.cmd("SET before 1"), ok());
-    let promoted = keel_replica_of(&master);
-    let mut siblings = vec![keel_replica_of(&master)];
+    let promoted = master.start_replica();
+    let mut siblings = vec![master.start_replica()];
     siblings.extend(redis_replica_of(&master));
     assert_eq!(m.cmd("INCR n"), int(1));
     let all: Vec<&Server> = std::iter::once(&promoted).chain(&siblings).collect();
@@ -151,7 +144,7 @@ fn a_promoted_replica_continues_its_siblings_and_its_old_master() {
 fn a_psync_past_the_secondary_ids_end_syncs_in_full() {
     let master = Server::start(&["--appendonly", "no"]);
     let mut m = master.client();
-    let promoted = keel_replica_of(&master);
+    let promoted = master.start_replica();
     assert_eq!(m.cmd("SET a 1"), ok());
     wait_same_history(&master, &[&promoted]);
     assert_eq!(promoted.client().cmd("REPLICAOF NO ONE"), ok());
@@ -174,7 +167,7 @@ fn a_keel_replica_continues_under_a_promoted_redis_sibling() {
     assert_eq!(m.cmd("SELECT 3"), ok());
     assert_eq!(m.cmd("SET a 1"), ok());
     let Some(promoted) = redis_replica_of(&master) else { return };
-    let keel = keel_replica_of(&master);
+    let keel = master.start_replica();
     assert_eq!(m.cmd("SET b 2"), ok());
     wait_same_history(&master, &[&promoted, &keel]);
     assert_eq!(promoted.client().cmd("REPLICAOF NO ONE"), ok());

@@ -182,25 +182,27 @@ fn lastsave(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
     Ok(())
 }
 
-/// SHUTDOWN [NOSAVE|SAVE] [NOW] [FORCE] [ABORT], as Redis 7.0: a final
+/// SHUTDOWN [NOSAVE|SAVE] [NOW] [FORCE] [ABORT], as Redis 7.0
+/// (`crate::shutdown`): unless NOW, a wait for lagging replicas; a final
 /// synchronous save when save rules exist (or SAVE), none with NOSAVE; a
-/// failed save refuses the shutdown unless FORCE. Keel has no replicas to
-/// wait for, so NOW changes nothing, and ABORT finds a shutdown pending
-/// only when a signal's waits for DEBUG PAUSE-CRON (`crate::signals`).
+/// failed save refuses the shutdown unless FORCE. ABORT ends a wait for
+/// replicas, or a signal's wait for DEBUG PAUSE-CRON (`crate::signals`).
 fn shutdown(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     use crate::snapshot::FinalSave;
-    let (mut mode, mut force, mut abort, mut any) = (FinalSave::IfRules, false, false, false);
+    let mut flags = crate::shutdown::Flags::default();
+    let (mut abort, mut any) = (false, false);
     let (mut nosave, mut save) = (false, false);
     for arg in &argv[1..] {
         if eq(arg, "nosave") {
             nosave = true;
-            mode = FinalSave::NoSave;
+            flags.save = FinalSave::NoSave;
         } else if eq(arg, "save") {
             save = true;
-            mode = FinalSave::Save;
+            flags.save = FinalSave::Save;
         } else if eq(arg, "now") {
+            flags.now = true;
         } else if eq(arg, "force") {
-            force = true;
+            flags.force = true;
         } else if eq(arg, "abort") {
             abort = true;
             continue;
@@ -213,20 +215,21 @@ fn shutdown(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
         return Err(CmdError::Syntax);
     }
     if abort {
-        if !ctx.server.shutdown_asap.swap(false, Ordering::AcqRel) {
+        // A shutdown waiting for replicas, or a signal's waiting for the cron.
+        let aborted = crate::shutdown::abort(ctx.server) | ctx.server.shutdown_asap.swap(false, Ordering::AcqRel);
+        if !aborted {
             return Err(CmdError::other("ERR No shutdown in progress."));
         }
         tracing::info!("Shutdown manually aborted.");
         ctx.out.ok();
         return Ok(());
     }
-    tracing::warn!("User requested shutdown...");
-    if crate::snapshot::prepare_shutdown(ctx.server, mode, force).is_err() {
-        tracing::warn!("Errors trying to shut down the server. Check the logs for more information.");
-        return Err(CmdError::other("ERR Errors trying to SHUTDOWN. Check logs."));
+    if !flags.now && !ctx.can_block() {
+        return Err(CmdError::other("ERR SHUTDOWN without NOW or ABORT isn't allowed for DENY BLOCKING client"));
     }
-    ctx.client.close_after_reply = true;
-    ctx.server.request_shutdown();
+    // Blocked until the server stops, or answered if it cannot.
+    let waiter = crate::blocking::block_for_shutdown(ctx, argv);
+    crate::shutdown::begin(ctx.server, flags, Some(waiter));
     Ok(())
 }
 
@@ -375,6 +378,9 @@ fn write_section(ctx: &mut Ctx<'_>, section: &str, out: &mut String) {
             let file = config.config_file.as_ref().map(|p| p.display().to_string()).unwrap_or_default();
             field!(out, "config_file", file);
             field!(out, "io_threads_active", 0);
+            if let Some(ms) = server.shutting_down.remaining_ms(now_ms) {
+                field!(out, "shutdown_in_milliseconds", ms);
+            }
             field!(out, "keel_version", env!("CARGO_PKG_VERSION"));
             field!(out, "keel_threads", server.thread_count);
         }

@@ -452,8 +452,14 @@ impl Replication {
         // Not while a FAILOVER waits for its target to reach the stream's
         // end: the replicas' own ACKs, every second, do then.
         if self.failover.state() == failover::State::None {
-            self.feed_with(None, 0, |out, _| keel_journal::encode_command(out, &[&b"REPLCONF"[..], b"GETACK", b"*"]));
+            self.request_acks();
         }
+    }
+
+    /// Asks every replica for its offset: `REPLCONF GETACK *` in the
+    /// stream, as Redis's `sendGetackToReplicas`.
+    pub fn request_acks(&self) {
+        self.feed_with(None, 0, |out, _| keel_journal::encode_command(out, &[&b"REPLCONF"[..], b"GETACK", b"*"]));
     }
 
     /// A replica acknowledged more: answers the WAITs now satisfied.
@@ -526,6 +532,7 @@ fn cron(server: &Server) {
         };
         repl.output_hard_limit.store(server.output_limit[1][0].load(Ordering::Relaxed), Ordering::Relaxed);
         failover::tick(server);
+        crate::shutdown::tick(server);
         let now = unix_ms();
         let replicas = repl.replicas();
         // (A replica's own replicas get its master's PINGs: `feed_with`

@@ -283,6 +283,20 @@ impl Server {
         std::fs::read_to_string(log_path(self.port)).unwrap_or_default()
     }
 
+    /// A Keel replica of this server (Keel's durable defaults), once its
+    /// link is up.
+    pub fn start_replica(&self) -> Server {
+        let replica = Server::start(&["--replicaof", "127.0.0.1", &self.port.to_string()]);
+        replica.wait_link_up();
+        replica
+    }
+
+    /// Sends the process a signal, as kill(1) names it (`-STOP`, `-CONT`, `-TERM`).
+    pub fn signal(&self, sig: &str) {
+        let status = std::process::Command::new("kill").args([sig, &self.pid().to_string()]).status().expect("kill");
+        assert!(status.success(), "kill {sig}");
+    }
+
     /// Waits until this replica's link to its master is up.
     pub fn wait_link_up(&self) {
         let mut c = self.client();
