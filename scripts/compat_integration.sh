@@ -31,7 +31,7 @@ set -uo pipefail
 # INCR behind for Redis either, here.)
 UNITS=(integration/aof integration/aof-multi-part unit/aofrw integration/rdb
     integration/convert-zipmap-hash-on-load integration/convert-ziplist-hash-on-load
-    integration/convert-ziplist-zset-on-load unit/shutdown
+    integration/convert-ziplist-zset-on-load unit/shutdown integration/shutdown
     integration/replication-2 integration/replication-3 integration/block-repl unit/dump
     unit/cluster/misc unit/cluster/links unit/cluster/announced-endpoints
     unit/info unit/pubsubshard unit/wait unit/cluster-scripting unit/limits unit/oom-score-adj

@@ -193,9 +193,26 @@ pub fn hide_expired(on: bool) {
     HIDE_EXPIRED.with(|h| h.set(on));
 }
 
-/// Samples per pass of [`Db::active_expire_cycle`] (Redis samples 20 per
-/// loop; a bigger batch amortises the clock read).
-pub const ACTIVE_EXPIRE_BATCH: usize = 64;
+/// How hard [`Db::active_expire_cycle`] works, from `active-expire-effort`
+/// (1-10) as Redis scales its cycle: each step above 1 samples a quarter
+/// more keys per pass and tolerates one point less of expired keys
+/// before it stops.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExpireEffort {
+    /// Samples per pass (Redis samples 20 per loop; a bigger batch
+    /// amortises the clock read).
+    pub batch: usize,
+    /// Another pass follows while more than this percentage of a pass's
+    /// samples had expired.
+    pub stale_percent: usize,
+}
+
+impl ExpireEffort {
+    pub fn new(effort: u32) -> ExpireEffort {
+        let step = effort.clamp(1, 10) as usize - 1;
+        ExpireEffort { batch: 64 + 64 / 4 * step, stale_percent: 10 - step }
+    }
+}
 
 /// What an active expiry pass did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -639,16 +656,18 @@ impl Db {
     }
 
     /// Redis's adaptive active expiry for one database: passes of
-    /// `ACTIVE_EXPIRE_BATCH` samples, repeated while more than a tenth of
-    /// what a pass sampled had expired (so a mass expiry is reclaimed
-    /// quickly, a healthy table costs one pass), until `deadline`.
-    pub fn active_expire_cycle(&mut self, now_ms: u64, deadline: std::time::Instant) -> ExpirePass {
+    /// `effort.batch` samples, repeated while more than
+    /// `effort.stale_percent` of what a pass sampled had expired (so a mass
+    /// expiry is reclaimed quickly, a healthy table costs one pass), until
+    /// `deadline`.
+    pub fn active_expire_cycle(&mut self, now_ms: u64, deadline: std::time::Instant, effort: ExpireEffort) -> ExpirePass {
         let mut total = ExpirePass::default();
         loop {
-            let pass = self.active_expire(now_ms, ACTIVE_EXPIRE_BATCH);
+            let pass = self.active_expire(now_ms, effort.batch);
             total.sampled += pass.sampled;
             total.expired += pass.expired;
-            if pass.sampled == 0 || pass.expired * 10 <= pass.sampled || std::time::Instant::now() >= deadline {
+            let few_expired = pass.expired * 100 <= pass.sampled * effort.stale_percent;
+            if pass.sampled == 0 || few_expired || std::time::Instant::now() >= deadline {
                 return total;
             }
         }
@@ -898,8 +917,28 @@ mod tests {
             db.set_expire(key.as_bytes(), 100, 0);
         }
         let far = std::time::Instant::now() + std::time::Duration::from_secs(60);
-        let pass = db.active_expire_cycle(200, far);
+        let pass = db.active_expire_cycle(200, far, ExpireEffort::new(1));
         assert_eq!(pass.expired, 10_000);
         assert!(db.is_empty());
+    }
+
+    #[test]
+    fn more_effort_samples_more_and_stops_at_fewer_expired_keys() {
+        assert_eq!(ExpireEffort::new(1), ExpireEffort { batch: 64, stale_percent: 10 });
+        assert_eq!(ExpireEffort::new(10), ExpireEffort { batch: 208, stale_percent: 1 });
+        // 5% of the keys expired: the default effort stops after a pass,
+        // the most effort goes on until the stale ones are gone.
+        let run = |effort| {
+            let mut db = Db::default();
+            for i in 0..2_000u32 {
+                let key = i.to_string();
+                db.set(key.as_bytes(), s(b"v"), false, 0);
+                db.set_expire(key.as_bytes(), if i % 20 == 0 { 100 } else { 1_000_000 }, 0);
+            }
+            let far = std::time::Instant::now() + std::time::Duration::from_secs(60);
+            db.active_expire_cycle(200, far, ExpireEffort::new(effort)).sampled
+        };
+        assert!(run(1) < 100, "one pass of about 64: {}", run(1));
+        assert!(run(10) > 1_000, "{}", run(10));
     }
 }

@@ -38,6 +38,6 @@ pub mod stream;
 pub mod value;
 pub mod zset;
 
-pub use db::{Db, ItemMeta, Key, TableBytes, WatchFlag};
+pub use db::{Db, ExpireEffort, ItemMeta, Key, TableBytes, WatchFlag};
 pub use keyspace::{Keyspace, Locked, Shard, Trackers};
 pub use value::{EncodingLimits, Entry, Hash, List, Set, Str, Stream, Value, ZSet};

@@ -292,6 +292,17 @@ pub struct Config {
     /// `replica-priority`: what INFO tells Sentinel of this replica (lower
     /// is promoted first, 0 never).
     pub replica_priority: u32,
+    /// `replica-announced`: whether INFO tells Sentinel to list this
+    /// replica.
+    pub replica_announced: bool,
+    /// `active-expire-effort` (1-10): how much of its time and how many
+    /// keys the active expiry spends (`keel_engine::ExpireEffort`).
+    pub active_expire_effort: u32,
+    /// `replica-announce-ip` and `-port`: the address a replica gives its
+    /// master for itself (behind NAT or port forwarding), instead of the
+    /// one its connection comes from and its own `port`.
+    pub replica_announce_ip: Option<String>,
+    pub replica_announce_port: u16,
     /// `replica-lazy-flush`: a full sync from a file frees the replica's
     /// old dataset on the lazyfree thread (a diskless one always does).
     pub replica_lazy_flush: bool,
@@ -528,6 +539,10 @@ impl Default for Config {
             repl_ping_replica_period: 10,
             repl_backlog_ttl: 3600,
             replica_priority: 100,
+            replica_announced: true,
+            active_expire_effort: 1,
+            replica_announce_ip: None,
+            replica_announce_port: 0,
             repl_disable_tcp_nodelay: false,
             replica_lazy_flush: false,
             repl_diskless_sync: true,
@@ -799,6 +814,16 @@ macro_rules! inert {
             },
         }
     };
+}
+
+fn get_announce_ip(c: &Config) -> String {
+    c.replica_announce_ip.clone().unwrap_or_default()
+}
+
+/// An empty address is none, as Redis's `EMPTY_STRING_IS_NULL`.
+fn set_announce_ip(c: &mut Config, a: &[&str]) -> Result<(), ConfigError> {
+    c.replica_announce_ip = Some(one(a)?.to_string()).filter(|ip| !ip.is_empty());
+    Ok(())
 }
 
 pub static DIRECTIVES: &[Directive] = &[
@@ -1263,6 +1288,12 @@ pub static DIRECTIVES: &[Directive] = &[
     inert!("proc-title-template", "{title} {listen-addr} {server-mode}"),
     directive!("replica-priority", true, num(0, i32::MAX as u32), replica_priority),
     directive!("slave-priority", true, num(0, i32::MAX as u32), replica_priority),
+    directive!("replica-announced", true, bool, replica_announced),
+    directive!("active-expire-effort", true, num(1, 10), active_expire_effort),
+    Directive { name: "replica-announce-ip", mutable: true, get: get_announce_ip, set: set_announce_ip },
+    Directive { name: "slave-announce-ip", mutable: true, get: get_announce_ip, set: set_announce_ip },
+    directive!("replica-announce-port", true, num(0, 65535), replica_announce_port),
+    directive!("slave-announce-port", true, num(0, 65535), replica_announce_port),
     directive!("acllog-max-len", true, num(0, i64::MAX as u64), acllog_max_len),
     directive!("aclfile", false, string, aclfile),
     directive!("acl-pubsub-default", true, enum ["allchannels", "resetchannels"], acl_pubsub_default),

@@ -25,7 +25,9 @@
 //! # The protocol, as Redis 7.0's `syncWithMaster`
 //!
 //! 1. PING; then, pipelined, AUTH (`masteruser`, `masterauth`), REPLCONF
-//!    listening-port, REPLCONF capa eof capa psync2; then PSYNC with the
+//!    listening-port (`replica-announce-port` if set), REPLCONF ip-address
+//!    (if `replica-announce-ip` is set), REPLCONF capa eof capa psync2;
+//!    then PSYNC with the
 //!    master's replid and the offset processed plus one, as the last link
 //!    left them (kept while the process lives), or PSYNC ? -1.
 //! 2. `+FULLRESYNC <replid> <offset>`: the RDB comes as `$<len>` or, from a
@@ -410,7 +412,7 @@ pub fn info(server: &Server, out: &mut String) {
     }
     field!(out, "slave_priority", server.config.read().replica_priority);
     field!(out, "slave_read_only", u8::from(server.replica.read_only.load(Ordering::Relaxed)));
-    field!(out, "replica_announced", 1);
+    field!(out, "replica_announced", u8::from(server.config.read().replica_announced));
 }
 
 /// REPLICAOF (and SLAVEOF) `<host> <port>` | `NO ONE`, as Redis 7.0's
@@ -711,8 +713,16 @@ fn link(server: &Server, host: &str, port: u16, generation: u64) -> Result<(), L
         argv.push(password);
         conn.send(&argv)?;
     }
-    let port = server.config.read().port;
+    // What the master lists this replica as: the announced address where
+    // one is set (Redis's `slave-announce-port` and `-ip`).
+    let (port, announce_ip) = {
+        let c = server.config.read();
+        (if c.replica_announce_port != 0 { c.replica_announce_port } else { c.port }, c.replica_announce_ip.clone())
+    };
     conn.send(&["REPLCONF", "listening-port", &port.to_string()])?;
+    if let Some(ip) = &announce_ip {
+        conn.send(&["REPLCONF", "ip-address", ip])?;
+    }
     conn.send(&["REPLCONF", "capa", "eof", "capa", "psync2"])?;
     if auth.is_some() {
         let reply = conn.line(SYNCIO_TIMEOUT)?;
@@ -720,7 +730,8 @@ fn link(server: &Server, host: &str, port: u16, generation: u64) -> Result<(), L
             return Err(LinkError::Auth(reply));
         }
     }
-    for what in ["listening-port", "capa"] {
+    let asked: &[&str] = if announce_ip.is_some() { &["listening-port", "ip-address", "capa"] } else { &["listening-port", "capa"] };
+    for what in asked {
         let reply = conn.line(SYNCIO_TIMEOUT)?;
         if reply.starts_with('-') {
             tracing::info!("(Non critical) Master does not understand REPLCONF {what}: {reply}");

@@ -1055,3 +1055,33 @@ fn debug_sleep_stops_the_keepalives_of_a_waiting_replica() {
     wait_until("the replica's timeout", || replica.log().contains("Timeout connecting to the MASTER"));
     assert_eq!(m.read(), ok());
 }
+
+/// A replica behind NAT or port forwarding announces the address its
+/// master is to list it as: Keel's master and redis-server list Keel's
+/// replica at `replica-announce-ip` and `-port`; `replica-announced`
+/// shows in the replica's INFO for Sentinel.
+#[test]
+fn a_replica_announces_the_address_it_is_set_to() {
+    let keel = Server::start(&[]);
+    let redis = Server::start_redis(&[]);
+    for master in std::iter::once(&keel).chain(redis.as_ref()) {
+        let port = master.port.to_string();
+        let flags = ["--replicaof", "127.0.0.1", &port, "--replica-announce-ip", "10.9.8.7", "--slave-announce-port", "4321"];
+        let replica = Server::start(&flags);
+        replica.wait_link_up();
+        let mut m = master.client();
+        wait_until("the replica to be listed online", || {
+            let line = m.info_field("replication", "slave0");
+            line.starts_with("ip=10.9.8.7,port=4321,") && line.contains("state=online")
+        });
+        let Frame::Array(role) = m.cmd("ROLE") else { panic!("ROLE") };
+        let Frame::Array(replicas) = &role[2] else { panic!("ROLE's replicas") };
+        let Frame::Array(first) = &replicas[0] else { panic!("a replica's entry") };
+        assert_eq!(first[..2], [bulk("10.9.8.7"), bulk("4321")]);
+        let mut r = replica.client();
+        assert_eq!(r.info_field("replication", "replica_announced"), "1");
+        assert_eq!(r.cmd("CONFIG SET replica-announced no"), ok());
+        assert_eq!(r.info_field("replication", "replica_announced"), "0");
+        assert_eq!(r.cmd("CONFIG GET replica-announce-ip"), Frame::Array(vec![bulk("replica-announce-ip"), bulk("10.9.8.7")]));
+    }
+}

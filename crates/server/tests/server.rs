@@ -1041,6 +1041,20 @@ fn config_set_takes_what_redis_takes() {
         &["CONFIG", "GET", "maxclients"],
         &["CONFIG", "SET", "latency-tracking-info-percentiles", "50 abc"],
         &["CONFIG", "SET", "latency-tracking-info-percentiles", "50 101"],
+        &["CONFIG", "SET", "active-expire-effort", "0"],
+        &["CONFIG", "SET", "active-expire-effort", "11"],
+        &["CONFIG", "SET", "active-expire-effort", "10"],
+        &["CONFIG", "GET", "active-expire-effort"],
+        &["CONFIG", "SET", "replica-announced", "maybe"],
+        &["CONFIG", "SET", "replica-announced", "no"],
+        &["CONFIG", "GET", "replica-announced"],
+        &["CONFIG", "SET", "slave-announce-port", "65536"],
+        &["CONFIG", "SET", "slave-announce-port", "7000"],
+        &["CONFIG", "GET", "replica-announce-port"],
+        &["CONFIG", "SET", "replica-announce-ip", "10.0.0.1"],
+        &["CONFIG", "GET", "slave-announce-ip"],
+        &["CONFIG", "SET", "replica-announce-ip", ""],
+        &["CONFIG", "GET", "replica-announce-ip"],
     ];
     let run = |server: &Server| -> Vec<Frame> {
         let mut c = server.client();
