@@ -33,8 +33,9 @@
 //! every value, without the flags it has nowhere to keep.
 //!
 //! The incr file being written has space written ahead of its last record
-//! (`prealloc.rs`: annotation lines, which Redis skips), so that each
-//! fdatasync flushes data only; it is cut off at start and by
+//! (`prealloc.rs`: annotation lines, which Redis skips, written around the
+//! page cache), so that each fdatasync flushes data only; it is cut off at
+//! start and by
 //! [`Journal::close`]. [`JournalConfig::space_ahead`] says how much (0:
 //! none), [`Journal::set_space_ahead`] changes it.
 //!

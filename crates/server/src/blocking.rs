@@ -54,6 +54,19 @@ use crate::command::streams::Readiness;
 use crate::command::{self, CmdError, Ctx};
 use crate::server::{Server, WorkerStats};
 
+/// What a blocked client waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitFor {
+    /// One of its keys to be served (BLPOP and the rest).
+    Keys,
+    /// WAIT's: `wanted` replicas to acknowledge `offset` (replication
+    /// answers it).
+    Acks { offset: u64, wanted: u64 },
+    /// SHUTDOWN's: the shutdown to fail or be aborted (`crate::shutdown`
+    /// answers it). It never times out, and CLIENT UNBLOCK passes it by.
+    Shutdown,
+}
+
 /// One client's wait.
 #[derive(Debug)]
 pub struct Waiter {
@@ -68,9 +81,7 @@ pub struct Waiter {
     pub keys: Vec<Key>,
     /// Unix ms at which the wait times out; 0 waits forever.
     pub deadline_ms: u64,
-    /// WAIT's: the replication offset to be acknowledged, and by how many
-    /// replicas (a WAIT has no keys; replication answers it).
-    pub acks: Option<(u64, u64)>,
+    pub wait_for: WaitFor,
     /// Set by whoever ends the wait (see the module doc).
     done: AtomicBool,
 }
@@ -145,22 +156,22 @@ pub fn parse_timeout(arg: &[u8], now_ms: u64) -> Result<u64, CmdError> {
 /// Blocks the running client on `keys` until `deadline_ms` (0: for ever).
 /// The caller has found every key empty and replies nothing.
 pub fn block(ctx: &mut Ctx<'_>, argv: &[&[u8]], keys: &[&[u8]], deadline_ms: u64) {
-    block_waiting(ctx, argv, keys, deadline_ms, None);
+    block_waiting(ctx, argv, keys, deadline_ms, WaitFor::Keys);
 }
 
 /// Blocks the client in WAIT until `wanted` replicas acknowledge
 /// `offset`; returns the wait for replication to answer.
 pub fn block_for_acks(ctx: &mut Ctx<'_>, argv: &[&[u8]], offset: u64, wanted: u64, deadline_ms: u64) -> Arc<Waiter> {
-    block_waiting(ctx, argv, &[], deadline_ms, Some((offset, wanted)))
+    block_waiting(ctx, argv, &[], deadline_ms, WaitFor::Acks { offset, wanted })
 }
 
 /// Blocks the client in SHUTDOWN until the shutdown fails or is aborted
 /// (`crate::shutdown` answers it then; a shutdown that succeeds closes it).
 pub fn block_for_shutdown(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Arc<Waiter> {
-    block_waiting(ctx, argv, &[], 0, None)
+    block_waiting(ctx, argv, &[], 0, WaitFor::Shutdown)
 }
 
-fn block_waiting(ctx: &mut Ctx<'_>, argv: &[&[u8]], keys: &[&[u8]], deadline_ms: u64, acks: Option<(u64, u64)>) -> Arc<Waiter> {
+fn block_waiting(ctx: &mut Ctx<'_>, argv: &[&[u8]], keys: &[&[u8]], deadline_ms: u64, wait_for: WaitFor) -> Arc<Waiter> {
     let mut unique: Vec<Key> = Vec::with_capacity(keys.len());
     for key in keys {
         if !unique.iter().any(|k| &k[..] == *key) {
@@ -179,7 +190,7 @@ fn block_waiting(ctx: &mut Ctx<'_>, argv: &[&[u8]], keys: &[&[u8]], deadline_ms:
         argv: argv.iter().map(|a| a.to_vec()).collect(),
         keys: unique,
         deadline_ms,
-        acks,
+        wait_for,
         done: AtomicBool::new(false),
     });
     let registry = &ctx.server.blocking;
@@ -214,9 +225,9 @@ pub fn forget(server: &Server, waiter: &Waiter) {
 pub fn timeout_reply(server: &Server, waiter: &Waiter) -> Vec<u8> {
     let mut out = Vec::new();
     let mut w = ReplyWriter::new(&mut out, waiter.resp3);
-    match waiter.acks {
-        Some((offset, _)) => w.int(server.repl.acked(offset) as i64),
-        None => w.null_array(),
+    match waiter.wait_for {
+        WaitFor::Acks { offset, .. } => w.int(server.repl.acked(offset) as i64),
+        WaitFor::Keys | WaitFor::Shutdown => w.null_array(),
     }
     out
 }

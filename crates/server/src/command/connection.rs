@@ -664,7 +664,7 @@ fn client_unblock(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     }
     let waiter = u64::try_from(id).ok().and_then(|id| ctx.server.blocking.get(id));
     match waiter {
-        Some(w) if w.claim() => {
+        Some(w) if w.wait_for != crate::blocking::WaitFor::Shutdown && w.claim() => {
             let reply = if error {
                 let message = "UNBLOCKED client unblocked via CLIENT UNBLOCK";
                 // An error reply of the blocked command: counted as its

@@ -62,7 +62,7 @@ use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex};
 
-use crate::blocking::Waiter;
+use crate::blocking::{WaitFor, Waiter};
 use crate::client::Message;
 use crate::server::{unix_ms, Server};
 use backlog::Backlog;
@@ -470,7 +470,7 @@ impl Replication {
             return;
         }
         waits.retain(|w| {
-            let Some((offset, wanted)) = w.acks else { return false };
+            let WaitFor::Acks { offset, wanted } = w.wait_for else { return false };
             let acked = self.acked(offset);
             if acked < wanted || !w.claim() {
                 return true;
