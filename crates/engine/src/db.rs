@@ -193,10 +193,10 @@ pub fn hide_expired(on: bool) {
     HIDE_EXPIRED.with(|h| h.set(on));
 }
 
-/// How hard [`Db::active_expire_cycle`] works, from `active-expire-effort`
-/// (1-10) as Redis scales its cycle: each step above 1 samples a quarter
-/// more keys per pass and tolerates one point less of expired keys
-/// before it stops.
+/// How hard the active expiry works, from `active-expire-effort` (1-10)
+/// as Redis scales its cycle: each step above 1 samples a quarter more
+/// keys per pass, tolerates one point less of expired keys before it
+/// stops, and gives the cycle two points more of the time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ExpireEffort {
     /// Samples per pass (Redis samples 20 per loop; a bigger batch
@@ -205,12 +205,15 @@ pub struct ExpireEffort {
     /// Another pass follows while more than this percentage of a pass's
     /// samples had expired.
     pub stale_percent: usize,
+    /// The share of each tick the cycle may take, in percent (Redis's slow
+    /// cycle's 25% at effort 1); the server sets the deadline from it.
+    pub time_percent: u32,
 }
 
 impl ExpireEffort {
     pub fn new(effort: u32) -> ExpireEffort {
         let step = effort.clamp(1, 10) as usize - 1;
-        ExpireEffort { batch: 64 + 64 / 4 * step, stale_percent: 10 - step }
+        ExpireEffort { batch: 64 + 64 / 4 * step, stale_percent: 10 - step, time_percent: 25 + 2 * step as u32 }
     }
 }
 
@@ -924,8 +927,8 @@ mod tests {
 
     #[test]
     fn more_effort_samples_more_and_stops_at_fewer_expired_keys() {
-        assert_eq!(ExpireEffort::new(1), ExpireEffort { batch: 64, stale_percent: 10 });
-        assert_eq!(ExpireEffort::new(10), ExpireEffort { batch: 208, stale_percent: 1 });
+        assert_eq!(ExpireEffort::new(1), ExpireEffort { batch: 64, stale_percent: 10, time_percent: 25 });
+        assert_eq!(ExpireEffort::new(10), ExpireEffort { batch: 208, stale_percent: 1, time_percent: 43 });
         // 5% of the keys expired: the default effort stops after a pass,
         // the most effort goes on until the stale ones are gone.
         let run = |effort| {

@@ -759,6 +759,17 @@ macro_rules! directive {
             },
         }
     };
+    ($name:literal, $mutable:expr, shutdown_flags, $($field:ident).+) => {
+        Directive {
+            name: $name,
+            mutable: $mutable,
+            get: |c| c.$($field).+.words(),
+            set: |c, a| {
+                c.$($field).+ = crate::shutdown::Flags::parse(a).map_err(ConfigError::Invalid)?;
+                Ok(())
+            },
+        }
+    };
     ($name:literal, $mutable:expr, enum [$($v:literal),+], $($field:ident).+) => {
         Directive {
             name: $name,
@@ -1144,24 +1155,8 @@ pub static DIRECTIVES: &[Directive] = &[
     },
     directive!("enable-debug-command", false, enum ["yes", "no", "local"], enable_debug_command),
     directive!("shutdown-timeout", true, num(0, i32::MAX as u32), shutdown_timeout),
-    Directive {
-        name: "shutdown-on-sigint",
-        mutable: true,
-        get: |c| c.shutdown_on_sigint.words(),
-        set: |c, a| {
-            c.shutdown_on_sigint = crate::shutdown::Flags::parse(a).map_err(ConfigError::Invalid)?;
-            Ok(())
-        },
-    },
-    Directive {
-        name: "shutdown-on-sigterm",
-        mutable: true,
-        get: |c| c.shutdown_on_sigterm.words(),
-        set: |c, a| {
-            c.shutdown_on_sigterm = crate::shutdown::Flags::parse(a).map_err(ConfigError::Invalid)?;
-            Ok(())
-        },
-    },
+    directive!("shutdown-on-sigint", true, shutdown_flags, shutdown_on_sigint),
+    directive!("shutdown-on-sigterm", true, shutdown_flags, shutdown_on_sigterm),
     directive!("enable-module-command", false, enum ["yes", "no", "local"], enable_module_command),
     directive!("enable-protected-configs", false, enum ["yes", "no", "local"], enable_protected_configs),
     directive!("lazyfree-lazy-user-del", true, bool, lazyfree_lazy_user_del),

@@ -946,11 +946,8 @@ impl Worker {
             (u64::from(config.effective_hz(clients)), config.activerehashing, config.active_expire_effort)
         };
         let own_shards = (shards / workers.max(1)).max(1) as u64;
-        // Redis's slow cycle: 25% of the time, 2 points more per step of
-        // `active-expire-effort`.
-        let time_percent = 25 + 2 * u64::from(effort.saturating_sub(1));
-        let shard_budget = Duration::from_micros(10_000 * time_percent / hz / own_shards);
         let effort = keel_engine::ExpireEffort::new(effort);
+        let shard_budget = Duration::from_micros(10_000 * u64::from(effort.time_percent) / hz / own_shards);
         // The latency monitor's `expire-cycle`: this tick's expiry over
         // the worker's shards, the DELs it journals included, as Redis's
         // activeExpireCycle times its run and the DELs it propagates.

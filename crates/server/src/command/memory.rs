@@ -76,25 +76,16 @@ impl Overhead {
             Some((buffer, _)) => (buffer, 0, buffer),
             None => (0, 0, 0),
         };
-        let databases = server.keyspace.databases();
-        let mut dbs: Vec<(usize, keel_engine::TableBytes, u64)> = Vec::new();
+        // Each database's tables and keys, summed over the shards.
+        let mut per_db = vec![(keel_engine::TableBytes { main: 0, expires: 0 }, 0u64); server.keyspace.databases()];
         for shard in ctx.dbs.shards() {
-            for (number, db) in shard.dbs().iter().enumerate().take(databases) {
-                if db.is_empty() {
-                    continue;
-                }
+            for ((sum, keys), db) in per_db.iter_mut().zip(shard.dbs()).filter(|(_, db)| !db.is_empty()) {
                 let tables = db.table_bytes();
-                match dbs.iter_mut().find(|(n, _, _)| *n == number) {
-                    Some((_, sum, keys)) => {
-                        sum.main += tables.main;
-                        sum.expires += tables.expires;
-                        *keys += db.len() as u64;
-                    }
-                    None => dbs.push((number, tables, db.len() as u64)),
-                }
+                sum.main += tables.main;
+                sum.expires += tables.expires;
+                *keys += db.len() as u64;
             }
         }
-        dbs.sort_by_key(|(n, _, _)| *n);
         Overhead {
             alloc,
             rss: super::server::rss_bytes(),
@@ -108,8 +99,8 @@ impl Overhead {
             aof_buffer: server.aof.enabled().map_or(0, |j| j.unwritten_bytes()),
             lua_caches: server.scripts.cached().1 as u64,
             functions_caches: server.scripts.functions.memory() as u64,
-            keys: dbs.iter().map(|(_, _, keys)| keys).sum(),
-            dbs: dbs.into_iter().map(|(n, tables, _)| (n, tables)).collect(),
+            keys: per_db.iter().map(|(_, keys)| keys).sum(),
+            dbs: per_db.into_iter().enumerate().filter(|(_, (_, keys))| *keys > 0).map(|(n, (tables, _))| (n, tables)).collect(),
         }
     }
 
