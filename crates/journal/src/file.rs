@@ -150,7 +150,7 @@ pub fn remove_gradually(path: &Path) {
     let removed = crate::load::remove_leftover(path);
     // A file whose name stays keeps its blocks too.
     let Some(file) = big.filter(|_| removed) else { return };
-    let reaper = std::thread::Builder::new().name("keel-aof-reaper".into()).spawn(move || {
+    let reaper = crate::spawn_thread("keel-aof-reaper", move || {
         let mut len = file.metadata().map_or(0, |m| m.len());
         while len > 0 {
             len = len.saturating_sub(REMOVE_SLICE);

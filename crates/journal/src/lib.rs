@@ -186,6 +186,30 @@ pub enum BaseFormat {
     Rdb,
 }
 
+/// What each of the journal's threads runs first: the server pins them to
+/// its background I/O CPUs there (`bio_cpulist`).
+static THREAD_START: std::sync::OnceLock<fn()> = std::sync::OnceLock::new();
+
+/// Sets what every thread the journal starts from now on runs first; once
+/// per process.
+pub fn set_thread_start(hook: fn()) {
+    let _ = THREAD_START.set(hook);
+}
+
+/// Starts one of the journal's threads (writer, syncer, space helper,
+/// reaper).
+pub(crate) fn spawn_thread<T: Send + 'static>(
+    name: &str,
+    run: impl FnOnce() -> T + Send + 'static,
+) -> std::io::Result<JoinHandle<T>> {
+    std::thread::Builder::new().name(name.into()).spawn(move || {
+        if let Some(start) = THREAD_START.get() {
+            start();
+        }
+        run()
+    })
+}
+
 #[derive(Clone, Debug)]
 pub struct JournalConfig {
     /// The appendonly directory, e.g. `<dir>/appendonlydir`.
@@ -427,20 +451,10 @@ impl Journal {
         let io = Arc::new(Mutex::new(Writer::new(Arc::clone(&inner), start, segment)));
         let spawn_err = |source| JournalError::Io { path: incr_path.clone(), source };
         let writer_io = Arc::clone(&io);
-        threads.push(
-            std::thread::Builder::new()
-                .name("keel-aof-writer".into())
-                .spawn(move || writer::run(writer_io))
-                .map_err(spawn_err)?,
-        );
+        threads.push(spawn_thread("keel-aof-writer", move || writer::run(writer_io)).map_err(spawn_err)?);
         // Idle unless the policy is (or becomes) everysec.
         let i = Arc::clone(&inner);
-        threads.push(
-            std::thread::Builder::new()
-                .name("keel-aof-fsync".into())
-                .spawn(move || writer::run_syncer(i))
-                .map_err(spawn_err)?,
-        );
+        threads.push(spawn_thread("keel-aof-fsync", move || writer::run_syncer(i)).map_err(spawn_err)?);
         let replay = Replay::new(config.dir.clone(), prepared.files, prepared.warnings);
         Ok((Journal { inner, io, files, threads: Mutex::new(threads) }, replay))
     }

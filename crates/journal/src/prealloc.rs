@@ -160,7 +160,7 @@ impl PreallocatedFile {
             cv: Condvar::new(),
         });
         let helper = Arc::clone(&shared);
-        std::thread::Builder::new().name("keel-aof-prealloc".into()).spawn(move || helper.run())?;
+        crate::spawn_thread("keel-aof-prealloc", move || helper.run())?;
         Ok(PreallocatedFile { shared })
     }
 }

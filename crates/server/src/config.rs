@@ -223,6 +223,13 @@ pub struct Config {
     pub logfile: String,
     pub pidfile: String,
     pub daemonize: bool,
+    /// `supervised`: no, upstart, systemd or auto ([`crate::supervision`]).
+    pub supervised: String,
+    /// `syslog-enabled`, `syslog-ident` and `syslog-facility`
+    /// ([`crate::syslog`]).
+    pub syslog_enabled: bool,
+    pub syslog_ident: String,
+    pub syslog_facility: String,
     /// `always-show-logo`: print the start-up banner even when the log is
     /// not a terminal.
     pub always_show_logo: bool,
@@ -259,6 +266,31 @@ pub struct Config {
     /// `use-exit-on-panic`: a panic ends the process with exit code 1
     /// (`process::install_panic_hook`).
     pub use_exit_on_panic: bool,
+    /// `crash-log-enabled`: a panic's report carries its stack trace.
+    pub crash_log_enabled: bool,
+    /// `ignore-warnings`: kept and reported; Keel raises none of the
+    /// warnings Redis lets it silence (`ARM64-COW-BUG`).
+    pub ignore_warnings: String,
+    /// `io-threads` and `io-threads-do-reads`: kept and reported. Keel's
+    /// workers (`threads`) each read, parse, run and write their own
+    /// connections, which is what Redis's I/O threads are for.
+    pub io_threads: u32,
+    pub io_threads_do_reads: bool,
+    /// `socket-mark-id`: the `SO_MARK` of the listening sockets (and so of
+    /// the connections accepted on them), for routing and firewall rules.
+    pub socket_mark_id: u32,
+    /// `server_cpulist`, `bio_cpulist`, `aof_rewrite_cpulist` and
+    /// `bgsave_cpulist`: the CPUs of each kind of thread
+    /// (`process::apply_cpulists`).
+    pub server_cpulist: Option<String>,
+    pub bio_cpulist: Option<String>,
+    pub aof_rewrite_cpulist: Option<String>,
+    pub bgsave_cpulist: Option<String>,
+    /// `replica-ignore-disk-write-errors`: a replica that cannot log its
+    /// master's writes applies them with a warning instead of stopping.
+    pub replica_ignore_disk_write_errors: bool,
+    /// `activedefrag` and its tunables.
+    pub defrag: DefragSettings,
     pub maxmemory: u64,
     /// `maxmemory-clients`: what client connections may hold together
     /// before the largest are closed (`client_memory.rs`).
@@ -375,6 +407,36 @@ pub struct Config {
     pub acl_pubsub_default: String,
 }
 
+/// `active-defrag-*`, kept and reported with Redis 7.0's ranges and
+/// defaults. As Debian's redis-server, built on an unmodified jemalloc,
+/// Keel cannot move live allocations, so `activedefrag` stays `no`.
+#[derive(Debug, Clone)]
+pub struct DefragSettings {
+    pub ignore_bytes: u64,
+    pub threshold_lower: u32,
+    pub threshold_upper: u32,
+    pub cycle_min: u32,
+    pub cycle_max: u32,
+    pub max_scan_fields: u64,
+}
+
+impl Default for DefragSettings {
+    fn default() -> DefragSettings {
+        DefragSettings {
+            ignore_bytes: 100 << 20,
+            threshold_lower: 10,
+            threshold_upper: 100,
+            cycle_min: 1,
+            cycle_max: 25,
+            max_scan_fields: 1000,
+        }
+    }
+}
+
+/// Redis's words where its allocator cannot defragment.
+const NO_DEFRAG: &str = "Active defragmentation cannot be enabled: it requires a Redis server compiled with a modified \
+                         Jemalloc like the one shipped by default with the Redis source distribution";
+
 /// The `cluster-*` settings, with Redis 7.0's names and defaults.
 #[derive(Debug, Clone)]
 pub struct ClusterSettings {
@@ -392,6 +454,8 @@ pub struct ClusterSettings {
     pub announce_ip: String,
     pub announce_port: u16,
     pub announce_bus_port: u16,
+    /// `cluster-link-sendbuf-limit`: the most a bus link may hold unsent.
+    pub link_sendbuf_limit: u64,
     /// `cluster-announce-tls-port`: kept and reported; Redis announces it
     /// only over TLS (`tls-cluster`), which Keel does not have.
     pub announce_tls_port: u16,
@@ -417,6 +481,7 @@ impl Default for ClusterSettings {
             announce_ip: String::new(),
             announce_port: 0,
             announce_bus_port: 0,
+            link_sendbuf_limit: 0,
             announce_tls_port: 0,
             announce_hostname: String::new(),
             preferred_endpoint: "ip".into(),
@@ -505,6 +570,10 @@ impl Default for Config {
             logfile: String::new(),
             pidfile: String::new(),
             daemonize: false,
+            supervised: "no".into(),
+            syslog_enabled: false,
+            syslog_ident: "redis".into(),
+            syslog_facility: "local0".into(),
             always_show_logo: false,
             disable_thp: true,
             jemalloc_bg_thread: true,
@@ -524,6 +593,17 @@ impl Default for Config {
             rdb_del_sync_files: false,
             sanitize_dump_payload: "no".into(),
             use_exit_on_panic: false,
+            crash_log_enabled: true,
+            ignore_warnings: String::new(),
+            io_threads: 1,
+            io_threads_do_reads: false,
+            socket_mark_id: 0,
+            server_cpulist: None,
+            bio_cpulist: None,
+            aof_rewrite_cpulist: None,
+            bgsave_cpulist: None,
+            replica_ignore_disk_write_errors: false,
+            defrag: DefragSettings::default(),
             maxmemory: 0,
             maxmemory_clients: ClientsLimit::Bytes(0),
             maxmemory_policy: Policy::NoEviction,
@@ -759,6 +839,18 @@ macro_rules! directive {
             },
         }
     };
+    // An empty value is none, as Redis's `EMPTY_STRING_IS_NULL`.
+    ($name:literal, $mutable:expr, optional_string, $($field:ident).+) => {
+        Directive {
+            name: $name,
+            mutable: $mutable,
+            get: |c| c.$($field).+.clone().unwrap_or_default(),
+            set: |c, a| {
+                c.$($field).+ = Some(one(a)?.to_string()).filter(|s| !s.is_empty());
+                Ok(())
+            },
+        }
+    };
     ($name:literal, $mutable:expr, shutdown_flags, $($field:ident).+) => {
         Directive {
             name: $name,
@@ -827,15 +919,6 @@ macro_rules! inert {
     };
 }
 
-fn get_announce_ip(c: &Config) -> String {
-    c.replica_announce_ip.clone().unwrap_or_default()
-}
-
-/// An empty address is none, as Redis's `EMPTY_STRING_IS_NULL`.
-fn set_announce_ip(c: &mut Config, a: &[&str]) -> Result<(), ConfigError> {
-    c.replica_announce_ip = Some(one(a)?.to_string()).filter(|ip| !ip.is_empty());
-    Ok(())
-}
 
 pub static DIRECTIVES: &[Directive] = &[
     Directive {
@@ -1098,6 +1181,15 @@ pub static DIRECTIVES: &[Directive] = &[
     directive!("logfile", false, string, logfile),
     directive!("pidfile", false, string, pidfile),
     directive!("daemonize", false, bool, daemonize),
+    directive!("supervised", false, enum ["upstart", "systemd", "auto", "no"], supervised),
+    directive!("syslog-enabled", false, bool, syslog_enabled),
+    directive!("syslog-ident", false, string, syslog_ident),
+    directive!(
+        "syslog-facility",
+        false,
+        enum ["user", "local0", "local1", "local2", "local3", "local4", "local5", "local6", "local7"],
+        syslog_facility
+    ),
     directive!("always-show-logo", false, bool, always_show_logo),
     directive!("disable-thp", false, bool, disable_thp),
     directive!("jemalloc-bg-thread", true, bool, jemalloc_bg_thread),
@@ -1167,8 +1259,33 @@ pub static DIRECTIVES: &[Directive] = &[
     directive!("rdb-del-sync-files", true, bool, rdb_del_sync_files),
     directive!("sanitize-dump-payload", true, enum ["no", "yes", "clients"], sanitize_dump_payload),
     directive!("use-exit-on-panic", true, bool, use_exit_on_panic),
+    directive!("crash-log-enabled", true, bool, crash_log_enabled),
     // Keel runs no memory test when it crashes.
     inert!("crash-memcheck-enabled", "no"),
+    directive!("ignore-warnings", true, string, ignore_warnings),
+    directive!("io-threads", false, num(1, 128), io_threads),
+    directive!("io-threads-do-reads", false, bool, io_threads_do_reads),
+    directive!("socket-mark-id", false, num(0, u32::MAX), socket_mark_id),
+    directive!("server_cpulist", false, optional_string, server_cpulist),
+    directive!("bio_cpulist", false, optional_string, bio_cpulist),
+    directive!("aof_rewrite_cpulist", false, optional_string, aof_rewrite_cpulist),
+    directive!("bgsave_cpulist", false, optional_string, bgsave_cpulist),
+    directive!("replica-ignore-disk-write-errors", true, bool, replica_ignore_disk_write_errors),
+    Directive {
+        name: "activedefrag",
+        mutable: true,
+        get: |_| yes_no(false),
+        set: |_, a| match parse_bool(one(a)?)? {
+            true => Err(ConfigError::Invalid(NO_DEFRAG.into())),
+            false => Ok(()),
+        },
+    },
+    directive!("active-defrag-ignore-bytes", true, memory(1, i64::MAX as u64), defrag.ignore_bytes),
+    directive!("active-defrag-threshold-lower", true, num(0, 1000), defrag.threshold_lower),
+    directive!("active-defrag-threshold-upper", true, num(0, 1000), defrag.threshold_upper),
+    directive!("active-defrag-cycle-min", true, num(1, 99), defrag.cycle_min),
+    directive!("active-defrag-cycle-max", true, num(1, 99), defrag.cycle_max),
+    directive!("active-defrag-max-scan-fields", true, num(1, i64::MAX as u64), defrag.max_scan_fields),
     // Collection encodings, each under its Redis 7 name and the ziplist
     // name it replaced (Redis accepts both; CONFIG GET * lists both).
     directive!("hash-max-listpack-entries", true, num(0, i64::MAX as usize), encoding.hash_max_listpack_entries),
@@ -1266,6 +1383,7 @@ pub static DIRECTIVES: &[Directive] = &[
     directive!("cluster-announce-ip", true, string, cluster.announce_ip),
     directive!("cluster-announce-port", true, num(0, 65535), cluster.announce_port),
     directive!("cluster-announce-bus-port", true, num(0, 65535), cluster.announce_bus_port),
+    directive!("cluster-link-sendbuf-limit", true, memory(0, u64::MAX), cluster.link_sendbuf_limit),
     directive!("cluster-announce-tls-port", true, num(0, 65535), cluster.announce_tls_port),
     directive!("cluster-announce-hostname", true, string, cluster.announce_hostname),
     directive!("cluster-preferred-endpoint-type", true, enum ["ip", "hostname", "unknown-endpoint"], cluster.preferred_endpoint),
@@ -1281,12 +1399,33 @@ pub static DIRECTIVES: &[Directive] = &[
     // Features Keel does not have yet; their defaults ask for nothing.
     inert!("set-proc-title", "yes", false),
     inert!("proc-title-template", "{title} {listen-addr} {server-mode}"),
+    // TLS: a configuration that leaves it off loads.
+    inert!("tls-port", "0"),
+    inert!("tls-cert-file", ""),
+    inert!("tls-key-file", ""),
+    inert!("tls-key-file-pass", ""),
+    inert!("tls-client-cert-file", ""),
+    inert!("tls-client-key-file", ""),
+    inert!("tls-client-key-file-pass", ""),
+    inert!("tls-dh-params-file", ""),
+    inert!("tls-ca-cert-file", ""),
+    inert!("tls-ca-cert-dir", ""),
+    inert!("tls-auth-clients", "yes"),
+    inert!("tls-replication", "no"),
+    inert!("tls-cluster", "no"),
+    inert!("tls-protocols", ""),
+    inert!("tls-ciphers", ""),
+    inert!("tls-ciphersuites", ""),
+    inert!("tls-prefer-server-ciphers", "no"),
+    inert!("tls-session-caching", "yes"),
+    inert!("tls-session-cache-size", "20480"),
+    inert!("tls-session-cache-timeout", "300"),
     directive!("replica-priority", true, num(0, i32::MAX as u32), replica_priority),
     directive!("slave-priority", true, num(0, i32::MAX as u32), replica_priority),
     directive!("replica-announced", true, bool, replica_announced),
     directive!("active-expire-effort", true, num(1, 10), active_expire_effort),
-    Directive { name: "replica-announce-ip", mutable: true, get: get_announce_ip, set: set_announce_ip },
-    Directive { name: "slave-announce-ip", mutable: true, get: get_announce_ip, set: set_announce_ip },
+    directive!("replica-announce-ip", true, optional_string, replica_announce_ip),
+    directive!("slave-announce-ip", true, optional_string, replica_announce_ip),
     directive!("replica-announce-port", true, num(0, 65535), replica_announce_port),
     directive!("slave-announce-port", true, num(0, 65535), replica_announce_port),
     directive!("acllog-max-len", true, num(0, i64::MAX as u64), acllog_max_len),
@@ -1334,6 +1473,20 @@ fn is_default_value(given: &str, default: &str) -> bool {
     given.eq_ignore_ascii_case(default)
         || matches!((given.parse::<i64>(), default.parse::<i64>()), (Ok(a), Ok(b)) if a == b)
 }
+
+/// Redis's `MULTI_ARG_CONFIG`s, whose single non-empty argument in a file
+/// or on the command line is split as Redis's `sdssplitargs` splits it.
+const MULTI_ARG: [&str; 9] = [
+    "save",
+    "client-output-buffer-limit",
+    "oom-score-adj-values",
+    "bind",
+    "replicaof",
+    "slaveof",
+    "latency-tracking-info-percentiles",
+    "shutdown-on-sigint",
+    "shutdown-on-sigterm",
+];
 
 /// Redis's `HIDDEN_CONFIG`s (test knobs): CONFIG GET shows them only when
 /// asked by name, never for a pattern.
@@ -1497,7 +1650,13 @@ impl Config {
             self.users.push(args.to_vec());
             return Ok(());
         }
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        // Redis's multi-argument directives take their values in one
+        // argument too (`--bind "127.0.0.1 ::1"`, a quoted list in a file).
+        let split = match args {
+            [one] if !one.is_empty() && MULTI_ARG.iter().any(|m| m.eq_ignore_ascii_case(name)) => split_config_line(one),
+            _ => None,
+        };
+        let args: Vec<&str> = split.as_deref().unwrap_or(args).iter().map(String::as_str).collect();
         // A directive named on a line with no value means "empty" for
         // strings (e.g. `--save ''` arrives as `save ""`).
         self.apply(name, &args)
@@ -1602,6 +1761,18 @@ mod tests {
 
     fn args(s: &[&str]) -> Vec<String> {
         s.iter().map(|a| a.to_string()).collect()
+    }
+
+    /// As Redis's MULTI_ARG_CONFIGs: one argument holding a list is split,
+    /// an empty one is kept (`--save ''`), and other directives keep their
+    /// spaces.
+    #[test]
+    fn a_list_in_one_argument_is_split_for_multi_argument_directives() {
+        let c = Config::load(&args(&["--bind", "127.0.0.1 ::1", "--save", "3600 1 300 100", "--syslog-ident", "a b"])).expect("loads");
+        assert_eq!(c.bind, ["127.0.0.1", "::1"]);
+        assert_eq!(c.save.len(), 2);
+        assert_eq!(c.syslog_ident, "a b");
+        assert!(Config::load(&args(&["--save", ""])).expect("loads").save.is_empty());
     }
 
     #[test]

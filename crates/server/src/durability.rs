@@ -634,17 +634,39 @@ pub fn note_reads(ctx: &mut Ctx<'_>, spec: &CommandSpec, argv: &[&[u8]]) {
     ctx.durability.read_lsn = ctx.durability.read_lsn.max(lsn);
 }
 
-/// Refuses writes while the journal cannot write (Redis's MISCONF).
-pub fn check_writable(server: &Server, spec: &CommandSpec) -> Result<(), command::CmdError> {
-    let Some(journal) = server.journal() else { return Ok(()) };
+/// Refuses writes while the journal cannot write (Redis's MISCONF). The
+/// master's stream is never refused: a replica that cannot log it stops,
+/// or applies it with a warning (`replica-ignore-disk-write-errors`).
+pub fn check_writable(server: &Server, spec: &CommandSpec, from_master: bool) -> Result<(), command::CmdError> {
     if !spec.has(command::flags::WRITE) || server.loading.load(Ordering::Relaxed) {
         return Ok(());
     }
+    if from_master {
+        if command::disk_refusal(server).is_some() {
+            apply_despite_the_disk(server);
+        }
+        return Ok(());
+    }
+    let Some(journal) = server.journal() else { return Ok(()) };
     journal.health().map_err(|e| {
         command::CmdError::other(format!(
             "MISCONF Errors writing to the AOF file: {e}. Keel refuses writes until the disk accepts them again."
         ))
     })
+}
+
+/// Redis's processCommand for a write of its master that it cannot
+/// persist: a replica whose copy on disk would silently fall behind its
+/// master stops, unless told to go on, then warning every 10 s.
+fn apply_despite_the_disk(server: &Server) {
+    if !server.config.read().replica_ignore_disk_write_errors {
+        crate::process::server_panic("Replica was unable to write command to disk.");
+    }
+    static WARNED_MS: AtomicU64 = AtomicU64::new(0);
+    let (now, last) = (crate::server::unix_ms(), WARNED_MS.load(Ordering::Relaxed));
+    if now > last + 10_000 && WARNED_MS.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_ok() {
+        tracing::warn!("Replica is applying a command even though it is unable to write to disk.");
+    }
 }
 
 /// Per-command durability state carried in `Ctx`.

@@ -54,6 +54,7 @@ fn dropper() -> Option<&'static Dropper> {
         .get_or_init(|| {
             let (tx, rx) = sync_channel::<Job>(QUEUE_MAX);
             let spawned = std::thread::Builder::new().name("keel-lazyfree".into()).spawn(move || {
+                crate::process::pin_thread(crate::process::CpuRole::Bio);
                 while let Ok((item, objects)) = rx.recv() {
                     drop(item);
                     // Counted freed before no longer pending, so that a

@@ -12,7 +12,9 @@
 //! SIGINT into SHUTDOWN, and [`shutdown`] runs it (waiting for replicas
 //! to catch up first); [`alloc`] is jemalloc and its counters;
 //! [`process`] what the server does to its own process (`daemonize`,
-//! `disable-thp`, `oom-score-adj`, `jemalloc-bg-thread`); [`slowlog`] keeps
+//! `disable-thp`, `oom-score-adj`, `jemalloc-bg-thread`); [`supervision`]
+//! tells systemd or upstart how start-up and shutdown go; [`syslog`] sends
+//! the log to the system logger; [`slowlog`] keeps
 //! SLOWLOG's entries; [`latency`] is the latency monitor (LATENCY's
 //! events); [`loading`] paces a load and decides what clients
 //! see meanwhile; [`pause`] holds clients for CLIENT PAUSE, a shutdown's
@@ -88,6 +90,8 @@ pub mod shutdown;
 pub mod signals;
 pub mod slowlog;
 pub mod snapshot;
+pub mod supervision;
+pub mod syslog;
 pub mod tracking;
 pub mod worker;
 
@@ -100,8 +104,10 @@ use crate::worker::{Listeners, Worker};
 
 /// Binds every listener, starts the workers, and blocks until shutdown.
 pub fn run(config: Config) -> io::Result<()> {
-    // Before any thread starts: they all inherit the mask.
+    // Before any thread starts: they all inherit the mask, and the CPUs.
     signals::block()?;
+    process::apply_cpulists(&config);
+    keel_journal::set_thread_start(|| process::pin_thread(process::CpuRole::Bio));
     if config.disable_thp {
         process::disable_thp();
     }
@@ -166,6 +172,10 @@ pub fn run(config: Config) -> io::Result<()> {
         durability::attach(&server, journal);
     }
     tracing::info!("Keel listening on port {} with {threads} threads", server.config.read().port);
+    let io_threads = server.config.read().io_threads;
+    if io_threads > 1 {
+        tracing::info!("io-threads {io_threads}: each of Keel's {threads} workers does its own connections' I/O; io-threads changes nothing");
+    }
     let handles: Vec<_> = workers
         .into_iter()
         .enumerate()
@@ -239,6 +249,12 @@ pub fn run(config: Config) -> io::Result<()> {
         // Redis's words, once the data is in: tools and test harnesses
         // wait for this line.
         tracing::info!("Ready to accept connections");
+        supervision::notify_systemd(if server.replica.is_replica() {
+            "STATUS=Ready to accept connections in read-only mode. Waiting for MASTER <-> REPLICA sync\n"
+        } else {
+            "STATUS=Ready to accept connections\n"
+        });
+        supervision::notify_systemd("READY=1\n");
     }
     for h in handles {
         let _ = h.join();

@@ -83,7 +83,10 @@ pub fn bind_plain(config: &Config, port: u16) -> io::Result<Vec<std::net::TcpLis
         };
         let ip = bind_ip(addr)?;
         match std::net::TcpListener::bind(SocketAddr::new(ip, port)) {
-            Ok(l) => listeners.push(l),
+            Ok(l) => {
+                mark(&socket2::SockRef::from(&l), config.socket_mark_id);
+                listeners.push(l);
+            }
             Err(e) if optional => tracing::warn!("could not bind optional address {ip}:{port}: {e}"),
             Err(e) => return Err(listen_failed(SocketAddr::new(ip, port), e)),
         }
@@ -120,7 +123,7 @@ pub fn bind_everywhere(config: &Config, port: u16, workers: usize) -> io::Result
             return Err(listen_failed(sockaddr, e));
         }
         for listeners in per_worker.iter_mut() {
-            match reuseport_listener(sockaddr, config.tcp_backlog) {
+            match reuseport_listener(sockaddr, config.tcp_backlog, config.socket_mark_id) {
                 Ok(l) => listeners.push(l),
                 Err(e) if optional => {
                     tracing::warn!("could not bind optional address {sockaddr}: {e}");
@@ -153,8 +156,9 @@ fn probe_bind(addr: SocketAddr) -> io::Result<()> {
     socket.bind(&addr.into())
 }
 
-fn reuseport_listener(addr: SocketAddr, backlog: i32) -> io::Result<TcpListener> {
+fn reuseport_listener(addr: SocketAddr, backlog: i32, mark_id: u32) -> io::Result<TcpListener> {
     let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
+    mark(&socket, mark_id);
     socket.set_reuse_address(true)?;
     socket.set_reuse_port(true)?;
     if addr.is_ipv6() {
@@ -164,6 +168,15 @@ fn reuseport_listener(addr: SocketAddr, backlog: i32) -> io::Result<TcpListener>
     socket.listen(backlog)?;
     socket.set_nonblocking(true)?;
     Ok(TcpListener::from_std(socket.into()))
+}
+
+/// `socket-mark-id`: the listener's `SO_MARK`, which the connections it
+/// accepts inherit. As Redis's, a mark the system refuses (it takes
+/// CAP_NET_ADMIN) leaves the socket unmarked, silently.
+fn mark(socket: &Socket, id: u32) {
+    if id > 0 {
+        let _ = socket.set_mark(id);
+    }
 }
 
 /// A socket for a connection to `to`, bound first to `bind-source-addr`
@@ -214,6 +227,25 @@ mod tests {
         config.bind = bind.iter().map(|s| s.to_string()).collect();
         config.port = port;
         config
+    }
+
+    /// `socket-mark-id` marks every listener, where the system lets this
+    /// process mark sockets at all (CAP_NET_ADMIN).
+    #[test]
+    fn listeners_carry_the_socket_mark() {
+        let probe = Socket::new(Domain::IPV4, Type::STREAM, None).expect("socket");
+        if probe.set_mark(42).is_err() {
+            eprintln!("no CAP_NET_ADMIN: the marks cannot be set here");
+            return;
+        }
+        let mut config = config(&["127.0.0.1"], 0);
+        config.socket_mark_id = 42;
+        for listener in bind_everywhere(&config, 0, 2).expect("bind").into_iter().flatten() {
+            assert_eq!(socket2::SockRef::from(&listener).mark().expect("SO_MARK"), 42);
+        }
+        for listener in bind_plain(&config, 0).expect("bind") {
+            assert_eq!(socket2::SockRef::from(&listener).mark().expect("SO_MARK"), 42);
+        }
     }
 
     #[test]

@@ -20,7 +20,11 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    if config.daemonize {
+    // Under upstart this stops the process until it is let go on.
+    let supervision_notes = keel_server::supervision::detect(&config.supervised);
+    // A supervised server stays in the foreground: its manager keeps it.
+    let background = config.daemonize && keel_server::supervision::supervisor().is_none();
+    if background {
         // Before any thread starts (logging included): a fork keeps only
         // the calling thread.
         if let Err(e) = keel_server::process::daemonize() {
@@ -45,23 +49,29 @@ fn main() -> ExitCode {
             }
         }
     };
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(env_filter)
+    let file_layer = tracing_subscriber::fmt::layer()
         .with_ansi(ansi)
         .with_writer(writer)
         // A log line that cannot be written is dropped, as Redis drops it.
         // By default the subscriber reports the failure with `eprintln!`,
         // which panics when stderr is the broken pipe: the logging thread
         // (a worker, or the one that takes SIGTERM) would die.
-        .log_internal_errors(false)
-        .with_filter_reloading();
+        .log_internal_errors(false);
+    let syslog =
+        config.syslog_enabled.then(|| keel_server::syslog::Syslog::open(&config.syslog_ident, &config.syslog_facility));
     // CONFIG SET loglevel replaces the filter through this handle.
-    let handle = builder.reload_handle();
+    let (filter, handle) = tracing_subscriber::reload::Layer::new(env_filter);
     keel_server::process::set_log_level_changer(Box::new(move |f| handle.reload(f).is_ok()));
-    builder.init();
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    tracing_subscriber::registry().with(filter).with(file_layer).with(syslog).init();
     keel_server::process::install_panic_hook();
+    keel_server::process::install_crash_handlers();
+    for note in &supervision_notes {
+        note.log();
+    }
     // A daemon always has one, at Redis's default path unless named.
-    let pidfile = match (config.pidfile.as_str(), config.daemonize) {
+    let pidfile = match (config.pidfile.as_str(), background) {
         ("", false) => None,
         ("", true) => Some(std::path::PathBuf::from("/var/run/redis.pid")),
         (path, _) => Some(std::path::PathBuf::from(path)),

@@ -1,12 +1,15 @@
 //! What the server does to its own process, as Redis does: `daemonize`,
-//! `disable-thp`, `oom-score-adj` with `oom-score-adj-values`,
-//! `jemalloc-bg-thread`, the open files limit `maxclients` needs, and
-//! ending it: on a panic (`use-exit-on-panic`)
-//! and on a propagated command that failed (`propagation-error-behavior`).
+//! the threads' CPUs (`server_cpulist` and the others), `disable-thp`,
+//! `oom-score-adj` with `oom-score-adj-values`, `jemalloc-bg-thread`, the
+//! open files limit `maxclients` needs, and ending it: on a panic
+//! (`use-exit-on-panic`) or a crash signal, with the report
+//! `crash-log-enabled` asks for, and on a propagated command that failed
+//! (`propagation-error-behavior`).
 
 use std::fs::OpenOptions;
 use std::io;
 use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use parking_lot::Mutex;
 
@@ -37,6 +40,108 @@ pub fn daemonize() -> io::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Which of Redis's `*_cpulist` directives a thread follows: `bio_cpulist`
+/// for the background I/O threads (the journal's, lazy freeing),
+/// `aof_rewrite_cpulist` and `bgsave_cpulist` for the rewrite and BGSAVE
+/// threads (and the helpers they start). Every other thread serves
+/// clients and follows `server_cpulist`, the whole process's.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum CpuRole {
+    Bio,
+    AofRewrite,
+    Bgsave,
+}
+
+/// The CPU lists, read once at start (the directives are immutable).
+struct CpuLists {
+    /// The mask the process started with: background I/O threads keep it
+    /// without a `bio_cpulist`, as Redis's, which start before its main
+    /// thread is pinned.
+    original: Vec<usize>,
+    bio: Option<Vec<usize>>,
+    aof_rewrite: Option<Vec<usize>>,
+    bgsave: Option<Vec<usize>>,
+}
+
+static CPU_LISTS: std::sync::OnceLock<CpuLists> = std::sync::OnceLock::new();
+
+/// Pins the calling thread, the first, to `server_cpulist` (the threads it
+/// starts inherit it), and keeps the other lists for [`pin_thread`].
+pub fn apply_cpulists(config: &Config) {
+    let parse = |list: &Option<String>| list.as_deref().and_then(parse_cpulist);
+    let lists = CpuLists {
+        original: thread_cpus(),
+        bio: parse(&config.bio_cpulist),
+        aof_rewrite: parse(&config.aof_rewrite_cpulist),
+        bgsave: parse(&config.bgsave_cpulist),
+    };
+    let _ = CPU_LISTS.set(lists);
+    if let Some(cpus) = parse(&config.server_cpulist) {
+        set_thread_cpus(&cpus);
+    }
+}
+
+/// Pins the calling thread as its role's list says (Redis's
+/// `redisSetCpuAffinity`); without one it keeps what it inherited.
+pub fn pin_thread(role: CpuRole) {
+    let Some(lists) = CPU_LISTS.get() else { return };
+    let cpus = match role {
+        CpuRole::Bio => Some(lists.bio.as_ref().unwrap_or(&lists.original)),
+        CpuRole::AofRewrite => lists.aof_rewrite.as_ref(),
+        CpuRole::Bgsave => lists.bgsave.as_ref(),
+    };
+    if let Some(cpus) = cpus {
+        set_thread_cpus(cpus);
+    }
+}
+
+/// A cpulist as Redis's `setcpuaffinity` reads it (util-linux's syntax:
+/// `0,2,3`, `0,2-3`, `0-20:2`); None where Redis's parser gives up, which
+/// then leaves the affinity as it is.
+pub fn parse_cpulist(list: &str) -> Option<Vec<usize>> {
+    let num = |s: &str| if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) { s.parse::<usize>().ok() } else { None };
+    let mut cpus = Vec::new();
+    for part in list.split(',') {
+        let (first, last, step) = match part.split_once('-') {
+            None => (num(part)?, num(part)?, 1),
+            Some((first, rest)) => match rest.split_once(':') {
+                None => (num(first)?, num(rest)?, 1),
+                Some((last, step)) => (num(first)?, num(last)?, num(step)?),
+            },
+        };
+        if step == 0 || first > last {
+            return None;
+        }
+        cpus.extend((first..=last).step_by(step));
+    }
+    Some(cpus)
+}
+
+/// The CPUs the calling thread may run on.
+fn thread_cpus() -> Vec<usize> {
+    // SAFETY: a zeroed cpu_set_t is empty; the call fills it.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is a valid cpu_set_t of the size passed.
+    if unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) } != 0 {
+        return Vec::new();
+    }
+    // SAFETY: CPU_ISSET reads `set` within CPU_SETSIZE.
+    (0..libc::CPU_SETSIZE as usize).filter(|&cpu| unsafe { libc::CPU_ISSET(cpu, &set) }).collect()
+}
+
+/// Pins the calling thread to `cpus`; a set the system refuses (no CPU
+/// of it online) changes nothing, as in Redis.
+fn set_thread_cpus(cpus: &[usize]) {
+    // SAFETY: a zeroed cpu_set_t is empty.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    for &cpu in cpus.iter().filter(|&&cpu| cpu < libc::CPU_SETSIZE as usize) {
+        // SAFETY: `cpu` is below CPU_SETSIZE.
+        unsafe { libc::CPU_SET(cpu, &mut set) };
+    }
+    // SAFETY: `set` is a valid cpu_set_t of the size passed.
+    unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
 }
 
 /// `disable-thp yes` (the default): where the system enables transparent
@@ -168,32 +273,112 @@ type LogLevelChanger = Box<dyn Fn(tracing_subscriber::EnvFilter) -> bool + Send 
 /// run the server in-process).
 static LOG_LEVEL_CHANGER: std::sync::OnceLock<LogLevelChanger> = std::sync::OnceLock::new();
 
-/// `use-exit-on-panic`, as the panic hook reads it.
-static EXIT_ON_PANIC: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+/// `use-exit-on-panic` and `crash-log-enabled`, as the panic paths read them.
+static EXIT_ON_PANIC: AtomicBool = AtomicBool::new(false);
+static CRASH_LOG: AtomicBool = AtomicBool::new(true);
 
-/// Installs the panic hook: after the usual report, a panic ends the whole
-/// process with exit code 1 while `use-exit-on-panic` is set (Redis's
-/// option for leak checkers, which exits where it would abort); otherwise
-/// only the thread that panicked ends.
+/// Installs the panic hook: the report goes to the server's log (a
+/// daemon's standard error is /dev/null), with the stack trace under
+/// `crash-log-enabled`, as Redis's assertion report. Then a panic ends the
+/// whole process with exit code 1 while `use-exit-on-panic` is set
+/// (Redis's option for leak checkers, which exits where it would abort);
+/// otherwise only the thread that panicked ends.
 pub fn install_panic_hook() {
-    let report = std::panic::take_hook();
-    std::panic::set_hook(Box::new(move |info| {
-        report(info);
-        if EXIT_ON_PANIC.load(std::sync::atomic::Ordering::Relaxed) {
+    std::panic::set_hook(Box::new(|info| {
+        let thread = std::thread::current();
+        let name = thread.name().unwrap_or("<unnamed>");
+        tracing::error!("=== ASSERTION FAILED ===\n==> thread '{name}' {info}{}", stack_trace());
+        if EXIT_ON_PANIC.load(Ordering::Relaxed) {
             std::process::exit(1);
         }
     }));
 }
 
 /// Redis's `serverPanic`: a state the server must not go on from. Logs
-/// `why` and ends the process: exit code 1 under `use-exit-on-panic`, an
-/// abort otherwise, as Redis's.
+/// `why` (with the stack trace under `crash-log-enabled`) and ends the
+/// process: exit code 1 under `use-exit-on-panic`, an abort otherwise, as
+/// Redis's.
 pub fn server_panic(why: &str) -> ! {
-    tracing::error!("Guru Meditation: {why}");
-    if EXIT_ON_PANIC.load(std::sync::atomic::Ordering::Relaxed) {
+    tracing::error!("Guru Meditation: {why}{}", stack_trace());
+    if EXIT_ON_PANIC.load(Ordering::Relaxed) {
         std::process::exit(1);
     }
+    // Reported once: the abort's own signal goes straight to its default.
+    default_action(libc::SIGABRT);
     std::process::abort()
+}
+
+/// DEBUG SEGFAULT: a write to a read-only page, as Redis's, so that the
+/// crash is a real SIGSEGV at a faulting instruction.
+pub fn segfault() -> ! {
+    // SAFETY: maps one private read-only page; the write to it faults on
+    // purpose, and the crash handler ends the process.
+    unsafe {
+        let page = libc::mmap(std::ptr::null_mut(), 4096, libc::PROT_READ, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0);
+        std::ptr::write_volatile(page.cast::<u8>(), b'x');
+    }
+    unreachable!("a write to a read-only page returned")
+}
+
+/// The signals of a crash, which Redis's crash log reports.
+const CRASH_SIGNALS: [libc::c_int; 5] = [libc::SIGSEGV, libc::SIGBUS, libc::SIGFPE, libc::SIGILL, libc::SIGABRT];
+
+/// Redis's crash log: a crash signal first writes, under
+/// `crash-log-enabled`, what crashed and its stack trace to the log, then
+/// ends the process by that signal (a core dump where the system keeps
+/// them). As Redis's, the handler runs on the crashed thread's own stack,
+/// which a report needs, so it replaces std's stack overflow message
+/// (printed from a small alternate stack): an overflow now ends the
+/// process without a word, as in Redis. And as in Redis, the report is not
+/// async-signal-safe: a crash may already have broken what it uses.
+pub fn install_crash_handlers() {
+    for signal in CRASH_SIGNALS {
+        // SAFETY: a zeroed sigaction is valid; the handler only logs and
+        // re-raises.
+        unsafe {
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = on_crash as extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) as usize;
+            action.sa_flags = libc::SA_SIGINFO | libc::SA_NODEFER;
+            libc::sigemptyset(&mut action.sa_mask);
+            libc::sigaction(signal, &action, std::ptr::null_mut());
+        }
+    }
+}
+
+extern "C" fn on_crash(signal: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
+    // A second crash while reporting the first ends the process at once.
+    default_action(signal);
+    if CRASH_LOG.load(Ordering::Relaxed) {
+        // SAFETY: the kernel passes a valid siginfo to an SA_SIGINFO handler.
+        let (code, addr) = unsafe { ((*info).si_code, (*info).si_addr()) };
+        let address = if matches!(signal, libc::SIGSEGV | libc::SIGBUS) { format!("\nAccessing address: {addr:p}") } else { String::new() };
+        tracing::error!(
+            "Keel {} crashed by signal: {signal}, si_code: {code}{address}{}",
+            env!("CARGO_PKG_VERSION"),
+            stack_trace()
+        );
+    }
+    // SAFETY: raising a signal to the calling thread, now at its default.
+    unsafe { libc::raise(signal) };
+}
+
+/// Puts `signal` back to its default action.
+fn default_action(signal: libc::c_int) {
+    // SAFETY: SIG_DFL for a signal, no memory passed but a valid sigaction.
+    unsafe {
+        let mut action: libc::sigaction = std::mem::zeroed();
+        action.sa_sigaction = libc::SIG_DFL;
+        libc::sigaction(signal, &action, std::ptr::null_mut());
+    }
+}
+
+/// The calling thread's stack, as a report's last lines; empty without
+/// `crash-log-enabled`.
+fn stack_trace() -> String {
+    if !CRASH_LOG.load(Ordering::Relaxed) {
+        return String::new();
+    }
+    format!("\n------ STACK TRACE ------\n{}", std::backtrace::Backtrace::force_capture())
 }
 
 /// Where a command that failed came from, for [`propagation_error`].
@@ -221,7 +406,7 @@ pub fn propagation_error(server: &crate::server::Server, source: Propagated, nam
     let error = error.trim_end_matches(['\r', '\n']);
     let error = error.strip_prefix("-ERR ").or(error.strip_prefix("ERR ")).unwrap_or(error);
     tracing::warn!("== CRITICAL == This {from} is sending an error to its {to}: '{error}' after processing the command '{name}'");
-    server.unexpected_error_replies.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    server.unexpected_error_replies.fetch_add(1, Ordering::Relaxed);
     let config = server.config.read();
     let panics = match source {
         Propagated::Master => config.replica_read_only && config.propagation_error_behavior != "ignore",
@@ -233,9 +418,10 @@ pub fn propagation_error(server: &crate::server::Server, source: Propagated, nam
     }
 }
 
-/// `CONFIG SET use-exit-on-panic`.
-pub fn apply_exit_on_panic(config: &Config) {
-    EXIT_ON_PANIC.store(config.use_exit_on_panic, std::sync::atomic::Ordering::Relaxed);
+/// `use-exit-on-panic` and `crash-log-enabled`, at start and CONFIG SET.
+pub fn apply_panic_settings(config: &Config) {
+    EXIT_ON_PANIC.store(config.use_exit_on_panic, Ordering::Relaxed);
+    CRASH_LOG.store(config.crash_log_enabled, Ordering::Relaxed);
 }
 
 pub fn set_log_level_changer(changer: LogLevelChanger) {
@@ -256,5 +442,21 @@ pub fn apply_loglevel(config: &Config) {
 pub fn apply_jemalloc_bg_thread(config: &Config) {
     if let Err(e) = tikv_jemalloc_ctl::background_thread::write(config.jemalloc_bg_thread) {
         tracing::warn!("Failed to set jemalloc's background threads: {e}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_cpulist;
+
+    #[test]
+    fn cpulists_read_as_redis_reads_them() {
+        assert_eq!(parse_cpulist("0,2,3"), Some(vec![0, 2, 3]));
+        assert_eq!(parse_cpulist("0,2-3"), Some(vec![0, 2, 3]));
+        assert_eq!(parse_cpulist("0-8:2"), Some(vec![0, 2, 4, 6, 8]));
+        assert_eq!(parse_cpulist("1-1"), Some(vec![1]));
+        for bad in ["", "a", "0-", "3-1", "0-4:0", "1,,2", "2:1", "0-3x", " 1"] {
+            assert_eq!(parse_cpulist(bad), None, "{bad:?}");
+        }
     }
 }

@@ -773,12 +773,18 @@ fn link(server: &Server, host: &str, port: u16, generation: u64) -> Result<(), L
         let mut cursor = Cursor { replid: replid.to_string(), offset, db: 0 };
         full_sync(&mut conn, timeout, &mut cursor)?;
         tracing::info!("MASTER <-> REPLICA sync: Finished with success");
+        crate::supervision::notify_systemd(
+            "STATUS=MASTER <-> REPLICA sync: Finished with success. Ready to accept connections in read-write mode.\n",
+        );
         apply_stream(conn, cursor)
     } else if let Some(rest) = reply.strip_prefix("+CONTINUE") {
         let Some(mut cursor) = cursor else {
             return Err(LinkError::Psync(format!("{reply} to a PSYNC ? -1")));
         };
         tracing::info!("Successful partial resynchronization with master.");
+        crate::supervision::notify_systemd(
+            "STATUS=MASTER <-> REPLICA sync: Partial Resynchronization accepted. Ready to accept connections in read-write mode.\n",
+        );
         let new_id = rest.trim();
         if new_id.len() == RUN_ID_SIZE && new_id != cursor.replid {
             tracing::warn!("Master replication ID changed to {new_id}");

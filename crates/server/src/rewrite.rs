@@ -526,6 +526,7 @@ pub fn spawn(server: Arc<Server>) -> std::io::Result<std::thread::JoinHandle<()>
 }
 
 fn run(server: &Server) {
+    crate::process::pin_thread(crate::process::CpuRole::AofRewrite);
     let rewriter = &server.rewrite;
     while rewriter.bell.wait() {
         let Some(journal) = server.aof.opened() else {

@@ -470,7 +470,7 @@ impl Server {
     /// Mirrors the settings that the hot path reads out of `config`.
     pub fn mirror_config(&self, config: &Config) {
         self.maxmemory.store(config.maxmemory, Ordering::Relaxed);
-        crate::process::apply_exit_on_panic(config);
+        crate::process::apply_panic_settings(config);
         self.clients.memory.set_limit(config.maxmemory_clients.bytes(config.maxmemory));
         self.evictor.set_policy(config.maxmemory_policy);
         self.notify_flags.store(config.notify_keyspace_events, Ordering::Relaxed);

@@ -141,6 +141,7 @@ pub fn begin(server: &Server, flags: Flags, blocked: Option<Arc<Waiter>>) -> Out
     }
     waiting.flags = flags;
     tracing::warn!("User requested shutdown...");
+    crate::supervision::notify_systemd("STOPPING=1\n");
     let timeout_s = u64::from(server.config.read().shutdown_timeout);
     if flags.now || timeout_s == 0 || replicas_caught_up(server) {
         drop(waiting);

@@ -330,6 +330,7 @@ pub fn prepare_shutdown(server: &Server, mode: FinalSave, force: bool) -> Result
         return Ok(());
     }
     tracing::info!("Saving the final RDB snapshot before exiting.");
+    crate::supervision::notify_systemd("STATUS=Saving the final RDB snapshot\n");
     server.pauses.pause(Purpose::Shutdown, u64::MAX, Mode::Writes, unix_ms());
     match save_sync(server) {
         Ok(_) => Ok(()),
@@ -339,6 +340,7 @@ pub fn prepare_shutdown(server: &Server, mode: FinalSave, force: bool) -> Result
         }
         Err(e) => {
             tracing::warn!("Error trying to save the DB, can't exit.");
+            crate::supervision::notify_systemd("STATUS=Error trying to save the DB, can't exit.\n");
             server.pauses.unpause(Purpose::Shutdown);
             server.broadcast(|| crate::client::Message::Resume);
             Err(e)
@@ -409,6 +411,7 @@ fn due_rule(server: &Server) -> Option<SaveRule> {
 }
 
 fn run(server: &Server) {
+    crate::process::pin_thread(crate::process::CpuRole::Bgsave);
     let saver = &server.rdb;
     loop {
         let hz = u64::from(server.config.read().hz.max(1));

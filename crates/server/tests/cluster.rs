@@ -641,3 +641,26 @@ fn render(frame: &Frame) -> String {
         other => format!("{other:?}"),
     }
 }
+
+/// `cluster-link-sendbuf-limit`: a node whose peer stops reading frees the
+/// link once its send buffer passes the limit, counts it in CLUSTER INFO,
+/// and makes the link again once the peer reads.
+#[test]
+fn a_link_past_its_send_buffer_limit_is_freed() {
+    let (a, b) = (Node::keel(), Node::keel());
+    form(&[&a, &b], 2);
+    assert_eq!(a.client().cmd("CONFIG SET cluster-link-sendbuf-limit 1mb"), ok());
+    assert_eq!(a.info("total_cluster_links_buffer_limit_exceeded"), "0");
+    b.server.signal("-STOP");
+    // PUBLISH goes to every node over the bus: what b does not read piles
+    // up past the sockets' buffers into the link's.
+    let payload = "x".repeat(256 * 1024);
+    let mut c = a.client();
+    wait_for("a link freed over the limit", || {
+        c.send(&["PUBLISH", "ch", &payload]);
+        a.info("total_cluster_links_buffer_limit_exceeded") != "0"
+    });
+    b.server.signal("-CONT");
+    assert!(a.server.log().contains("due to exceeding send buffer memory limit"), "{}", a.server.log());
+    wait_for("the cluster whole again", || a.info("cluster_state") == "ok" && b.info("cluster_known_nodes") == "2");
+}

@@ -182,3 +182,270 @@ fn debian_s_stock_redis_conf_starts_keel() {
     drop(server);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The datagrams a server sends its `NOTIFY_SOCKET`, collected as they come.
+struct NotifySocket {
+    socket: std::os::unix::net::UnixDatagram,
+    got: Vec<String>,
+}
+
+impl NotifySocket {
+    fn bind(path: &std::path::Path) -> NotifySocket {
+        let socket = std::os::unix::net::UnixDatagram::bind(path).expect("bind the notify socket");
+        socket.set_read_timeout(Some(Duration::from_millis(100))).expect("test setup");
+        NotifySocket { socket, got: Vec::new() }
+    }
+
+    /// Reads until `last` has come (within 10 s); returns everything so far.
+    fn until(&mut self, last: &str) -> &[String] {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut buf = [0u8; 512];
+        while !self.got.iter().any(|m| m == last) {
+            assert!(Instant::now() < deadline, "no {last:?} among {:?}", self.got);
+            if let Ok(n) = self.socket.recv(&mut buf) {
+                self.got.push(String::from_utf8_lossy(&buf[..n]).into_owned());
+            }
+        }
+        &self.got
+    }
+}
+
+/// What a server under `supervised systemd` tells systemd from start to
+/// SHUTDOWN, with `daemonize yes` (which supervision overrides: the
+/// process must stay the one started, or `spawn` would see it exit).
+fn systemd_session(start: impl FnOnce(&[(&str, &str)]) -> Option<Server>, socket: &std::path::Path) -> Option<(Vec<String>, String)> {
+    let mut notify = NotifySocket::bind(socket);
+    let target = socket.display().to_string();
+    let mut server = start(&[("NOTIFY_SOCKET", &target)])?;
+    notify.until("READY=1\n");
+    assert!(server.alive(), "a supervised server stays in the foreground");
+    let supervised = server.client().info_field("server", "process_supervised");
+    let mut c = server.client();
+    c.write_command(&["SHUTDOWN", "NOSAVE"]);
+    c.read_to_close();
+    Some((notify.until("STOPPING=1\n").to_vec(), supervised))
+}
+
+/// `supervised systemd`: Keel tells systemd what Debian's redis-server
+/// does, in the same order (its first status names the server).
+#[test]
+fn supervised_systemd_notifies_as_redis_does() {
+    let dir = temp_dir("systemd");
+    let flags = ["--supervised", "systemd", "--daemonize", "yes"];
+    let (keel, supervised) =
+        systemd_session(|env| Some(Server::start_in_with_env(&dir, &flags, env)), &dir.join("keel.sock")).expect("keel");
+    assert_eq!(supervised, "systemd");
+    assert_eq!(
+        keel,
+        [
+            "STATUS=Keel is loading...\n",
+            "STATUS=Ready to accept connections\n",
+            "READY=1\n",
+            "STOPPING=1\n"
+        ]
+    );
+    if let Some((redis, supervised)) = systemd_session(|env| Server::start_redis_with_env(&flags, env), &dir.join("redis.sock")) {
+        assert_eq!(supervised, "systemd");
+        assert_eq!(redis[0], "STATUS=Redis is loading...\n");
+        assert_eq!(redis[1..], keel[1..]);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `supervised auto` finds systemd by its variable, here an abstract
+/// socket (`@name`, as systemd may pass); without the variable a server
+/// under `supervised systemd` says so and runs unsupervised.
+#[test]
+fn supervised_auto_finds_an_abstract_notify_socket() {
+    let name = format!("keel-test-notify-{}", std::process::id());
+    use std::os::linux::net::SocketAddrExt;
+    let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).expect("abstract address");
+    let socket = std::os::unix::net::UnixDatagram::bind_addr(&addr).expect("bind");
+    socket.set_read_timeout(Some(Duration::from_secs(10))).expect("test setup");
+    let target = format!("@{name}");
+    let server = Server::start_in_with_env(&temp_dir("systemd-auto"), &["--supervised", "auto"], &[("NOTIFY_SOCKET", &target)]);
+    let mut buf = [0u8; 512];
+    let n = socket.recv(&mut buf).expect("the first notification");
+    assert_eq!(&buf[..n], b"STATUS=Keel is loading...\n");
+    assert_eq!(server.client().info_field("server", "process_supervised"), "systemd");
+    drop(server);
+
+    let server = Server::start(&["--supervised", "systemd"]);
+    assert_eq!(server.client().info_field("server", "process_supervised"), "no");
+    assert!(server.log().contains("systemd supervision error: NOTIFY_SOCKET not found!"), "{}", server.log());
+}
+
+/// `supervised upstart`: the server stops itself once (upstart's `expect
+/// stop`) and, let go on, serves.
+#[test]
+fn supervised_upstart_stops_itself_until_continued() {
+    let dir = temp_dir("upstart");
+    let port = common::free_port();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_keel-server"))
+        .args(["--port", &port.to_string(), "--supervised", "upstart", "--daemonize", "yes", "--dir"])
+        .arg(&dir)
+        .env("UPSTART_JOB", "keel")
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let pid = child.id();
+    let state = || proc_file(pid, "stat").rsplit(')').next().unwrap_or_default().split_whitespace().next().map(str::to_owned);
+    common::wait_for("the server to stop itself", || state().as_deref() == Some("T"));
+    assert!(std::net::TcpStream::connect(("127.0.0.1", port)).is_err(), "stopped before it listens");
+    let status = std::process::Command::new("kill").args(["-CONT", &pid.to_string()]).status().expect("kill");
+    assert!(status.success());
+    common::wait_for("the server to listen", || std::net::TcpStream::connect(("127.0.0.1", port)).is_ok());
+    let mut c = common::Client::connect(port);
+    common::wait_for("the load", || c.info_field("persistence", "loading") == "0");
+    assert_eq!(c.info_field("server", "process_supervised"), "upstart");
+    assert_eq!(c.info_field("server", "process_id"), pid.to_string(), "not daemonized");
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// DEBUG PANIC ends the server as Redis's does (exit code 1 under
+/// `use-exit-on-panic`), its report in the log: the stack trace only
+/// under `crash-log-enabled`.
+#[test]
+fn debug_panic_reports_as_crash_log_enabled_says() {
+    for crash_log in ["yes", "no"] {
+        let flags = ["--enable-debug-command", "yes", "--use-exit-on-panic", "yes", "--crash-log-enabled", crash_log];
+        let keel = Server::start(&flags);
+        let redis = Server::start_redis(&flags);
+        for mut server in [Some(keel), redis].into_iter().flatten() {
+            let mut c = server.client();
+            c.write_command(&["DEBUG", "PANIC"]);
+            c.read_to_close();
+            common::wait_for("the panic to end the process", || !server.alive());
+            assert_eq!(server.exit_status().and_then(|s| s.code()), Some(1));
+            let log = server.log();
+            assert!(log.contains("Guru Meditation: DEBUG PANIC called at Unix time "), "{log}");
+            assert_eq!(log.contains("------ STACK TRACE ------"), crash_log == "yes", "{log}");
+        }
+    }
+}
+
+/// `Cpus_allowed_list` of each of a process's threads whose name starts
+/// with `prefix`.
+fn cpus_of_threads(pid: u32, prefix: &str) -> Vec<String> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("tasks");
+    let mut lists = Vec::new();
+    for task in tasks.filter_map(|t| t.ok()) {
+        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        if comm.trim().starts_with(prefix) {
+            let status = std::fs::read_to_string(task.path().join("status")).unwrap_or_default();
+            let cpus = status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")).unwrap_or("?");
+            lists.push(cpus.trim().to_string());
+        }
+    }
+    lists
+}
+
+/// `server_cpulist`, `bio_cpulist`, `aof_rewrite_cpulist` and
+/// `bgsave_cpulist` pin each kind of thread, as Redis's pin its main and
+/// background threads (on a machine with two CPUs or more).
+#[test]
+fn cpulists_pin_each_kind_of_thread() {
+    let ours = cpus_of_threads(std::process::id(), "");
+    if std::thread::available_parallelism().map_or(true, |n| n.get() < 2) || ours.iter().any(|l| !l.starts_with("0-")) {
+        eprintln!("fewer than two CPUs (from 0) to pin threads to: skipping");
+        return;
+    }
+    let flags = ["--server_cpulist", "0", "--bio_cpulist", "1", "--aof_rewrite_cpulist", "1", "--bgsave_cpulist", "0-1"];
+    let keel = Server::start(&flags);
+    let pid = keel.pid();
+    let one = |prefix: &str, want: &str| {
+        let got = cpus_of_threads(pid, prefix);
+        assert!(!got.is_empty() && got.iter().all(|l| l == want), "{prefix}: {got:?}");
+    };
+    one("keel-worker-", "0");
+    one("keel-aof-writer", "1");
+    one("keel-aof-fsync", "1");
+    one("keel-rewrite", "1");
+    one("keel-bgsave", "0-1");
+    assert_eq!(keel.client().cmd("CONFIG GET server_cpulist"), Frame::Array(vec![common::bulk("server_cpulist"), common::bulk("0")]));
+    if let Some(redis) = Server::start_redis(&flags) {
+        let main = proc_file(redis.pid(), "status");
+        assert!(main.lines().any(|l| l == "Cpus_allowed_list:\t0"), "{main}");
+        let bio = cpus_of_threads(redis.pid(), "bio_");
+        assert!(!bio.is_empty() && bio.iter().all(|l| l == "1"), "{bio:?}");
+    }
+}
+
+/// `syslog-enabled yes`: the log's lines go to the system logger too,
+/// under `syslog-ident` (with the pid) and `syslog-facility`, as Redis
+/// sends them. Where no syslog daemon holds /dev/log and the test may
+/// create it (root), the test listens there itself.
+#[test]
+fn syslog_enabled_sends_the_log_to_dev_log() {
+    let path = std::path::Path::new("/dev/log");
+    let Ok(socket) = std::os::unix::net::UnixDatagram::bind(path) else {
+        eprintln!("/dev/log is taken or cannot be created: skipping");
+        return;
+    };
+    // Gone however the test ends: a socket file nobody reads would take
+    // every other program's syslog lines.
+    struct Remove(&'static std::path::Path);
+    impl Drop for Remove {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(self.0);
+        }
+    }
+    let _remove = Remove(path);
+    socket.set_read_timeout(Some(Duration::from_millis(200))).expect("test setup");
+    let mut lines = Vec::new();
+    for (program, ident) in [(Some(env!("CARGO_BIN_EXE_keel-server")), "keel-syslog-test"), (None, "redis-syslog-test")] {
+        let flags = ["--syslog-enabled", "yes", "--syslog-ident", ident, "--syslog-facility", "local3"];
+        let server = match program {
+            Some(_) => Some(Server::start(&flags)),
+            None => Server::start_redis(&flags),
+        };
+        let Some(server) = server else { continue };
+        // local3 (19) * 8 + notice (5), then the ident with the pid.
+        let head = "<157>";
+        let tag = format!("{ident}[{}]: ", server.pid());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut buf = [0u8; 4096];
+        let ready = loop {
+            assert!(Instant::now() < deadline, "no ready line from {ident} among {lines:?}");
+            let Ok(n) = socket.recv(&mut buf) else { continue };
+            let line = String::from_utf8_lossy(&buf[..n]).into_owned();
+            if line.contains(&tag) && line.contains("Ready to accept connections") {
+                break line;
+            }
+            lines.push(line);
+        };
+        assert!(ready.starts_with(head), "{ready}");
+        assert!(ready.ends_with(&format!("{tag}Ready to accept connections")), "{ready}");
+    }
+}
+
+/// Redis's crash log: a crash signal (sent, or DEBUG SEGFAULT's fault)
+/// writes what crashed and the stack trace to the log, then ends the
+/// process by that signal. No core is left: the limit for one is 0 here.
+#[test]
+fn a_crash_signal_is_reported_in_the_log_then_ends_the_process() {
+    use std::os::unix::process::ExitStatusExt;
+    // SAFETY: lowers this process's core size limit, which the servers inherit.
+    unsafe { libc::setrlimit(libc::RLIMIT_CORE, &libc::rlimit { rlim_cur: 0, rlim_max: 0 }) };
+    let flags = ["--enable-debug-command", "yes"];
+    for (how, signal) in [("-ABRT", libc::SIGABRT), ("-SEGV", libc::SIGSEGV), ("DEBUG SEGFAULT", libc::SIGSEGV)] {
+        let keel = Server::start(&flags);
+        let redis = Server::start_redis(&flags);
+        for mut server in [Some(keel), redis].into_iter().flatten() {
+            if let Some(argv) = how.strip_prefix("DEBUG ") {
+                let mut c = server.client();
+                c.write_command(&["DEBUG", argv]);
+                c.read_to_close();
+            } else {
+                server.signal(how);
+            }
+            common::wait_for("the crash to end the process", || !server.alive());
+            assert_eq!(server.exit_status().and_then(|s| s.signal()), Some(signal), "{how}");
+            let log = server.log();
+            assert!(log.contains(&format!("crashed by signal: {signal}")), "{how}: {log}");
+            assert!(log.contains("------ STACK TRACE ------"), "{how}: {log}");
+        }
+    }
+}

@@ -1085,3 +1085,52 @@ fn a_replica_announces_the_address_it_is_set_to() {
         assert_eq!(r.cmd("CONFIG GET replica-announce-ip"), Frame::Array(vec![bulk("replica-announce-ip"), bulk("10.9.8.7")]));
     }
 }
+
+/// A replica whose log cannot be written stops at its master's next write
+/// (Redis's "Replica was unable to write command to disk."); with
+/// `replica-ignore-disk-write-errors yes` it applies the writes, warning.
+/// (Under `everysec`: under `always` a read of what the replica could not
+/// log would wait for the disk.)
+#[test]
+fn a_replica_that_cannot_log_its_master_s_writes_stops_unless_told_to_go_on() {
+    for ignore in ["no", "yes"] {
+        let master = Server::start(&[]);
+        let port = master.port.to_string();
+        let flags = [
+            "--replicaof",
+            "127.0.0.1",
+            &port,
+            "--appendfsync",
+            "everysec",
+            "--use-exit-on-panic",
+            "yes",
+            "--replica-ignore-disk-write-errors",
+            ignore,
+        ];
+        let mut replica = Server::start_in_with_env(&temp_dir("replica-eio"), &flags, &[("KEEL_JOURNAL_FAILPOINT", "write-eio:1:inf")]);
+        replica.wait_link_up();
+        let mut m = master.client();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let mut i = 0;
+        let expected = if ignore == "no" {
+            "Replica was unable to write command to disk."
+        } else {
+            "Replica is applying a command even though it is unable to write to disk."
+        };
+        while !replica.log().contains(expected) {
+            assert!(Instant::now() < deadline, "never logged {expected:?}: {}", replica.log());
+            assert_eq!(m.send(&["SET", &format!("k{i}"), "v"]), ok());
+            i += 1;
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        if ignore == "no" {
+            wait_until("the replica to stop", || !replica.alive());
+            assert_eq!(replica.exit_status().and_then(|s| s.code()), Some(1));
+        } else {
+            let last = format!("k{}", i - 1);
+            let mut r = replica.client();
+            wait_until("the last write on the replica", || r.send(&["GET", &last]) == bulk("v"));
+            assert!(replica.alive());
+        }
+    }
+}

@@ -242,6 +242,7 @@ fn env(server: &Server, st: &State, bus_port: u16) -> Env {
         hostname: c.announce_hostname.clone(),
         source_addr: config.bind_source_addr.clone(),
         node_timeout: c.node_timeout,
+        link_sendbuf_limit: c.link_sendbuf_limit,
         require_full_coverage: c.require_full_coverage,
         replica_validity_factor: u64::from(c.replica_validity_factor),
         repl_ping_period_s: config.repl_ping_replica_period,

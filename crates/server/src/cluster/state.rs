@@ -72,6 +72,9 @@ pub struct Env {
     /// `bind-source-addr`: where links to other nodes are made from.
     pub source_addr: Option<String>,
     pub node_timeout: u64,
+    /// `cluster-link-sendbuf-limit`: a link holding more unsent bytes than
+    /// this (0: no limit) is freed by the cron.
+    pub link_sendbuf_limit: u64,
     pub require_full_coverage: bool,
     pub replica_validity_factor: u64,
     pub repl_ping_period_s: u64,
@@ -232,6 +235,9 @@ pub struct State {
     first_update_time: u64,
     pub stats_sent: [u64; MESSAGE_TYPES],
     pub stats_received: [u64; MESSAGE_TYPES],
+    /// Links freed over `cluster-link-sendbuf-limit` (CLUSTER INFO's
+    /// `total_cluster_links_buffer_limit_exceeded`).
+    pub links_buffer_limit_exceeded: u64,
     pub effects: Vec<Effect>,
     pub env: Env,
     /// nodes.conf.
@@ -272,6 +278,7 @@ impl State {
             first_update_time: 0,
             stats_sent: [0; MESSAGE_TYPES],
             stats_received: [0; MESSAGE_TYPES],
+            links_buffer_limit_exceeded: 0,
             effects: Vec::new(),
             env,
             path,
@@ -483,6 +490,28 @@ impl State {
             }
             if node.inbound_link == Some(id) {
                 node.inbound_link = None;
+            }
+        }
+    }
+
+    /// Redis's clusterCron for a node's links: a send buffer mostly empty
+    /// gives its room back, and one still over `cluster-link-sendbuf-limit`
+    /// (a peer that stopped reading) is freed, to be made again.
+    fn limit_link_buffers(&mut self, name: &NodeName) {
+        let Some(n) = self.nodes.get(name) else { return };
+        for id in [n.link, n.inbound_link].into_iter().flatten() {
+            let Some(link) = self.links.get_mut(&id) else { continue };
+            if link.wbuf.capacity() / 4 > link.wbuf.len() {
+                link.wbuf.shrink_to_fit();
+            }
+            let held = link.wbuf.capacity() as u64;
+            if self.env.link_sendbuf_limit > 0 && held > self.env.link_sendbuf_limit {
+                let way = if link.inbound { "from" } else { "to" };
+                tracing::warn!(
+                    "Freeing cluster link({way} node {name}, used memory: {held}) due to exceeding send buffer memory limit."
+                );
+                self.close_link(id);
+                self.links_buffer_limit_exceeded += 1;
             }
         }
     }
@@ -1300,6 +1329,8 @@ impl State {
             if n.has(flags::MYSELF | flags::NOADDR) {
                 continue;
             }
+            self.limit_link_buffers(name);
+            let Some(n) = self.nodes.get(name) else { continue };
             if n.in_handshake() && now.saturating_sub(n.ctime) > handshake_timeout {
                 self.del_node(name);
                 continue;

@@ -442,7 +442,7 @@ fn info_text(st: &State) -> String {
         }
         out.push_str(&format!("cluster_stats_messages_{way}:{}\r\n", counts.iter().sum::<u64>()));
     }
-    out.push_str("total_cluster_links_buffer_limit_exceeded:0\r\n");
+    out.push_str(&format!("total_cluster_links_buffer_limit_exceeded:{}\r\n", st.links_buffer_limit_exceeded));
     out
 }
 

@@ -1057,7 +1057,7 @@ pub fn run_locked(
 ) -> CmdResult {
     let locked = lock_for(&server.keyspace, spec, argv);
     let mut ctx = Ctx::new(server, stats, client, wbuf, locked, now_ms);
-    crate::durability::check_writable(server, spec)?;
+    crate::durability::check_writable(server, spec, ctx.client.is_master)?;
     let result = run_with(&mut ctx, index, spec, argv, handler);
     *lsn = crate::durability::commit(&mut ctx);
     if !ctx.published.is_empty() {

@@ -364,7 +364,7 @@ fn write_section(ctx: &mut Ctx<'_>, section: &str, out: &mut String) {
             field!(out, "atomicvar_api", "c11-builtin");
             field!(out, "gcc_version", "0.0.0");
             field!(out, "process_id", std::process::id());
-            field!(out, "process_supervised", "no");
+            field!(out, "process_supervised", crate::supervision::supervisor().map_or("no", |s| s.name()));
             field!(out, "run_id", server.run_id);
             field!(out, "tcp_port", config.port);
             field!(out, "server_time_usec", unix_us());
@@ -1589,6 +1589,8 @@ fn debug(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
                     "    Output a hex signature representing the current DB content.",
                     "DIGEST-VALUE <key> [<key> ...]",
                     "    Output a hex signature of the values of all the specified keys.",
+                    "PANIC",
+                    "    Crash the server simulating a panic.",
                     "POPULATE <count> [<prefix>] [<size>]",
                     "    Create <count> string keys named key:<num>. If <prefix> is specified then",
                     "    it is used instead of the 'key' prefix. These are not propagated to",
@@ -1623,6 +1625,8 @@ fn debug(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
                     "    Send <command> to the replicas, through the replication stream only.",
                     "REPLYBUFFER RESIZING <0|1>",
                     "    Enable or disable giving back drained reply buffers over 1 MB.",
+                    "SEGFAULT",
+                    "    Crash the server with sigsegv.",
                     "SET-SKIP-CHECKSUM-VALIDATION <0|1>",
                     "    Enables or disables the checksum check of RESTORE's payload.",
                     "SET-ACTIVE-EXPIRE <0|1>",
@@ -1695,6 +1699,10 @@ fn debug(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
             ctx.out.ok();
             Ok(())
         }
+        2 if eq(sub, "panic") => {
+            crate::process::server_panic(&format!("DEBUG PANIC called at Unix time {}", unix_ms() / 1000))
+        }
+        2 if eq(sub, "segfault") => crate::process::segfault(),
         3 if eq(sub, "log") => {
             tracing::warn!("DEBUG LOG: {}", String::from_utf8_lossy(argv[2]));
             ctx.out.ok();

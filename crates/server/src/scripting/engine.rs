@@ -639,7 +639,7 @@ fn may_call(ctx: &mut Ctx<'_>, run: &Run, (index, spec): (usize, &command::Comma
         if let Some(error) = command::refusal(ctx.server, ctx.client.is_master, ctx.client.oom, checked, false) {
             return Err(format!("-{error}"));
         }
-        crate::durability::check_writable(ctx.server, spec).map_err(|e| format!("-{e}"))?;
+        crate::durability::check_writable(ctx.server, spec, ctx.client.is_master).map_err(|e| format!("-{e}"))?;
     }
     match crate::cluster::script_refusal(ctx, spec, argv, &run.slot, run.mode.allow_cross_slot) {
         Some(error) => Err(error.into()),

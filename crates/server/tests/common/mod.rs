@@ -206,6 +206,11 @@ impl Server {
 
     /// Starts Debian's redis-server, or None if it is not installed.
     pub fn start_redis(extra: &[&str]) -> Option<Server> {
+        Server::start_redis_with_env(extra, &[])
+    }
+
+    /// `start_redis` with extra environment variables.
+    pub fn start_redis_with_env(extra: &[&str], env: &[(&str, &str)]) -> Option<Server> {
         let path = PathBuf::from("/usr/bin/redis-server");
         if !path.exists() {
             eprintln!("redis-server not installed: skipping (scripts/test.sh installs it)");
@@ -222,7 +227,7 @@ impl Server {
             .collect();
         args.extend(["--dir".to_string(), dir.display().to_string()]);
         args.extend(extra.iter().map(|s| s.to_string()));
-        let mut server = Server::spawn(path, args, port);
+        let mut server = Server::spawn_to(path, args, port, env, server_log(port));
         server.dir = Some(dir);
         Some(server)
     }
