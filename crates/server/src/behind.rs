@@ -48,6 +48,7 @@ pub fn scan(
             let helper = std::thread::Builder::new()
                 .name(name.into())
                 .spawn_scoped(scope, || {
+                    crate::process::panic_fails_this_thread_only();
                     enter_idle_class();
                     let result = scan(true);
                     starter.unpark();

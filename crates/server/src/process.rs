@@ -277,12 +277,29 @@ static LOG_LEVEL_CHANGER: std::sync::OnceLock<LogLevelChanger> = std::sync::Once
 static EXIT_ON_PANIC: AtomicBool = AtomicBool::new(false);
 static CRASH_LOG: AtomicBool = AtomicBool::new(true);
 
+thread_local! {
+    /// Set on the threads whose panic the thread that started them takes
+    /// as the failure of their job ([`panic_fails_this_thread_only`]).
+    static PANIC_FAILS_THREAD_ONLY: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Marks the calling thread as one whose panic fails its job only: a
+/// snapshot's scan helper or a load's inserter, which Redis runs in a
+/// fork child, whose crash fails that save alone.
+pub fn panic_fails_this_thread_only() {
+    PANIC_FAILS_THREAD_ONLY.set(true);
+}
+
 /// Installs the panic hook: the report goes to the server's log (a
 /// daemon's standard error is /dev/null), with the stack trace under
-/// `crash-log-enabled`, as Redis's assertion report. Then a panic ends the
-/// whole process with exit code 1 while `use-exit-on-panic` is set
-/// (Redis's option for leak checkers, which exits where it would abort);
-/// otherwise only the thread that panicked ends.
+/// `crash-log-enabled`, as Redis's assertion report. Then the process
+/// ends, as Redis's does on a failed assertion: exit code 1 under
+/// `use-exit-on-panic` (Redis's option for leak checkers), an abort
+/// otherwise. A thread left dead would leave the server half alive: a
+/// worker's clients and its share of the listening port unanswered, or,
+/// for the journal's writer, every durable reply held for good. The
+/// threads of [`panic_fails_this_thread_only`] end alone (but for
+/// `use-exit-on-panic`).
 pub fn install_panic_hook() {
     std::panic::set_hook(Box::new(|info| {
         let thread = std::thread::current();
@@ -290,6 +307,11 @@ pub fn install_panic_hook() {
         tracing::error!("=== ASSERTION FAILED ===\n==> thread '{name}' {info}{}", stack_trace());
         if EXIT_ON_PANIC.load(Ordering::Relaxed) {
             std::process::exit(1);
+        }
+        if !PANIC_FAILS_THREAD_ONLY.get() {
+            // Reported once: the abort's own signal goes straight to its default.
+            default_action(libc::SIGABRT);
+            std::process::abort();
         }
     }));
 }

@@ -1146,6 +1146,7 @@ impl<'scope> Inserters<'scope> {
             let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<RdbEntry>>(LOAD_QUEUE_BATCHES);
             senders.push(tx);
             let spawned = std::thread::Builder::new().name(format!("keel-load-{i}")).spawn_scoped(scope, move || {
+                crate::process::panic_fails_this_thread_only();
                 let mut loaded = 0u64;
                 for batch in rx {
                     for e in batch {

@@ -449,3 +449,33 @@ fn a_crash_signal_is_reported_in_the_log_then_ends_the_process() {
         }
     }
 }
+
+/// A failed assertion (DEBUG ASSERT; any panic of a worker) ends the whole
+/// server, as Redis's does: exit code 1 under `use-exit-on-panic`, SIGABRT
+/// otherwise, its report in the log. A worker left dead would leave its
+/// clients unanswered.
+#[test]
+fn a_failed_assertion_ends_the_server_as_redis_s_does() {
+    use std::os::unix::process::ExitStatusExt;
+    // SAFETY: lowers this process's core size limit, which the servers inherit.
+    unsafe { libc::setrlimit(libc::RLIMIT_CORE, &libc::rlimit { rlim_cur: 0, rlim_max: 0 }) };
+    for exit_on_panic in ["yes", "no"] {
+        let flags = ["--enable-debug-command", "yes", "--use-exit-on-panic", exit_on_panic];
+        let keel = Server::start(&flags);
+        let redis = Server::start_redis(&flags);
+        for mut server in [Some(keel), redis].into_iter().flatten() {
+            let mut c = server.client();
+            c.write_command(&["DEBUG", "ASSERT"]);
+            c.read_to_close();
+            common::wait_for("the assertion to end the process", || !server.alive());
+            let status = server.exit_status().expect("ended");
+            match exit_on_panic {
+                "yes" => assert_eq!(status.code(), Some(1)),
+                _ => assert_eq!(status.signal(), Some(libc::SIGABRT)),
+            }
+            let log = server.log();
+            assert!(log.contains("=== ASSERTION FAILED ==="), "{log}");
+            assert_eq!(log.matches("=== ASSERTION FAILED ===").count(), 1, "reported once: {log}");
+        }
+    }
+}

@@ -1583,6 +1583,8 @@ fn debug(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
                 &[
                     "AOF-FLUSH-SLEEP <microsec>",
                     "    Server will sleep before flushing the AOF, this is used for testing.",
+                    "ASSERT",
+                    "    Crash by assertion failed.",
                     "CLUSTERLINK KILL <to|from|all> <node-id>",
                     "    Kills the link based on the direction to/from (both) with the provided node.",
                     "DIGEST",
@@ -1703,6 +1705,7 @@ fn debug(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
             crate::process::server_panic(&format!("DEBUG PANIC called at Unix time {}", unix_ms() / 1000))
         }
         2 if eq(sub, "segfault") => crate::process::segfault(),
+        2 if eq(sub, "assert") => panic!("'1 == 2' is not true (DEBUG ASSERT)"),
         3 if eq(sub, "log") => {
             tracing::warn!("DEBUG LOG: {}", String::from_utf8_lossy(argv[2]));
             ctx.out.ok();

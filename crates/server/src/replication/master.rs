@@ -429,6 +429,13 @@ fn read_acks(server: &Server, replica: &AttachedReplica, link: Link, unread: Vec
     loop {
         while let Ok(Some((request, consumed))) = keel_protocol::parse_request(&buf[start..], &limits) {
             let argv: Vec<&[u8]> = request.argv.iter().map(|a| &**a).collect();
+            start += consumed;
+            if argv.is_empty() {
+                // The newline a replica sends while it loads: it is alive,
+                // as Redis's processInlineBuffer takes it.
+                replica.ack_ms.store(unix_ms(), Ordering::Relaxed);
+                continue;
+            }
             let replconf = |sub: &str| argv.len() >= 2 && argv[0].eq_ignore_ascii_case(b"replconf") && argv[1].eq_ignore_ascii_case(sub.as_bytes());
             if let Ok((index, _)) = crate::command::resolve(&argv) {
                 replica.info.last_cmd.store(index as u16 + 1, Ordering::Relaxed);
@@ -441,11 +448,10 @@ fn read_acks(server: &Server, replica: &AttachedReplica, link: Link, unread: Vec
                     replica.acked_once.store(true, Ordering::Release);
                     server.repl.acks_advanced(server);
                 }
-            } else if !replconf("getack") && !argv.is_empty() {
+            } else if !replconf("getack") {
                 refuse_command(server, replica, &argv);
                 return;
             }
-            start += consumed;
         }
         buf.drain(..start);
         start = 0;
