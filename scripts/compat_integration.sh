@@ -38,7 +38,8 @@ UNITS=(integration/aof integration/aof-multi-part unit/aofrw integration/rdb
     unit/networking unit/client-eviction unit/obuf-limits integration/corrupt-dump
     integration/replication-psync integration/replication-4 integration/replication
     integration/psync2 integration/psync2-reg integration/psync2-pingoff
-    integration/psync2-master-restart integration/failover integration/logging)
+    integration/psync2-master-restart integration/failover integration/logging
+    integration/redis-cli integration/redis-benchmark integration/replication-buffer)
 if [[ -n "${COMPAT_UNITS:-}" ]]; then read -r -a UNITS <<<"$COMPAT_UNITS"; fi
 DROPPED_DIRECTIVES='enable-protected-configs|enable-module-command'
 # Tests skipped for both servers: each starts a server with a directive of

@@ -1714,7 +1714,7 @@ fn quote(v: String) -> String {
 
 /// Splits a configuration line into words with Redis's quoting rules
 /// (double quotes with backslash escapes, single quotes verbatim).
-fn split_config_line(line: &str) -> Option<Vec<String>> {
+pub(crate) fn split_config_line(line: &str) -> Option<Vec<String>> {
     let mut words = Vec::new();
     let mut chars = line.chars().peekable();
     loop {

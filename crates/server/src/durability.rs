@@ -253,6 +253,9 @@ pub fn debug_loadaof(ctx: &mut Ctx<'_>) -> Result<(), String> {
     if server.tracking.active() {
         crate::tracking::flushed(server, ctx.dbs.shards());
     }
+    // The log's function libraries replace ours, as Redis's emptyData
+    // takes them with the keys.
+    server.scripts.functions.flush();
     server.begin_load();
     keel_engine::db::loading(true);
     let loaded = replay_held(ctx, replay);

@@ -841,25 +841,52 @@ pub fn take_for_sync(server: &Server, at_s: impl FnOnce(), stop: &dyn Fn() -> bo
     Some(SyncSnapshot(begin_with(server, true, at_s)))
 }
 
-/// Writes a snapshot taken by [`take_for_sync`] into `sink` as an RDB,
-/// its scan behind the workers as BGSAVE's, and gives the token back.
-/// On failure (or `stop`) every shard's snapshot is aborted.
+/// What of the dataset a replica's RDB holds: all of it, unless the
+/// replica asked for less (`REPLCONF rdb-filter-only`, Redis's include
+/// filters, of which there is one: `functions`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RdbParts {
+    pub keys: bool,
+    pub functions: bool,
+}
+
+impl RdbParts {
+    pub const ALL: RdbParts = RdbParts { keys: true, functions: true };
+}
+
+impl Default for RdbParts {
+    fn default() -> RdbParts {
+        RdbParts::ALL
+    }
+}
+
+/// Writes `parts` of a snapshot taken by [`take_for_sync`] into `sink` as
+/// an RDB, its scan behind the workers as BGSAVE's, and gives the token
+/// back. On failure (or `stop`), or without the keys, every shard's
+/// snapshot is aborted.
 pub fn write_for_sync<W: Write + Send>(
     server: &Server,
     taken: SyncSnapshot,
     point: &SyncPoint,
+    parts: RdbParts,
     sink: W,
     stop: &(dyn Fn() -> bool + Sync),
 ) -> Result<W, String> {
     let urgent = AtomicBool::new(false);
     let result = DumpWriter::new(sink, dump_settings(server)).and_then(|mut out| {
-        out.counts = taken.0.counts;
+        if parts.keys {
+            out.counts = taken.0.counts;
+        }
         out.sync_point(point)?;
-        out.functions(&taken.0.libraries)?;
-        crate::behind::scan(server, "keel-repl-sync-bg", &urgent, |behind| stream(server, &mut out, stop, behind.then_some(&urgent)))?;
+        if parts.functions {
+            out.functions(&taken.0.libraries)?;
+        }
+        if parts.keys {
+            crate::behind::scan(server, "keel-repl-sync-bg", &urgent, |behind| stream(server, &mut out, stop, behind.then_some(&urgent)))?;
+        }
         out.finish_into()
     });
-    if result.is_err() {
+    if result.is_err() || !parts.keys {
         for index in 0..server.keyspace.shard_count() {
             let leftovers = server.keyspace.lock_one(index).shard(index).abort_snapshot();
             drop(leftovers);
@@ -1284,6 +1311,9 @@ pub fn debug_reload(server: &Server, locked: &mut Locked<'_>, save: bool, flush:
         if server.tracking.active() {
             crate::tracking::flushed(server, locked.iter_mut());
         }
+        // The file's function libraries replace ours, as Redis's emptyData
+        // takes them with the keys.
+        server.scripts.functions.flush();
     }
     let path = dump_path(server);
     keel_engine::db::loading(true);

@@ -1134,3 +1134,70 @@ fn a_replica_that_cannot_log_its_master_s_writes_stops_unless_told_to_go_on() {
         }
     }
 }
+
+/// `redis-cli --rdb` and `--functions-rdb` (an rdb-only replica, the second
+/// with `REPLCONF rdb-filter-only functions`): the first file holds the
+/// keys and the functions, the second the functions only, even from a
+/// master that syncs through files. A server started on each file has
+/// what it holds.
+#[test]
+fn redis_cli_dumps_the_rdb_or_the_functions_alone() {
+    if !std::path::Path::new("/usr/bin/redis-cli").exists() {
+        eprintln!("redis-cli not installed: skipping (scripts/test.sh installs redis-tools)");
+        return;
+    }
+    let master = Server::start(&["--repl-diskless-sync", "no"]);
+    let mut m = master.client();
+    for i in 0..100 {
+        assert_eq!(m.send(&["SET", &format!("k{i}"), "v"]), ok());
+    }
+    let library = "#!lua name=lib1\nredis.register_function('func1', function() return 123 end)";
+    assert_eq!(m.send(&["FUNCTION", "LOAD", library]), bulk("lib1"));
+    let dir = temp_dir("cli-rdb");
+    for (flag, keys) in [("--rdb", 100), ("--functions-rdb", 0)] {
+        let file = dir.join(format!("{}.rdb", &flag[2..]));
+        let out = std::process::Command::new("redis-cli")
+            .args(["-p", &master.port.to_string(), flag])
+            .arg(&file)
+            .output()
+            .expect("run redis-cli");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+        assert!(text.contains("Transfer finished with success"), "{flag}: {text}");
+        let name = file.file_name().expect("a name").to_string_lossy().into_owned();
+        let copy = Server::start_in(&dir, &["--appendonly", "no", "--dbfilename", &name]);
+        let mut c = copy.client();
+        assert_eq!(c.cmd("DBSIZE"), Frame::Integer(keys), "{flag}");
+        assert_eq!(c.send(&["FCALL", "func1", "0"]), Frame::Integer(123), "{flag}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// REPLCONF rdb-filter-only's errors, and PSYNC's for a filtered replica
+/// without `capa eof`, as Redis answers them; DEBUG RELOAD puts the file's
+/// function libraries in place of the server's, as Redis's.
+#[test]
+fn rdb_filters_and_reloaded_functions_answer_as_redis_s() {
+    let lines: &[&[&str]] = &[
+        &["REPLCONF", "rdb-filter-only", "bogus"],
+        &["REPLCONF", "rdb-filter-only", "\"functions"],
+        &["REPLCONF", "rdb-filter-only", "functions"],
+        &["PSYNC", "?", "-1"],
+        &["FUNCTION", "LOAD", "#!lua name=kept\nredis.register_function('kept', function() return 1 end)"],
+        &["SAVE"],
+        &["FUNCTION", "LOAD", "#!lua name=gone\nredis.register_function('gone', function() return 2 end)"],
+        &["DEBUG", "RELOAD", "NOSAVE"],
+        &["FUNCTION", "LIST"],
+    ];
+    let flags = ["--enable-debug-command", "yes", "--appendonly", "no"];
+    let run = |server: &Server| -> Vec<Frame> {
+        let mut c = server.client();
+        lines.iter().map(|argv| c.send(argv)).collect()
+    };
+    let keel = run(&Server::start(&flags));
+    assert!(matches!(&keel[8], Frame::Array(libs) if libs.len() == 1), "{:?}", keel[8]);
+    if let Some(redis) = Server::start_redis(&flags) {
+        for ((line, keel), redis) in lines.iter().zip(&keel).zip(run(&redis)) {
+            assert_eq!(*keel, redis, "{line:?}");
+        }
+    }
+}

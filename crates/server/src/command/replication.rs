@@ -55,6 +55,17 @@ fn replconf(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
                 1 => true,
                 _ => return Err(CmdError::Syntax),
             };
+        } else if eq(option, "rdb-filter-only") {
+            // Everything is left out but what a filter names.
+            let filters = crate::config::split_config_line(&String::from_utf8_lossy(value))
+                .ok_or_else(|| CmdError::other("ERR Missing rdb-filter-only values"))?;
+            conf.parts = crate::snapshot::RdbParts { keys: false, functions: false };
+            for filter in &filters {
+                if !filter.eq_ignore_ascii_case("functions") {
+                    return Err(CmdError::other(format!("ERR Unsupported rdb-filter-only option: {filter}")));
+                }
+                conf.parts.functions = true;
+            }
         } else if eq(option, "ack") || eq(option, "getack") {
             return Ok(());
         } else {
@@ -115,7 +126,11 @@ fn hand_off(ctx: &mut Ctx<'_>, replid: String, offset: i64, pre_psync: bool) -> 
     if replica.is_replica() && !replica.link_up() {
         return Err(CmdError::other("NOMASTERLINK Can't SYNC while not connected with my master"));
     }
-    let conf: ReplConf = ctx.client.replconf.take().map(|c| *c).unwrap_or_default();
+    let conf: ReplConf = ctx.client.replconf.as_deref().cloned().unwrap_or_default();
+    if conf.parts != crate::snapshot::RdbParts::ALL && !conf.capa_eof {
+        return Err(CmdError::other("ERR Filtered replica requires EOF capability"));
+    }
+    ctx.client.replconf = None;
     ctx.client.handoff = Some(Box::new(Handoff { replid, offset, pre_psync, conf }));
     Ok(())
 }

@@ -8,7 +8,9 @@
 //!
 //! Keel takes one snapshot at a time (the snapshot token): without the
 //! group, replicas that come together would be synced one after another,
-//! each waiting for the whole transfer of the one before.
+//! each waiting for the whole transfer of the one before. A replica that
+//! asked for part of the dataset (`rdb-filter-only`, `redis-cli
+//! --functions-rdb`) gets an RDB of its own, at once.
 
 use std::io::{self, BufWriter, Write};
 use std::sync::atomic::Ordering;
@@ -21,6 +23,7 @@ use parking_lot::Mutex;
 use super::master::{AttachedReplica, Link};
 use super::random_id;
 use crate::server::Server;
+use crate::snapshot::RdbParts;
 
 /// How often a waiting group looks at its delay and its members.
 const TICK: Duration = Duration::from_millis(10);
@@ -53,9 +56,14 @@ struct Member {
 /// and leads it (waits for it to fill, then runs it), and returns where
 /// the replica's stream goes on once the group's RDB and EOF mark have
 /// been sent to it.
-pub fn sync(server: &Server, replica: &Arc<AttachedReplica>, pre_psync: bool) -> Result<u64, String> {
+pub fn sync(server: &Server, replica: &Arc<AttachedReplica>, pre_psync: bool, parts: RdbParts) -> Result<u64, String> {
     let groups = &server.repl.groups;
     let (outcome, heard) = mpsc::channel();
+    if parts != RdbParts::ALL {
+        let me = Member { replica: Arc::clone(replica), pre_psync, outcome };
+        run(server, Group { since: Instant::now(), members: vec![me] }, parts);
+        return heard.recv().unwrap_or_else(|_| Err("the sync ended".into()));
+    }
     let leads = {
         let mut forming = groups.forming.lock();
         let group = forming.get_or_insert_with(|| Group { since: Instant::now(), members: Vec::new() });
@@ -65,7 +73,7 @@ pub fn sync(server: &Server, replica: &Arc<AttachedReplica>, pre_psync: bool) ->
     if leads {
         // The leader runs the group even if its own replica leaves: the
         // others still wait on it.
-        run(server, wait_to_start(server));
+        run(server, wait_to_start(server), RdbParts::ALL);
     }
     loop {
         match heard.recv_timeout(Duration::from_millis(100)) {
@@ -112,9 +120,9 @@ fn wait_to_start(server: &Server) -> Group {
     }
 }
 
-/// Takes one snapshot for `group` and streams it to every member, then
-/// tells each member's thread how its sync went.
-fn run(server: &Server, group: Group) {
+/// Takes one snapshot for `group` and streams `parts` of it to every
+/// member, then tells each member's thread how its sync went.
+fn run(server: &Server, group: Group, parts: RdbParts) {
     let mut members = group.members;
     members.retain(|m| {
         let gone = m.replica.is_gone();
@@ -146,7 +154,7 @@ fn run(server: &Server, group: Group) {
         tee.write_one(i, format!("{fullresync}$EOF:{mark}\r\n").as_bytes());
     }
     let sink = BufWriter::with_capacity(256 << 10, tee);
-    let sent = crate::snapshot::write_for_sync(server, taken, &point, sink, &stop).and_then(|mut sink| {
+    let sent = crate::snapshot::write_for_sync(server, taken, &point, parts, sink, &stop).and_then(|mut sink| {
         sink.write_all(mark.as_bytes()).and_then(|()| sink.flush()).map_err(|e| e.to_string())?;
         sink.into_inner().map_err(|e| e.error().to_string())
     });

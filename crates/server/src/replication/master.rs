@@ -23,6 +23,7 @@ use super::{Replication, SyncPoint};
 use crate::client::ClientInfo;
 use crate::command::flags;
 use crate::server::{unix_ms, Server};
+use crate::snapshot::RdbParts;
 
 /// Most bytes of the stream copied out of the backlog per write: the copy
 /// holds the backlog's mutex, which writers take under their shard locks,
@@ -43,6 +44,8 @@ pub struct ReplConf {
     /// `rdb-only 1`: wants the RDB of a full sync and nothing after it
     /// (`redis-cli --rdb`).
     pub rdb_only: bool,
+    /// `rdb-filter-only`: what of the dataset its RDB holds.
+    pub parts: RdbParts,
 }
 
 /// A connection that asked to replicate: the worker hands it here.
@@ -297,8 +300,11 @@ fn full_sync(server: &Server, replica: &Arc<AttachedReplica>, link: &Link, hando
     let repl = &server.repl;
     repl.sync_full.fetch_add(1, Ordering::Relaxed);
     let stop = || server.shutdown.load(Ordering::Relaxed) || replica.is_gone();
-    let pos = if handoff.conf.capa_eof && server.config.read().repl_diskless_sync {
-        let pos = super::diskless::sync(server, replica, handoff.pre_psync).map_err(LinkError::Snapshot)?;
+    // A filtered RDB goes over the socket whatever `repl-diskless-sync`
+    // says, as Redis forces it: it is no snapshot to keep in a file.
+    let filtered = handoff.conf.parts != RdbParts::ALL;
+    let pos = if handoff.conf.capa_eof && (server.config.read().repl_diskless_sync || filtered) {
+        let pos = super::diskless::sync(server, replica, handoff.pre_psync, handoff.conf.parts).map_err(LinkError::Snapshot)?;
         // A replica finds the mark in the last bytes it read: nothing may
         // follow it until the replica says it has loaded, with its first
         // ACK (Redis puts such a replica online on that ACK too).
@@ -335,7 +341,7 @@ fn full_sync(server: &Server, replica: &Arc<AttachedReplica>, link: &Link, hando
         if header.is_err() {
             replica.disconnect();
         }
-        let written = with_keepalive(server, link, || crate::snapshot::write_for_sync(server, taken, &point, BufWriter::new(file), &stop))
+        let written = with_keepalive(server, link, || crate::snapshot::write_for_sync(server, taken, &point, RdbParts::ALL, BufWriter::new(file), &stop))
             .map_err(LinkError::Snapshot)
             .and_then(|sink| sink.into_inner().map_err(|e| LinkError::Io(e.into_error())))
             .and(header);
