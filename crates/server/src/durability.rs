@@ -638,14 +638,17 @@ pub fn note_reads(ctx: &mut Ctx<'_>, spec: &CommandSpec, argv: &[&[u8]]) {
 }
 
 /// Refuses writes while the journal cannot write (Redis's MISCONF). The
-/// master's stream is never refused: a replica that cannot log it stops,
-/// or applies it with a warning (`replica-ignore-disk-write-errors`).
+/// master's stream is never refused: a replica whose disk failed (a
+/// write or sync of its log, or a BGSAVE under `stop-writes-on-bgsave-error`)
+/// stops, or applies it with a warning (`replica-ignore-disk-write-errors`);
+/// one whose log only lags behind its disk applies it, the log catching up.
 pub fn check_writable(server: &Server, spec: &CommandSpec, from_master: bool) -> Result<(), command::CmdError> {
     if !spec.has(command::flags::WRITE) || server.loading.load(Ordering::Relaxed) {
         return Ok(());
     }
     if from_master {
-        if command::disk_refusal(server).is_some() {
+        let log_failed = server.journal().is_some_and(|j| matches!(j.health(), Err(JournalError::Poisoned(_))));
+        if log_failed || crate::snapshot::refuses_writes(server) {
             apply_despite_the_disk(server);
         }
         return Ok(());
