@@ -481,4 +481,16 @@ mod tests {
             assert_eq!(parse_cpulist(bad), None, "{bad:?}");
         }
     }
+
+    proptest::proptest! {
+        /// Any text parses or is refused, without a panic; a list of
+        /// ranges written out reads back as the CPUs it names.
+        #[test]
+        fn cpulists_parse_what_they_name(text in "[0-9,:\\- ]{0,12}", ranges in proptest::collection::vec((0usize..64, 0usize..8, 1usize..4), 1..4)) {
+            let _ = parse_cpulist(&text);
+            let list: Vec<String> = ranges.iter().map(|&(first, len, step)| format!("{first}-{}:{step}", first + len)).collect();
+            let want: Vec<usize> = ranges.iter().flat_map(|&(first, len, step)| (first..=first + len).step_by(step)).collect();
+            proptest::prop_assert_eq!(parse_cpulist(&list.join(",")), Some(want));
+        }
+    }
 }
