@@ -990,15 +990,11 @@ pub static DIRECTIVES: &[Directive] = &[
         set: |c, a| {
             // `<class> <hard> <soft> <soft seconds>`, any number of times,
             // checked whole before any is taken (Redis's wording).
-            let words: Vec<&str> = match a {
-                [one] => one.split_whitespace().collect(),
-                _ => a.to_vec(),
-            };
-            if !words.len().is_multiple_of(4) {
+            if !a.len().is_multiple_of(4) {
                 return Err(ConfigError::Invalid("Wrong number of arguments in buffer limit configuration.".into()));
             }
             let mut limits = c.output_limits;
-            for class in words.chunks(4) {
+            for class in a.chunks(4) {
                 let index = match class[0].to_ascii_lowercase().as_str() {
                     "normal" => 0,
                     "slave" | "replica" => 1,
@@ -1048,10 +1044,9 @@ pub static DIRECTIVES: &[Directive] = &[
         mutable: true,
         get: |c| c.latency_tracking_info_percentiles.iter().map(|p| format_percentile(*p)).collect::<Vec<_>>().join(" "),
         set: |c, a| {
-            let words: Vec<&str> = a.iter().flat_map(|w| w.split_whitespace()).collect();
-            let mut percentiles = Vec::with_capacity(words.len());
+            let mut percentiles = Vec::with_capacity(a.len());
             // Redis's two errors, word for word.
-            for word in words {
+            for word in a {
                 let p = word.parse::<f64>().map_err(|_| ConfigError::Invalid("Invalid latency-tracking-info-percentiles parameters".into()))?;
                 if !(0.0..=100.0).contains(&p) {
                     return Err(ConfigError::Invalid("latency-tracking-info-percentiles parameters should sit between [0.0,100.0]".into()));
@@ -1162,13 +1157,7 @@ pub static DIRECTIVES: &[Directive] = &[
         mutable: true,
         get: |c| c.save.iter().map(|r| format!("{} {}", r.seconds, r.changes)).collect::<Vec<_>>().join(" "),
         set: |c, a| {
-            // `--save "3600 1 300 100"` arrives as one argument: split it,
-            // as Redis does for its multi-argument directives.
-            let words: Vec<&str> = match a {
-                [one] if !one.is_empty() => one.split_whitespace().collect(),
-                _ => a.to_vec(),
-            };
-            c.save = parse_save_rules(&words)?;
+            c.save = parse_save_rules(a)?;
             Ok(())
         },
     },
@@ -1223,12 +1212,8 @@ pub static DIRECTIVES: &[Directive] = &[
         mutable: true,
         get: |c| c.oom_score_adj_values.map(|v| v.to_string()).join(" "),
         set: |c, a| {
-            let words: Vec<&str> = match a {
-                [one] => one.split_whitespace().collect(),
-                _ => a.to_vec(),
-            };
             let values: [&str; 3] =
-                words.try_into().map_err(|_| ConfigError::Invalid("wrong number of arguments".into()))?;
+                a.try_into().map_err(|_| ConfigError::Invalid("wrong number of arguments".into()))?;
             let mut parsed = [0i32; 3];
             for (out, word) in parsed.iter_mut().zip(values) {
                 *out = word.parse().ok().filter(|v| (-2000..=2000).contains(v)).ok_or_else(|| {
@@ -1448,14 +1433,9 @@ fn get_replicaof(c: &Config) -> String {
 }
 
 /// `replicaof <host> <port>` or `replicaof no one`, as Redis's
-/// `setConfigReplicaOfOption`; one argument holding both is what CONFIG
-/// REWRITE writes back (quoted, having a space).
+/// `setConfigReplicaOfOption`.
 fn set_replicaof(c: &mut Config, args: &[&str]) -> Result<(), ConfigError> {
-    let split: Vec<&str> = match args {
-        [both] => both.split_whitespace().collect(),
-        _ => args.to_vec(),
-    };
-    let [host, port] = split[..] else {
+    let [host, port] = args[..] else {
         return Err(ConfigError::Invalid("wrong number of arguments".into()));
     };
     if host.eq_ignore_ascii_case("no") && port.eq_ignore_ascii_case("one") {
@@ -1474,8 +1454,10 @@ fn is_default_value(given: &str, default: &str) -> bool {
         || matches!((given.parse::<i64>(), default.parse::<i64>()), (Ok(a), Ok(b)) if a == b)
 }
 
-/// Redis's `MULTI_ARG_CONFIG`s, whose single non-empty argument in a file
-/// or on the command line is split as Redis's `sdssplitargs` splits it.
+/// Redis's `MULTI_ARG_CONFIG`s: their single non-empty argument in a file
+/// or on the command line is split as Redis's `sdssplitargs` splits it,
+/// and a CONFIG SET value on its spaces, so that each setter gets the
+/// words.
 const MULTI_ARG: [&str; 9] = [
     "save",
     "client-output-buffer-limit",
@@ -1549,7 +1531,7 @@ impl Config {
             return Err(ConfigError::Immutable);
         }
         // Redis splits a multi-argument setting's value on spaces.
-        let args: Vec<&str> = if d.name == "bind" {
+        let args: Vec<&str> = if MULTI_ARG.contains(&d.name) {
             value.split(' ').filter(|a| !a.is_empty()).collect()
         } else {
             vec![value]

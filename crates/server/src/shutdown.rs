@@ -49,7 +49,7 @@ impl Flags {
     pub fn parse(words: &[&str]) -> Result<Flags, String> {
         let mut flags = Flags::default();
         let (mut save, mut nosave) = (false, false);
-        for word in words.iter().flat_map(|w| w.split(' ')).filter(|w| !w.is_empty()) {
+        for word in words {
             match word.to_ascii_lowercase().as_str() {
                 "default" => {}
                 "save" => save = true,
@@ -266,7 +266,7 @@ mod tests {
 
     #[test]
     fn signal_flags_parse_and_print_as_redis_does() {
-        let parse = |s: &str| Flags::parse(&[s]);
+        let parse = |s: &str| Flags::parse(&s.split(' ').collect::<Vec<_>>());
         assert_eq!(parse("default").map(|f| f.words()), Ok("default".into()));
         assert_eq!(parse("now nosave").map(|f| f.words()), Ok("nosave now".into()));
         assert_eq!(parse("default now").map(|f| f.words()), Ok("now".into()));

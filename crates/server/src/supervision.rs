@@ -7,8 +7,8 @@
 //! not daemonize: its manager keeps it.
 //!
 //! sd_notify's protocol is one datagram of `KEY=value` lines to a Unix
-//! socket, path or abstract name: written here rather than linking
-//! libsystemd, as Redis does.
+//! socket, path or abstract name: written here, where Redis links
+//! libsystemd.
 
 use std::io;
 use std::os::unix::net::UnixDatagram;
