@@ -139,6 +139,12 @@ pub fn take_noted() -> bool {
     NOTED.with(|n| n.replace(false))
 }
 
+/// Notes again what [`take_noted`] took, for the command it was taken
+/// from (a script, when commands ran beside it).
+pub fn note_modified() {
+    NOTED.with(|n| n.set(true));
+}
+
 /// While on, writes on the calling thread are not noted as modified: a
 /// dataset loaded in place of a flushed one (DEBUG RELOAD, a replica's
 /// full sync), whose flush already told every tracking client, as Redis's

@@ -238,6 +238,28 @@ impl Keyspace {
         Locked { guards, all: true }
     }
 
+    /// `lock` without waiting: None, holding nothing, if another thread
+    /// holds one of the shards.
+    pub fn try_lock(&self, indexes: &mut SmallVec<[usize; 4]>) -> Option<Locked<'_>> {
+        indexes.sort_unstable();
+        indexes.dedup();
+        let guards = indexes.iter().map(|&i| self.try_lock_shard(i)).collect::<Option<_>>()?;
+        Some(Locked { guards, all: false })
+    }
+
+    /// `lock_one` without waiting, as `try_lock`.
+    pub fn try_lock_one(&self, index: usize) -> Option<Locked<'_>> {
+        let mut guards = SmallVec::new();
+        guards.push(self.try_lock_shard(index)?);
+        Some(Locked { guards, all: false })
+    }
+
+    /// `lock_all` without waiting, as `try_lock`.
+    pub fn try_lock_all(&self) -> Option<Locked<'_>> {
+        let guards = (0..self.shards.len()).map(|i| self.try_lock_shard(i)).collect::<Option<_>>()?;
+        Some(Locked { guards, all: true })
+    }
+
     /// Step 1 of a snapshot (`crate::snapshot`): on each shard in turn,
     /// pauses new shrinks of the key tables and finishes the ones under way,
     /// holding the shard's lock for one `Shard::finish_shrink_step` of

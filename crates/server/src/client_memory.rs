@@ -2,7 +2,7 @@
 //! (`maxmemory-clients`), as Redis 7's.
 //!
 //! Each worker counts the connections it serves after they read or were
-//! written to (`worker.rs`'s `memory_of`), stores the count in the
+//! written to (`worker`'s `memory_of`), stores the count in the
 //! client's `ClientInfo::memory` (CLIENT LIST `tot-mem`) and adds the
 //! change to one sum here. When a change takes the sum past the limit, the
 //! largest clients that may be evicted are closed until it is back under:

@@ -116,7 +116,7 @@ pub struct Config {
     pub databases: usize,
     pub requirepass: Option<Vec<u8>>,
     /// `protected-mode`: with no password, only clients on the loopback
-    /// interface or the unix socket are served (`worker.rs`).
+    /// interface or the unix socket are served (`worker`).
     pub protected_mode: bool,
     /// `client-output-buffer-limit`, by class ([`OUTPUT_LIMIT_CLASSES`]).
     pub output_limits: [OutputLimit; 3],

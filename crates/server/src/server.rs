@@ -87,6 +87,9 @@ pub struct WorkerStats {
     /// Connections this worker serves or has been handed and not yet
     /// taken: where the next accepted connection goes is read from these.
     pub connections: AtomicUsize,
+    /// A busy script runs on this worker: its hook serves the worker's
+    /// connections, and new ones go elsewhere if they can.
+    pub beside_busy_script: AtomicBool,
     /// Each command's latency histogram (INFO latencystats), made at its
     /// first call. Behind a mutex only INFO and CONFIG RESETSTAT contend
     /// for: the worker's own thread records.
@@ -112,6 +115,7 @@ impl WorkerStats {
             reads_processed: AtomicU64::new(0),
             writes_processed: AtomicU64::new(0),
             connections: AtomicUsize::new(0),
+            beside_busy_script: AtomicBool::new(false),
             latency: Mutex::new((0..commands).map(|_| None).collect()),
         }
     }

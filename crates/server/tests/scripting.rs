@@ -148,42 +148,117 @@ fn a_redis_replica_gets_a_scripts_effects() {
     assert_eq!(r.cmd("SCRIPT EXISTS 0000000000000000000000000000000000000000"), Frame::Array(vec![int(0)]));
 }
 
-/// Past busy-reply-threshold other connections get -BUSY; SCRIPT KILL
-/// stops a script that has not written, and refuses one that has.
+/// Past busy-reply-threshold other connections get -BUSY, those open
+/// before and those that connect meanwhile alike; SCRIPT KILL stops a
+/// script that has not written, and refuses one that has. One worker:
+/// the script's hook serves the other clients, as Redis's does.
 #[test]
 fn busy_scripts_answer_busy_and_can_be_killed() {
-    // Two workers: the script holds one, a connection of the other
-    // serves the rest (connections are spread over the workers).
-    let server = Server::start(&["--threads", "2", "--busy-reply-threshold", "50"]);
+    let server = Server::start(&["--threads", "1", "--busy-reply-threshold", "50"]);
     let mut runner = server.client();
-    let mut candidates: Vec<Client> = (0..3).map(|_| server.client()).collect();
-    assert_eq!(candidates[0].cmd("SCRIPT KILL"), err("NOTBUSY No scripts in execution right now."));
-    runner.write_command(&["EVAL", "while true do end", "0"]);
-    let mut other = free_client(&mut candidates);
-    wait_busy(&mut other);
-    assert_eq!(other.cmd("SCRIPT KILL"), ok());
+    let mut before = server.client();
+    assert_eq!(before.cmd("SCRIPT KILL"), err("NOTBUSY No scripts in execution right now."));
+    // The runner's next command waits for the script, then runs.
+    runner.write_raw(&[common::encode(&["EVAL", "while true do end", "0"]), common::encode(&["PING"])].concat());
+    wait_busy(&mut before);
+    let mut during = server.client();
+    assert!(error_text(&during.cmd("GET k")).starts_with("BUSY"));
+    assert!(error_text(&during.cmd("FUNCTION KILL")).starts_with("BUSY"), "FUNCTION KILL stops functions only");
+    assert_eq!(during.cmd("SCRIPT KILL"), ok());
     let killed = error_text(&runner.read());
     assert!(killed.contains("Script killed by user with SCRIPT KILL"), "{killed}");
-    assert_eq!(other.cmd("PING"), simple("PONG"));
+    assert_eq!(runner.read(), simple("PONG"));
+    assert_eq!(before.cmd("PING"), simple("PONG"));
+    assert_eq!(during.cmd("PING"), simple("PONG"));
+
+    // A script that catches the kill with pcall meets it again outside.
+    let catching = "local f = function() while 1 do redis.call('ping') end end while 1 do pcall(f) end";
+    runner.write_command(&["EVAL", catching, "0"]);
+    wait_busy(&mut before);
+    assert_eq!(during.cmd("SCRIPT KILL"), ok());
+    let killed = error_text(&runner.read());
+    assert!(killed.starts_with("ERR Script killed by user with SCRIPT KILL"), "{killed}");
 
     runner.write_command(&["EVAL", "redis.call('set', 'x', 1) while true do end", "0"]);
-    wait_busy(&mut other);
-    let refused = error_text(&other.cmd("SCRIPT KILL"));
+    wait_busy(&mut before);
+    let refused = error_text(&before.cmd("SCRIPT KILL"));
     assert!(refused.starts_with("UNKILLABLE"), "{refused}");
     // Only SHUTDOWN NOSAVE (here, the end of the process) ends it, as in Redis.
+    let busy = error_text(&before.cmd("SHUTDOWN"));
+    assert!(busy.starts_with("BUSY"), "a save would wait for the script: {busy}");
 }
 
-/// The first of `candidates` that a worker other than the busy script's
-/// serves: it answers a PING.
-fn free_client(candidates: &mut Vec<Client>) -> Client {
-    for c in candidates.iter_mut() {
-        c.stream.set_read_timeout(Some(Duration::from_millis(300))).expect("timeout");
-        c.write_command(&["PING"]);
+/// With several workers, a client whose command met the script's locks
+/// before it turned busy is answered -BUSY once it does, rather than
+/// waiting for its end on whichever worker serves it; so are clients of
+/// the script's own worker.
+#[test]
+fn commands_waiting_for_a_script_are_answered_busy_once_it_is() {
+    let server = Server::start(&["--threads", "2", "--busy-reply-threshold", "300"]);
+    let mut runner = server.client();
+    let mut writers: Vec<Client> = (0..6).map(|_| server.client()).collect();
+    runner.write_command(&["EVAL", "while true do end", "0"]);
+    std::thread::sleep(Duration::from_millis(50));
+    for writer in &mut writers {
+        writer.write_command(&["SET", "k", "v"]);
     }
-    let free = candidates.iter_mut().position(|c| c.try_read().is_some()).expect("a connection on the free worker");
-    let client = candidates.swap_remove(free);
-    client.stream.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
-    client
+    for writer in &mut writers {
+        let refused = error_text(&writer.read());
+        assert!(refused.starts_with("BUSY"), "{refused}");
+    }
+    // A client that connects now is served too, wherever it lands.
+    for _ in 0..4 {
+        assert!(error_text(&server.client().cmd("PING")).starts_with("BUSY"));
+    }
+    assert_eq!(writers[0].cmd("SCRIPT KILL"), ok());
+    assert!(error_text(&runner.read()).contains("Script killed"));
+    for writer in &mut writers {
+        assert_eq!(writer.cmd("SET k v"), ok());
+    }
+}
+
+/// SHUTDOWN NOSAVE beside a busy script that wrote stops the server with
+/// none of the script's writes in the journal (Redis exits before it
+/// propagates them): the script is atomic on disk as in memory.
+#[test]
+fn shutdown_nosave_ends_a_busy_script_that_wrote_without_its_writes() {
+    let dir = temp_dir("scripting-shutdown-busy");
+    let args = ["--threads", "1", "--busy-reply-threshold", "50"];
+    let mut server = Server::start_in(&dir, &args);
+    let mut runner = server.client();
+    let mut other = server.client();
+    assert_eq!(other.cmd("SET kept 1"), ok());
+    runner.write_command(&["EVAL", "redis.call('set', 'kept', 2) redis.call('set', 'lost', 1) while true do end", "0"]);
+    wait_busy(&mut other);
+    other.write_command(&["SHUTDOWN", "NOSAVE"]);
+    common::wait_for("the server to stop", || !server.alive());
+    let server = Server::start_in(&dir, &args);
+    let mut c = server.client();
+    assert_eq!(c.cmd("GET kept"), bulk("1"));
+    assert_eq!(c.cmd("EXISTS lost"), int(0));
+}
+
+/// A client beside a busy script may drop its watches (UNWATCH, and
+/// DISCARD or a refused EXEC): the script's thread holds the shards, so
+/// they go when it ends, and the client's next transaction no longer
+/// sees the watched key.
+#[test]
+fn watches_dropped_beside_a_busy_script_are_gone_after_it() {
+    let server = Server::start(&["--threads", "1", "--busy-reply-threshold", "50"]);
+    let mut runner = server.client();
+    let mut watcher = server.client();
+    assert_eq!(watcher.cmd("WATCH w"), ok());
+    runner.write_command(&["EVAL", "while true do end", "0"]);
+    wait_busy(&mut watcher);
+    assert_eq!(watcher.cmd("UNWATCH"), ok());
+    assert!(error_text(&watcher.cmd("WATCH w")).starts_with("BUSY"), "WATCH needs the script's shards");
+    assert_eq!(server.client().cmd("SCRIPT KILL"), ok());
+    runner.read();
+    assert_eq!(runner.cmd("SET w changed"), ok());
+    assert_eq!(watcher.cmd("MULTI"), ok());
+    assert_eq!(watcher.cmd("SET w mine"), simple("QUEUED"));
+    assert_eq!(watcher.cmd("EXEC"), Frame::Array(vec![ok()]));
+    assert_eq!(watcher.cmd("GET w"), bulk("mine"));
 }
 
 fn wait_busy(client: &mut Client) {

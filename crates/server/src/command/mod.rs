@@ -638,6 +638,23 @@ pub fn lock_for<'a>(keyspace: &'a Keyspace, spec: &CommandSpec, argv: &[&[u8]]) 
     }
 }
 
+/// `lock_for` without waiting: None, holding nothing, if another thread
+/// holds one of the shards.
+fn try_lock_for<'a>(keyspace: &'a Keyspace, spec: &CommandSpec, argv: &[&[u8]]) -> Option<Locked<'a>> {
+    if spec.has(flags::ALL_SHARDS) {
+        return keyspace.try_lock_all();
+    }
+    let keys = spec.key_indexes(argv);
+    match keys.as_slice() {
+        [] => keyspace.try_lock(&mut SmallVec::new()),
+        [one] => keyspace.try_lock_one(keyspace.shard_of_key(argv[*one])),
+        many => {
+            let mut shards: SmallVec<[usize; 4]> = many.iter().map(|&i| keyspace.shard_of_key(argv[i])).collect();
+            keyspace.try_lock(&mut shards)
+        }
+    }
+}
+
 /// Looks `argv[0]` up (and `argv[1]` for container commands) and checks
 /// the arity, answering Redis's errors. The index is the stat index.
 pub fn resolve(argv: &[&[u8]]) -> Result<(usize, &'static CommandSpec), CmdError> {
@@ -1055,7 +1072,17 @@ pub fn run_locked(
     lsn: &mut u64,
     handler: impl FnOnce(&mut Ctx<'_>, &[&[u8]]) -> CmdResult,
 ) -> CmdResult {
-    let locked = lock_for(&server.keyspace, spec, argv);
+    let claim = (spec.group == "scripting" && spec.has(flags::ALL_SHARDS)).then(|| server.scripts.run.claim());
+    let keyspace = &server.keyspace;
+    let locked = crate::scripting::lock_or_busy(
+        server,
+        (client.is_master, claim.is_some()),
+        || try_lock_for(keyspace, spec, argv),
+        || lock_for(keyspace, spec, argv),
+    )
+    .inspect_err(|_| {
+        stats.commands[index].rejected_calls.fetch_add(1, Ordering::Relaxed);
+    })?;
     let mut ctx = Ctx::new(server, stats, client, wbuf, locked, now_ms);
     crate::durability::check_writable(server, spec, ctx.client.is_master)?;
     let result = run_with(&mut ctx, index, spec, argv, handler);

@@ -227,6 +227,12 @@ fn shutdown(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     if !flags.now && !ctx.can_block() {
         return Err(CmdError::other("ERR SHUTDOWN without NOW or ABORT isn't allowed for DENY BLOCKING client"));
     }
+    // Beside a busy script only NOSAVE may stop the server, as in Redis:
+    // a save would wait for the shards the script holds.
+    let run = &ctx.server.scripts.run;
+    if run.busy() && flags.save != FinalSave::NoSave {
+        return Err(CmdError::other(run.busy_error()));
+    }
     // Blocked until the server stops, or answered if it cannot.
     let waiter = crate::blocking::block_for_shutdown(ctx, argv);
     crate::shutdown::begin(ctx.server, flags, Some(waiter));

@@ -79,12 +79,25 @@ fn unwatch(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
 }
 
 /// Drops every watch of `client`, taking each shard's lock briefly.
+/// Beside a busy script, whose thread holds every shard, they are
+/// dropped when it ends, and the client watches with a new flag
+/// meanwhile.
 pub fn unwatch_all(server: &Server, client: &mut Client) {
-    for (db, key) in client.watching.drain(..) {
-        let mut locked = server.keyspace.lock_one(server.keyspace.shard_of_key(&key));
-        locked.shard_for(&server.keyspace, &key).db(db).unwatch(&key, &client.watch_flag);
+    let watching = std::mem::take(&mut client.watching);
+    if crate::worker::beside_a_script() && !watching.is_empty() {
+        let flag = std::mem::take(&mut client.watch_flag);
+        crate::worker::defer_beside_script(Box::new(move |server| unwatch_keys(server, watching, &flag)));
+        return;
     }
+    unwatch_keys(server, watching, &client.watch_flag);
     client.watch_flag.store(false, Ordering::Release);
+}
+
+fn unwatch_keys(server: &Server, watching: Vec<(usize, Box<[u8]>)>, flag: &keel_engine::WatchFlag) {
+    for (db, key) in watching {
+        let mut locked = server.keyspace.lock_one(server.keyspace.shard_of_key(&key));
+        locked.shard_for(&server.keyspace, &key).db(db).unwatch(&key, flag);
+    }
 }
 
 fn exec(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
@@ -102,16 +115,30 @@ fn exec(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
 
     // Every shard the transaction can touch, locked once, in order.
     let keyspace = ctx.dbs.keyspace;
-    let mut all = false;
+    let (mut all, mut scripts) = (false, false);
     let mut shards: SmallVec<[usize; 4]> = SmallVec::new();
     for argv in &queued {
         if let Ok((_, spec)) = resolve(argv) {
             all |= spec.has(ALL_SHARDS);
+            scripts |= spec.group == "scripting" && spec.has(ALL_SHARDS);
             shards.extend(spec.key_indexes(argv).iter().map(|&i| keyspace.shard_of_key(argv[i])));
         }
     }
     shards.extend(ctx.client.watching.iter().map(|(_, k)| keyspace.shard_of_key(k)));
-    ctx.dbs.locked = if all { keyspace.lock_all() } else { keyspace.lock(&mut shards) };
+    let _claim = scripts.then(|| ctx.server.scripts.run.claim());
+    let locked = crate::scripting::lock_or_busy(
+        ctx.server,
+        (ctx.client.is_master, scripts),
+        || if all { keyspace.try_lock_all() } else { keyspace.try_lock(&mut shards.clone()) },
+        || if all { keyspace.lock_all() } else { keyspace.lock(&mut shards.clone()) },
+    );
+    ctx.dbs.locked = match locked {
+        Ok(locked) => locked,
+        Err(busy) => {
+            unwatch_all(ctx.server, ctx.client);
+            return Err(CmdError::other(format!("EXECABORT Transaction discarded because of: {busy}")));
+        }
+    };
 
     let touched = ctx.client.watch_flag.load(Ordering::Acquire);
     let now = ctx.now_ms;

@@ -57,6 +57,38 @@ pub(super) enum Target<'s> {
     Function(&'s str),
 }
 
+/// The instruction hook of [`Engine::watch_runs`]. Once it stops a
+/// script (`stopped`) it fires on every line as well, as Redis's does,
+/// so that a script catching the error with `pcall` meets it again
+/// outside (but not in the sandbox's own code, which reports it).
+fn run_hook(state: Arc<super::RunState>, stopped: bool) -> impl Fn(&Lua, mlua::Debug) -> mlua::Result<VmState> {
+    move |lua, debug| {
+        if stopped && debug.source().source.as_deref() == Some("=keel") {
+            return Ok(VmState::Continue);
+        }
+        if !stopped {
+            let mut killed = state.tick();
+            if state.busy() && !killed {
+                if crate::worker::serve_beside_busy_script() {
+                    state.abandon();
+                }
+                killed = state.killed();
+            }
+            if !killed && !state.abandoned() {
+                return Ok(VmState::Continue);
+            }
+            if killed {
+                tracing::warn!("Lua script killed by user with SCRIPT KILL.");
+            }
+            lua.set_hook(HookTriggers::EVERY_LINE.every_nth_instruction(HOOK_INSTRUCTIONS), run_hook(state.clone(), true));
+        }
+        Err(mlua::Error::runtime(match state.abandoned() {
+            true => "Script abandoned: the server is shutting down",
+            false => "Script killed by user with SCRIPT KILL...",
+        }))
+    }
+}
+
 /// A function a library's code registered while it loaded.
 struct Registered {
     info: super::functions::FunctionInfo,
@@ -132,17 +164,12 @@ impl Engine {
     }
 
     /// The hook that, every 100,000 instructions, marks a long script
-    /// busy and stops one that SCRIPT KILL or FUNCTION KILL asked to stop
-    /// (set once: it costs nothing between scripts).
+    /// busy, serves the worker's other clients while it is
+    /// (`crate::worker::serve_beside_busy_script`), and stops one that
+    /// SCRIPT KILL or FUNCTION KILL asked to stop, or that the server's
+    /// stop abandons (set once: it costs nothing between scripts).
     fn watch_runs(&self) {
-        let state = self.run.clone();
-        self.lua.set_hook(HookTriggers::new().every_nth_instruction(HOOK_INSTRUCTIONS), move |_, _| {
-            if state.tick() {
-                tracing::warn!("Lua script killed by user with SCRIPT KILL.");
-                return Err(mlua::Error::runtime("Script killed by user with SCRIPT KILL..."));
-            }
-            Ok(VmState::Continue)
-        });
+        self.lua.set_hook(HookTriggers::new().every_nth_instruction(HOOK_INSTRUCTIONS), run_hook(self.run.clone(), false));
     }
 
     /// Compiles source `code` (binary chunks refused, as Redis's Lua does)
@@ -337,7 +364,20 @@ pub(super) fn run(ctx: &mut Ctx<'_>, target: Target<'_>, keys: &[&[u8]], args: &
     let caller_db = ctx.client.db;
     let in_transaction = std::mem::replace(&mut ctx.durability.in_transaction, true);
     ctx.in_script = true;
-    let result = with_engine(server, |engine| run_in(engine, ctx, target, keys, args, mode));
+    let result = with_engine(server, |engine| {
+        let result = run_in(engine, ctx, target, keys, args, mode);
+        if state.killed() || state.abandoned() {
+            // Back to the instruction count alone.
+            engine.watch_runs();
+        }
+        result
+    });
+    if state.abandoned() {
+        // The process stops with the script half run: none of it, nor of
+        // a transaction around it, reaches the journal or replicas, as
+        // Redis exits before it propagates a script's effects.
+        ctx.durability.log.clear();
+    }
     ctx.in_script = false;
     ctx.durability.in_transaction = in_transaction;
     // SELECT inside a script is the script's own (Redis 7.0).

@@ -18,10 +18,13 @@
 //!   whole. Its reply waits, under `appendfsync always`, for what its
 //!   commands wrote and read.
 //! - **Busy scripts.** Past `busy-reply-threshold` a script is busy:
-//!   commands from other workers' connections get -BUSY, and SCRIPT KILL
-//!   from one of them stops a script that has not written. A busy script
-//!   holds the worker that runs it, so connections served by that worker
-//!   wait for the script's end (Redis serves them from inside the script).
+//!   other clients' commands get -BUSY, but for the few Redis allows then
+//!   (SCRIPT KILL stops a script that has not written, SHUTDOWN NOSAVE
+//!   stops the server without the script's writes). The script's hook
+//!   serves its own worker's other connections meanwhile
+//!   (`crate::worker::serve_beside_busy_script`), as Redis serves clients
+//!   from inside a script, and commands on other workers that met the
+//!   script's locks give up once it is busy ([`lock_or_busy`]).
 
 mod engine;
 pub mod functions;
@@ -30,7 +33,7 @@ mod libs;
 pub use libs::decode_untrusted;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -93,9 +96,16 @@ pub struct Scripts {
 #[derive(Default)]
 pub struct RunState {
     running: AtomicBool,
+    /// Commands about to run a script, or running one ([`RunState::claim`]).
+    claims: AtomicUsize,
+    /// Commands that found a shard held and, seeing no script, wait for
+    /// it the plain way ([`lock_or_busy`]).
+    deciding: AtomicUsize,
     /// Past `busy-reply-threshold`: other clients get -BUSY.
     busy: AtomicBool,
     killed: AtomicBool,
+    /// Stopped half run because the server is stopping.
+    abandoned: AtomicBool,
     /// The script has run a write command: it can no longer be killed.
     pub(super) wrote: AtomicBool,
     /// Sent by our master: never killed.
@@ -114,7 +124,7 @@ impl RunState {
     }
 
     /// The -BUSY answer while a script is busy.
-    fn busy_error(&self) -> &'static str {
+    pub fn busy_error(&self) -> &'static str {
         if self.is_eval.load(Ordering::Relaxed) {
             BUSY
         } else {
@@ -127,6 +137,7 @@ impl RunState {
         *self.started.lock() = Some(Instant::now());
         self.threshold_ms.store(threshold_ms, Ordering::Relaxed);
         self.killed.store(false, Ordering::Relaxed);
+        self.abandoned.store(false, Ordering::Relaxed);
         self.wrote.store(false, Ordering::Relaxed);
         self.from_master.store(from_master, Ordering::Relaxed);
         self.running.store(true, Ordering::Release);
@@ -156,6 +167,18 @@ impl RunState {
             }
         }
         self.killed.load(Ordering::Relaxed)
+    }
+
+    pub(super) fn killed(&self) -> bool {
+        self.killed.load(Ordering::Relaxed)
+    }
+
+    pub(super) fn abandon(&self) {
+        self.abandoned.store(true, Ordering::Relaxed);
+    }
+
+    pub(super) fn abandoned(&self) -> bool {
+        self.abandoned.load(Ordering::Relaxed)
     }
 
     /// SCRIPT KILL's answer (`eval`), or FUNCTION KILL's: each stops
@@ -194,6 +217,35 @@ impl RunState {
 
     pub fn running_eval(&self) -> bool {
         self.running.load(Ordering::Acquire) && self.is_eval.load(Ordering::Relaxed)
+    }
+
+    /// Taken by a command that may run a script before it locks every
+    /// shard, for as long as it runs: from then on other threads that
+    /// find a shard held wait in a way that notices the script turn busy
+    /// ([`lock_or_busy`]). Those that already chose to wait the plain way
+    /// get their shard first, from whoever holds it now: else one could
+    /// end up waiting behind the script.
+    pub fn claim(&self) -> Claim<'_> {
+        self.claims.fetch_add(1, Ordering::SeqCst);
+        while self.deciding.load(Ordering::SeqCst) > 0 {
+            std::thread::yield_now();
+        }
+        Claim(self)
+    }
+
+    /// Whether a script may hold the shards: one is running, or claimed
+    /// by another than the caller's `own` claims.
+    fn may_hold_shards(&self, own: usize) -> bool {
+        self.claims.load(Ordering::SeqCst) > own || self.running.load(Ordering::Acquire)
+    }
+}
+
+/// A command's [`RunState::claim`], given back when dropped.
+pub struct Claim<'a>(&'a RunState);
+
+impl Drop for Claim<'_> {
+    fn drop(&mut self) {
+        self.0.claims.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -411,4 +463,59 @@ fn mode(ctx: &Ctx<'_>, script_flags: u32, read_only: bool) -> Result<engine::Mod
 pub fn busy_refusal(server: &crate::server::Server, spec: &crate::command::CommandSpec) -> Option<&'static str> {
     let run = &server.scripts.run;
     (run.busy() && !spec.has(crate::command::flags::ALLOW_BUSY)).then(|| run.busy_error())
+}
+
+/// Takes a command's shards: with `lock` when no script may hold them,
+/// else by trying (`try_lock`) until the script ends, giving up with
+/// -BUSY once it turns busy. Without this a worker that met the script's
+/// locks before it turned busy would wait for its end, with its
+/// connections, SCRIPT KILL's among them, unanswered. The commands Redis
+/// runs beside a busy script that need shards (WATCH) are refused too, as
+/// is any command on the script's own thread, where it runs beside the
+/// script ([`crate::worker::beside_a_script`]) and holds them itself. The
+/// master's stream waits (as in `busy_refusal`). `claimed`: the caller
+/// holds a [`RunState::claim`].
+pub fn lock_or_busy<'a>(
+    server: &crate::server::Server,
+    (master, claimed): (bool, bool),
+    try_lock: impl Fn() -> Option<keel_engine::Locked<'a>>,
+    lock: impl FnOnce() -> keel_engine::Locked<'a>,
+) -> Result<keel_engine::Locked<'a>, CmdError> {
+    let run = &server.scripts.run;
+    if master {
+        return Ok(lock());
+    }
+    if let Some(locked) = try_lock() {
+        return Ok(locked);
+    }
+    let own = usize::from(claimed);
+    run.deciding.fetch_add(1, Ordering::SeqCst);
+    if !run.may_hold_shards(own) {
+        // Held by a plain command: wait for it, with a claim waiting for
+        // us in turn ([`RunState::claim`]).
+        let locked = lock();
+        run.deciding.fetch_sub(1, Ordering::SeqCst);
+        return Ok(locked);
+    }
+    run.deciding.fetch_sub(1, Ordering::SeqCst);
+    let mut yields = 0;
+    loop {
+        if let Some(locked) = try_lock() {
+            return Ok(locked);
+        }
+        if crate::worker::beside_a_script() || run.busy() {
+            return Err(CmdError::other(run.busy_error()));
+        }
+        if !run.may_hold_shards(own) {
+            return Ok(lock());
+        }
+        // A short script lets go within microseconds; a long one is
+        // looked at again every millisecond.
+        if yields < 100 {
+            yields += 1;
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
 }

@@ -2,7 +2,12 @@
 //! requests, executes them to completion against the locked shards, and
 //! writes the replies. Every worker accepts on its own SO_REUSEPORT
 //! listener, and passes each connection it admits to the worker serving
-//! the fewest ([`Worker::admit`]).
+//! the fewest ([`Worker::admit`]). While one of its clients runs a busy
+//! script, the script's hook serves the others ([`beside`]).
+
+mod beside;
+
+pub use beside::{beside_a_script, defer_beside_script, serve_beside_busy_script};
 
 use std::collections::{HashMap, VecDeque};
 use std::io::{self, Read, Write};
@@ -63,6 +68,13 @@ enum Stream {
 }
 
 impl Stream {
+    fn raw_fd(&self) -> std::os::fd::RawFd {
+        match self {
+            Stream::Tcp(s) => std::os::fd::AsRawFd::as_raw_fd(s),
+            Stream::Unix(s) => std::os::fd::AsRawFd::as_raw_fd(s),
+        }
+    }
+
     fn source(&mut self) -> &mut dyn mio::event::Source {
         match self {
             Stream::Tcp(s) => s,
@@ -152,6 +164,8 @@ struct McConn {
 /// What the parsers of both protocols are bounded by.
 struct ParseLimits {
     resp: keel_protocol::Limits,
+    /// `client-query-buffer-limit`.
+    query_buffer: usize,
     memcache: keel_protocol::memcache::McLimits,
 }
 
@@ -185,12 +199,15 @@ pub struct Worker {
     stats: Arc<WorkerStats>,
     poll: Poll,
     mailbox: Arc<Mailbox>,
-    conns: Slab<Conn>,
+    /// Boxed, so that taking one out while it runs a command
+    /// ([`Worker::with_conn_out`]) moves a pointer.
+    conns: Slab<Box<Conn>>,
     /// Client id to position in `conns`, for what other threads send a
     /// client (messages, served pops).
     by_id: HashMap<u64, usize>,
-    /// Those on `port` are in `tcp`, shared with whoever replaces them.
-    listeners: Listeners,
+    /// Those on `port` are in `tcp`, shared with whoever replaces them;
+    /// the others with a busy script's hook.
+    listeners: Arc<Listeners>,
     tcp: crate::listen::SharedListeners,
     /// Some connection may be held by a pause (saves scanning every
     /// connection on every loop turn).
@@ -234,6 +251,7 @@ impl Worker {
         let waker = mio::Waker::new(poll.registry(), WAKER)?;
         let mailbox = Arc::new(Mailbox { queue: Default::default(), waker, awaiting_durable: false.into() });
         let stats = server.workers[index].clone();
+        let listeners = Arc::new(listeners);
         Ok(Worker {
             index,
             server,
@@ -260,6 +278,7 @@ impl Worker {
     }
 
     pub fn run(mut self) {
+        beside::attach(self.index, &self.server, &self.stats, &self.tcp, &self.listeners, &self.mailbox);
         let mut events = Events::with_capacity(1024);
         let mut next_cron = Instant::now();
         loop {
@@ -291,15 +310,15 @@ impl Worker {
             for event in events.iter() {
                 match event.token() {
                     WAKER => self.drain_mailbox(),
-                    UNIX_LISTENER => self.accept_unix(),
+                    UNIX_LISTENER => self.accept(Door::Unix),
                     t if t.0 <= TCP_LISTENER.0
                         && t.0 > TCP_LISTENER.0 - 2 * LISTENERS_MAX
                         && (TCP_LISTENER.0 - t.0).is_multiple_of(2) =>
                     {
-                        self.accept_tcp((TCP_LISTENER.0 - t.0) / 2, false)
+                        self.accept(Door::Tcp((TCP_LISTENER.0 - t.0) / 2))
                     }
                     t if t.0 <= MEMCACHE_LISTENER.0 && t.0 > MEMCACHE_LISTENER.0 - LISTENERS_MAX => {
-                        self.accept_tcp(MEMCACHE_LISTENER.0 - t.0, true)
+                        self.accept(Door::Memcache(MEMCACHE_LISTENER.0 - t.0))
                     }
                     Token(key) => self.serve(key, event.is_read_closed()),
                 }
@@ -345,152 +364,46 @@ impl Worker {
         }
     }
 
-    fn accept_tcp(&mut self, which: usize, memcache: bool) {
-        loop {
-            // Released at once: CONFIG SET holds the settings' lock while
-            // it takes this one, and admitting a client reads them.
-            let accepted = match memcache {
-                true => self.listeners.memcache.get(which).map(TcpListener::accept),
-                false => self.tcp.lock().get(which).map(TcpListener::accept),
-            };
-            // An event of a listener CONFIG SET has just closed.
-            let Some(accepted) = accepted else { return };
-            match accepted {
-                Ok((stream, peer)) => {
-                    let _ = stream.set_nodelay(true);
-                    let keepalive = self.server.config.read().tcp_keepalive_s;
-                    if keepalive > 0 {
-                        let sock = socket2::SockRef::from(&stream);
-                        let _ = sock.set_tcp_keepalive(
-                            &socket2::TcpKeepalive::new().with_time(Duration::from_secs(keepalive)),
-                        );
-                    }
-                    let laddr = stream.local_addr().map(|a| fmt_addr(&a)).unwrap_or_default();
-                    // Redis's `islocalClient`: these two addresses exactly.
-                    let local = peer.ip() == Ipv4Addr::LOCALHOST || peer.ip() == Ipv6Addr::LOCALHOST;
-                    self.admit(Stream::Tcp(stream), fmt_addr(&peer), laddr, local, memcache);
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
-                Err(e) => {
-                    tracing::warn!("accept failed: {e}");
-                    return;
-                }
-            }
-        }
+    /// Takes what waits at `door`, each connection as [`Worker::admit`]
+    /// decides.
+    fn accept(&mut self, door: Door) {
+        let (server, tcp, listeners) = (self.server.clone(), self.tcp.clone(), self.listeners.clone());
+        accept_at(&server, &tcp, &listeners, door, |accepted, local| self.admit(accepted, local));
     }
 
-    fn accept_unix(&mut self) {
-        loop {
-            let Some(listener) = self.listeners.unix.as_ref() else { return };
-            match listener.accept() {
-                Ok((stream, _)) => {
-                    let path = self.server.config.read().unixsocket.clone().unwrap_or_default();
-                    let path = path.display().to_string();
-                    self.admit(Stream::Unix(stream), format!("{path}:0"), path, true, false);
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
-                Err(e) => {
-                    tracing::warn!("accept failed: {e}");
-                    return;
-                }
-            }
-        }
-    }
-
-    /// Lets a new connection in, or refuses it as Redis does (maxclients,
-    /// protected mode; `local`: from the unix socket or the loopback
-    /// address), and hands it to the worker serving the fewest
-    /// connections, this one on a tie. The kernel's SO_REUSEPORT hash
-    /// alone split 70 connections 40/30 over two workers, and the unix
-    /// socket is worker 0's alone.
-    fn admit(&mut self, mut stream: Stream, addr: String, laddr: String, local: bool, memcache: bool) {
-        self.stats.connections_received.fetch_add(1, Ordering::Relaxed);
-        let (maxclients, protected) = {
-            let config = self.server.config.read();
-            (config.maxclients, config.protected_mode)
-        };
-        // A memcached client cannot authenticate: only a default user
-        // that needs no password serves it. Protected mode looks at
-        // nopass alone, as Redis's.
-        let needs_auth = !self.server.acl.default_open();
-        let nopass = self.server.acl.default_user().rules().flags & crate::acl::USER_NOPASS != 0;
-        let refusal: Option<&[u8]> = if self.server.clients.connected.load(Ordering::Relaxed) >= maxclients {
-            Some(if memcache { b"SERVER_ERROR max number of clients reached\r\n" } else { b"-ERR max number of clients reached\r\n" })
-        } else if memcache && needs_auth {
-            // The text protocol has no way to give a password.
-            Some(b"SERVER_ERROR requirepass is set: Keel serves memcached clients only without a password\r\n")
-        } else if protected && nopass && !local {
-            Some(if memcache { MEMCACHE_PROTECTED_MODE_DENIED } else { PROTECTED_MODE_DENIED })
-        } else {
-            None
-        };
-        if let Some(refusal) = refusal {
-            // Counted first: a client that has read the refusal must find it in INFO.
-            self.stats.rejected_connections.fetch_add(1, Ordering::Relaxed);
-            let _ = stream.write_all(refusal);
+    /// Lets a new connection in, or refuses it as Redis does
+    /// ([`admitted`]), and hands it to the worker serving the fewest
+    /// connections ([`least_loaded`]).
+    fn admit(&mut self, mut accepted: Accepted, local: bool) {
+        if !admitted(&self.server, &self.stats, &mut accepted, local) {
             return;
         }
-        let accepted = Accepted { stream, addr, laddr, memcache };
-        match self.least_loaded() {
+        match least_loaded(&self.server, self.index) {
             target if target == self.index => self.adopt(accepted),
             target => self.server.send(target, Message::Adopt(accepted)),
         }
     }
 
-    /// The worker serving the fewest connections (this one among equals),
-    /// counted as serving one more from now on.
-    fn least_loaded(&self) -> usize {
-        let workers = &self.server.workers;
-        let mut target = self.index;
-        let mut fewest = workers[target].connections.load(Ordering::Relaxed);
-        for (index, worker) in workers.iter().enumerate() {
-            let serving = worker.connections.load(Ordering::Relaxed);
-            if serving < fewest {
-                (target, fewest) = (index, serving);
-            }
-        }
-        workers[target].connections.fetch_add(1, Ordering::Relaxed);
-        target
-    }
-
     /// Starts serving a connection admitted here or by another worker.
     fn adopt(&mut self, accepted: Accepted) {
-        let Accepted { mut stream, addr, laddr, memcache } = accepted;
-        let unix = matches!(stream, Stream::Unix(_));
-        let fd = match &stream {
-            Stream::Tcp(s) => std::os::fd::AsRawFd::as_raw_fd(s),
-            Stream::Unix(s) => std::os::fd::AsRawFd::as_raw_fd(s),
-        };
-        let info = Arc::new(ClientInfo::new(self.server.clients.next_id(), addr, laddr, fd, unix));
-        let mut client = Client::new(info.clone(), self.server.acl.starts_authenticated() || memcache);
-        client.set_user(self.server.acl.default_user());
-        client.worker = self.index;
+        let conn = new_conn(&self.server, self.index, accepted);
+        self.install(conn);
+    }
+
+    /// Takes a new connection into the loop.
+    fn install(&mut self, mut conn: Box<Conn>) {
         let entry = self.conns.vacant_entry();
         let token = Token(entry.key());
-        if let Err(e) = self.poll.registry().register(stream.source(), token, Interest::READABLE | Interest::WRITABLE)
-        {
+        if let Err(e) = self.poll.registry().register(conn.stream.source(), token, Interest::READABLE | Interest::WRITABLE) {
             tracing::warn!("register failed: {e}");
             self.stats.connections.fetch_sub(1, Ordering::Relaxed);
             return;
         }
+        let info = conn.client.info.clone();
+        let memcache = conn.memcache.is_some();
         self.server.clients.register(info.clone(), self.index);
         self.by_id.insert(info.id, token.0);
-        entry.insert(Conn {
-            stream,
-            client,
-            rbuf: vec![0; READ_CHUNK],
-            rstart: 0,
-            rend: 0,
-            rpeak: 0,
-            wbuf: Vec::new(),
-            wpos: 0,
-            paused: false,
-            gate: VecDeque::new(),
-            gated: false,
-            unsent: false,
-            over_soft_since: None,
-            memcache: memcache.then(Box::default),
-        });
+        entry.insert(conn);
         crate::client_memory::account(&self.server, &info, memory_of(&self.conns[token.0]));
         if memcache {
             let state = &self.server.memcache;
@@ -554,76 +467,23 @@ impl Worker {
         }
     }
 
-    /// Reads what the socket has, executes every complete request, and
-    /// writes the replies.
-    ///
-    /// A read that leaves room in the buffer has drained the socket: under
-    /// edge-triggered polling, data that arrives later raises a new event, so
-    /// the extra read that would only answer EAGAIN is skipped (one syscall
-    /// fewer per request). A peer that half-closed raised its only event
-    /// already (`read_closed`), so then reading goes on to the end.
+    /// Reads what the socket has, executes every complete request
+    /// ([`read_and_process`]), and writes the replies.
     fn serve(&mut self, key: usize, read_closed: bool) {
         let limits = self.limits();
-        let query_limit = self.server.config.read().client_query_buffer_limit;
-        let Some(conn) = self.conns.get_mut(key) else { return };
+        let Some(conn) = self.conns.get(key) else { return };
         // Evicted or killed from another thread: nothing more of it runs.
         if conn.client.info.kill.load(Ordering::Acquire) {
             self.close(key);
             return;
         }
-        let mut eof = false;
-        loop {
-            if conn.rend == conn.rbuf.len() {
-                if conn.rstart > 0 {
-                    conn.rbuf.copy_within(conn.rstart..conn.rend, 0);
-                    conn.rend -= conn.rstart;
-                    conn.rstart = 0;
-                } else {
-                    grow_read_buffer(&self.server, conn, &limits.resp);
-                }
-            }
-            match conn.stream.read(&mut conn.rbuf[conn.rend..]) {
-                Ok(0) => {
-                    eof = true;
-                    break;
-                }
-                Ok(n) => {
-                    conn.rend += n;
-                    conn.rpeak = conn.rpeak.max(conn.rend - conn.rstart);
-                    self.stats.reads_processed.fetch_add(1, Ordering::Relaxed);
-                    self.stats.net_input_bytes.fetch_add(n as u64, Ordering::Relaxed);
-                    if conn.rend - conn.rstart > query_limit {
-                        tracing::warn!("closing client that reached max query buffer length");
-                        eof = true;
-                        break;
-                    }
-                    // Execute as we go so that a deep pipeline is not
-                    // buffered whole before the first reply.
-                    if conn.rend == conn.rbuf.len() {
-                        process(&self.server, &self.stats, conn, &limits);
-                        if conn.wbuf.len() - conn.wpos >= WRITE_HIGH_WATER {
-                            if self.write_first {
-                                // As at the end of the turn (`send_unsent`).
-                                write_journal_first(&self.server);
-                            }
-                            if write_out(conn, &self.stats, durable_lsn(&self.server)).is_err() {
-                                eof = true;
-                                break;
-                            }
-                        }
-                    } else if !read_closed {
-                        break;
-                    }
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(_) => {
-                    eof = true;
-                    break;
-                }
-            }
-        }
-        process(&self.server, &self.stats, conn, &limits);
+        let write_first = self.write_first;
+        let Some(eof) = self.with_conn_out(key, |server, stats, conn| {
+            read_and_process(server, stats, conn, &limits, read_closed, write_first)
+        }) else {
+            return;
+        };
+        let conn = &mut self.conns[key];
         self.any_paused |= conn.paused;
         if conn.client.blocked.is_some() && !self.blocked.contains(&key) {
             self.blocked.push(key);
@@ -643,6 +503,45 @@ impl Worker {
         self.flush(key);
     }
 
+    /// Runs `f` on connection `key`, taken out of `conns` meanwhile, with
+    /// the others lent to this thread's [`beside`] for as long as it runs:
+    /// a script `f` runs serves them from its hook once it is busy, as
+    /// Redis does (`processEventsWhileBlocked`), where they would
+    /// otherwise wait for its end, SCRIPT KILL among them. What the hook
+    /// did is then taken into the loop.
+    fn with_conn_out<R>(&mut self, key: usize, f: impl FnOnce(&Server, &WorkerStats, &mut Conn) -> R) -> Option<R> {
+        let mut conn = self.conns.try_remove(key)?;
+        beside::lend(std::mem::take(&mut self.conns));
+        let result = f(&self.server, &self.stats, &mut conn);
+        let (conns, served) = beside::reclaim();
+        self.conns = conns;
+        // Nothing entered or left `conns` meanwhile, so `key` is the slab's
+        // next free place again.
+        let entry = self.conns.vacant_entry();
+        assert_eq!(entry.key(), key, "a connection came back to another place");
+        entry.insert(conn);
+        if let Some(served) = served {
+            self.take_in(served);
+        }
+        Some(result)
+    }
+
+    /// Takes into the loop what a busy script's hook did: the connections
+    /// it accepted, the replies it wrote, the watches it left to drop.
+    fn take_in(&mut self, served: beside::Served) {
+        for conn in served.newcomers {
+            self.install(conn);
+        }
+        // Some client may have been held by a pause meanwhile.
+        self.any_paused = true;
+        for key in served.touched {
+            self.flush(key);
+        }
+        for deferred in served.deferred {
+            deferred(&self.server);
+        }
+    }
+
     /// Runs the input that held connections keep, once neither a pause nor
     /// the start of a load holds them, or a pause got weaker (a write
     /// held again is held as before).
@@ -660,10 +559,15 @@ impl Worker {
         let paused: Vec<usize> = self.conns.iter().filter(|(_, c)| c.paused).map(|(k, _)| k).collect();
         let limits = self.limits();
         for key in paused {
-            let Some(conn) = self.conns.get_mut(key) else { continue };
-            conn.paused = false;
-            conn.client.info.blocked.store(false, Ordering::Relaxed);
-            process(&self.server, &self.stats, conn, &limits);
+            let ran = self.with_conn_out(key, |server, stats, conn| {
+                conn.paused = false;
+                conn.client.info.blocked.store(false, Ordering::Relaxed);
+                process(server, stats, conn, &limits);
+            });
+            if ran.is_none() {
+                continue;
+            }
+            let conn = &mut self.conns[key];
             self.any_paused |= conn.paused;
             if conn.client.blocked.is_some() && !self.blocked.contains(&key) {
                 self.blocked.push(key);
@@ -764,8 +668,8 @@ impl Worker {
             conn.gate.push_back((start, lsn));
         }
         let limits = self.limits();
+        self.with_conn_out(key, |server, stats, conn| process(server, stats, conn, &limits));
         let conn = &mut self.conns[key];
-        process(&self.server, &self.stats, conn, &limits);
         self.any_paused |= conn.paused;
         if conn.client.blocked.is_some() {
             self.blocked.push(key);
@@ -774,11 +678,7 @@ impl Worker {
     }
 
     fn limits(&self) -> ParseLimits {
-        let config = self.server.config.read();
-        ParseLimits {
-            resp: keel_protocol::Limits { max_bulk_len: config.proto_max_bulk_len, ..keel_protocol::Limits::default() },
-            memcache: keel_protocol::memcache::McLimits { max_item_size: config.memcached_max_item_size },
-        }
+        ParseLimits::of(&self.server)
     }
 
     /// Writes what may leave of a connection's output, or, under
@@ -884,7 +784,7 @@ impl Worker {
 
     /// Takes a connection out of the worker, its client out of every
     /// registry; dropping what is returned closes it.
-    fn remove(&mut self, key: usize) -> Option<Conn> {
+    fn remove(&mut self, key: usize) -> Option<Box<Conn>> {
         let mut removed = None;
         if let Some(mut conn) = self.conns.try_remove(key) {
             self.by_id.remove(&conn.client.id);
@@ -1075,6 +975,218 @@ impl Worker {
 }
 
 /// Parses and executes every complete request in the read buffer.
+/// Reads what the socket has, executing every complete request as it
+/// goes, so that a deep pipeline is not buffered whole before the first
+/// reply. Returns whether the connection ended (or passed its query
+/// buffer limit).
+///
+/// A read that leaves room in the buffer has drained the socket: under
+/// edge-triggered polling, data that arrives later raises a new event, so
+/// the extra read that would only answer EAGAIN is skipped (one syscall
+/// fewer per request). A peer that half-closed raised its only event
+/// already (`read_closed`), so then reading goes on to the end.
+fn read_and_process(server: &Server, stats: &WorkerStats, conn: &mut Conn, limits: &ParseLimits, read_closed: bool, write_first: bool) -> bool {
+    let mut eof = false;
+    loop {
+        if conn.rend == conn.rbuf.len() {
+            if conn.rstart > 0 {
+                conn.rbuf.copy_within(conn.rstart..conn.rend, 0);
+                conn.rend -= conn.rstart;
+                conn.rstart = 0;
+            } else {
+                grow_read_buffer(server, conn, &limits.resp);
+            }
+        }
+        match conn.stream.read(&mut conn.rbuf[conn.rend..]) {
+            Ok(0) => {
+                eof = true;
+                break;
+            }
+            Ok(n) => {
+                conn.rend += n;
+                conn.rpeak = conn.rpeak.max(conn.rend - conn.rstart);
+                stats.reads_processed.fetch_add(1, Ordering::Relaxed);
+                stats.net_input_bytes.fetch_add(n as u64, Ordering::Relaxed);
+                if conn.rend - conn.rstart > limits.query_buffer {
+                    tracing::warn!("closing client that reached max query buffer length");
+                    eof = true;
+                    break;
+                }
+                // Execute as we go so that a deep pipeline is not
+                // buffered whole before the first reply.
+                if conn.rend == conn.rbuf.len() {
+                    process(server, stats, conn, limits);
+                    if conn.wbuf.len() - conn.wpos >= WRITE_HIGH_WATER {
+                        if write_first {
+                            // As at the end of the turn (`send_unsent`).
+                            write_journal_first(server);
+                        }
+                        if write_out(conn, stats, durable_lsn(server)).is_err() {
+                            eof = true;
+                            break;
+                        }
+                    }
+                } else if !read_closed {
+                    break;
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(_) => {
+                eof = true;
+                break;
+            }
+        }
+    }
+    process(server, stats, conn, limits);
+    eof
+}
+
+impl ParseLimits {
+    fn of(server: &Server) -> ParseLimits {
+        let config = server.config.read();
+        ParseLimits {
+            resp: keel_protocol::Limits { max_bulk_len: config.proto_max_bulk_len, ..keel_protocol::Limits::default() },
+            memcache: keel_protocol::memcache::McLimits { max_item_size: config.memcached_max_item_size },
+            query_buffer: config.client_query_buffer_limit,
+        }
+    }
+}
+
+/// A connection's state, its client made, for worker `worker` to serve.
+fn new_conn(server: &Server, worker: usize, accepted: Accepted) -> Box<Conn> {
+    let Accepted { stream, addr, laddr, memcache } = accepted;
+    let unix = matches!(stream, Stream::Unix(_));
+    let info = Arc::new(ClientInfo::new(server.clients.next_id(), addr, laddr, stream.raw_fd(), unix));
+    let mut client = Client::new(info, server.acl.starts_authenticated() || memcache);
+    client.set_user(server.acl.default_user());
+    client.worker = worker;
+    Box::new(Conn {
+        stream,
+        client,
+        rbuf: vec![0; READ_CHUNK],
+        rstart: 0,
+        rend: 0,
+        rpeak: 0,
+        wbuf: Vec::new(),
+        wpos: 0,
+        paused: false,
+        gate: VecDeque::new(),
+        gated: false,
+        unsent: false,
+        over_soft_since: None,
+        memcache: memcache.then(Box::default),
+    })
+}
+
+/// One of a worker's listeners.
+#[derive(Clone, Copy)]
+enum Door {
+    /// The `i`th on `port`.
+    Tcp(usize),
+    /// The `i`th on `memcached-port`.
+    Memcache(usize),
+    Unix,
+}
+
+/// Accepts every connection waiting at `door`, passing each to `admit`
+/// with whether it is local (Redis's `islocalClient`: the unix socket or
+/// exactly the loopback address).
+fn accept_at(server: &Server, tcp: &crate::listen::SharedListeners, listeners: &Listeners, door: Door, mut admit: impl FnMut(Accepted, bool)) {
+    loop {
+        // Released at once: CONFIG SET holds the settings' lock while it
+        // takes this one, and admitting a client reads them.
+        let arrival = match door {
+            Door::Tcp(i) => tcp.lock().get(i).map(|l| l.accept().map(|a| tcp_arrival(server, a, false))),
+            Door::Memcache(i) => listeners.memcache.get(i).map(|l| l.accept().map(|a| tcp_arrival(server, a, true))),
+            Door::Unix => listeners.unix.as_ref().map(|l| l.accept().map(|(stream, _)| unix_arrival(server, stream))),
+        };
+        // An event of a listener CONFIG SET has just closed.
+        let Some(arrival) = arrival else { return };
+        match arrival {
+            Ok((accepted, local)) => admit(accepted, local),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+            Err(e) => {
+                tracing::warn!("accept failed: {e}");
+                return;
+            }
+        }
+    }
+}
+
+fn tcp_arrival(server: &Server, (stream, peer): (TcpStream, SocketAddr), memcache: bool) -> (Accepted, bool) {
+    let _ = stream.set_nodelay(true);
+    let keepalive = server.config.read().tcp_keepalive_s;
+    if keepalive > 0 {
+        let sock = socket2::SockRef::from(&stream);
+        let _ = sock.set_tcp_keepalive(&socket2::TcpKeepalive::new().with_time(Duration::from_secs(keepalive)));
+    }
+    let laddr = stream.local_addr().map(|a| fmt_addr(&a)).unwrap_or_default();
+    let local = peer.ip() == Ipv4Addr::LOCALHOST || peer.ip() == Ipv6Addr::LOCALHOST;
+    (Accepted { stream: Stream::Tcp(stream), addr: fmt_addr(&peer), laddr, memcache }, local)
+}
+
+fn unix_arrival(server: &Server, stream: UnixStream) -> (Accepted, bool) {
+    let path = server.config.read().unixsocket.clone().unwrap_or_default();
+    let path = path.display().to_string();
+    (Accepted { stream: Stream::Unix(stream), addr: format!("{path}:0"), laddr: path, memcache: false }, true)
+}
+
+/// Whether a new connection may come in: Redis refuses it past
+/// `maxclients`, and in protected mode one that is not local; Keel also a
+/// memcached client when a password is needed. A refused one is told why.
+fn admitted(server: &Server, stats: &WorkerStats, accepted: &mut Accepted, local: bool) -> bool {
+    stats.connections_received.fetch_add(1, Ordering::Relaxed);
+    let memcache = accepted.memcache;
+    let (maxclients, protected) = {
+        let config = server.config.read();
+        (config.maxclients, config.protected_mode)
+    };
+        // A memcached client cannot authenticate: only a default user
+        // that needs no password serves it. Protected mode looks at
+        // nopass alone, as Redis's.
+        let needs_auth = !server.acl.default_open();
+        let nopass = server.acl.default_user().rules().flags & crate::acl::USER_NOPASS != 0;
+        let refusal: Option<&[u8]> = if server.clients.connected.load(Ordering::Relaxed) >= maxclients {
+            Some(if memcache { b"SERVER_ERROR max number of clients reached\r\n" } else { b"-ERR max number of clients reached\r\n" })
+        } else if memcache && needs_auth {
+            // The text protocol has no way to give a password.
+            Some(b"SERVER_ERROR requirepass is set: Keel serves memcached clients only without a password\r\n")
+        } else if protected && nopass && !local {
+            Some(if memcache { MEMCACHE_PROTECTED_MODE_DENIED } else { PROTECTED_MODE_DENIED })
+        } else {
+            None
+        };
+        if let Some(refusal) = refusal {
+            // Counted first: a client that has read the refusal must find it in INFO.
+            stats.rejected_connections.fetch_add(1, Ordering::Relaxed);
+            let _ = accepted.stream.write_all(refusal);
+            return false;
+        }
+    true
+}
+
+/// The worker serving the fewest connections (`me` among equals),
+/// counted as serving one more from now on; one whose busy script's hook
+/// serves its connections only if all are. The kernel's SO_REUSEPORT
+/// hash alone split 70 connections 40/30 over two workers, and the unix
+/// socket is worker 0's alone.
+fn least_loaded(server: &Server, me: usize) -> usize {
+    let workers = &server.workers;
+    let rank = |i: usize| {
+        let worker = &workers[i];
+        (worker.beside_busy_script.load(Ordering::Relaxed), worker.connections.load(Ordering::Relaxed))
+    };
+    let mut target = me;
+    for index in 0..workers.len() {
+        if rank(index) < rank(target) {
+            target = index;
+        }
+    }
+    workers[target].connections.fetch_add(1, Ordering::Relaxed);
+    target
+}
+
 fn process(server: &Server, stats: &WorkerStats, conn: &mut Conn, limits: &ParseLimits) {
     if conn.client.close_after_reply {
         conn.rstart = conn.rend;
