@@ -439,7 +439,15 @@ impl Db {
             return;
         }
         let Some(watchers) = self.watched.get_mut(key) else { return };
+        // Flags only this table holds: watches their clients left behind
+        // (UNWATCH beside a busy script).
+        watchers.retain(|w| Arc::strong_count(&w.flag) > 1);
+        if watchers.is_empty() {
+            self.watched.remove(key);
+            return;
+        }
         let present = self.data.keys.contains_key(key);
+        let watchers = self.watched.get_mut(key).expect("kept above");
         for w in watchers {
             if w.stale && !present {
                 w.stale = false;

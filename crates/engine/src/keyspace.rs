@@ -238,26 +238,28 @@ impl Keyspace {
         Locked { guards, all: true }
     }
 
-    /// `lock` without waiting: None, holding nothing, if another thread
-    /// holds one of the shards.
-    pub fn try_lock(&self, indexes: &mut SmallVec<[usize; 4]>) -> Option<Locked<'_>> {
+    /// Locks `shards`, as `lock_all`, `lock_one` or `lock` does.
+    pub fn lock_shards(&self, shards: Shards) -> Locked<'_> {
+        match shards {
+            Shards::All => self.lock_all(),
+            Shards::One(index) => self.lock_one(index),
+            Shards::Some(mut indexes) => self.lock(&mut indexes),
+        }
+    }
+
+    /// `lock_shards` without waiting: None, holding nothing, if another
+    /// thread holds one of them.
+    pub fn try_lock_shards(&self, shards: Shards) -> Option<Locked<'_>> {
+        let all = matches!(shards, Shards::All);
+        let mut indexes = match shards {
+            Shards::All => (0..self.shards.len()).collect(),
+            Shards::One(index) => smallvec::smallvec![index],
+            Shards::Some(indexes) => indexes,
+        };
         indexes.sort_unstable();
         indexes.dedup();
         let guards = indexes.iter().map(|&i| self.try_lock_shard(i)).collect::<Option<_>>()?;
-        Some(Locked { guards, all: false })
-    }
-
-    /// `lock_one` without waiting, as `try_lock`.
-    pub fn try_lock_one(&self, index: usize) -> Option<Locked<'_>> {
-        let mut guards = SmallVec::new();
-        guards.push(self.try_lock_shard(index)?);
-        Some(Locked { guards, all: false })
-    }
-
-    /// `lock_all` without waiting, as `try_lock`.
-    pub fn try_lock_all(&self) -> Option<Locked<'_>> {
-        let guards = (0..self.shards.len()).map(|i| self.try_lock_shard(i)).collect::<Option<_>>()?;
-        Some(Locked { guards, all: true })
+        Some(Locked { guards, all })
     }
 
     /// Step 1 of a snapshot (`crate::snapshot`): on each shard in turn,
@@ -351,6 +353,15 @@ impl Keyspace {
 /// on as it would with parking_lot, whose locks do not poison.
 fn lock(shard: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
     shard.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Which shards a command needs.
+#[derive(Clone)]
+pub enum Shards {
+    All,
+    One(usize),
+    /// In any order, with repeats.
+    Some(SmallVec<[usize; 4]>),
 }
 
 /// The shards a command holds while it runs.

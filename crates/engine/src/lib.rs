@@ -39,5 +39,5 @@ pub mod value;
 pub mod zset;
 
 pub use db::{Db, ExpireEffort, ItemMeta, Key, TableBytes, WatchFlag};
-pub use keyspace::{Keyspace, Locked, Shard, Trackers};
+pub use keyspace::{Keyspace, Locked, Shard, Shards, Trackers};
 pub use value::{EncodingLimits, Entry, Hash, List, Set, Str, Stream, Value, ZSet};

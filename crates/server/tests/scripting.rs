@@ -239,9 +239,8 @@ fn shutdown_nosave_ends_a_busy_script_that_wrote_without_its_writes() {
 }
 
 /// A client beside a busy script may drop its watches (UNWATCH, and
-/// DISCARD or a refused EXEC): the script's thread holds the shards, so
-/// they go when it ends, and the client's next transaction no longer
-/// sees the watched key.
+/// DISCARD or a refused EXEC) although the script's thread holds the
+/// shards: its next transaction no longer sees the watched key.
 #[test]
 fn watches_dropped_beside_a_busy_script_are_gone_after_it() {
     let server = Server::start(&["--threads", "1", "--busy-reply-threshold", "50"]);

@@ -37,7 +37,7 @@ use std::collections::HashMap;
 use std::sync::OnceLock;
 
 use keel_engine::lfu::{self, Lfu};
-use keel_engine::{Db, Entry, Keyspace, Locked, Shard};
+use keel_engine::{Db, Entry, Keyspace, Locked, Shard, Shards};
 use keel_protocol::ReplyWriter;
 use smallvec::SmallVec;
 use thiserror::Error;
@@ -624,34 +624,17 @@ impl<'a> Ctx<'a> {
 
 /// Locks what `spec` needs for `argv`.
 pub fn lock_for<'a>(keyspace: &'a Keyspace, spec: &CommandSpec, argv: &[&[u8]]) -> Locked<'a> {
-    if spec.has(flags::ALL_SHARDS) {
-        return keyspace.lock_all();
-    }
-    let keys = spec.key_indexes(argv);
-    match keys.as_slice() {
-        [] => keyspace.lock(&mut SmallVec::new()),
-        [one] => keyspace.lock_one(keyspace.shard_of_key(argv[*one])),
-        many => {
-            let mut shards: SmallVec<[usize; 4]> = many.iter().map(|&i| keyspace.shard_of_key(argv[i])).collect();
-            keyspace.lock(&mut shards)
-        }
-    }
+    keyspace.lock_shards(shards_for(keyspace, spec, argv))
 }
 
-/// `lock_for` without waiting: None, holding nothing, if another thread
-/// holds one of the shards.
-fn try_lock_for<'a>(keyspace: &'a Keyspace, spec: &CommandSpec, argv: &[&[u8]]) -> Option<Locked<'a>> {
+/// The shards `spec` needs for `argv`.
+fn shards_for(keyspace: &Keyspace, spec: &CommandSpec, argv: &[&[u8]]) -> Shards {
     if spec.has(flags::ALL_SHARDS) {
-        return keyspace.try_lock_all();
+        return Shards::All;
     }
-    let keys = spec.key_indexes(argv);
-    match keys.as_slice() {
-        [] => keyspace.try_lock(&mut SmallVec::new()),
-        [one] => keyspace.try_lock_one(keyspace.shard_of_key(argv[*one])),
-        many => {
-            let mut shards: SmallVec<[usize; 4]> = many.iter().map(|&i| keyspace.shard_of_key(argv[i])).collect();
-            keyspace.try_lock(&mut shards)
-        }
+    match spec.key_indexes(argv).as_slice() {
+        [one] => Shards::One(keyspace.shard_of_key(argv[*one])),
+        keys => Shards::Some(keys.iter().map(|&i| keyspace.shard_of_key(argv[i])).collect()),
     }
 }
 
@@ -967,6 +950,12 @@ fn dispatch(
     }
     let ping = spec.name == "ping";
     if let Some(multi) = client.multi.as_mut() {
+        // Refused, not queued, beside a busy script: the transaction
+        // aborts, as Redis's rejectCommand flags it.
+        if let Some(error) = crate::scripting::busy_refusal(server, spec).filter(|_| !client.is_master && spec.name != "exec") {
+            multi.aborted = true;
+            return Err(reject(server, stats, client, index, spec, error));
+        }
         if !runs_inside_multi(spec) {
             // Queueing itself takes memory: anything is refused past the
             // limit (Redis's reject_cmd_on_oom in MULTI).
@@ -1009,8 +998,7 @@ fn dispatch(
     // The master's stream waits instead, as Redis defers it until the
     // script ends (answering it -BUSY would lose the command).
     if let Some(error) = crate::scripting::busy_refusal(server, spec).filter(|_| !client.is_master) {
-        stats.commands[index].rejected_calls.fetch_add(1, Ordering::Relaxed);
-        return Err(CmdError::other(error));
+        return Err(reject(server, stats, client, index, spec, error));
     }
     // The master's stream waits for the shards a load holds rather than
     // losing a command to -LOADING.
@@ -1077,7 +1065,7 @@ pub fn run_locked(
     let locked = crate::scripting::lock_or_busy(
         server,
         (client.is_master, claim.is_some()),
-        || try_lock_for(keyspace, spec, argv),
+        || keyspace.try_lock_shards(shards_for(keyspace, spec, argv)),
         || lock_for(keyspace, spec, argv),
     )
     .inspect_err(|_| {

@@ -7,6 +7,7 @@
 
 use std::sync::atomic::Ordering;
 
+use keel_engine::Shards;
 use smallvec::SmallVec;
 
 use super::keyspec::*;
@@ -78,26 +79,26 @@ fn unwatch(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
     Ok(())
 }
 
-/// Drops every watch of `client`, taking each shard's lock briefly.
-/// Beside a busy script, whose thread holds every shard, they are
-/// dropped when it ends, and the client watches with a new flag
-/// meanwhile.
+/// Drops every watch of `client`, taking each shard's lock briefly. A
+/// shard a busy script holds is not waited for: the client watches with
+/// a new flag from then on, and the watch left behind, whose flag nobody
+/// reads any more, goes when its key is next written
+/// (`Db::signal_modified`).
 pub fn unwatch_all(server: &Server, client: &mut Client) {
-    let watching = std::mem::take(&mut client.watching);
-    if crate::worker::beside_a_script() && !watching.is_empty() {
-        let flag = std::mem::take(&mut client.watch_flag);
-        crate::worker::defer_beside_script(Box::new(move |server| unwatch_keys(server, watching, &flag)));
-        return;
+    let keyspace = &server.keyspace;
+    for (db, key) in std::mem::take(&mut client.watching) {
+        let shard = Shards::One(keyspace.shard_of_key(&key));
+        let master = client.is_master;
+        let lock = crate::scripting::lock_or_busy(server, (master, false), || keyspace.try_lock_shards(shard.clone()), || {
+            keyspace.lock_shards(shard.clone())
+        });
+        let Ok(mut locked) = lock else {
+            client.watch_flag = keel_engine::WatchFlag::default();
+            return;
+        };
+        locked.shard_for(keyspace, &key).db(db).unwatch(&key, &client.watch_flag);
     }
-    unwatch_keys(server, watching, &client.watch_flag);
     client.watch_flag.store(false, Ordering::Release);
-}
-
-fn unwatch_keys(server: &Server, watching: Vec<(usize, Box<[u8]>)>, flag: &keel_engine::WatchFlag) {
-    for (db, key) in watching {
-        let mut locked = server.keyspace.lock_one(server.keyspace.shard_of_key(&key));
-        locked.shard_for(&server.keyspace, &key).db(db).unwatch(&key, flag);
-    }
 }
 
 fn exec(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
@@ -125,12 +126,13 @@ fn exec(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
         }
     }
     shards.extend(ctx.client.watching.iter().map(|(_, k)| keyspace.shard_of_key(k)));
+    let needed = if all { Shards::All } else { Shards::Some(shards) };
     let _claim = scripts.then(|| ctx.server.scripts.run.claim());
     let locked = crate::scripting::lock_or_busy(
         ctx.server,
         (ctx.client.is_master, scripts),
-        || if all { keyspace.try_lock_all() } else { keyspace.try_lock(&mut shards.clone()) },
-        || if all { keyspace.lock_all() } else { keyspace.lock(&mut shards.clone()) },
+        || keyspace.try_lock_shards(needed.clone()),
+        || keyspace.lock_shards(needed.clone()),
     );
     ctx.dbs.locked = match locked {
         Ok(locked) => locked,

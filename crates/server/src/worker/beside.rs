@@ -10,8 +10,7 @@
 //! polls them, and the worker's listeners, through an epoll of its own,
 //! made when a script first turns busy. What it did goes back to the
 //! worker ([`Served`]): the connections it accepted (when no other worker
-//! can take them), the ones it wrote to, and the work that needed the
-//! shards the script holds ([`defer_beside_script`]).
+//! can take them) and the ones it wrote to.
 
 use std::cell::{Cell, RefCell};
 use std::io;
@@ -29,15 +28,11 @@ use crate::client::Message;
 use crate::listen::SharedListeners;
 use crate::server::{Mailbox, Server, WorkerStats};
 
-/// Work left for the end of the busy script, with the server.
-pub type Deferred = Box<dyn FnOnce(&Server)>;
-
 thread_local! {
     static BESIDE: RefCell<Option<Beside>> = const { RefCell::new(None) };
     /// Set while the hook runs commands: on the script's thread, which
     /// holds every shard.
     static SERVING: Cell<bool> = const { Cell::new(false) };
-    static DEFERRED: RefCell<Vec<Deferred>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Epoll data of a listener (its [`Door`] below) and of a connection
@@ -55,7 +50,6 @@ pub struct Served {
     pub newcomers: Vec<Box<Conn>>,
     /// Lent connections the hook read or wrote, to flush (or close).
     pub touched: Vec<usize>,
-    pub deferred: Vec<Deferred>,
 }
 
 /// A worker thread's way to its connections from a script's hook.
@@ -107,9 +101,8 @@ pub(super) fn reclaim() -> (Slab<Box<Conn>>, Option<Served>) {
     BESIDE.with_borrow_mut(|beside| {
         let beside = beside.as_mut().expect("a worker thread's");
         let conns = beside.conns.take().expect("lent");
-        let served = beside.busy.take().map(|(_, mut served)| {
+        let served = beside.busy.take().map(|(_, served)| {
             beside.stats.beside_busy_script.store(false, Ordering::Relaxed);
-            served.deferred = DEFERRED.take();
             served
         });
         (conns, served)
@@ -120,12 +113,6 @@ pub(super) fn reclaim() -> (Slab<Box<Conn>>, Option<Served>) {
 /// thread it is: it can take no shard.
 pub fn beside_a_script() -> bool {
     SERVING.get()
-}
-
-/// Leaves `work`, which needs shards, for the end of the script the
-/// calling command runs beside.
-pub fn defer_beside_script(work: Deferred) {
-    DEFERRED.with_borrow_mut(|deferred| deferred.push(work));
 }
 
 /// Called by a busy script's hook: serves what waits on its worker's

@@ -7,7 +7,7 @@
 
 mod beside;
 
-pub use beside::{beside_a_script, defer_beside_script, serve_beside_busy_script};
+pub use beside::{beside_a_script, serve_beside_busy_script};
 
 use std::collections::{HashMap, VecDeque};
 use std::io::{self, Read, Write};
@@ -527,7 +527,7 @@ impl Worker {
     }
 
     /// Takes into the loop what a busy script's hook did: the connections
-    /// it accepted, the replies it wrote, the watches it left to drop.
+    /// it accepted and the replies it wrote.
     fn take_in(&mut self, served: beside::Served) {
         for conn in served.newcomers {
             self.install(conn);
@@ -536,9 +536,6 @@ impl Worker {
         self.any_paused = true;
         for key in served.touched {
             self.flush(key);
-        }
-        for deferred in served.deferred {
-            deferred(&self.server);
         }
     }
 
