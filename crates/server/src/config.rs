@@ -140,6 +140,10 @@ pub struct Config {
     /// `latency-monitor-threshold` (ms): the latency monitor keeps the
     /// events that took at least this long; 0 turns it off.
     pub latency_monitor_threshold: u64,
+    /// `watchdog-period` (ms, Redis's hidden debugging aid): a worker
+    /// stuck in one loop turn this long logs its stack trace
+    /// (`crate::watchdog`); 0 turns it off.
+    pub watchdog_period: i64,
     /// `tracking-table-max-keys`: the most keys client-side caching's
     /// table holds before it forgets some (0: no limit).
     pub tracking_table_max_keys: u64,
@@ -532,6 +536,7 @@ impl Default for Config {
             latency_tracking: true,
             latency_tracking_info_percentiles: vec![50.0, 99.0, 99.9],
             latency_monitor_threshold: 0,
+            watchdog_period: 0,
             tracking_table_max_keys: 1_000_000,
             busy_reply_threshold: 5000,
             activerehashing: true,
@@ -1058,6 +1063,17 @@ pub static DIRECTIVES: &[Directive] = &[
         },
     },
     directive!("busy-reply-threshold", true, num(0, i64::MAX), busy_reply_threshold),
+    Directive {
+        name: "watchdog-period",
+        mutable: true,
+        get: |c| c.watchdog_period.to_string(),
+        set: |c, a| {
+            let period = parse_num(one(a)?, 0, i64::from(i32::MAX))?;
+            // Redis's applyWatchdogPeriod raises it to two cron periods.
+            c.watchdog_period = crate::watchdog::Watchdog::effective_period(period, c.hz);
+            Ok(())
+        },
+    },
     directive!("lua-time-limit", true, num(0, i64::MAX), busy_reply_threshold),
     directive!("activerehashing", true, bool, activerehashing),
     directive!("lfu-log-factor", true, num(0, i32::MAX as u32), lfu_log_factor),
@@ -1472,7 +1488,7 @@ const MULTI_ARG: [&str; 9] = [
 
 /// Redis's `HIDDEN_CONFIG`s (test knobs): CONFIG GET shows them only when
 /// asked by name, never for a pattern.
-const HIDDEN: [&str; 3] = ["rdb-key-save-delay", "key-load-delay", "loading-process-events-interval-bytes"];
+const HIDDEN: [&str; 4] = ["rdb-key-save-delay", "key-load-delay", "loading-process-events-interval-bytes", "watchdog-period"];
 
 /// Redis's `DENY_LOADING_CONFIG`s (of those Keel has): CONFIG SET refuses
 /// them with -LOADING while a load is under way.

@@ -14,7 +14,8 @@
 //! [`process`] what the server does to its own process (`daemonize`,
 //! `disable-thp`, `oom-score-adj`, `jemalloc-bg-thread`); [`supervision`]
 //! tells systemd or upstart how start-up and shutdown go; [`syslog`] sends
-//! the log to the system logger; [`slowlog`] keeps
+//! the log to the system logger; [`watchdog`] logs the stack of a worker
+//! stuck past `watchdog-period`; [`slowlog`] keeps
 //! SLOWLOG's entries; [`latency`] is the latency monitor (LATENCY's
 //! events); [`loading`] paces a load and decides what clients
 //! see meanwhile; [`pause`] holds clients for CLIENT PAUSE, a shutdown's
@@ -93,6 +94,7 @@ pub mod snapshot;
 pub mod supervision;
 pub mod syslog;
 pub mod tracking;
+pub mod watchdog;
 pub mod worker;
 
 use std::io;

@@ -193,6 +193,7 @@ pub struct Server {
     pub workers: Vec<Arc<WorkerStats>>,
     /// Which workers have work, and where: BGSAVE steps aside for them.
     pub worker_cores: crate::give_way::WorkerCores,
+    pub watchdog: Arc<crate::watchdog::Watchdog>,
     pub mailboxes: RwLock<Vec<Arc<Mailbox>>>,
     pub errorstats: Mutex<BTreeMap<String, u64>>,
     pub started: Instant,
@@ -392,6 +393,7 @@ impl Server {
             memcache: crate::memcache::State::new(),
             workers: (0..thread_count).map(|_| Arc::new(WorkerStats::new(command_count))).collect(),
             worker_cores: crate::give_way::WorkerCores::new(thread_count),
+            watchdog: Arc::new(crate::watchdog::Watchdog::new(thread_count)),
             mailboxes: RwLock::new(Vec::new()),
             errorstats: Mutex::new(BTreeMap::new()),
             started: Instant::now(),
@@ -483,6 +485,7 @@ impl Server {
         keel_engine::db::record_created_keys(config.notify_keyspace_events & crate::notify::NEW != 0);
         self.slowlog.configure(config.slowlog_log_slower_than, config.slowlog_max_len);
         self.latency_monitor.configure(config.latency_monitor_threshold);
+        self.watchdog.configure(config.watchdog_period);
         keel_engine::db::time_expired_deletes(config.latency_monitor_threshold != 0);
         for (cells, limit) in self.output_limit.iter().zip(config.output_limits) {
             for (cell, v) in cells.iter().zip([limit.hard, limit.soft, limit.soft_seconds]) {

@@ -479,3 +479,32 @@ fn a_failed_assertion_ends_the_server_as_redis_s_does() {
         }
     }
 }
+
+/// `watchdog-period`: a worker stuck in one command past the period logs
+/// its stack trace, as Redis's main thread does, and goes on; the period
+/// is raised to two cron periods and hidden from CONFIG GET *, as in
+/// Redis.
+#[test]
+fn the_watchdog_logs_a_stuck_workers_stack_as_redis_s_does() {
+    let flags = ["--enable-debug-command", "yes"];
+    let keel = Server::start(&flags);
+    let redis = Server::start_redis(&flags);
+    for server in [Some(keel), redis].into_iter().flatten() {
+        let mut c = server.client();
+        assert_eq!(c.cmd("CONFIG SET watchdog-period 50"), common::ok());
+        assert_eq!(c.cmd("CONFIG GET watchdog-period"), Frame::Array(vec![common::bulk("watchdog-period"), common::bulk("200")]));
+        let Frame::Array(all) = c.cmd("CONFIG GET *") else { panic!("CONFIG GET *") };
+        assert!(!all.contains(&common::bulk("watchdog-period")), "hidden");
+        assert!(matches!(c.cmd("CONFIG SET watchdog-period -1"), Frame::Error(_)));
+        assert_eq!(c.cmd("DEBUG SLEEP 1"), common::ok());
+        assert_eq!(c.cmd("PING"), common::simple("PONG"));
+        common::wait_for("the watchdog's report", || server.log().contains("--- WATCHDOG TIMER EXPIRED ---"));
+        let log = server.log();
+        assert!(log.contains("------ STACK TRACE ------"), "{log}");
+        // Redis's function, or Keel's (named in full or, in debug builds, alone).
+        let stuck = ["debugCommand", "command::server::debug", ": debug\n"];
+        assert!(stuck.iter().any(|f| log.contains(f)), "the stuck command in the trace: {log}");
+        assert_eq!(c.cmd("CONFIG SET watchdog-period 0"), common::ok());
+        assert_eq!(c.cmd("CONFIG GET watchdog-period"), Frame::Array(vec![common::bulk("watchdog-period"), common::bulk("0")]));
+    }
+}

@@ -194,11 +194,12 @@ fn busy_scripts_answer_busy_and_can_be_killed() {
 /// the script's own worker.
 #[test]
 fn commands_waiting_for_a_script_are_answered_busy_once_it_is() {
-    let server = Server::start(&["--threads", "2", "--busy-reply-threshold", "300"]);
+    let server = Server::start(&["--threads", "2", "--busy-reply-threshold", "1000"]);
     let mut runner = server.client();
     let mut writers: Vec<Client> = (0..6).map(|_| server.client()).collect();
     runner.write_command(&["EVAL", "while true do end", "0"]);
-    std::thread::sleep(Duration::from_millis(50));
+    // Well after the script took the locks, well before it is busy.
+    std::thread::sleep(Duration::from_millis(200));
     for writer in &mut writers {
         writer.write_command(&["SET", "k", "v"]);
     }

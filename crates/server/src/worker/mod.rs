@@ -279,6 +279,7 @@ impl Worker {
 
     pub fn run(mut self) {
         beside::attach(self.index, &self.server, &self.stats, &self.tcp, &self.listeners, &self.mailbox);
+        self.server.watchdog.attach(self.index);
         let mut events = Events::with_capacity(1024);
         let mut next_cron = Instant::now();
         loop {
@@ -299,6 +300,7 @@ impl Worker {
                 timeout = timeout.min(Duration::from_millis((deadline + 1).saturating_sub(unix_ms())));
             }
             self.server.worker_cores.idle(self.index);
+            self.server.watchdog.turn(self.index, false);
             if let Err(e) = self.poll.poll(&mut events, Some(timeout)) {
                 if e.kind() != io::ErrorKind::Interrupted {
                     tracing::error!("poll failed: {e}");
@@ -306,6 +308,7 @@ impl Worker {
                 }
             }
             self.server.worker_cores.busy(self.index);
+            self.server.watchdog.turn(self.index, true);
             self.write_first = self.server.journal().is_some() && !self.server.gate_replies();
             for event in events.iter() {
                 match event.token() {
