@@ -10,7 +10,8 @@
 //! polls them, and the worker's listeners, through an epoll of its own,
 //! made when a script first turns busy. What it did goes back to the
 //! worker ([`Served`]): the connections it accepted (when no other worker
-//! can take them) and the ones it wrote to.
+//! can take them) or that other workers had handed over, and the ones it
+//! wrote to.
 
 use std::cell::{Cell, RefCell};
 use std::io;
@@ -44,8 +45,9 @@ const NEWCOMER: u64 = 1 << 61;
 /// What the hook did, for the worker to take in.
 #[derive(Default)]
 pub struct Served {
-    /// Accepted beside the script, with no other worker to take them;
-    /// boxed as the worker's slab holds them.
+    /// Accepted beside the script with no other worker to take them, or
+    /// handed over by other workers; boxed as the worker's slab holds
+    /// them.
     #[allow(clippy::vec_box)]
     pub newcomers: Vec<Box<Conn>>,
     /// Lent connections the hook read or wrote, to flush (or close).
