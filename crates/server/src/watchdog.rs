@@ -49,7 +49,10 @@ impl Watchdog {
     /// Applies `period_ms` (already effective), starting the watchdog's
     /// thread and the signal's handler the first time it is on.
     pub fn configure(self: &Arc<Self>, period_ms: i64) {
-        self.period_ms.store(period_ms.max(0) as u64, Ordering::Relaxed);
+        if self.period_ms.swap(period_ms.max(0) as u64, Ordering::Relaxed) == 0 {
+            // Turns noted before it was turned off are stale.
+            self.clocks.iter().for_each(|c| c.turn_began_ms.store(0, Ordering::Relaxed));
+        }
         if period_ms > 0 && !self.started.swap(true, Ordering::AcqRel) {
             install_handler();
             let watchdog = self.clone();

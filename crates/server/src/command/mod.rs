@@ -1060,7 +1060,7 @@ pub fn run_locked(
     lsn: &mut u64,
     handler: impl FnOnce(&mut Ctx<'_>, &[&[u8]]) -> CmdResult,
 ) -> CmdResult {
-    let claim = (spec.group == "scripting" && spec.has(flags::ALL_SHARDS)).then(|| server.scripts.run.claim());
+    let claim = (spec.has(flags::ALL_SHARDS) && spec.group == "scripting").then(|| server.scripts.run.claim());
     let keyspace = &server.keyspace;
     let locked = crate::scripting::lock_or_busy(
         server,

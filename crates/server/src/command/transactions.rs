@@ -86,9 +86,9 @@ fn unwatch(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
 /// (`Db::signal_modified`).
 pub fn unwatch_all(server: &Server, client: &mut Client) {
     let keyspace = &server.keyspace;
+    let master = client.is_master;
     for (db, key) in std::mem::take(&mut client.watching) {
         let shard = Shards::One(keyspace.shard_of_key(&key));
-        let master = client.is_master;
         let lock = crate::scripting::lock_or_busy(server, (master, false), || keyspace.try_lock_shards(shard.clone()), || {
             keyspace.lock_shards(shard.clone())
         });
@@ -121,7 +121,7 @@ fn exec(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
     for argv in &queued {
         if let Ok((_, spec)) = resolve(argv) {
             all |= spec.has(ALL_SHARDS);
-            scripts |= spec.group == "scripting" && spec.has(ALL_SHARDS);
+            scripts |= spec.has(ALL_SHARDS) && spec.group == "scripting";
             shards.extend(spec.key_indexes(argv).iter().map(|&i| keyspace.shard_of_key(argv[i])));
         }
     }

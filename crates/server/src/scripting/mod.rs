@@ -485,29 +485,23 @@ pub fn lock_or_busy<'a>(
     if master {
         return Ok(lock());
     }
-    if let Some(locked) = try_lock() {
-        return Ok(locked);
-    }
     let own = usize::from(claimed);
-    run.deciding.fetch_add(1, Ordering::SeqCst);
-    if !run.may_hold_shards(own) {
-        // Held by a plain command: wait for it, with a claim waiting for
-        // us in turn ([`RunState::claim`]).
-        let locked = lock();
-        run.deciding.fetch_sub(1, Ordering::SeqCst);
-        return Ok(locked);
-    }
-    run.deciding.fetch_sub(1, Ordering::SeqCst);
     let mut yields = 0;
     loop {
         if let Some(locked) = try_lock() {
             return Ok(locked);
         }
+        run.deciding.fetch_add(1, Ordering::SeqCst);
+        if !run.may_hold_shards(own) {
+            // Held by a plain command: wait for it, with a claim waiting
+            // for us in turn ([`RunState::claim`]).
+            let locked = lock();
+            run.deciding.fetch_sub(1, Ordering::SeqCst);
+            return Ok(locked);
+        }
+        run.deciding.fetch_sub(1, Ordering::SeqCst);
         if crate::worker::beside_a_script() || run.busy() {
             return Err(CmdError::other(run.busy_error()));
-        }
-        if !run.may_hold_shards(own) {
-            return Ok(lock());
         }
         // A short script lets go within microseconds; a long one is
         // looked at again every millisecond.

@@ -50,7 +50,8 @@ pub struct Served {
     /// them.
     #[allow(clippy::vec_box)]
     pub newcomers: Vec<Box<Conn>>,
-    /// Lent connections the hook read or wrote, to flush (or close).
+    /// Lent connections the hook read or wrote, to flush (or close);
+    /// one may be listed more than once.
     pub touched: Vec<usize>,
 }
 
@@ -173,10 +174,7 @@ impl Beside {
                     if serve_conn(&self.server, &self.stats, conn, &limits) {
                         unwatch(epoll, conn.stream.raw_fd());
                     }
-                    let (_, served) = self.busy.as_mut().expect("made above");
-                    if !served.touched.contains(&key) {
-                        served.touched.push(key);
-                    }
+                    self.busy.as_mut().expect("made above").1.touched.push(key);
                 }
             }
         }

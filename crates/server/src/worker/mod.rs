@@ -537,7 +537,10 @@ impl Worker {
         }
         // Some client may have been held by a pause meanwhile.
         self.any_paused = true;
-        for key in served.touched {
+        let mut touched = served.touched;
+        touched.sort_unstable();
+        touched.dedup();
+        for key in touched {
             self.flush(key);
         }
     }
@@ -1094,10 +1097,14 @@ enum Door {
 /// exactly the loopback address).
 fn accept_at(server: &Server, tcp: &crate::listen::SharedListeners, listeners: &Listeners, door: Door, mut admit: impl FnMut(Accepted, bool)) {
     loop {
-        // Released at once: CONFIG SET holds the settings' lock while it
-        // takes this one, and admitting a client reads them.
+        // The lock on `port`'s listeners is released before anything reads
+        // the settings: CONFIG SET holds the settings' lock while it takes
+        // this one.
         let arrival = match door {
-            Door::Tcp(i) => tcp.lock().get(i).map(|l| l.accept().map(|a| tcp_arrival(server, a, false))),
+            Door::Tcp(i) => {
+                let accepted = tcp.lock().get(i).map(TcpListener::accept);
+                accepted.map(|a| a.map(|a| tcp_arrival(server, a, false)))
+            }
             Door::Memcache(i) => listeners.memcache.get(i).map(|l| l.accept().map(|a| tcp_arrival(server, a, true))),
             Door::Unix => listeners.unix.as_ref().map(|l| l.accept().map(|(stream, _)| unix_arrival(server, stream))),
         };
@@ -1142,27 +1149,27 @@ fn admitted(server: &Server, stats: &WorkerStats, accepted: &mut Accepted, local
         let config = server.config.read();
         (config.maxclients, config.protected_mode)
     };
-        // A memcached client cannot authenticate: only a default user
-        // that needs no password serves it. Protected mode looks at
-        // nopass alone, as Redis's.
-        let needs_auth = !server.acl.default_open();
-        let nopass = server.acl.default_user().rules().flags & crate::acl::USER_NOPASS != 0;
-        let refusal: Option<&[u8]> = if server.clients.connected.load(Ordering::Relaxed) >= maxclients {
-            Some(if memcache { b"SERVER_ERROR max number of clients reached\r\n" } else { b"-ERR max number of clients reached\r\n" })
-        } else if memcache && needs_auth {
-            // The text protocol has no way to give a password.
-            Some(b"SERVER_ERROR requirepass is set: Keel serves memcached clients only without a password\r\n")
-        } else if protected && nopass && !local {
-            Some(if memcache { MEMCACHE_PROTECTED_MODE_DENIED } else { PROTECTED_MODE_DENIED })
-        } else {
-            None
-        };
-        if let Some(refusal) = refusal {
-            // Counted first: a client that has read the refusal must find it in INFO.
-            stats.rejected_connections.fetch_add(1, Ordering::Relaxed);
-            let _ = accepted.stream.write_all(refusal);
-            return false;
-        }
+    // A memcached client cannot authenticate: only a default user
+    // that needs no password serves it. Protected mode looks at
+    // nopass alone, as Redis's.
+    let needs_auth = !server.acl.default_open();
+    let nopass = server.acl.default_user().rules().flags & crate::acl::USER_NOPASS != 0;
+    let refusal: Option<&[u8]> = if server.clients.connected.load(Ordering::Relaxed) >= maxclients {
+        Some(if memcache { b"SERVER_ERROR max number of clients reached\r\n" } else { b"-ERR max number of clients reached\r\n" })
+    } else if memcache && needs_auth {
+        // The text protocol has no way to give a password.
+        Some(b"SERVER_ERROR requirepass is set: Keel serves memcached clients only without a password\r\n")
+    } else if protected && nopass && !local {
+        Some(if memcache { MEMCACHE_PROTECTED_MODE_DENIED } else { PROTECTED_MODE_DENIED })
+    } else {
+        None
+    };
+    if let Some(refusal) = refusal {
+        // Counted first: a client that has read the refusal must find it in INFO.
+        stats.rejected_connections.fetch_add(1, Ordering::Relaxed);
+        let _ = accepted.stream.write_all(refusal);
+        return false;
+    }
     true
 }
 
