@@ -40,12 +40,20 @@
 //! owning worker then removes the client from its keys' queues
 //! ([`forget`]); a server that meets a finished waiter's id in a queue
 //! meanwhile just drops it.
+//!
+//! # Beside a busy script
+//!
+//! A busy script holds every shard until it ends, maybe for ever; a
+//! worker must not wait for it ([`crate::scripting::lock_or_busy`]). A
+//! queue place it cannot remove stays until the script ends, and the
+//! client's next requests with it; a ready key it cannot serve is put
+//! off ([`retry_deferred`]). Workers try both again every millisecond.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use keel_engine::Key;
+use keel_engine::{Key, Shards};
 use keel_protocol::ReplyWriter;
 use parking_lot::Mutex;
 
@@ -120,6 +128,11 @@ impl Waiter {
 pub struct Registry {
     waiters: Mutex<HashMap<u64, Arc<Waiter>>>,
     count: AtomicUsize,
+    /// Ready keys, with their database, whose waiters a busy script's
+    /// shards kept from being served: every worker's loop turn tries
+    /// them again ([`retry_deferred`]).
+    deferred: Mutex<Vec<(usize, Key)>>,
+    any_deferred: AtomicBool,
 }
 
 impl Registry {
@@ -136,6 +149,17 @@ impl Registry {
 
     pub fn get(&self, client: u64) -> Option<Arc<Waiter>> {
         self.waiters.lock().get(&client).cloned()
+    }
+
+    /// Whether some ready key waits for a busy script to end.
+    pub fn any_deferred(&self) -> bool {
+        self.any_deferred.load(Ordering::Relaxed)
+    }
+
+    fn defer(&self, ready: impl IntoIterator<Item = (usize, Key)>) {
+        let mut deferred = self.deferred.lock();
+        deferred.extend(ready);
+        self.any_deferred.store(true, Ordering::Relaxed);
     }
 }
 
@@ -201,22 +225,26 @@ fn block_waiting(ctx: &mut Ctx<'_>, argv: &[&[u8]], keys: &[&[u8]], deadline_ms:
     waiter
 }
 
-/// Removes a finished wait from the queues of its keys and from the
-/// registry. Called by the worker that owns the client, never under locks.
-pub fn forget(server: &Server, waiter: &Waiter) {
-    for key in &waiter.keys {
-        let mut locked = server.keyspace.lock_one(server.keyspace.shard_of_key(key));
-        let db = locked.shard_for(&server.keyspace, key).db(waiter.db);
-        if let Some(queue) = db.blocked.get_mut(key) {
-            queue.retain(|&id| id != waiter.client);
-            if queue.is_empty() {
-                db.blocked.remove(key);
-            }
-        }
-    }
+/// Removes a finished wait from the registry and from the queues of its
+/// keys. Called by the worker that owns the client, never under locks.
+/// False if a busy script holds some of those queues: the worker calls
+/// again later, and meanwhile holds the client's next requests, since a
+/// new wait on one of those keys would queue behind its own old place.
+/// A server that meets the old place first drops it.
+#[must_use]
+pub fn forget(server: &Server, waiter: &Waiter) -> bool {
     if server.blocking.waiters.lock().remove(&waiter.client).is_some() {
         server.blocking.count.fetch_sub(1, Ordering::Relaxed);
     }
+    let keyspace = &server.keyspace;
+    let mut all = true;
+    for key in &waiter.keys {
+        match crate::scripting::lock_or_busy(server, (false, false), Shards::One(keyspace.shard_of_key(key))) {
+            Ok(mut locked) => remove_waiter(locked.shard_for(keyspace, key).db(waiter.db), key, waiter.client),
+            Err(_) => all = false,
+        }
+    }
+    all
 }
 
 /// The reply of a wait that timed out: Redis answers a null array to
@@ -244,7 +272,9 @@ pub fn take_ready(ctx: &mut Ctx<'_>) -> Vec<(usize, Key)> {
 }
 
 /// Serves the clients blocked on `ready`, and on the keys that serving
-/// them makes ready in turn (see the module doc).
+/// them makes ready in turn (see the module doc). What a busy script's
+/// shards keep from being served waits for its end ([`retry_deferred`]):
+/// the caller's worker goes on serving its own clients meanwhile.
 pub fn serve(server: &Server, stats: &WorkerStats, ready: Vec<(usize, Key)>) {
     let mut work: VecDeque<(usize, Key)> = ready.into();
     while let Some((db, key)) = work.pop_front() {
@@ -255,9 +285,24 @@ pub fn serve(server: &Server, stats: &WorkerStats, ready: Vec<(usize, Key)>) {
                 Served::Stale => {}
                 Served::Skip => skip += 1,
                 Served::Nothing => break,
+                Served::Busy => {
+                    work.push_front((db, key));
+                    server.blocking.defer(work);
+                    return;
+                }
             }
         }
     }
+}
+
+/// Serves the ready keys [`serve`] put off while a script was busy.
+pub fn retry_deferred(server: &Server, stats: &WorkerStats) {
+    let ready = {
+        let mut deferred = server.blocking.deferred.lock();
+        server.blocking.any_deferred.store(false, Ordering::Relaxed);
+        std::mem::take(&mut *deferred)
+    };
+    serve(server, stats, ready);
 }
 
 enum Served {
@@ -269,6 +314,8 @@ enum Served {
     Skip,
     /// No waiter, or the key holds nothing that serves the first one.
     Nothing,
+    /// A busy script holds the shards: nothing was done.
+    Busy,
 }
 
 /// Serves the `nth` client waiting on `key` (the first, but for stream
@@ -276,7 +323,9 @@ enum Served {
 fn serve_nth(server: &Server, stats: &WorkerStats, db: usize, key: &[u8], nth: usize) -> Served {
     let keyspace = &server.keyspace;
     let waiter = {
-        let mut locked = keyspace.lock_one(keyspace.shard_of_key(key));
+        let Ok(mut locked) = crate::scripting::lock_or_busy(server, (false, false), Shards::One(keyspace.shard_of_key(key))) else {
+            return Served::Busy;
+        };
         let queue = locked.shard_for(keyspace, key).db(db).blocked.get(key);
         let Some(&first) = queue.and_then(|q| q.get(nth)) else { return Served::Nothing };
         match server.blocking.get(first) {
@@ -293,7 +342,9 @@ fn serve_nth(server: &Server, stats: &WorkerStats, db: usize, key: &[u8], nth: u
     let args: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
     let Ok((index, spec)) = command::resolve(&args) else { return Served::Nothing };
     let now_ms = crate::server::unix_ms();
-    let locked = command::lock_for(keyspace, spec, &args);
+    let Ok(locked) = crate::scripting::lock_or_busy(server, (false, false), command::shards_for(keyspace, spec, &args)) else {
+        return Served::Busy;
+    };
     let info = Arc::new(ClientInfo::detached(waiter.client));
     let mut client = Client::new(info, true);
     client.db = db;

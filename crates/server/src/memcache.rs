@@ -996,7 +996,13 @@ pub fn flush_when_due(server: &Server, now_ms: u64) {
         return;
     }
     let mut client = Client::new(Arc::new(crate::client::ClientInfo::detached(0)), true);
-    command::execute(server, &server.workers[0], &mut client, &mut Vec::new(), &[b"FLUSHDB"], now_ms);
+    let mut reply = Vec::new();
+    command::execute(server, &server.workers[0], &mut client, &mut reply, &[b"FLUSHDB"], now_ms);
+    // Refused beside a busy script: due again at the next cron, unless a
+    // new `flush_all` replaced it meanwhile.
+    if reply.starts_with(b"-BUSY") {
+        let _ = state.flush_at_ms.compare_exchange(0, at, Ordering::Relaxed, Ordering::Relaxed);
+    }
 }
 
 /// `stats`: memcached's general statistics that Keel has.

@@ -564,7 +564,9 @@ pub fn expire_own_keys(server: &Server) {
     let keys: Vec<(usize, Box<[u8]>)> = replica.own_volatile.lock().iter().cloned().collect();
     let mut done = Vec::new();
     for (db, key) in keys {
-        let mut locked = server.keyspace.lock_one(server.keyspace.shard_of_key(&key));
+        // A shard held (by a busy script, maybe for long) is looked at
+        // again at the next cron.
+        let Some(mut locked) = server.keyspace.try_lock_shards(keel_engine::Shards::One(server.keyspace.shard_of_key(&key))) else { continue };
         let shard = locked.shard_for(&server.keyspace, &key);
         let Some(d) = shard.dbs_mut().get_mut(db) else { continue };
         match d.peek(&key).map(|e| (e.has_expiry(), e.is_expired(now))) {

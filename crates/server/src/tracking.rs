@@ -377,7 +377,9 @@ pub fn limit(server: &Server) {
             break;
         }
         let index = (start + i) % shards;
-        let mut locked = keyspace.lock_one(index);
+        // A shard held (by a busy script, maybe for long) waits for the
+        // next cron.
+        let Some(mut locked) = keyspace.try_lock_shards(keel_engine::Shards::One(index)) else { continue };
         let shard = locked.shard(index);
         if shard.tracked_len() == 0 {
             continue;

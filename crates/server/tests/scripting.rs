@@ -261,6 +261,39 @@ fn watches_dropped_beside_a_busy_script_are_gone_after_it() {
     assert_eq!(watcher.cmd("GET w"), bulk("mine"));
 }
 
+/// A blocked client's wait that ends while a script holds every shard
+/// (here its timeout) does not hold its worker until the script ends:
+/// that worker's clients are answered -BUSY meanwhile, and the queue
+/// place the wait leaves behind goes once the script ends.
+#[test]
+fn waits_ending_beside_a_busy_script_hold_no_worker() {
+    let server = Server::start(&["--threads", "2", "--busy-reply-threshold", "100"]);
+    let mut runner = server.client();
+    // Two more connections: one at least lands on the other worker.
+    let mut waiters: Vec<Client> = (0..2).map(|_| server.client()).collect();
+    for waiter in &mut waiters {
+        waiter.write_command(&["BLPOP", "q", "0.3"]);
+    }
+    runner.write_command(&["EVAL", "while true do end", "0"]);
+    wait_busy(&mut server.client());
+    // Past the waits' timeouts: a worker that waited for the script's
+    // shards to end one would leave new connections unanswered.
+    std::thread::sleep(Duration::from_millis(400));
+    for _ in 0..4 {
+        assert!(error_text(&server.client().cmd("PING")).starts_with("BUSY"));
+    }
+    assert_eq!(server.client().cmd("SCRIPT KILL"), ok());
+    assert!(error_text(&runner.read()).contains("Script killed"));
+    for waiter in &mut waiters {
+        assert_eq!(waiter.read(), Frame::Null);
+    }
+    // No stale place in q's queue delays the next wait.
+    waiters[0].write_command(&["BLPOP", "q", "0"]);
+    common::wait_for("the wait", || runner.info_field("clients", "blocked_clients") == "1");
+    assert_eq!(runner.cmd("RPUSH q x"), int(1));
+    assert_eq!(waiters[0].read(), Frame::Array(vec![bulk("q"), bulk("x")]));
+}
+
 fn wait_busy(client: &mut Client) {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {

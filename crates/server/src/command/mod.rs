@@ -623,12 +623,8 @@ impl<'a> Ctx<'a> {
 }
 
 /// Locks what `spec` needs for `argv`.
-pub fn lock_for<'a>(keyspace: &'a Keyspace, spec: &CommandSpec, argv: &[&[u8]]) -> Locked<'a> {
-    keyspace.lock_shards(shards_for(keyspace, spec, argv))
-}
-
 /// The shards `spec` needs for `argv`.
-fn shards_for(keyspace: &Keyspace, spec: &CommandSpec, argv: &[&[u8]]) -> Shards {
+pub fn shards_for(keyspace: &Keyspace, spec: &CommandSpec, argv: &[&[u8]]) -> Shards {
     if spec.has(flags::ALL_SHARDS) {
         return Shards::All;
     }
@@ -1061,14 +1057,8 @@ pub fn run_locked(
     handler: impl FnOnce(&mut Ctx<'_>, &[&[u8]]) -> CmdResult,
 ) -> CmdResult {
     let claim = (spec.has(flags::ALL_SHARDS) && spec.group == "scripting").then(|| server.scripts.run.claim());
-    let keyspace = &server.keyspace;
-    let locked = crate::scripting::lock_or_busy(
-        server,
-        (client.is_master, claim.is_some()),
-        || keyspace.try_lock_shards(shards_for(keyspace, spec, argv)),
-        || lock_for(keyspace, spec, argv),
-    )
-    .inspect_err(|_| {
+    let shards = shards_for(&server.keyspace, spec, argv);
+    let locked = crate::scripting::lock_or_busy(server, (client.is_master, claim.is_some()), shards).inspect_err(|_| {
         stats.commands[index].rejected_calls.fetch_add(1, Ordering::Relaxed);
     })?;
     let mut ctx = Ctx::new(server, stats, client, wbuf, locked, now_ms);

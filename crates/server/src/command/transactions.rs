@@ -88,11 +88,7 @@ pub fn unwatch_all(server: &Server, client: &mut Client) {
     let keyspace = &server.keyspace;
     let master = client.is_master;
     for (db, key) in std::mem::take(&mut client.watching) {
-        let shard = Shards::One(keyspace.shard_of_key(&key));
-        let lock = crate::scripting::lock_or_busy(server, (master, false), || keyspace.try_lock_shards(shard.clone()), || {
-            keyspace.lock_shards(shard.clone())
-        });
-        let Ok(mut locked) = lock else {
+        let Ok(mut locked) = crate::scripting::lock_or_busy(server, (master, false), Shards::One(keyspace.shard_of_key(&key))) else {
             client.watch_flag = keel_engine::WatchFlag::default();
             return;
         };
@@ -128,13 +124,7 @@ fn exec(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
     shards.extend(ctx.client.watching.iter().map(|(_, k)| keyspace.shard_of_key(k)));
     let needed = if all { Shards::All } else { Shards::Some(shards) };
     let _claim = scripts.then(|| ctx.server.scripts.run.claim());
-    let locked = crate::scripting::lock_or_busy(
-        ctx.server,
-        (ctx.client.is_master, scripts),
-        || keyspace.try_lock_shards(needed.clone()),
-        || keyspace.lock_shards(needed.clone()),
-    );
-    ctx.dbs.locked = match locked {
+    ctx.dbs.locked = match crate::scripting::lock_or_busy(ctx.server, (ctx.client.is_master, scripts), needed) {
         Ok(locked) => locked,
         Err(busy) => {
             unwatch_all(ctx.server, ctx.client);

@@ -465,9 +465,10 @@ pub fn busy_refusal(server: &crate::server::Server, spec: &crate::command::Comma
     (run.busy() && !spec.has(crate::command::flags::ALLOW_BUSY)).then(|| run.busy_error())
 }
 
-/// Takes a command's shards: with `lock` when no script may hold them,
-/// else by trying (`try_lock`) until the script ends, giving up with
-/// -BUSY once it turns busy. Without this a worker that met the script's
+/// Takes `shards` for a command, or for the work a worker does for a
+/// client between commands (ending a wait, serving one, dropping its
+/// watches): as any lock when no script may hold them, else by trying
+/// until the script ends, giving up with -BUSY once it turns busy. Without this a worker that met the script's
 /// locks before it turned busy would wait for its end, with its
 /// connections, SCRIPT KILL's among them, unanswered. The commands Redis
 /// runs beside a busy script that need shards (WATCH) are refused too, as
@@ -475,27 +476,26 @@ pub fn busy_refusal(server: &crate::server::Server, spec: &crate::command::Comma
 /// script ([`crate::worker::beside_a_script`]) and holds them itself. The
 /// master's stream waits (as in `busy_refusal`). `claimed`: the caller
 /// holds a [`RunState::claim`].
-pub fn lock_or_busy<'a>(
+pub fn lock_or_busy(
     server: &crate::server::Server,
     (master, claimed): (bool, bool),
-    try_lock: impl Fn() -> Option<keel_engine::Locked<'a>>,
-    lock: impl FnOnce() -> keel_engine::Locked<'a>,
-) -> Result<keel_engine::Locked<'a>, CmdError> {
-    let run = &server.scripts.run;
+    shards: keel_engine::Shards,
+) -> Result<keel_engine::Locked<'_>, CmdError> {
+    let (run, keyspace) = (&server.scripts.run, &server.keyspace);
     if master {
-        return Ok(lock());
+        return Ok(keyspace.lock_shards(shards));
     }
     let own = usize::from(claimed);
     let mut yields = 0;
     loop {
-        if let Some(locked) = try_lock() {
+        if let Some(locked) = keyspace.try_lock_shards(shards.clone()) {
             return Ok(locked);
         }
         run.deciding.fetch_add(1, Ordering::SeqCst);
         if !run.may_hold_shards(own) {
             // Held by a plain command: wait for it, with a claim waiting
             // for us in turn ([`RunState::claim`]).
-            let locked = lock();
+            let locked = keyspace.lock_shards(shards);
             run.deciding.fetch_sub(1, Ordering::SeqCst);
             return Ok(locked);
         }

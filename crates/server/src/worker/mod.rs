@@ -150,6 +150,9 @@ struct Conn {
     over_soft_since: Option<u64>,
     /// A memcached client's state; None for a Redis client.
     memcache: Option<Box<McConn>>,
+    /// Its ended wait still holds places in queues a busy script's shards
+    /// hold ([`Worker::leaving`]): its next request waits for them to go.
+    leaving: bool,
 }
 
 /// What a connection on `memcached-port` keeps besides a Redis client's.
@@ -224,6 +227,10 @@ pub struct Worker {
     gated_since: Option<Instant>,
     /// Connections whose client waits in a blocking pop.
     blocked: Vec<usize>,
+    /// Ended waits whose queue places a busy script's shards kept from
+    /// being removed ([`crate::blocking::forget`]): each loop turn tries
+    /// again.
+    leaving: Vec<Arc<crate::blocking::Waiter>>,
     /// This loop turn's replies wait for the journal's `write(2)` (logging
     /// under `everysec` or `no`; see [`Worker::send_unsent`]).
     write_first: bool,
@@ -267,6 +274,7 @@ impl Worker {
             gated: Vec::new(),
             gated_since: None,
             blocked: Vec::new(),
+            leaving: Vec::new(),
             write_first: false,
             unsent: Vec::new(),
             swept_to: 0,
@@ -298,6 +306,10 @@ impl Worker {
             // Blocking timeouts are to the millisecond.
             if let Some(deadline) = self.next_block_deadline() {
                 timeout = timeout.min(Duration::from_millis((deadline + 1).saturating_sub(unix_ms())));
+            }
+            // Work a busy script put off is tried again every millisecond.
+            if !self.leaving.is_empty() || self.server.blocking.any_deferred() {
+                timeout = timeout.min(Duration::from_millis(1));
             }
             self.server.worker_cores.idle(self.index);
             self.server.watchdog.turn(self.index, false);
@@ -334,6 +346,12 @@ impl Worker {
             self.resume_if_unpaused();
             if !self.blocked.is_empty() {
                 self.expire_blocked();
+            }
+            if !self.leaving.is_empty() {
+                self.retry_leaving();
+            }
+            if self.server.blocking.any_deferred() {
+                crate::blocking::retry_deferred(&self.server, &self.stats);
             }
             if Instant::now() >= next_cron {
                 let hz = self.server.config.read().effective_hz(self.server.clients.connected.load(Ordering::Relaxed));
@@ -664,12 +682,36 @@ impl Worker {
         let Some(waiter) = conn.client.blocked.take() else { return };
         conn.client.info.blocked.store(false, Ordering::Relaxed);
         self.blocked.retain(|&k| k != key);
-        crate::blocking::forget(&self.server, &waiter);
         let start = conn.wbuf.len();
         conn.wbuf.extend_from_slice(reply);
         if self.server.gate_replies() && lsn > 0 {
             conn.gate.push_back((start, lsn));
         }
+        if !crate::blocking::forget(&self.server, &waiter) {
+            conn.leaving = true;
+            self.leaving.push(waiter);
+            self.flush(key);
+            return;
+        }
+        self.run_held(key);
+    }
+
+    /// Tries again to forget the waits in [`Worker::leaving`]; runs what
+    /// the clients still connected sent meanwhile.
+    fn retry_leaving(&mut self) {
+        for waiter in std::mem::take(&mut self.leaving) {
+            if !crate::blocking::forget(&self.server, &waiter) {
+                self.leaving.push(waiter);
+            } else if let Some(&key) = self.by_id.get(&waiter.client) {
+                self.conns[key].leaving = false;
+                self.run_held(key);
+            }
+        }
+    }
+
+    /// Runs the requests a connection sent while its client waited, and
+    /// sends their replies.
+    fn run_held(&mut self, key: usize) {
         let limits = self.limits();
         self.with_conn_out(key, |server, stats, conn| process(server, stats, conn, &limits));
         let conn = &mut self.conns[key];
@@ -796,7 +838,9 @@ impl Worker {
                 // Whether or not a server is serving it right now, the
                 // client is gone: its queue places go.
                 waiter.claim();
-                crate::blocking::forget(&self.server, &waiter);
+                if !crate::blocking::forget(&self.server, &waiter) {
+                    self.leaving.push(waiter);
+                }
                 self.blocked.retain(|&k| k != key);
             }
             command::transactions::unwatch_all(&self.server, &mut conn.client);
@@ -1079,6 +1123,7 @@ fn new_conn(server: &Server, worker: usize, accepted: Accepted) -> Box<Conn> {
         unsent: false,
         over_soft_since: None,
         memcache: memcache.then(Box::default),
+        leaving: false,
     })
 }
 
@@ -1199,7 +1244,7 @@ fn process(server: &Server, stats: &WorkerStats, conn: &mut Conn, limits: &Parse
         conn.rstart = conn.rend;
         return;
     }
-    if conn.paused || conn.client.blocked.is_some() || conn.client.handoff.is_some() {
+    if conn.paused || conn.client.blocked.is_some() || conn.leaving || conn.client.handoff.is_some() {
         return;
     }
     if conn.memcache.is_some() {
