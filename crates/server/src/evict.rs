@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
 use keel_engine::db::Key;
-use keel_engine::{Entry, Shard};
+use keel_engine::{Entry, Locked, Shard, Shards};
 use parking_lot::Mutex;
 
 use crate::server::Server;
@@ -288,6 +288,13 @@ fn time_limit(tenacity: u32) -> Duration {
     }
 }
 
+/// Shard `index`'s lock, or None once a busy script holds it: eviction
+/// does not wait for a script that may run for long (a cron that checked
+/// `safe_to_evict` just before the script began would hold its worker).
+fn lock_shard(server: &Server, index: usize) -> Option<Locked<'_>> {
+    crate::scripting::lock_or_busy(server, (false, false), Shards::One(index)).ok()
+}
+
 impl Rounds {
     /// Evicts one key; returns about how many bytes that freed, or `None`
     /// when no key may go.
@@ -311,7 +318,7 @@ impl Rounds {
         let mut rng = rand::thread_rng();
         for _ in 0..keyspace.shard_count() {
             let index = self.next_shard(server);
-            let mut locked = keyspace.lock_one(index);
+            let mut locked = lock_shard(server, index)?;
             let shard = locked.shard(index);
             let dbs = shard.dbs().len();
             for _ in 0..dbs {
@@ -334,10 +341,10 @@ impl Rounds {
         let keyspace = &server.keyspace;
         let volatile = policy.volatile();
         for _ in 0..keyspace.shard_count() {
-            self.populate(server, policy, samples);
+            self.populate(server, policy, samples)?;
             while let Some(candidate) = self.pool.pop() {
                 let index = keyspace.shard_of_key(&candidate.key);
-                let mut locked = keyspace.lock_one(index);
+                let mut locked = lock_shard(server, index)?;
                 let shard = locked.shard(index);
                 let present = shard.dbs()[candidate.db].peek(&candidate.key).is_some_and(|e| !volatile || e.has_expiry());
                 if present {
@@ -348,10 +355,11 @@ impl Rounds {
         None
     }
 
-    /// Redis's `evictionPoolPopulate`, over the databases of the next shard.
-    fn populate(&mut self, server: &Server, policy: Policy, samples: usize) {
+    /// Redis's `evictionPoolPopulate`, over the databases of the next
+    /// shard; None if a busy script holds it.
+    fn populate(&mut self, server: &Server, policy: Policy, samples: usize) -> Option<()> {
         let index = self.next_shard(server);
-        let mut locked = server.keyspace.lock_one(index);
+        let mut locked = lock_shard(server, index)?;
         let shard = locked.shard(index);
         let score = Scorer::new(server, policy);
         let mut rng = rand::thread_rng();
@@ -360,6 +368,7 @@ impl Rounds {
                 self.offer(Candidate { score: score.of(entry), db, key: Key::from(key) });
             });
         }
+        Some(())
     }
 
     /// Keeps `candidate` if the pool has room or holds a worse one.
