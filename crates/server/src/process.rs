@@ -97,6 +97,19 @@ pub fn pin_thread(role: CpuRole) {
     }
 }
 
+/// Runs `work` on the calling thread pinned as `role` says, then gives
+/// the thread its CPUs back: for what a replica's thread does where Redis
+/// forks a child (a diskless sync, whose child follows `bgsave_cpulist`).
+pub fn pinned<T>(role: CpuRole, work: impl FnOnce() -> T) -> T {
+    let before = thread_cpus();
+    pin_thread(role);
+    let done = work();
+    if !before.is_empty() {
+        set_thread_cpus(&before);
+    }
+    done
+}
+
 /// A cpulist as Redis's `setcpuaffinity` reads it (util-linux's syntax:
 /// `0,2,3`, `0,2-3`, `0-20:2`); None where Redis's parser gives up, which
 /// then leaves the affinity as it is.

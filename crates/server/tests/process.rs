@@ -373,6 +373,32 @@ fn cpulists_pin_each_kind_of_thread() {
     }
 }
 
+/// A diskless sync runs on `bgsave_cpulist`, as Redis's fork child for
+/// one does; the replica's thread is back on `server_cpulist` after it.
+#[test]
+fn diskless_syncs_follow_bgsave_cpulist() {
+    let ours = cpus_of_threads(std::process::id(), "");
+    if std::thread::available_parallelism().map_or(true, |n| n.get() < 2) || ours.iter().any(|l| !l.starts_with("0-")) {
+        eprintln!("fewer than two CPUs (from 0) to pin threads to: skipping");
+        return;
+    }
+    // 50 keys at 20 ms each: a sync of about a second.
+    let flags = ["--server_cpulist", "0", "--bgsave_cpulist", "1", "--repl-diskless-sync", "yes", "--repl-diskless-sync-delay", "0"];
+    let master = Server::start(&[&flags[..], &["--rdb-key-save-delay", "20000"]].concat());
+    let mut c = master.client();
+    for i in 0..50 {
+        assert_eq!(c.send(&["SET", &format!("k{i}"), "v"]), common::ok());
+    }
+    let replica = Server::start(&[]);
+    let mut r = replica.client();
+    assert_eq!(r.send(&["REPLICAOF", "127.0.0.1", &master.port.to_string()]), common::ok());
+    let syncing = || cpus_of_threads(master.pid(), "keel-repl-out");
+    common::wait_for("the sync on bgsave_cpulist", || syncing() == ["1"]);
+    common::wait_for("the sync's end", || r.info_field("replication", "master_link_status") == "up");
+    assert_eq!(syncing(), ["0"]);
+    assert_eq!(r.cmd("DBSIZE"), common::int(50));
+}
+
 /// `syslog-enabled yes`: the log's lines go to the system logger too,
 /// under `syslog-ident` (with the pid) and `syslog-facility`, as Redis
 /// sends them. Where no syslog daemon holds /dev/log and the test may

@@ -274,6 +274,9 @@ fn waits_ending_beside_a_busy_script_hold_no_worker() {
     for waiter in &mut waiters {
         waiter.write_command(&["BLPOP", "q", "0.3"]);
     }
+    // Blocked before the script starts: a BLPOP that came after it would
+    // be answered -BUSY.
+    common::wait_for("the waits", || runner.info_field("clients", "blocked_clients") == "2");
     runner.write_command(&["EVAL", "while true do end", "0"]);
     wait_busy(&mut server.client());
     // Past the waits' timeouts: a worker that waited for the script's

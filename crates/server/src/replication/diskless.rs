@@ -121,8 +121,13 @@ fn wait_to_start(server: &Server) -> Group {
 }
 
 /// Takes one snapshot for `group` and streams `parts` of it to every
-/// member, then tells each member's thread how its sync went.
+/// member, then tells each member's thread how its sync went. It runs on
+/// `bgsave_cpulist`, as Redis's fork child for a diskless sync does.
 fn run(server: &Server, group: Group, parts: RdbParts) {
+    crate::process::pinned(crate::process::CpuRole::Bgsave, || run_pinned(server, group, parts));
+}
+
+fn run_pinned(server: &Server, group: Group, parts: RdbParts) {
     let mut members = group.members;
     members.retain(|m| {
         let gone = m.replica.is_gone();
