@@ -342,14 +342,23 @@ fn cpus_of_threads(pid: u32, prefix: &str) -> Vec<String> {
     lists
 }
 
+/// Whether this test process may run on CPUs 0 and 1, to pin a server's
+/// threads to one or the other; says why not if not.
+fn two_cpus_to_pin() -> bool {
+    let ours = cpus_of_threads(std::process::id(), "");
+    if std::thread::available_parallelism().map_or(true, |n| n.get() < 2) || ours.iter().any(|l| !l.starts_with("0-")) {
+        eprintln!("fewer than two CPUs (from 0) to pin threads to: skipping");
+        return false;
+    }
+    true
+}
+
 /// `server_cpulist`, `bio_cpulist`, `aof_rewrite_cpulist` and
 /// `bgsave_cpulist` pin each kind of thread, as Redis's pin its main and
 /// background threads (on a machine with two CPUs or more).
 #[test]
 fn cpulists_pin_each_kind_of_thread() {
-    let ours = cpus_of_threads(std::process::id(), "");
-    if std::thread::available_parallelism().map_or(true, |n| n.get() < 2) || ours.iter().any(|l| !l.starts_with("0-")) {
-        eprintln!("fewer than two CPUs (from 0) to pin threads to: skipping");
+    if !two_cpus_to_pin() {
         return;
     }
     let flags = ["--server_cpulist", "0", "--bio_cpulist", "1", "--aof_rewrite_cpulist", "1", "--bgsave_cpulist", "0-1"];
@@ -377,9 +386,7 @@ fn cpulists_pin_each_kind_of_thread() {
 /// one does; the replica's thread is back on `server_cpulist` after it.
 #[test]
 fn diskless_syncs_follow_bgsave_cpulist() {
-    let ours = cpus_of_threads(std::process::id(), "");
-    if std::thread::available_parallelism().map_or(true, |n| n.get() < 2) || ours.iter().any(|l| !l.starts_with("0-")) {
-        eprintln!("fewer than two CPUs (from 0) to pin threads to: skipping");
+    if !two_cpus_to_pin() {
         return;
     }
     // 50 keys at 20 ms each: a sync of about a second.
