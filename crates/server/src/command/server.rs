@@ -1595,6 +1595,8 @@ fn debug(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
                     "    Kills the link based on the direction to/from (both) with the provided node.",
                     "DIGEST",
                     "    Output a hex signature representing the current DB content.",
+                    "DROP-CLUSTER-PACKET-FILTER <packet-type>",
+                    "    Drop all packets that match the filtered type. Set to -1 allow all packets.",
                     "DIGEST-VALUE <key> [<key> ...]",
                     "    Output a hex signature of the values of all the specified keys.",
                     "PANIC",
@@ -1667,6 +1669,14 @@ fn debug(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
             };
             let (direction, node) = (argv[3], argv[4]);
             cluster.with(ctx.server, |st| st.kill_links(direction, node)).map_err(|e| CmdError::other(format!("ERR {e}")))?;
+            ctx.out.ok();
+            Ok(())
+        }
+        3 if eq(sub, "drop-cluster-packet-filter") => {
+            let kind = super::parse::i64_arg(argv[2])?;
+            if let Some(cluster) = &ctx.server.cluster {
+                cluster.with(ctx.server, |st| st.drop_filter = kind);
+            }
             ctx.out.ok();
             Ok(())
         }

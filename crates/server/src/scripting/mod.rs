@@ -423,6 +423,9 @@ fn mode(ctx: &Ctx<'_>, script_flags: u32, read_only: bool) -> Result<engine::Mod
     }
     let server = ctx.server;
     let obeyed = ctx.client.is_master;
+    if script_flags & flags::NO_CLUSTER != 0 && server.cluster.is_some() {
+        return Err(CmdError::other("ERR Can not run script on cluster, 'no-cluster' flag is set."));
+    }
     if script_flags & flags::ALLOW_STALE == 0 && server.replica.is_stale() && !obeyed {
         return Err(CmdError::other(
             "MASTERDOWN Link with MASTER is down, replica-serve-stale-data is set to 'no' and 'allow-stale' flag is not set on the script.",
