@@ -1499,6 +1499,36 @@ pub const DENIED_WHILE_LOADING: [&str; 2] = ["appendonly", "dir"];
 /// that could point them anywhere could write a file anywhere).
 pub const PROTECTED: [&str; 2] = ["dir", "dbfilename"];
 
+/// Redis 7.0's old names of directives (`ALIAS_CONFIG`), with the name
+/// each stands for: CONFIG REWRITE writes the latter only.
+const ALIASES: [(&str, &str); 19] = [
+    ("slaveof", "replicaof"),
+    ("lua-time-limit", "busy-reply-threshold"),
+    ("slave-lazy-flush", "replica-lazy-flush"),
+    ("slave-serve-stale-data", "replica-serve-stale-data"),
+    ("slave-read-only", "replica-read-only"),
+    ("slave-ignore-maxmemory", "replica-ignore-maxmemory"),
+    ("slave-announce-ip", "replica-announce-ip"),
+    ("slave-announce-port", "replica-announce-port"),
+    ("slave-priority", "replica-priority"),
+    ("cluster-slave-no-failover", "cluster-replica-no-failover"),
+    ("cluster-slave-validity-factor", "cluster-replica-validity-factor"),
+    ("list-max-ziplist-size", "list-max-listpack-size"),
+    ("repl-ping-slave-period", "repl-ping-replica-period"),
+    ("min-slaves-to-write", "min-replicas-to-write"),
+    ("min-slaves-max-lag", "min-replicas-max-lag"),
+    ("hash-max-ziplist-entries", "hash-max-listpack-entries"),
+    ("hash-max-ziplist-value", "hash-max-listpack-value"),
+    ("zset-max-ziplist-entries", "zset-max-listpack-entries"),
+    ("zset-max-ziplist-value", "zset-max-listpack-value"),
+];
+
+/// The directive `name` stands for: itself, or the one it is an old name of.
+fn canonical(name: &str) -> Option<&'static Directive> {
+    let name = ALIASES.iter().find(|(alias, _)| alias.eq_ignore_ascii_case(name)).map_or(name, |(_, canonical)| canonical);
+    find(name)
+}
+
 pub fn find(name: &str) -> Option<&'static Directive> {
     DIRECTIVES.iter().find(|d| d.name.eq_ignore_ascii_case(name))
 }
@@ -1661,10 +1691,14 @@ impl Config {
     }
 
     /// CONFIG REWRITE: the directives that differ from the defaults, in
-    /// the file's own order where it has them; with `users`, those `user`
-    /// lines in place of the file's (the rest at the end).
+    /// the file's own order where it has them (an old name's line under
+    /// the name it stands for); with `users`, those `user` lines in place
+    /// of the file's (the rest at the end). As Redis's, it writes no
+    /// `replicaof` for a master or a cluster node (whose master is in
+    /// nodes.conf, and which refuses the directive at start).
     pub fn rewrite(&self, path: &Path, users: Option<&[String]>) -> std::io::Result<()> {
         let defaults = Config::default();
+        let dropped = |d: &Directive| d.name == "replicaof" && (self.cluster.enabled || self.replicaof.is_none());
         let old = std::fs::read_to_string(path).unwrap_or_default();
         let mut out = String::new();
         let mut written = std::collections::HashSet::new();
@@ -1677,9 +1711,9 @@ impl Config {
                 }
                 continue;
             }
-            match find(name) {
+            match canonical(name) {
                 Some(d) if !line.trim_start().starts_with('#') => {
-                    if written.insert(d.name) {
+                    if written.insert(d.name) && !dropped(d) {
                         let _ = writeln!(out, "{} {}", d.name, quote((d.get)(self)));
                     }
                 }
@@ -1688,7 +1722,7 @@ impl Config {
                 }
             }
         }
-        for d in DIRECTIVES {
+        for d in DIRECTIVES.iter().filter(|d| !ALIASES.iter().any(|(alias, _)| *alias == d.name) && !dropped(d)) {
             if !written.contains(d.name) && (d.get)(self) != (d.get)(&defaults) {
                 let _ = writeln!(out, "{} {}", d.name, quote((d.get)(self)));
             }
@@ -1771,6 +1805,34 @@ mod tests {
         assert_eq!(c.save.len(), 2);
         assert_eq!(c.syslog_ident, "a b");
         assert!(Config::load(&args(&["--save", ""])).expect("loads").save.is_empty());
+    }
+
+    /// Every old name is a directive of its own, for the one it names.
+    #[test]
+    fn each_alias_names_a_directive() {
+        for (alias, name) in ALIASES {
+            assert!(find(alias).is_some() && find(name).is_some(), "{alias} -> {name}");
+        }
+    }
+
+    /// CONFIG REWRITE writes an old name's line under the name it stands
+    /// for, adds no old name, and writes no `replicaof` on a cluster node
+    /// (which would refuse it at its next start).
+    #[test]
+    fn a_rewrite_writes_current_names_and_no_replicaof_in_cluster_mode() {
+        let dir = std::env::temp_dir().join(format!("keel-config-rewrite-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let path = dir.join("keel.conf");
+        std::fs::write(&path, "slave-read-only no\nslaveof 127.0.0.1 7000\n").expect("write");
+        let mut c = Config::load(&args(&["--cluster-enabled", "yes", "--slave-priority", "7"])).expect("loads");
+        c.replica_read_only = false;
+        c.replicaof = Some(("127.0.0.1".into(), 7000));
+        c.rewrite(&path, None).expect("rewrite");
+        let text = std::fs::read_to_string(&path).expect("read");
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(text.starts_with("replica-read-only no\n"), "{text}");
+        assert!(text.contains("\nreplica-priority 7\n"), "{text}");
+        assert!(!text.contains("slave") && !text.contains("replicaof"), "{text}");
     }
 
     #[test]
