@@ -696,3 +696,18 @@ fn a_debug_filter_drops_one_type_of_bus_message() {
     assert_eq!(b.client().cmd("PUBLISH ch delivered"), int(0));
     assert_eq!(subscriber.read(), Frame::Array(vec![bulk("message"), bulk("ch"), bulk("delivered")]));
 }
+
+/// `cluster-replica-no-failover`, set at run time, reaches the other
+/// nodes as the node's `nofailover` flag, as Redis's does.
+#[test]
+fn the_nofailover_flag_reaches_the_other_nodes() {
+    let (a, b) = (Node::keel(), Node::keel());
+    form(&[&a, &b], 2);
+    let b_id = b.id();
+    let flags_of_b = || a.nodes().lines().find(|l| l.starts_with(&b_id)).map(|l| l.split(' ').nth(2).unwrap_or("").to_string());
+    assert_eq!(flags_of_b().as_deref(), Some("master"));
+    assert_eq!(b.client().cmd("CONFIG SET cluster-replica-no-failover yes"), ok());
+    wait_for("the flag seen", || flags_of_b().as_deref() == Some("master,nofailover"));
+    assert_eq!(b.client().cmd("CONFIG SET cluster-replica-no-failover no"), ok());
+    wait_for("the flag gone", || flags_of_b().as_deref() == Some("master"));
+}

@@ -314,6 +314,15 @@ impl State {
             }
             self.dirty = true;
         }
+        // `cluster-replica-no-failover` as a flag the others see (Redis's
+        // clusterUpdateMyselfFlags): they pass this node over, in CLUSTER
+        // NODES as in a failover's ranking.
+        let nofailover = if self.env.replica_no_failover { flags::NOFAILOVER } else { 0 };
+        let me = self.me_mut();
+        if me.flags & flags::NOFAILOVER != nofailover {
+            me.flags = (me.flags & !flags::NOFAILOVER) | nofailover;
+            self.dirty = true;
+        }
     }
 
     pub fn me_mut(&mut self) -> &mut Node {
