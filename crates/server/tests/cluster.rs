@@ -711,3 +711,29 @@ fn the_nofailover_flag_reaches_the_other_nodes() {
     assert_eq!(b.client().cmd("CONFIG SET cluster-replica-no-failover no"), ok());
     wait_for("the flag gone", || flags_of_b().as_deref() == Some("master"));
 }
+
+/// A master left with no working replica gets one from a master that
+/// keeps more than `cluster-migration-barrier` (1) working replicas, as
+/// Redis's replica migration moves one.
+#[test]
+fn a_replica_migrates_to_an_orphaned_master() {
+    let nodes: Vec<Node> = (0..5).map(|_| Node::keel()).collect();
+    form(&nodes.iter().collect::<Vec<_>>(), 2);
+    let (a, b) = (&nodes[0], &nodes[1]);
+    for (replica, master) in [(&nodes[2], a), (&nodes[3], a), (&nodes[4], b)] {
+        assert_eq!(replica.client().send(&["CLUSTER", "REPLICATE", &master.id()]), ok());
+    }
+    let replicas_seen_by = |node: &Node, master: &Node| node.nodes().lines().filter(|l| l.contains(&format!("slave {}", master.id()))).count();
+    let replicas_of = |master: &Node| replicas_seen_by(a, master);
+    // Known everywhere: a node that missed b's replica sees no master to
+    // migrate to once it is gone.
+    wait_for("a's two replicas and b's one known to all", || {
+        nodes.iter().all(|n| replicas_seen_by(n, a) == 2 && replicas_seen_by(n, b) == 1)
+    });
+    // b's one replica stops answering: b is orphaned.
+    nodes[4].server.signal("-STOP");
+    let migrated = || nodes[2..4].iter().any(|r| r.nodes().contains(&format!("myself,slave {}", b.id())));
+    wait_for("one of a's replicas following b", migrated);
+    nodes[4].server.signal("-CONT");
+    wait_for("a left with one replica", || replicas_of(a) == 1);
+}

@@ -248,6 +248,7 @@ fn env(server: &Server, st: &State, bus_port: u16) -> Env {
         repl_ping_period_s: config.repl_ping_replica_period,
         replica_no_failover: c.replica_no_failover,
         allow_replica_migration: c.allow_replica_migration,
+        migration_barrier: u64::from(c.migration_barrier),
         repl_offset,
         master_silence_ms,
     }
@@ -414,6 +415,11 @@ fn load(text: &str, path: PathBuf, registry: mio::Registry, env: Env) -> Result<
         if line.name == myself {
             st.migrating.extend(line.migrating.iter().copied());
             st.importing.extend(line.importing.iter().copied());
+        }
+        // A master with a replica is a migration target should it lose
+        // them all (Redis's loader adds each replica to its master).
+        if let Some(master) = line.master.filter(|_| line.flags & flags::REPLICA != 0).and_then(|m| st.nodes.get_mut(&m)) {
+            master.flags |= flags::MIGRATE_TO;
         }
     }
     if st.me().is_replica() {

@@ -32,6 +32,10 @@ const FAIL_REPORT_VALIDITY_MULT: u64 = 2;
 const FAIL_UNDO_TIME_MULT: u64 = 2;
 /// CLUSTER_MF_TIMEOUT: how long a manual failover may take, ms.
 pub const MF_TIMEOUT_MS: u64 = 5000;
+/// CLUSTER_SLAVE_MIGRATION_DELAY: a master must stay orphaned this long,
+/// ms, before a replica migrates to it (its own replicas may just be
+/// announcing a failover).
+const REPLICA_MIGRATION_DELAY_MS: u64 = 5000;
 /// CLUSTER_WRITABLE_DELAY: a master starts in the fail state this long.
 const WRITABLE_DELAY_MS: u64 = 2000;
 /// Redis's CLUSTERMSG_TYPE_COUNT: the message types counted in CLUSTER INFO.
@@ -80,6 +84,9 @@ pub struct Env {
     pub repl_ping_period_s: u64,
     pub replica_no_failover: bool,
     pub allow_replica_migration: bool,
+    /// `cluster-migration-barrier`: the working replicas a master keeps
+    /// before one of them may migrate to an orphaned master.
+    pub migration_barrier: u64,
     /// The master's replication offset, or what a replica processed.
     pub repl_offset: u64,
     /// A replica's link: ms since the master was last heard from, or since
@@ -105,6 +112,9 @@ pub struct Node {
     pub data_received: u64,
     pub fail_time: u64,
     pub voted_time: u64,
+    /// Since when this master has been orphaned (no working replica left
+    /// of those it had); 0 while it is not.
+    pub orphaned_time: u64,
     pub repl_offset: u64,
     /// Masters that said this node fails, and when they said it last.
     pub fail_reports: Vec<(NodeName, u64)>,
@@ -133,6 +143,7 @@ impl Node {
             data_received: 0,
             fail_time: 0,
             voted_time: 0,
+            orphaned_time: 0,
             repl_offset: 0,
             fail_reports: Vec::new(),
             link: None,
@@ -430,15 +441,39 @@ impl State {
     }
 
     fn set_node_as_master(&mut self, name: &NodeName) {
+        let myself = self.myself;
         let Some(n) = self.nodes.get_mut(name) else { return };
         if n.is_master() {
             return;
         }
         n.flags &= !flags::REPLICA;
         n.flags |= flags::MASTER;
-        n.master = None;
+        // A replica that took over from its master is a migration target
+        // as that master was (Redis's clusterSetNodeAsMaster).
+        if n.master.is_some() && *name != myself {
+            n.flags |= flags::MIGRATE_TO;
+        }
+        let old = n.master.take();
+        self.replica_left(old);
         self.dirty = true;
         self.update_state = true;
+    }
+
+    /// A replica left `master`: one left with none is no migration target
+    /// any more (Redis's clusterNodeRemoveSlave).
+    fn replica_left(&mut self, master: Option<NodeName>) {
+        let Some(master) = master else { return };
+        if self.replicas_of(&master).next().is_none() {
+            if let Some(m) = self.nodes.get_mut(&master) {
+                m.flags &= !flags::MIGRATE_TO;
+            }
+        }
+    }
+
+    /// The replicas of `master` not flagged as failed (Redis's
+    /// clusterCountNonFailingSlaves).
+    fn working_replicas(&self, master: &NodeName) -> usize {
+        self.replicas_of(master).filter(|r| !r.failed()).count()
     }
 
     /// CLUSTER MEET and gossip-free discovery: a node known only by its
@@ -949,7 +984,9 @@ impl State {
                             self.update_state = true;
                         }
                         if self.nodes.contains_key(&master) && self.nodes[&name].master != Some(master) {
-                            self.nodes.get_mut(&name).expect("sender is known").master = Some(master);
+                            let old = self.nodes.get_mut(&name).expect("sender is known").master.replace(master);
+                            self.replica_left(old);
+                            self.nodes.get_mut(&master).expect("checked").flags |= flags::MIGRATE_TO;
                             self.dirty = true;
                         }
                     }
@@ -1221,7 +1258,11 @@ impl State {
             self.migrating.clear();
             self.importing.clear();
         }
-        self.me_mut().master = Some(master);
+        let old = self.me_mut().master.replace(master).filter(|&old| old != master);
+        self.replica_left(old);
+        if let Some(m) = self.nodes.get_mut(&master) {
+            m.flags |= flags::MIGRATE_TO;
+        }
         if let Some(m) = self.nodes.get(&master) {
             self.effects.push(Effect::Follow(m.ip.clone(), m.port));
         }
@@ -1440,6 +1481,7 @@ impl State {
         if self.me().is_replica() {
             self.handle_manual_failover();
             self.handle_replica_failover();
+            self.consider_replica_migration();
         }
         if self.update_state || !self.ok {
             self.judge_state();
@@ -1509,6 +1551,73 @@ impl State {
         if self.manual.master_offset.is_some_and(|offset| self.env.repl_offset >= offset) {
             self.manual.can_start = true;
             tracing::warn!("All master replication stream processed, manual failover can start.");
+        }
+    }
+
+    /// Redis's clusterCron's look at the masters from a replica: if some
+    /// master is orphaned (serves slots, had replicas, has no working one)
+    /// and this replica's master is among those with the most working
+    /// replicas, at least two, it may migrate
+    /// ([`State::handle_replica_migration`]).
+    fn consider_replica_migration(&mut self) {
+        let mine = self.me().master;
+        let (mut orphaned, mut most, mut mine_count) = (0, 0, 0);
+        for n in self.nodes.values().filter(|n| n.is_master() && !n.failed()) {
+            let working = self.working_replicas(&n.name);
+            if working == 0 && n.numslots > 0 && n.has(flags::MIGRATE_TO) {
+                orphaned += 1;
+            }
+            most = most.max(working);
+            if mine == Some(n.name) {
+                mine_count = working;
+            }
+        }
+        if orphaned > 0 && most >= 2 && mine_count == most && self.env.allow_replica_migration {
+            self.handle_replica_migration(most);
+        }
+    }
+
+    /// Redis's clusterHandleSlaveMigration: a replica whose master keeps
+    /// more than `cluster-migration-barrier` working replicas, and which
+    /// has the smallest name among the replicas of the masters with the
+    /// most (`most`), follows a master orphaned for
+    /// [`REPLICA_MIGRATION_DELAY_MS`] instead.
+    fn handle_replica_migration(&mut self, most: usize) {
+        let now = self.env.now;
+        let Some(my_master) = self.me().master else { return };
+        if !self.ok {
+            return;
+        }
+        let working = self.replicas_of(&my_master).filter(|r| !r.failed() && !r.timed_out()).count() as u64;
+        if working <= self.env.migration_barrier {
+            return;
+        }
+        let mut candidate = self.myself;
+        let mut target = None;
+        let names: Vec<NodeName> = self.nodes.keys().copied().collect();
+        for name in names {
+            let n = &self.nodes[&name];
+            let working = if n.is_master() { self.working_replicas(&name) } else { 0 };
+            let orphaned = n.is_master() && !n.failed() && n.has(flags::MIGRATE_TO) && working == 0;
+            if orphaned && target.is_none() && n.numslots > 0 {
+                target = Some(name);
+            }
+            if working == most {
+                if let Some(smallest) = self.replicas_of(&name).map(|r| r.name).filter(|r| r.0 < candidate.0).min_by_key(|r| r.0) {
+                    candidate = smallest;
+                }
+            }
+            let n = self.nodes.get_mut(&name).expect("listed");
+            if !orphaned {
+                n.orphaned_time = 0;
+            } else if n.orphaned_time == 0 {
+                n.orphaned_time = now;
+            }
+        }
+        let Some(target) = target else { return };
+        if candidate == self.myself && now.saturating_sub(self.nodes[&target].orphaned_time) > REPLICA_MIGRATION_DELAY_MS {
+            tracing::warn!("Migrating to orphaned master {target}");
+            self.set_my_master(target);
         }
     }
 
