@@ -648,7 +648,7 @@ impl State {
             failed
         };
         for frame in frames {
-            // The type is the header's seventh and eighth bytes, after the
+            // The type is at bytes 12-13 of the header, after the
             // signature, the length, the version and the port.
             let kind = frame.get(12..14).map_or(u16::MAX, |b| u16::from_be_bytes([b[0], b[1]]));
             if let Some(counter) = self.stats_received.get_mut(kind as usize) {
