@@ -1386,7 +1386,15 @@ pub static DIRECTIVES: &[Directive] = &[
     directive!("cluster-announce-bus-port", true, num(0, 65535), cluster.announce_bus_port),
     directive!("cluster-link-sendbuf-limit", true, memory(0, u64::MAX), cluster.link_sendbuf_limit),
     directive!("cluster-announce-tls-port", true, num(0, 65535), cluster.announce_tls_port),
-    directive!("cluster-announce-hostname", true, string, cluster.announce_hostname),
+    Directive {
+        name: "cluster-announce-hostname",
+        mutable: true,
+        get: |c| c.cluster.announce_hostname.clone(),
+        set: |c, a| {
+            c.cluster.announce_hostname = valid_hostname(one(a)?)?.to_string();
+            Ok(())
+        },
+    },
     directive!("cluster-preferred-endpoint-type", true, enum ["ip", "hostname", "unknown-endpoint"], cluster.preferred_endpoint),
     directive!("cluster-require-full-coverage", true, bool, cluster.require_full_coverage),
     directive!("cluster-allow-reads-when-down", true, bool, cluster.allow_reads_when_down),
@@ -1437,6 +1445,18 @@ pub static DIRECTIVES: &[Directive] = &[
 
 /// `hz`: any int is accepted and kept within 1..=500, as Redis's
 /// updateHZ clamps it (CONFIG GET then shows the clamped value).
+/// Redis's isValidAnnouncedHostname: what other nodes are told must
+/// parse back as one word of a nodes.conf line.
+fn valid_hostname(name: &str) -> Result<&str, ConfigError> {
+    if name.len() >= 256 {
+        return Err(ConfigError::Invalid("Hostnames must be less than 256 characters".into()));
+    }
+    if !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.') {
+        return Err(ConfigError::Invalid("Hostnames may only contain alphanumeric characters, hyphens or dots".into()));
+    }
+    Ok(name)
+}
+
 fn set_hz(c: &mut Config, args: &[&str]) -> Result<(), ConfigError> {
     let hz: i32 = parse_num(one(args)?, 0, i32::MAX)?;
     c.hz = hz.clamp(1, 500) as u32;

@@ -477,7 +477,8 @@ fn redis_cli_creates_and_reshards_under_load_losing_nothing() {
 /// Redis's clusterRedirectBlockedClientIfNeeded and removeChannelsInSlot,
 /// on two masters: a slot given away ends the waits on its keys with
 /// -MOVED and unsubscribes its shard channels; a slot deleted takes the
-/// cluster down, which ends the other waits with -CLUSTERDOWN; a slot
+/// cluster down, which ends the other waits with -CLUSTERDOWN; shard
+/// channels are redirected by slot as keys are; a slot
 /// taken by a newer epoch loses its keys here, invalidated for the
 /// clients that cache them (`signals_dropped_keys`: Redis 7.0's
 /// delKeysInSlot deletes them silently, stale caches and all; Keel does
@@ -505,6 +506,11 @@ fn a_slot_leaving_ends_its_waits_and_shard_channels(a: Node, b: Node, signals_dr
     assert_eq!(sub.read(), Frame::Array(vec![bulk("sunsubscribe"), bulk("{b}ch"), int(0)]));
     // Out of pub/sub mode again: an ordinary command is answered.
     assert_eq!(sub.cmd("PING"), Frame::Simple(b"PONG".to_vec()));
+    // Shard channels are routed by slot, as keys are.
+    let moved = err(&format!("MOVED 3300 127.0.0.1:{}", b.port()));
+    assert_eq!(sub.send(&["SSUBSCRIBE", "{b}ch"]), moved);
+    assert_eq!(sub.send(&["SPUBLISH", "{b}ch", "m"]), moved);
+    assert_eq!(sub.send(&["SSUBSCRIBE", "g", "c"]), err("CROSSSLOT Keys in request don't hash to the same slot"));
     assert_eq!(a.client().cmd("CLUSTER DELSLOTS 7365"), ok());
     assert_eq!(reader.read(), err("CLUSTERDOWN The cluster is down"));
     assert!(text(&a.client().cmd("INFO clients")).contains("blocked_clients:0"));
@@ -736,4 +742,69 @@ fn a_replica_migrates_to_an_orphaned_master() {
     wait_for("one of a's replicas following b", migrated);
     nodes[4].server.signal("-CONT");
     wait_for("a left with one replica", || replicas_of(a) == 1);
+}
+
+/// A replica sends writes to its master with -MOVED, READONLY or not,
+/// a script by the flags it declares, as Redis's getNodeByQuery does;
+/// reads run on it after READONLY.
+#[test]
+fn a_replica_redirects_writes_and_scripts_that_may_write() {
+    let (master, replica) = (Node::keel(), Node::keel());
+    form(&[&master, &replica], 1);
+    assert_eq!(replica.client().send(&["CLUSTER", "REPLICATE", &master.id()]), ok());
+    wait_for("the replica syncs", || replica.client().info_field("replication", "master_link_status") == "up");
+    let mut m = master.client();
+    assert_eq!(m.cmd("SET a 1"), ok());
+    assert_eq!(m.cmd("WAIT 1 5000"), int(1));
+    let moved = |reply: Frame| matches!(&reply, Frame::Error(e) if e.starts_with(b"MOVED "));
+    let mut r = replica.client();
+    assert!(moved(r.cmd("GET a")), "a read before READONLY");
+    assert_eq!(r.cmd("READONLY"), ok());
+    assert_eq!(r.cmd("GET a"), bulk("1"));
+    assert_eq!(r.cmd("MULTI"), ok());
+    assert!(moved(r.cmd("SET a 2")));
+    assert!(matches!(r.cmd("EXEC"), Frame::Error(e) if e.starts_with(b"EXECABORT")));
+    let writes = "#!lua\nreturn redis.call('del', KEYS[1])";
+    assert!(moved(r.send(&["EVAL", writes, "1", "a"])), "a script that may write");
+    let reads = "#!lua flags=no-writes\nreturn redis.call('get', KEYS[1])";
+    assert_eq!(r.send(&["EVAL", reads, "1", "a"]), bulk("1"));
+    assert_eq!(m.cmd("GET a"), bulk("1"));
+}
+
+/// `cluster-preferred-endpoint-type` names the address a redirect sends
+/// a client to and CLUSTER SHARDS's `endpoint`: the IP, the announced
+/// hostname ("?" when there is none), or nothing.
+fn redirects_name_the_preferred_endpoint(a: Node, b: Node) {
+    form(&[&a, &b], 2);
+    assert_eq!(b.client().cmd("CONFIG SET cluster-announce-hostname b.example"), ok());
+    wait_for("b's hostname known to a", || a.nodes().contains(",b.example"));
+    // "foo" hashes to slot 12182, b's.
+    let mut c = a.client();
+    let port = b.port();
+    assert_eq!(c.cmd("SET foo 1"), err(&format!("MOVED 12182 127.0.0.1:{port}")));
+    assert_eq!(c.cmd("CONFIG SET cluster-preferred-endpoint-type hostname"), ok());
+    assert_eq!(c.cmd("SET foo 1"), err(&format!("MOVED 12182 b.example:{port}")));
+    assert_eq!(b.client().send(&["CONFIG", "SET", "cluster-announce-hostname", ""]), ok());
+    wait_for("b's hostname gone at a", || !a.nodes().contains(",b.example"));
+    assert_eq!(c.cmd("SET foo 1"), err(&format!("MOVED 12182 ?:{port}")));
+    assert_eq!(c.cmd("CONFIG SET cluster-preferred-endpoint-type unknown-endpoint"), ok());
+    assert_eq!(c.cmd("SET foo 1"), err(&format!("MOVED 12182 :{port}")));
+    let shards = render(&c.cmd("CLUSTER SHARDS"));
+    assert_eq!(shards.matches("$endpoint, $,").count(), 2, "{shards}");
+    assert_eq!(
+        c.cmd("CONFIG SET cluster-announce-hostname ?.com"),
+        err("ERR CONFIG SET failed (possibly related to argument 'cluster-announce-hostname') - Hostnames may only contain alphanumeric characters, hyphens or dots")
+    );
+}
+
+#[test]
+fn redirects_name_the_preferred_endpoint_in_keel() {
+    redirects_name_the_preferred_endpoint(Node::keel(), Node::keel());
+}
+
+/// The same steps against redis-server, to check the test itself.
+#[test]
+fn redirects_name_the_preferred_endpoint_in_redis() {
+    let (Some(a), Some(b)) = (Node::redis(), Node::redis()) else { return };
+    redirects_name_the_preferred_endpoint(a, b);
 }

@@ -527,10 +527,21 @@ pub fn blocked_redirect(server: &Server, key: &[u8], replica_read: bool) -> Opti
         return None;
     }
     let st = cluster.state.lock();
+    let preferred = server.config.read().cluster.preferred_endpoint.clone();
     Some(match st.owners[slot as usize].and_then(|o| st.nodes.get(&o)) {
-        Some(owner) => format!("MOVED {slot} {}:{}", owner.ip, owner.port),
+        Some(owner) => format!("MOVED {slot} {}:{}", owner.endpoint(&preferred), owner.port),
         None => "CLUSTERDOWN Hash slot not served".into(),
     })
+}
+
+/// The arguments a command is routed by: its keys, or a shard pub/sub
+/// command's channels (Redis routes by their legacy key range).
+fn routed_by(spec: &CommandSpec, argv: &[&[u8]]) -> SmallVec<[usize; 4]> {
+    match spec.name {
+        "ssubscribe" | "sunsubscribe" => (1..argv.len()).collect(),
+        "spublish" => smallvec::smallvec![1],
+        _ => spec.key_indexes(argv),
+    }
 }
 
 /// Redis's getNodeByQuery and clusterRedirectClient: the error that sends
@@ -550,7 +561,9 @@ pub fn redirect<'a>(
     let mut slot = 0u16;
     let mut multiple_keys = false;
     let mut keys: SmallVec<[&[u8]; 4]> = SmallVec::new();
-    let mut any_write = spec.has(crate::command::flags::WRITE);
+    // Whether a queued command writes; the command's own is asked only
+    // off the common path below, as a script's costs a lookup.
+    let mut any_write = false;
     // Each key of the command (or of every queued one), in order, as
     // Redis's getNodeByQuery visits them.
     let mut visit = |key: &'a [u8]| -> Result<(), String> {
@@ -579,10 +592,10 @@ pub fn redirect<'a>(
         Some(multi) => multi.queued.iter().try_for_each(|args| {
             let argv: SmallVec<[&[u8]; 8]> = args.iter().map(|a| a.as_slice()).collect();
             let Ok((_, spec)) = crate::command::resolve(&argv) else { return Ok(()) };
-            any_write |= spec.has(crate::command::flags::WRITE);
-            spec.key_indexes(&argv).into_iter().try_for_each(|at| visit(args[at].as_slice()))
+            any_write |= crate::scripting::writes(server, spec, &argv);
+            routed_by(spec, &argv).into_iter().try_for_each(|at| visit(args[at].as_slice()))
         }),
-        None => spec.key_indexes(argv).into_iter().try_for_each(|at| visit(argv[at])),
+        None => routed_by(spec, argv).into_iter().try_for_each(|at| visit(argv[at])),
     };
     if let Err(e) = visited {
         return Some(e);
@@ -597,20 +610,20 @@ pub fn redirect<'a>(
     }
     let (owner_addr, migrating_to, config) = {
         let st = cluster.state.lock();
-        let addr = |name: &NodeName| st.nodes.get(name).map(|n| format!("{}:{}", n.ip, n.port));
+        let config = server.config.read();
+        let preferred = config.cluster.preferred_endpoint.as_str();
+        let addr = |name: &NodeName| st.nodes.get(name).map(|n| format!("{}:{}", n.endpoint(preferred), n.port));
         let owner = st.owners[slot as usize];
         (
             owner.map(|o| addr(&o)),
             st.migrating.get(&slot).and_then(addr),
-            {
-                let config = server.config.read();
-                (config.cluster.allow_reads_when_down, config.cluster.allow_pubsubshard_when_down)
-            },
+            (config.cluster.allow_reads_when_down, config.cluster.allow_pubsubshard_when_down),
         )
     };
     let Some(owner_addr) = owner_addr else {
         return Some("CLUSTERDOWN Hash slot not served".into());
     };
+    let any_write = any_write || crate::scripting::writes(server, spec, argv);
     if !ok {
         let (reads_when_down, pubsub_when_down) = config;
         if shard_pubsub {

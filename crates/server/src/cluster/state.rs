@@ -167,6 +167,17 @@ impl Node {
         self.has(flags::HANDSHAKE)
     }
 
+    /// Where a client is sent to reach this node (Redis's
+    /// getPreferredEndpoint), by `cluster-preferred-endpoint-type`.
+    pub fn endpoint(&self, preferred: &str) -> &str {
+        match preferred {
+            "ip" => &self.ip,
+            "hostname" if !self.hostname.is_empty() => &self.hostname,
+            "hostname" => "?",
+            _ => "",
+        }
+    }
+
     pub fn failed(&self) -> bool {
         self.has(flags::FAIL)
     }

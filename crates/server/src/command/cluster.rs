@@ -830,11 +830,7 @@ fn shards(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
 
 fn shard_node(st: &State, node: &Node, endpoint: &str) -> ShardNode {
     use ShardField::{Int, Text};
-    let preferred = match endpoint {
-        "ip" => node.ip.clone(),
-        "hostname" if !node.hostname.is_empty() => node.hostname.clone(),
-        _ => "?".to_string(),
-    };
+    let preferred = node.endpoint(endpoint).to_string();
     let offset = if node.name == st.myself { st.env.repl_offset } else { node.repl_offset };
     let health = if node.failed() {
         "fail"

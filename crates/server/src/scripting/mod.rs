@@ -376,6 +376,14 @@ pub fn command_flags(command: u32, declared: u32) -> u32 {
     flags
 }
 
+/// Whether a command counts as a write (Redis's `CMD_WRITE` in
+/// `getCommandFlags`): a script by the flags it declares, any other
+/// command by its own.
+pub fn writes(server: &crate::server::Server, spec: &crate::command::CommandSpec, argv: &[&[u8]]) -> bool {
+    let flags = declared_flags(server, spec, argv).map_or(spec.flags, |declared| command_flags(spec.flags, declared));
+    flags & crate::command::flags::WRITE != 0
+}
+
 /// EVAL, EVALSHA and their `_RO` forms: `script numkeys key... arg...`.
 pub fn eval(ctx: &mut Ctx<'_>, argv: &[&[u8]], by_sha: bool, read_only: bool) -> CmdResult {
     crate::command::send_to_monitors(ctx.server, ctx.client, argv, false);
