@@ -1078,10 +1078,7 @@ fn receive(conn: &mut Conn<'_>, timeout: Duration, temp: &Path, size: i64, mark:
 /// Replaces the dataset with the received RDB, as Redis's
 /// `readSyncBulkPayload` after the transfer.
 fn load(server: &Server, received: &Path) -> Result<crate::snapshot::Loaded, LinkError> {
-    replace_dataset(server, true, false, || {
-        let mut locked = server.keyspace.lock_all();
-        crate::snapshot::replace_held(server, &mut locked, received).map_err(LinkError::Load)
-    })
+    replace_dataset(server, true, false, || crate::snapshot::replace_from_file(server, received).map_err(LinkError::Load))
 }
 
 /// What Redis's `readSyncBulkPayload` does around a load, `read`: the AOF

@@ -1003,11 +1003,17 @@ pub struct Loaded {
 /// Reads `path`, handing what it holds to `sink`; an error names the
 /// offset. `expired_keys`: keep the keys skipped as expired.
 fn read_dump(server: &Server, path: &Path, expired_keys: bool, sink: &mut dyn FnMut(Read) -> Result<(), LoadError>) -> Result<RdbRead, LoadError> {
+    let (reader, total) = open_dump(path)?;
+    read_rdb(server, reader, total, &path.display().to_string(), expired_keys, sink)
+}
+
+/// A reader of the RDB at `path`, and the file's size.
+fn open_dump(path: &Path) -> Result<(RdbReader<BufReader<File>>, u64), LoadError> {
     let file = File::open(path).map_err(|e| e.to_string())?;
     let total = file.metadata().map(|m| m.len()).unwrap_or(0);
     // The parsing thread is what a load waits on: the checksum goes to a helper.
     let reader = RdbReader::new(BufReader::with_capacity(256 << 10, file)).map_err(located)?.checksum_in_background();
-    read_rdb(server, reader, total, &path.display().to_string(), expired_keys, sink)
+    Ok((reader, total))
 }
 
 /// An RDB error with the offset it was met at, where known.
@@ -1019,9 +1025,10 @@ fn located(e: keel_rdb::RdbError) -> LoadError {
 }
 
 /// Reads an RDB of `total` bytes (0: unknown) from `reader`, named
-/// `source` in the log, handing what it holds to `sink`; with
-/// `keep_expired`, the keys skipped as expired are kept, once the file
-/// has named a history (a restarted master owes its replicas their DELs).
+/// `source` in the log, handing what it holds to `sink`. A master skips
+/// the keys already expired; with `keep_expired`, it keeps their names,
+/// once the file has named a history (a restarted master owes its
+/// replicas their DELs).
 fn read_rdb<R: io::BufRead>(
     server: &Server,
     mut reader: RdbReader<R>,
@@ -1032,6 +1039,7 @@ fn read_rdb<R: io::BufRead>(
 ) -> Result<RdbRead, LoadError> {
     let mut pacer = crate::loading::Pacer::new(server, total);
     let now = unix_ms();
+    let replica = server.replica.is_replica();
     let mut expired = 0u64;
     let mut stream_db = None;
     let mut history = (None, None);
@@ -1073,7 +1081,10 @@ fn read_rdb<R: io::BufRead>(
             }
             _ => continue,
         };
-        if e.expire_at_ms.is_some_and(|at| at <= now) {
+        // A replica keeps keys already expired, as Redis's rdbLoad does
+        // unless iAmMaster(): the master's DEL for each is still to come,
+        // and the commands before it may touch the key.
+        if !replica && e.expire_at_ms.is_some_and(|at| at <= now) {
             expired += 1;
             if keep_expired && history.0.is_some() {
                 expired_keys.push((e.db as usize, e.key));
@@ -1234,7 +1245,7 @@ impl<'scope> Inserters<'scope> {
 
 /// Loads `path` into the (empty) keyspace at start, with every core: this
 /// thread parses and [`Inserters`] insert. Keys that have expired are
-/// skipped. Returns (keys loaded, keys expired) and the replication
+/// skipped, unless this server is a replica. Returns (keys loaded, keys expired) and the replication
 /// history the file was saved with, or an error naming the file and the
 /// offset.
 pub fn load(server: &Server, path: &Path) -> Result<(u64, u64, Option<SavedHistory>), String> {
@@ -1367,6 +1378,17 @@ pub struct Detached {
 /// [`Detached`] dataset, taking no lock: the serving dataset stays as it
 /// is whatever happens. `input` is left just past the RDB's checksum.
 pub fn load_detached<R: io::BufRead>(server: &Server, input: R, total: u64) -> Result<Detached, LoadError> {
+    let reader = RdbReader::new(input).map_err(located)?;
+    read_detached(server, reader, total, "the master's RDB")
+}
+
+/// [`load_detached`] from a file.
+fn load_file_detached(server: &Server, path: &Path) -> Result<Detached, LoadError> {
+    let (reader, total) = open_dump(path)?;
+    read_detached(server, reader, total, &path.display().to_string())
+}
+
+fn read_detached<R: io::BufRead>(server: &Server, reader: RdbReader<R>, total: u64, source: &str) -> Result<Detached, LoadError> {
     let limits = server.config.read().encoding;
     let lru_s = server.lru_s();
     let databases = server.keyspace.databases();
@@ -1390,9 +1412,8 @@ pub fn load_detached<R: io::BufRead>(server: &Server, input: R, total: u64) -> R
             Ok(())
         }
     };
-    let reader = RdbReader::new(input).map_err(located)?;
     keel_engine::db::loading(true);
-    let read = read_rdb(server, reader, total, "the master's RDB", false, &mut sink);
+    let read = read_rdb(server, reader, total, source, false, &mut sink);
     keel_engine::db::loading(false);
     match read {
         Ok(read) => Ok(Detached { shards, functions, loaded: Loaded { keys, expired: read.expired, stream_db: read.stream_db } }),
@@ -1407,9 +1428,10 @@ pub fn load_detached<R: io::BufRead>(server: &Server, input: R, total: u64) -> R
 /// Puts `detached` in place of the dataset, with every shard held by the
 /// caller (the end of Redis's `swapdb` load): its function libraries
 /// first, all or none, then each database's contents, so that watchers and
-/// blocked clients hear of the change as from SWAPDB. A BGSAVE under way
-/// shows the data from before: it is superseded, as by FLUSHALL. Returns
-/// the old contents, for the caller to drop off the locks, and their keys.
+/// blocked clients hear of the change as from SWAPDB, and tracking
+/// clients as from a FLUSHALL. A BGSAVE under way shows the data from
+/// before: it is superseded, as by FLUSHALL. Returns the old contents,
+/// for the caller to drop off the locks, and their keys.
 pub fn install_held(server: &Server, locked: &mut Locked<'_>, detached: Detached) -> Result<(Vec<keel_engine::db::DbData>, u64), String> {
     let policy = crate::scripting::functions::RestorePolicy::Flush;
     server.scripts.functions.restore(server, &detached.functions, policy).map_err(|e| format!("function library: {e}"))?;
@@ -1425,24 +1447,29 @@ pub fn install_held(server: &Server, locked: &mut Locked<'_>, detached: Detached
             keel_engine::Db::swap_data(live, read, now);
         }
     }
-    // Tracking clients learn that every key went, as from a FLUSHALL.
+    forget_tracked(server, locked);
+    Ok((old, old_keys))
+}
+
+/// Tracking clients learn that every key went, as from a FLUSHALL.
+fn forget_tracked(server: &Server, locked: &mut Locked<'_>) {
     if server.tracking.active() {
         crate::tracking::flushed(server, locked.iter_mut());
         crate::tracking::flush(server, None);
     }
-    Ok((old, old_keys))
 }
 
-/// A replica's full sync (`replica.rs`), with every shard held by the
-/// caller: the file received from the master, `received`, is renamed
-/// over `dbfilename` (as Redis's replica does: a restart with `appendonly
-/// no` loads it), the dataset emptied and loaded from it. A BGSAVE under
-/// way shows the data from before: it is superseded, as by FLUSHALL, so
-/// that it does not replace the new file. The old data goes on the
-/// lazyfree thread under `replica-lazy-flush`. An error leaves the dataset
-/// empty or partly loaded.
-pub fn replace_held(server: &Server, locked: &mut Locked<'_>, received: &Path) -> Result<Loaded, String> {
-    server.rdb.superseded.store(true, Ordering::Relaxed);
+/// A replica's full sync from disk (`replica.rs`): the file received from
+/// the master, `received`, is renamed over `dbfilename` (as Redis's
+/// replica does: a restart with `appendonly no` loads it), the dataset
+/// emptied, then loaded from it. The shards are held only to empty them
+/// and to install what was read: meanwhile clients are answered -LOADING
+/// and the commands allowed while loading (INFO) are answered, as between
+/// Redis's `processEventsWhileBlocked` calls. A BGSAVE under way shows the
+/// data from before: it is superseded, as by FLUSHALL, so that it does not
+/// replace the new file. The old data goes on the lazyfree thread under
+/// `replica-lazy-flush`. An error leaves the dataset empty.
+pub fn replace_from_file(server: &Server, received: &Path) -> Result<Loaded, String> {
     let path = dump_path(server);
     fs::rename(received, &path).map_err(|e| format!("rename {} to {}: {e}", received.display(), path.display()))?;
     // The rename must survive a crash, as the file it names does.
@@ -1451,26 +1478,28 @@ pub fn replace_held(server: &Server, locked: &mut Locked<'_>, received: &Path) -
         let _ = d.sync_all();
     }
     let (mut old, mut old_keys) = (Vec::new(), 0);
-    for shard in locked.iter_mut() {
-        for d in shard.dbs_mut().iter_mut() {
-            old_keys += d.len() as u64;
-            old.push(d.take_all());
+    {
+        let mut locked = server.keyspace.lock_all();
+        server.rdb.superseded.store(true, Ordering::Relaxed);
+        for shard in locked.iter_mut() {
+            for d in shard.dbs_mut().iter_mut() {
+                old_keys += d.len() as u64;
+                old.push(d.take_all());
+            }
         }
+        forget_tracked(server, &mut locked);
     }
     if server.config.read().replica_lazy_flush {
         crate::lazyfree::drop_async(old, old_keys);
     } else {
         drop(old);
     }
-    // Tracking clients learn that every key went, as from a FLUSHALL.
-    if server.tracking.active() {
-        crate::tracking::flushed(server, locked.iter_mut());
-        crate::tracking::flush(server, None);
-    }
     // The master's function libraries replace ours too.
     server.scripts.functions.flush();
-    keel_engine::db::loading(true);
-    let loaded = load_held(server, locked, &path, false);
-    keel_engine::db::loading(false);
-    loaded.map_err(|e| format!("loading {}: {e}", path.display()))
+    let detached = load_file_detached(server, &path).map_err(|e| format!("loading {}: {e}", path.display()))?;
+    let loaded = detached.loaded;
+    let (written, written_keys) = install_held(server, &mut server.keyspace.lock_all(), detached)?;
+    // Nothing writes while loading; whatever did is not the master's.
+    crate::lazyfree::drop_async(written, written_keys);
+    Ok(loaded)
 }

@@ -945,6 +945,9 @@ fn dispatch(
         client.pushed_to = wbuf.len();
     }
     let ping = spec.name == "ping";
+    // What the master sends and what the journal replays is obeyed, never
+    // refused: Redis's master and AOF clients skip processCommand's checks.
+    let obeyed = client.is_master || client.is_loader;
     if let Some(multi) = client.multi.as_mut() {
         // Refused, not queued, beside a busy script: the transaction
         // aborts, as Redis's rejectCommand flags it.
@@ -955,7 +958,7 @@ fn dispatch(
         if !runs_inside_multi(spec) {
             // Queueing itself takes memory: anything is refused past the
             // limit (Redis's reject_cmd_on_oom in MULTI).
-            if let Some(error) = refusal(server, client.is_master, client.oom, spec.flags | flags::DENYOOM, ping) {
+            if let Some(error) = refusal(server, obeyed, client.oom, spec.flags | flags::DENYOOM, ping) {
                 multi.aborted = true;
                 return Err(CmdError::other(error));
             }
@@ -977,14 +980,14 @@ fn dispatch(
     if queued.is_some_and(|m| !m.all_stale) {
         flags &= !flags::STALE;
     }
-    let mut refused = refusal(server, client.is_master, client.oom, flags, ping);
+    let mut refused = refusal(server, obeyed, client.oom, flags, ping);
     // A script is refused by the flags it declares, as a command that
     // writes, may grow memory or may not run stale would be; they are
     // looked up only when such a command would be refused.
     let strictest = (flags | flags::WRITE | flags::DENYOOM) & !flags::STALE;
-    if refused.is_none() && spec.group == "scripting" && refusal(server, client.is_master, client.oom, strictest, ping).is_some() {
+    if refused.is_none() && spec.group == "scripting" && refusal(server, obeyed, client.oom, strictest, ping).is_some() {
         if let Some(declared) = crate::scripting::declared_flags(server, spec, argv) {
-            refused = refusal(server, client.is_master, client.oom, crate::scripting::command_flags(flags, declared), ping);
+            refused = refusal(server, obeyed, client.oom, crate::scripting::command_flags(flags, declared), ping);
         }
     }
     if let Some(error) = refused {
