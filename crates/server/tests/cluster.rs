@@ -771,6 +771,32 @@ fn a_replica_redirects_writes_and_scripts_that_may_write() {
     assert_eq!(m.cmd("GET a"), bulk("1"));
 }
 
+/// A replica deleted with CLUSTER FORGET leaves its master with none to
+/// miss: no replica migrates to it, where one would to a master whose
+/// replica failed (the test above).
+#[test]
+fn a_master_whose_replica_is_forgotten_draws_none() {
+    let nodes: Vec<Node> = (0..5).map(|_| Node::keel()).collect();
+    form(&nodes.iter().collect::<Vec<_>>(), 2);
+    let (a, b) = (&nodes[0], &nodes[1]);
+    for (replica, master) in [(&nodes[2], a), (&nodes[3], a), (&nodes[4], b)] {
+        assert_eq!(replica.client().send(&["CLUSTER", "REPLICATE", &master.id()]), ok());
+    }
+    let replicas_seen_by = |node: &Node, master: &Node| node.nodes().lines().filter(|l| l.contains(&format!("slave {}", master.id()))).count();
+    wait_for("a's two replicas and b's one known to all", || {
+        nodes.iter().all(|n| replicas_seen_by(n, a) == 2 && replicas_seen_by(n, b) == 1)
+    });
+    let forgotten = nodes[4].id();
+    nodes[4].server.signal("-STOP");
+    for n in &nodes[..4] {
+        assert_eq!(n.client().send(&["CLUSTER", "FORGET", &forgotten]), ok());
+    }
+    // Past the 5 s a replica waits before migrating.
+    std::thread::sleep(std::time::Duration::from_secs(7));
+    assert_eq!(replicas_seen_by(a, a), 2, "{}", a.nodes());
+    nodes[4].server.signal("-CONT");
+}
+
 /// `cluster-preferred-endpoint-type` names the address a redirect sends
 /// a client to and CLUSTER SHARDS's `endpoint`: the IP, the announced
 /// hostname ("?" when there is none), or nothing.

@@ -434,6 +434,9 @@ impl State {
             for link in [node.link, node.inbound_link].into_iter().flatten() {
                 self.close_link(link);
             }
+            // A master that loses its last replica no longer draws one
+            // (Redis's clusterNodeRemoveSlave).
+            self.replica_left(node.master);
         }
         self.dirty = true;
         self.update_state = true;
