@@ -1104,7 +1104,9 @@ pub static DIRECTIVES: &[Directive] = &[
             if !dir.is_dir() {
                 return Err(ConfigError::Invalid(format!("No such file or directory: {}", dir.display())));
             }
-            c.dir = dir.to_path_buf();
+            // Absolute: the server works in it (`main`, CONFIG SET), and
+            // paths under it must not depend on where it started.
+            c.dir = std::fs::canonicalize(dir).map_err(|e| ConfigError::Invalid(e.to_string()))?;
             Ok(())
         },
     },

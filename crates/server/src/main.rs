@@ -20,6 +20,12 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    // Redis chdir()s to `dir` as it reads it: relative paths (logfile,
+    // pidfile, unixsocket, aclfile) are under it.
+    if let Err(e) = std::env::set_current_dir(&config.dir) {
+        eprintln!("Can't chdir to '{}': {e}", config.dir.display());
+        return ExitCode::FAILURE;
+    }
     // Under upstart this stops the process until it is let go on.
     let supervision_notes = keel_server::supervision::detect(&config.supervised);
     // A supervised server stays in the foreground: its manager keeps it.

@@ -1201,3 +1201,21 @@ fn maxclients_raises_the_open_files_limit() {
     }
     assert!(maxclients(&mut c) + 32 <= open_files_limit(server.pid()));
 }
+
+/// As Redis, which works in `dir`: a relative logfile and pidfile are
+/// under it, and CONFIG SET dir moves the process there.
+#[test]
+fn relative_paths_are_under_dir() {
+    let dir = common::temp_dir("relative");
+    let server = Server::start_last_in(&dir, &["--appendonly", "no", "--save", "", "--logfile", "keel.log", "--pidfile", "keel.pid", "--enable-protected-configs", "yes"]);
+    let mut c = server.client();
+    let log = dir.join("keel.log");
+    common::wait_for("the log under dir", || std::fs::read_to_string(&log).is_ok_and(|l| l.contains("Ready to accept")));
+    assert_eq!(std::fs::read_to_string(dir.join("keel.pid")).expect("pidfile").trim(), server.pid().to_string());
+    let cwd = || std::fs::read_link(format!("/proc/{}/cwd", server.pid())).expect("cwd");
+    assert_eq!(cwd(), std::fs::canonicalize(&dir).expect("dir"));
+    let other = common::temp_dir("relative-other");
+    assert_eq!(c.send(&["CONFIG", "SET", "dir", &other.display().to_string()]), ok());
+    assert_eq!(cwd(), std::fs::canonicalize(&other).expect("dir"));
+    let _ = std::fs::remove_dir_all(&other);
+}

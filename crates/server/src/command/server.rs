@@ -1064,6 +1064,12 @@ fn config_set(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     if next.loglevel != config.loglevel {
         crate::process::apply_loglevel(&next);
     }
+    // Redis's CONFIG SET dir chdir()s there.
+    if next.dir != config.dir {
+        if let Err(e) = std::env::set_current_dir(&next.dir) {
+            return Err(unbind(failed("dir", &e.to_string())));
+        }
+    }
     ctx.server.mirror_config(&next);
     // Redis's updateRequirePass: the default user's password follows.
     if seen.contains(&"requirepass") {
