@@ -39,7 +39,8 @@ UNITS=(integration/aof integration/aof-multi-part unit/aofrw integration/rdb
     integration/replication-psync integration/replication-4 integration/replication
     integration/psync2 integration/psync2-reg integration/psync2-pingoff
     integration/psync2-master-restart integration/failover integration/logging
-    integration/redis-cli integration/redis-benchmark integration/replication-buffer)
+    integration/redis-cli integration/redis-benchmark integration/replication-buffer
+    unit/acl unit/acl-v2 unit/auth)
 if [[ -n "${COMPAT_UNITS:-}" ]]; then read -r -a UNITS <<<"$COMPAT_UNITS"; fi
 DROPPED_DIRECTIVES='enable-protected-configs|enable-module-command'
 # Tests skipped for both servers: each starts a server with a directive of

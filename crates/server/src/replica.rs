@@ -138,7 +138,7 @@ pub enum LinkError {
     Timeout(u64),
     #[error("error reply to PING from master: '{0}'")]
     Ping(String),
-    #[error("unable to AUTH to MASTER: {0}")]
+    #[error("Unable to AUTH to MASTER: {0}")]
     Auth(String),
     #[error("master is currently unable to PSYNC but should be in the future: {0}")]
     TryLater(String),

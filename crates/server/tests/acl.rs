@@ -163,17 +163,24 @@ fn commands_keys_and_channels_are_checked() {
 
 #[test]
 fn revoking_channels_disconnects_subscribers() {
-    let server = Server::start(&["--appendonly", "no"]);
+    // One worker: the kill is carried out only after the admin's
+    // pipelined CLIENT LIST has run.
+    let server = Server::start(&["--appendonly", "no", "--threads", "1"]);
     let mut admin = server.client();
     assert_eq!(admin.cmd("ACL SETUSER sub on nopass &a &b +@all"), ok());
     let mut s = server.client();
     assert_eq!(s.cmd("AUTH sub x"), ok());
+    assert_eq!(s.cmd("CLIENT SETNAME deathrow"), ok());
     assert_eq!(s.cmd("SUBSCRIBE a"), Frame::Array(vec![bulk("subscribe"), bulk("a"), int(1)]));
     // More channels: kept.
     assert_eq!(admin.cmd("ACL SETUSER sub &c"), ok());
     assert_eq!(admin.cmd("PUBLISH a m"), int(1));
-    // `a` taken away: the subscriber is closed.
-    assert_eq!(admin.cmd("ACL SETUSER sub resetchannels &b"), ok());
+    // `a` taken away: the subscriber is closed, and gone from CLIENT LIST
+    // at once, as Redis frees it at once.
+    admin.write_raw(b"ACL SETUSER sub resetchannels &b\r\nCLIENT LIST\r\n");
+    assert_eq!(admin.read(), ok());
+    let Frame::Bulk(list) = admin.read() else { panic!("CLIENT LIST") };
+    assert!(!String::from_utf8_lossy(&list).contains("deathrow"), "{}", String::from_utf8_lossy(&list));
     assert_closed(&mut s);
 }
 

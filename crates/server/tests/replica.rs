@@ -526,8 +526,11 @@ fn masterauth_opens_a_master_with_a_password() {
     let mut m = master.client();
     assert_eq!(m.cmd("AUTH s3cret"), ok());
     assert_eq!(m.cmd("SET guarded 1"), ok());
-    let replica = replica_of(&master, &["--appendonly", "no", "--masterauth", "s3cret"]);
+    let replica = replica_of(&master, &["--appendonly", "no", "--masterauth", "wrong"]);
     let mut r = replica.client();
+    // Redis's words, which its tests wait for.
+    wait_for("the refusal logged", || replica.log().contains("Unable to AUTH to MASTER: -WRONGPASS"));
+    assert_eq!(r.cmd("CONFIG SET masterauth s3cret"), ok());
     wait_link_up(&mut r);
     assert_eq!(r.cmd("GET guarded"), bulk("1"));
     assert_eq!(r.cmd("CONFIG GET masteruser"), Frame::Array(vec![bulk("masteruser"), bulk("")]));

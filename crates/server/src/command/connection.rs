@@ -459,8 +459,11 @@ fn link_clients(server: &crate::server::Server) -> Vec<Arc<ClientInfo>> {
 
 fn client_list(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     let now = unix_ms();
+    // A client killed (CLIENT KILL, ACL, client eviction) is gone in
+    // Redis at once; here its worker closes it a moment later.
+    let alive = |info: &Arc<ClientInfo>| !info.kill.load(Ordering::Acquire);
     let clients: Vec<Arc<ClientInfo>> =
-        ctx.server.clients.list().into_iter().map(|(info, _)| info).chain(link_clients(ctx.server)).collect();
+        ctx.server.clients.list().into_iter().map(|(info, _)| info).filter(alive).chain(link_clients(ctx.server)).collect();
     let mut text = String::new();
     let mut push = |info: &ClientInfo| {
         text.push_str(&client_line(info, now));
