@@ -1151,7 +1151,11 @@ fn run_with(
     }
     crate::durability::log_expired(ctx);
     let forced = std::mem::take(&mut ctx.durability.forced);
-    if ctx.changes.get() > 0 && !ctx.client.is_master && ctx.server.replica.is_replica() {
+    // Only a writable replica has writes of its own (Redis's setExpire:
+    // `masterhost && !repl_slave_ro`); on a read-only one, the journal's
+    // replay is the master's writes, whose DELs will come.
+    let replica = &ctx.server.replica;
+    if ctx.changes.get() > 0 && !ctx.client.is_master && replica.is_replica() && !replica.refuses_writes() {
         crate::replica::note_own_write(ctx, spec, argv);
     }
     if ctx.changes.replace(0) > 0 || forced {
