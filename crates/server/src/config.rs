@@ -1445,8 +1445,6 @@ pub static DIRECTIVES: &[Directive] = &[
     directive!("latency-monitor-threshold", true, num(0, i64::MAX as u64), latency_monitor_threshold),
 ];
 
-/// `hz`: any int is accepted and kept within 1..=500, as Redis's
-/// updateHZ clamps it (CONFIG GET then shows the clamped value).
 /// Redis's isValidAnnouncedHostname: what other nodes are told must
 /// parse back as one word of a nodes.conf line.
 fn valid_hostname(name: &str) -> Result<&str, ConfigError> {
@@ -1459,6 +1457,8 @@ fn valid_hostname(name: &str) -> Result<&str, ConfigError> {
     Ok(name)
 }
 
+/// `hz`: any int is accepted and kept within 1..=500, as Redis's
+/// updateHZ clamps it (CONFIG GET then shows the clamped value).
 fn set_hz(c: &mut Config, args: &[&str]) -> Result<(), ConfigError> {
     let hz: i32 = parse_num(one(args)?, 0, i32::MAX)?;
     c.hz = hz.clamp(1, 500) as u32;

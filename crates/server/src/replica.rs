@@ -1155,7 +1155,9 @@ fn load_from_link(
         let loaded = detached.loaded;
         let (old, old_keys) = {
             let mut locked = server.keyspace.lock_all();
-            crate::snapshot::install_held(server, &mut locked, detached).map_err(LinkError::Load)?
+            let installed = crate::snapshot::install_held(server, &mut locked, detached).map_err(LinkError::Load)?;
+            crate::snapshot::forget_tracked(server, &mut locked);
+            installed
         };
         if mode == DisklessLoad::SwapDb {
             tracing::info!("MASTER <-> REPLICA sync: Swapping active DB with loaded DB");

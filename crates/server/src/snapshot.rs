@@ -1245,9 +1245,9 @@ impl<'scope> Inserters<'scope> {
 
 /// Loads `path` into the (empty) keyspace at start, with every core: this
 /// thread parses and [`Inserters`] insert. Keys that have expired are
-/// skipped, unless this server is a replica. Returns (keys loaded, keys expired) and the replication
-/// history the file was saved with, or an error naming the file and the
-/// offset.
+/// skipped, unless this server is a replica. Returns (keys loaded, keys
+/// expired) and the replication history the file was saved with, or an
+/// error naming the file and the offset.
 pub fn load(server: &Server, path: &Path) -> Result<(u64, u64, Option<SavedHistory>), String> {
     let result = std::thread::scope(|scope| {
         let mut inserters = Inserters::start(scope, server, false)?;
@@ -1428,10 +1428,9 @@ fn read_detached<R: io::BufRead>(server: &Server, reader: RdbReader<R>, total: u
 /// Puts `detached` in place of the dataset, with every shard held by the
 /// caller (the end of Redis's `swapdb` load): its function libraries
 /// first, all or none, then each database's contents, so that watchers and
-/// blocked clients hear of the change as from SWAPDB, and tracking
-/// clients as from a FLUSHALL. A BGSAVE under way shows the data from
-/// before: it is superseded, as by FLUSHALL. Returns the old contents,
-/// for the caller to drop off the locks, and their keys.
+/// blocked clients hear of the change as from SWAPDB. A BGSAVE under way
+/// shows the data from before: it is superseded, as by FLUSHALL. Returns
+/// the old contents, for the caller to drop off the locks, and their keys.
 pub fn install_held(server: &Server, locked: &mut Locked<'_>, detached: Detached) -> Result<(Vec<keel_engine::db::DbData>, u64), String> {
     let policy = crate::scripting::functions::RestorePolicy::Flush;
     server.scripts.functions.restore(server, &detached.functions, policy).map_err(|e| format!("function library: {e}"))?;
@@ -1447,12 +1446,11 @@ pub fn install_held(server: &Server, locked: &mut Locked<'_>, detached: Detached
             keel_engine::Db::swap_data(live, read, now);
         }
     }
-    forget_tracked(server, locked);
     Ok((old, old_keys))
 }
 
 /// Tracking clients learn that every key went, as from a FLUSHALL.
-fn forget_tracked(server: &Server, locked: &mut Locked<'_>) {
+pub fn forget_tracked(server: &Server, locked: &mut Locked<'_>) {
     if server.tracking.active() {
         crate::tracking::flushed(server, locked.iter_mut());
         crate::tracking::flush(server, None);

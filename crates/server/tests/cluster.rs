@@ -718,24 +718,35 @@ fn the_nofailover_flag_reaches_the_other_nodes() {
     wait_for("the flag gone", || flags_of_b().as_deref() == Some("master"));
 }
 
-/// A master left with no working replica gets one from a master that
-/// keeps more than `cluster-migration-barrier` (1) working replicas, as
-/// Redis's replica migration moves one.
-#[test]
-fn a_replica_migrates_to_an_orphaned_master() {
+/// Five Keel nodes: masters a and b (nodes 0 and 1), a with replicas 2
+/// and 3, b with replica 4, that layout known to every node (a node that
+/// missed b's replica would see no master to migrate to once it is gone).
+fn masters_a_and_b_with_two_and_one_replicas() -> Vec<Node> {
     let nodes: Vec<Node> = (0..5).map(|_| Node::keel()).collect();
     form(&nodes.iter().collect::<Vec<_>>(), 2);
     let (a, b) = (&nodes[0], &nodes[1]);
     for (replica, master) in [(&nodes[2], a), (&nodes[3], a), (&nodes[4], b)] {
         assert_eq!(replica.client().send(&["CLUSTER", "REPLICATE", &master.id()]), ok());
     }
-    let replicas_seen_by = |node: &Node, master: &Node| node.nodes().lines().filter(|l| l.contains(&format!("slave {}", master.id()))).count();
-    let replicas_of = |master: &Node| replicas_seen_by(a, master);
-    // Known everywhere: a node that missed b's replica sees no master to
-    // migrate to once it is gone.
     wait_for("a's two replicas and b's one known to all", || {
         nodes.iter().all(|n| replicas_seen_by(n, a) == 2 && replicas_seen_by(n, b) == 1)
     });
+    nodes
+}
+
+/// How many replicas of `master` `node`'s CLUSTER NODES lists.
+fn replicas_seen_by(node: &Node, master: &Node) -> usize {
+    node.nodes().lines().filter(|l| l.contains(&format!("slave {}", master.id()))).count()
+}
+
+/// A master left with no working replica gets one from a master that
+/// keeps more than `cluster-migration-barrier` (1) working replicas, as
+/// Redis's replica migration moves one.
+#[test]
+fn a_replica_migrates_to_an_orphaned_master() {
+    let nodes = masters_a_and_b_with_two_and_one_replicas();
+    let (a, b) = (&nodes[0], &nodes[1]);
+    let replicas_of = |master: &Node| replicas_seen_by(a, master);
     // b's one replica stops answering: b is orphaned.
     nodes[4].server.signal("-STOP");
     let migrated = || nodes[2..4].iter().any(|r| r.nodes().contains(&format!("myself,slave {}", b.id())));
@@ -776,16 +787,8 @@ fn a_replica_redirects_writes_and_scripts_that_may_write() {
 /// replica failed (the test above).
 #[test]
 fn a_master_whose_replica_is_forgotten_draws_none() {
-    let nodes: Vec<Node> = (0..5).map(|_| Node::keel()).collect();
-    form(&nodes.iter().collect::<Vec<_>>(), 2);
-    let (a, b) = (&nodes[0], &nodes[1]);
-    for (replica, master) in [(&nodes[2], a), (&nodes[3], a), (&nodes[4], b)] {
-        assert_eq!(replica.client().send(&["CLUSTER", "REPLICATE", &master.id()]), ok());
-    }
-    let replicas_seen_by = |node: &Node, master: &Node| node.nodes().lines().filter(|l| l.contains(&format!("slave {}", master.id()))).count();
-    wait_for("a's two replicas and b's one known to all", || {
-        nodes.iter().all(|n| replicas_seen_by(n, a) == 2 && replicas_seen_by(n, b) == 1)
-    });
+    let nodes = masters_a_and_b_with_two_and_one_replicas();
+    let a = &nodes[0];
     let forgotten = nodes[4].id();
     nodes[4].server.signal("-STOP");
     for n in &nodes[..4] {
