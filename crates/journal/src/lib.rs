@@ -509,9 +509,11 @@ impl Journal {
     /// this before it sends its own. It waits for another thread's
     /// `write(2)` but never for the disk: it leaves the bytes to the
     /// writer thread, and returns false, under `always` and while that
-    /// thread syncs or repairs the file (Redis, likewise, sends replies
-    /// with its write postponed while its background fsync runs). Returns whether everything appended before
-    /// the call is written.
+    /// thread's cycle may wait for the disk (a sync begun under `always`,
+    /// a repair, a requested sync); the caller then holds its replies
+    /// until [`Journal::written_lsn`] covers them, where Redis sends them with its
+    /// write postponed. Returns whether everything appended before the
+    /// call is written.
     pub fn write_through(&self) -> bool {
         let inner = &self.inner;
         let target = inner.appended.load(Ordering::Acquire);
@@ -629,6 +631,12 @@ impl Journal {
     /// written to the kernel for `EverySec` and `No`. Acquire ordering.
     pub fn durable_lsn(&self) -> Lsn {
         self.inner.durable.load(Ordering::Acquire)
+    }
+
+    /// Everything below this LSN is written to the file (in the kernel's
+    /// page cache), synced or not: what a process crash cannot take away.
+    pub fn written_lsn(&self) -> Lsn {
+        self.inner.written.load(Ordering::Acquire)
     }
 
     pub fn appended_lsn(&self) -> Lsn {

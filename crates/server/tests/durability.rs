@@ -76,12 +76,23 @@ fn kill_9_never_loses_an_acknowledged_write_under_everysec_or_no() {
     kill_9_cycles("no", 5);
 }
 
+/// Replies held under `always` are let go by a switch to `everysec` or
+/// `no`, and the writer's sync begun under `always` may still run: the
+/// replies must still wait for their records to be written.
+#[test]
+fn kill_9_never_loses_an_acknowledged_write_across_appendfsync_switches() {
+    kill_9_cycles("always/no", 20);
+    kill_9_cycles("always/everysec", 10);
+}
+
 /// `cycles` times: writers on several connections, `kill -9` at a random
 /// instant, a restart on the same directory, and every acknowledged write
-/// checked.
+/// checked. `appendfsync` is a policy, or two separated by `/` that a
+/// `CONFIG SET` switches between every few milliseconds.
 fn kill_9_cycles(appendfsync: &str, cycles: usize) {
-    let dir = temp_dir(&format!("crash-{appendfsync}"));
-    let flags = ["--appendfsync", appendfsync];
+    let policies: Vec<String> = appendfsync.split('/').map(String::from).collect();
+    let dir = temp_dir(&format!("crash-{}", policies.join("-")));
+    let flags = ["--appendfsync", policies[0].as_str()];
     let mut rng = rand::rngs::StdRng::seed_from_u64(7);
     let mut durable_sets = [0u64; WRITERS];
     let mut durable_incrs = [0u64; WRITERS];
@@ -111,10 +122,14 @@ fn kill_9_cycles(appendfsync: &str, cycles: usize) {
                 thread::spawn(move || writer(port, id, first, a, s))
             })
             .collect();
+        let switcher = (policies.len() > 1).then(|| {
+            let (port, stop, policies, seed) = (server.port, stop.clone(), policies.clone(), rng.gen());
+            thread::spawn(move || switch_appendfsync(port, &policies, seed, &stop))
+        });
         thread::sleep(Duration::from_millis(rng.gen_range(50..300)));
         server.kill9();
         stop.store(true, Ordering::Relaxed);
-        for h in handles {
+        for h in handles.into_iter().chain(switcher) {
             let _ = h.join();
         }
         for (id, acked) in acked.iter().enumerate() {
@@ -133,6 +148,19 @@ fn kill_9_cycles(appendfsync: &str, cycles: usize) {
     assert!(total > 0, "the writers never got an acknowledgement");
     drop(server);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Sets `appendfsync` to each of `policies` in turn, a few milliseconds
+/// apart, until `stop` or the server goes.
+fn switch_appendfsync(port: u16, policies: &[String], seed: u64, stop: &AtomicBool) {
+    let mut client = Client::connect(port);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    for policy in policies.iter().cycle() {
+        if stop.load(Ordering::Relaxed) || client.try_send(&["CONFIG", "SET", "appendfsync", policy]).is_none() {
+            return;
+        }
+        thread::sleep(Duration::from_micros(rng.gen_range(500..3000)));
+    }
 }
 
 /// The integer value of `key` (0 when absent).

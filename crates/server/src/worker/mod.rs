@@ -449,7 +449,7 @@ impl Worker {
                             let conn = &mut self.conns[key];
                             let start = conn.wbuf.len();
                             conn.wbuf.extend_from_slice(&frame);
-                            if self.server.gate_replies() && lsn > 0 {
+                            if lsn > 0 {
                                 conn.gate.push_back((start, lsn));
                             }
                             self.flush(key);
@@ -684,7 +684,7 @@ impl Worker {
         self.blocked.retain(|&k| k != key);
         let start = conn.wbuf.len();
         conn.wbuf.extend_from_slice(reply);
-        if self.server.gate_replies() && lsn > 0 {
+        if lsn > 0 {
             conn.gate.push_back((start, lsn));
         }
         if !crate::blocking::forget(&self.server, &waiter) {
@@ -1289,7 +1289,7 @@ fn process(server: &Server, stats: &WorkerStats, conn: &mut Conn, limits: &Parse
                 conn.client.info.qbuf.store((conn.rend - conn.rstart) as u64, Ordering::Relaxed);
                 let start = conn.wbuf.len();
                 let lsn = command::execute(server, stats, &mut conn.client, &mut conn.wbuf, &argv, now_ms);
-                if server.gate_replies() && lsn > 0 && conn.wbuf.len() > start {
+                if lsn > 0 && conn.wbuf.len() > start {
                     conn.gate.push_back((start, lsn));
                 }
             }
@@ -1347,7 +1347,7 @@ fn process_memcache(server: &Server, stats: &WorkerStats, conn: &mut Conn, limit
                 if server.tracking.active() {
                     crate::tracking::flush(server, None);
                 }
-                if server.gate_replies() && lsn > 0 && wbuf.len() > start {
+                if lsn > 0 && wbuf.len() > start {
                     gate.push_back((start, lsn));
                 }
                 if let keel_protocol::memcache::McRequest::SetTooLarge { swallow, .. } = request {
@@ -1464,18 +1464,28 @@ fn may_replicate(server: &Server, spec: &command::CommandSpec, argv: &[&[u8]]) -
 }
 
 /// Under `everysec` and `no`: the journal's gathered records written
-/// before replies leave (`Journal::write_through`).
+/// before replies leave (`Journal::write_through`). When the worker may
+/// not write now (the writer thread's cycle may wait for the disk: a sync
+/// begun under `always`, a retry after a failure), the replies that
+/// depend on a record stay held ([`Conn::gate`]) until the writer thread
+/// has written it: sent before it, a kill -9 then lost acknowledged
+/// writes.
 fn write_journal_first(server: &Server) {
     if let Some(journal) = server.journal() {
         journal.write_through();
     }
 }
 
-/// Where the journal is durable; everything when replies are not gated.
+/// Where the replies [`Conn::gate`] holds may leave up to: where the
+/// journal is durable under `always`; under `everysec` and `no`, where it
+/// is written (so replies held before a switch away from `always` leave
+/// once their records are written, not at once); everything when nothing
+/// is logged.
 fn durable_lsn(server: &Server) -> u64 {
     match server.journal() {
         Some(journal) if server.gate_replies() => journal.durable_lsn(),
-        _ => u64::MAX,
+        Some(journal) => journal.written_lsn(),
+        None => u64::MAX,
     }
 }
 
