@@ -510,10 +510,10 @@ impl Journal {
     /// `write(2)` but never for the disk: it leaves the bytes to the
     /// writer thread, and returns false, under `always` and while that
     /// thread's cycle may wait for the disk (a sync begun under `always`,
-    /// a repair, a requested sync); the caller then holds its replies
-    /// until [`Journal::written_lsn`] covers them, where Redis sends them with its
-    /// write postponed. Returns whether everything appended before the
-    /// call is written.
+    /// a repair, a requested sync). Replies that depend on what it left
+    /// then wait until [`Journal::written_lsn`] covers them (Redis sends
+    /// them with its write postponed). Returns whether everything appended
+    /// before the call is written.
     pub fn write_through(&self) -> bool {
         let inner = &self.inner;
         let target = inner.appended.load(Ordering::Acquire);

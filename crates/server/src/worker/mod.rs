@@ -137,8 +137,9 @@ struct Conn {
     /// ends (each loop turn and `Message::Resume` look).
     paused: bool,
     /// Replies that may not leave before the journal is durable at a
-    /// position: (offset in `wbuf` where the reply starts, position), in
-    /// reply order. Only the prefix before the first unmet one is written.
+    /// position (under `everysec` and `no`, written there: `durable_lsn`):
+    /// (offset in `wbuf` where the reply starts, position), in reply order.
+    /// Only the prefix before the first unmet one is written.
     gate: VecDeque<(usize, u64)>,
     /// In the worker's list of connections waiting for durability.
     gated: bool,
