@@ -113,6 +113,11 @@ fn form(nodes: &[&Node], masters: usize) {
     }
     wait_for("every node knows every other", || nodes.iter().all(|n| n.info("cluster_known_nodes") == nodes.len().to_string()));
     wait_for("the cluster is ok everywhere", || nodes.iter().all(|n| n.info("cluster_state") == "ok"));
+    // A node learned from gossip is known (and its slots counted) a cron
+    // tick before its link is up: Redis lists it `disconnected` until then.
+    wait_for("every link is up", || {
+        nodes.iter().all(|n| n.nodes().lines().all(|l| l.contains(" connected") && !l.contains("handshake")))
+    });
 }
 
 /// A cluster client: sends to `port`, follows MOVED (remembering where
