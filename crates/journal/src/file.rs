@@ -2,7 +2,8 @@
 //! `KEEL_JOURNAL_FAILPOINT`) can inject I/O errors into the real write path.
 
 use std::fs::{File, OpenOptions};
-use std::io::{self, Write};
+use std::io::{self, Seek, SeekFrom, Write};
+use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
@@ -11,16 +12,22 @@ use parking_lot::Mutex;
 
 use crate::prealloc::PreallocatedFile;
 
-/// An append-only file. `&self` methods: the everysec fsync thread syncs the
-/// file while the writer thread appends to it.
+/// A file written at its end by one thread. `&self` methods: the everysec
+/// fsync thread syncs the file while the writer thread appends to it.
 pub trait LogFile: Send + Sync {
-    /// One `write(2)` at the end of the file (it is opened `O_APPEND`); may
-    /// write fewer bytes than given.
+    /// One `write(2)` at the end of the file; may write fewer bytes than
+    /// given.
     fn append(&self, buf: &[u8]) -> io::Result<usize>;
     /// `fdatasync(2)`.
     fn sync_data(&self) -> io::Result<()>;
-    /// `ftruncate(2)`: used to cut a failed, partial write back off.
+    /// `ftruncate(2)`, after which `len` is the end appends write at: used
+    /// to cut a failed, partial write back off.
     fn set_len(&self, len: u64) -> io::Result<()>;
+    /// Writes all of `buf` at `offset`, over bytes the file already holds:
+    /// the same bytes again, after a failed fdatasync, so that the next one
+    /// has them to write (writer.rs). Written in place, never cut off and
+    /// appended again, so that the file holds them all the while.
+    fn rewrite_at(&self, offset: u64, buf: &[u8]) -> io::Result<()>;
     /// Current size in bytes.
     fn len(&self) -> io::Result<u64>;
     fn is_empty(&self) -> io::Result<bool> {
@@ -55,8 +62,8 @@ pub trait FileFactory: Send + Sync {
     }
 }
 
-/// The real thing: `std::fs::File` opened with `O_APPEND`, and for incr
-/// files a [`PreallocatedFile`].
+/// The real thing: `std::fs::File` written at its end, and for incr files
+/// a [`PreallocatedFile`].
 #[derive(Clone, Copy, Debug, Default)]
 pub struct StdFiles;
 
@@ -75,7 +82,11 @@ impl LogFile for StdFile {
         self.0.sync_data()
     }
     fn set_len(&self, len: u64) -> io::Result<()> {
-        self.0.set_len(len)
+        self.0.set_len(len)?;
+        (&self.0).seek(SeekFrom::Start(len)).map(drop)
+    }
+    fn rewrite_at(&self, offset: u64, buf: &[u8]) -> io::Result<()> {
+        self.0.write_all_at(buf, offset)
     }
     fn len(&self) -> io::Result<u64> {
         Ok(self.0.metadata()?.len())
@@ -190,7 +201,10 @@ pub fn write_out(file: &File, offset: u64, len: u64, wait: bool) -> io::Result<(
 
 impl FileFactory for StdFiles {
     fn open_append(&self, path: &Path) -> io::Result<Arc<dyn LogFile>> {
-        let f = OpenOptions::new().append(true).create(true).open(path)?;
+        // Not `O_APPEND`: Linux's pwrite(2) appends on such a file, whatever
+        // the offset, and `rewrite_at` must write in place.
+        let mut f = OpenOptions::new().write(true).create(true).truncate(false).open(path)?;
+        f.seek(SeekFrom::End(0))?;
         Ok(Arc::new(StdFile(f)))
     }
     fn open_incr(&self, path: &Path, space_ahead: Arc<AtomicU64>) -> io::Result<Arc<dyn LogFile>> {
@@ -393,6 +407,16 @@ impl LogFile for FaultyFile {
             Some(f) => Err(os_error(f)),
         }
     }
+    fn rewrite_at(&self, offset: u64, buf: &[u8]) -> io::Result<()> {
+        match self.failpoints.check(Op::Write) {
+            None => self.inner.rewrite_at(offset, buf),
+            Some(Fault::Short) if buf.len() > 1 => {
+                self.inner.rewrite_at(offset, &buf[..buf.len() / 2])?;
+                Err(os_error(Fault::Short))
+            }
+            Some(f) => Err(os_error(f)),
+        }
+    }
     fn len(&self) -> io::Result<u64> {
         self.inner.len()
     }
@@ -492,5 +516,36 @@ mod tests {
         assert!(Failpoints::parse("write-eio:0").is_err());
         assert!(Failpoints::parse("sync-short:1").is_err());
         assert!(Failpoints::parse("read-eio:1").is_err());
+    }
+
+    /// Both kinds of file append at their end, keep their content when
+    /// opened again, append after a cut where it was cut, and rewrite in
+    /// place (which an `O_APPEND` file could not: pwrite(2) appends there).
+    #[test]
+    fn files_append_at_their_end_and_rewrite_in_place() {
+        let tmp = tempfile::tempdir().unwrap();
+        for incr in [false, true] {
+            let path = tmp.path().join(format!("f{incr}"));
+            let open = || {
+                if incr {
+                    StdFiles.open_incr(&path, Arc::new(AtomicU64::new(0))).unwrap()
+                } else {
+                    StdFiles.open_append(&path).unwrap()
+                }
+            };
+            let f = open();
+            assert_eq!(f.append(b"hello ").unwrap(), 6);
+            f.sync_data().unwrap();
+            drop(f);
+            let f = open();
+            assert_eq!(f.append(b"world, cut").unwrap(), 10);
+            f.set_len(11).unwrap();
+            assert_eq!(f.append(b"!").unwrap(), 1);
+            f.rewrite_at(0, b"HELLO").unwrap();
+            assert_eq!(f.len().unwrap(), 12);
+            f.release_space().unwrap();
+            drop(f);
+            assert_eq!(std::fs::read(&path).unwrap(), b"HELLO world!", "incr: {incr}");
+        }
     }
 }

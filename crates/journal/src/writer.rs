@@ -53,8 +53,11 @@
 //!   the whole batch is written again at the next retry;
 //! * a failed fdatasync: after one, Linux may have dropped the dirty pages
 //!   and a second fdatasync can succeed without the data being on disk
-//!   ("fsyncgate"). So the file is truncated back to the last size known to
-//!   be synced, and everything after it is written and synced again.
+//!   ("fsyncgate"). So everything after the last size known to be synced
+//!   is written again, in place (`LogFile::rewrite_at`), and synced again.
+//!   Not cut off and appended again: under `everysec` and `no` those bytes
+//!   are acknowledged once written, and a process crash while the disk
+//!   refuses the new writes would have lost them with the cut.
 //!
 //! While failing, `health()` is `Err` (the server refuses writes), durable
 //! stops advancing (nothing new is acknowledged), appenders still never
@@ -84,7 +87,7 @@
 //! syncs it ([`Writer::repair_closing`]) before it goes on with the
 //! current file.
 //! LSNs go on across files; each file knows the LSN of its first byte,
-//! which is how a truncation finds its offset.
+//! which is how a repair finds its offsets.
 
 use std::collections::VecDeque;
 use std::io;
@@ -338,8 +341,9 @@ pub(crate) struct Writer {
     synced: Lsn,
     /// While failing: when to try again.
     retry_at: Option<Instant>,
-    /// Cut the file back to this LSN before writing again.
-    truncate_to: Option<Lsn>,
+    /// After a failed fdatasync: write the file's bytes from this LSN to
+    /// `written` again, in place, before the next sync.
+    rewrite_from: Option<Lsn>,
     /// An fdatasync failed: sync again before anything counts as synced.
     must_resync: bool,
     last_delayed_count: Option<Instant>,
@@ -468,7 +472,7 @@ impl Writer {
             written: start,
             synced: start,
             retry_at: None,
-            truncate_to: None,
+            rewrite_from: None,
             must_resync: false,
             last_delayed_count: None,
             last_sync_end: None,
@@ -529,7 +533,7 @@ impl Writer {
     fn may_block(&self, sync_request: Lsn) -> bool {
         self.inner.policy() == FsyncPolicy::Always
             || self.retry_at.is_some()
-            || self.truncate_to.is_some()
+            || self.rewrite_from.is_some()
             || self.must_resync
             || self.switch_may_block(self.switches.len())
             || sync_request > self.synced
@@ -583,16 +587,27 @@ impl Writer {
         self.retained.front().map_or(self.written, |b| b.start)
     }
 
-    /// After an fdatasync failure: cut back to the last synced size and write
-    /// everything after it again, if it is all still in memory. When what
-    /// is unsynced starts in a file in `closing`, that file comes first
+    /// After an fdatasync failure: write everything after the last synced
+    /// size again, in place, if it is all still in memory. When what is
+    /// unsynced starts in a file in `closing`, that file comes first
     /// ([`Writer::repair_closing`]), and this is planned again after it.
     fn plan_resync(&mut self) {
         self.must_resync = true;
         if self.synced >= self.cur.start && self.retained_from() <= self.synced && self.written > self.synced {
-            self.truncate_to = Some(self.synced);
-            self.written = self.synced;
+            self.rewrite_from = Some(self.synced);
         }
+    }
+
+    /// Writes `[from, to)` of `file`, which starts at `start`, again from
+    /// the retained batches, which hold all of it.
+    fn rewrite(&self, file: &dyn LogFile, start: Lsn, from: Lsn, to: Lsn) -> io::Result<()> {
+        for b in &self.retained {
+            let (lo, hi) = (b.start.max(from), b.end().min(to));
+            if lo < hi {
+                file.rewrite_at(lo - start, &b.bytes[(lo - b.start) as usize..(hi - b.start) as usize])?;
+            }
+        }
+        Ok(())
     }
 
     /// Unconditional, whatever the policy: it may change between a pause
@@ -641,11 +656,12 @@ impl Writer {
             self.plan_resync();
         }
 
-        if let Some(to) = self.truncate_to {
-            if let Err(e) = self.cur.file.set_len(self.offset(to)) {
-                return self.fail("truncating", &e);
+        if let Some(from) = self.rewrite_from {
+            if let Err(e) = self.rewrite(&*self.cur.file, self.cur.start, from, self.written) {
+                inner.stats.write_errors.fetch_add(1, Ordering::Relaxed);
+                return self.fail("writing unsynced bytes again to", &e);
             }
-            self.truncate_to = None;
+            self.rewrite_from = None;
         }
 
         let flush_sleep = inner.flush_sleep_us.load(Ordering::Relaxed);
@@ -864,23 +880,15 @@ impl Writer {
         self.synced = self.synced.max(end);
     }
 
-    /// After a failed sync of a file in `closing`: each, oldest first, is
-    /// cut back to `synced` and written again from memory when its
-    /// unsynced bytes are all still there (as [`Writer::plan_resync`] does
-    /// for the current file), then synced. The caller has paused the fsync
-    /// thread.
+    /// After a failed sync of a file in `closing`: each, oldest first, has
+    /// its unsynced bytes written again from memory when they are all still
+    /// there (as [`Writer::plan_resync`] plans for the current file), then
+    /// is synced. The caller has paused the fsync thread.
     fn repair_closing(&mut self) -> io::Result<()> {
         while let Some((file, start, end)) = self.first_closing() {
             let from = self.synced.max(start);
             if self.retained_from() <= from {
-                file.set_len(from - start)?;
-                for b in &self.retained {
-                    let (lo, hi) = (b.start.max(from), b.end().min(end));
-                    if lo < hi {
-                        let bytes = &b.bytes[(lo - b.start) as usize..(hi - b.start) as usize];
-                        write_all(&*file, bytes).map_err(|(e, _)| e)?;
-                    }
-                }
+                self.rewrite(&*file, start, from, end)?;
             }
             file.sync_data()?;
             self.closed_through(end);

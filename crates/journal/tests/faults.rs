@@ -186,6 +186,44 @@ fn background_fsync_failure_everysec_is_repaired() {
     assert_exactly_once(&cfg, 80);
 }
 
+/// Under `everysec` a record is acknowledged once written, so a process
+/// crash must find it in the file whatever the disk does next. After a
+/// failed fsync the writer rewrites what is unsynced so that the next
+/// fsync writes it again; when those writes fail too, the file must
+/// still hold every written record while the disk is failing (what
+/// `kill -9` at that moment would leave behind).
+#[test]
+fn a_failing_repair_after_a_failed_fsync_keeps_every_written_record_in_the_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = config(tmp.path(), FsyncPolicy::EverySec);
+    let (tuning, fp) = faulty_tuning();
+    let (j, _) = Journal::open_with(cfg.clone(), tuning).unwrap();
+    fp.fail(Op::Sync, 1, u64::MAX, Fault::Eio);
+    let lsn = append_n(&j, 0, 50);
+    assert!(wait_until(T, || j.written_lsn() >= lsn));
+    fp.fail(Op::Write, 1, u64::MAX, Fault::Eio);
+    let tries = || fp.count(Op::Write);
+    let before = tries();
+    assert!(wait_until(T, || tries() > before + 3), "repairs tried, each failing");
+    assert!(j.health().is_err());
+    assert!(j.stats().fsync_errors > 0);
+    let crashed = tmp.path().join("crashed");
+    let copy = JournalConfig { dir: crashed.join("appendonlydir"), ..cfg.clone() };
+    std::fs::create_dir_all(&copy.dir).unwrap();
+    for entry in std::fs::read_dir(&cfg.dir).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), copy.dir.join(entry.file_name())).unwrap();
+    }
+    assert_exactly_once(&copy, 50);
+    fp.clear();
+    assert!(wait_until(T, || j.health().is_ok()), "{:?}", j.health());
+    let last = append_n(&j, 50, 60);
+    assert!(wait_durable(&j, last, T));
+    j.flush_and_sync().unwrap();
+    drop(j);
+    assert_exactly_once(&cfg, 60);
+}
+
 /// A write that fails on an appender's thread ([`Journal::write_through`])
 /// is the writer thread's to retry: the journal recovers with nothing more
 /// appended (and, with writes refused while it fails, nothing would be).
