@@ -208,8 +208,11 @@ impl Shared {
                     let synced = self.file.sync_data();
                     tail = self.tail.lock();
                     if let Err(e) = synced {
-                        // Handed to the writer, which repairs the file
-                        // (cutting this filler off with the rest).
+                        // Handed to the writer: this sync may have been
+                        // the one that flushed its records, so it writes
+                        // what is unsynced again. Filler left unwritten
+                        // on the disk reads as zeros, which the loader
+                        // drops with the filler.
                         tracing::debug!("journal: syncing pre-written space: {e}");
                         tail.failed_sync = Some(e);
                         tail.quiet_until = Some(Instant::now() + RETRY_AFTER);
