@@ -654,11 +654,12 @@ pub fn check_writable(server: &Server, spec: &CommandSpec, from_master: bool) ->
         return Ok(());
     }
     let Some(journal) = server.journal() else { return Ok(()) };
-    journal.health().map_err(|e| {
-        command::CmdError::other(format!(
-            "MISCONF Errors writing to the AOF file: {e}. Keel refuses writes until the disk accepts them again."
-        ))
-    })
+    journal.health().map_err(|e| command::CmdError::other(misconf(&e)))
+}
+
+/// Redis's `-MISCONF` for a journal that cannot write, with Keel's reason.
+pub fn misconf(error: &JournalError) -> String {
+    format!("MISCONF Errors writing to the AOF file: {error}.")
 }
 
 /// Redis's processCommand for a write of its master that it cannot

@@ -919,6 +919,52 @@ fn appendonly_switches_at_run_time() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// While the journal cannot write, what would write is refused before it
+/// runs, as Redis's processCommand refuses it: a write queued in MULTI
+/// (the transaction then aborts), an EXEC of writes queued before the
+/// failure (refused whole, never halfway), a script that declares it may
+/// write, and PING, which Redis refuses so that monitoring notices. Reads
+/// and scripts that do not write still run.
+#[test]
+fn a_failing_disk_refuses_what_would_write_before_it_runs() {
+    let dir = temp_dir("refused-before");
+    let server =
+        Server::start_in_with_env(&dir, &["--appendfsync", "everysec"], &[("KEEL_JOURNAL_FAILPOINT", "sync-eio:1:inf")]);
+    let mut c = server.client();
+    assert_eq!(c.cmd("SET k v"), common::ok());
+    let mut tx = server.client();
+    assert_eq!(tx.cmd("MULTI"), common::ok());
+    assert_eq!(tx.cmd("SET a 1"), Frame::Simple(b"QUEUED".to_vec()));
+    assert_eq!(tx.send(&["EVAL", "#!lua\nreturn redis.call('set', KEYS[1], '2')", "1", "b"]), Frame::Simple(b"QUEUED".to_vec()));
+    // The everysec fsync fails within a second; the log says when.
+    let log = std::env::temp_dir().join("keel-test-logs").join(format!("{}.log", server.port));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !std::fs::read_to_string(&log).unwrap_or_default().contains("refusing writes until a retry succeeds") {
+        assert!(Instant::now() < deadline, "the fsync never failed");
+        thread::sleep(Duration::from_millis(2));
+    }
+    let misconf = |reply: Frame, prefix: &str| match reply {
+        Frame::Error(e) => {
+            let text = String::from_utf8_lossy(&e).to_string();
+            assert!(text.starts_with(&format!("{prefix}MISCONF Errors writing to the AOF file: ")), "{text}");
+        }
+        other => panic!("{other:?}"),
+    };
+    misconf(tx.cmd("EXEC"), "EXECABORT Transaction discarded because of: ");
+    assert_eq!(c.cmd("MULTI"), common::ok());
+    misconf(c.cmd("INCR a"), "");
+    assert_eq!(c.cmd("GET k"), Frame::Simple(b"QUEUED".to_vec()));
+    assert_eq!(c.cmd("EXEC"), Frame::Error(b"EXECABORT Transaction discarded because of previous errors.".to_vec()));
+    misconf(c.cmd("PING"), "");
+    misconf(c.send(&["EVAL", "#!lua\nreturn 1", "0"]), "");
+    misconf(c.send(&["EVAL", "return redis.call('set', KEYS[1], '3')", "1", "b"]), "");
+    assert_eq!(c.send(&["EVAL", "#!lua flags=no-writes\nreturn redis.call('get', KEYS[1])", "1", "k"]), bulk("v"));
+    assert_eq!(c.send(&["EVAL", "return redis.call('get', KEYS[1])", "1", "k"]), bulk("v"));
+    assert_eq!(c.cmd("MGET k a b"), Frame::Array(vec![bulk("v"), Frame::Null, Frame::Null]));
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A reply held for a durable position that a failing disk never reaches
 /// leaves as soon as the log stops gating it: `CONFIG SET appendonly no`,
 /// or `appendfsync` moving off `always`.

@@ -33,6 +33,7 @@ pub mod transactions;
 pub mod users;
 pub mod zsets;
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::OnceLock;
 
@@ -762,42 +763,47 @@ pub const READONLY_REPLICA: &str = "READONLY You can't write against a read only
 const MASTERDOWN: &str = "MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'.";
 
 /// What Redis's processCommand refuses before running or queueing a
-/// command with `flags` (for EXEC, with its queued commands' too), in its
-/// order: memory (`oom`: past `maxmemory` with nothing left to evict when
-/// the command began, `Client::oom`), then a failed save, then missing
+/// command with `flags` (for EXEC, with its queued commands' too; for a
+/// script, those it declares), in its order: memory (`oom`: past
+/// `maxmemory` with nothing left to evict when the command began,
+/// `Client::oom`), then a failed disk (a save, the journal), then missing
 /// replicas, then a read-only replica, then a stale one (for a command
 /// without the `stale` flag). The master's link (`replica.rs`) is refused
 /// none.
-pub(crate) fn refusal(server: &Server, from_master: bool, oom: bool, flags: u32, ping: bool) -> Option<&'static str> {
+pub(crate) fn refusal(server: &Server, from_master: bool, oom: bool, flags: u32, ping: bool) -> Option<Cow<'static, str>> {
     if from_master {
         return None;
     }
     let write = flags & flags::WRITE != 0;
     if flags & flags::DENYOOM != 0 && oom {
-        Some(OOM)
-    } else if (write || ping) && crate::snapshot::refuses_writes(server) {
-        Some(crate::snapshot::MISCONF_RDB)
+        Some(OOM.into())
+    } else if let Some(error) = (write || ping).then(|| disk_refusal(server, write)).flatten() {
+        Some(error)
     } else if write && server.min_replicas_unmet.load(Ordering::Relaxed) && !server.replica.is_replica() {
         // A replica takes its writes from its master: Redis counts no
         // replicas of its own then.
-        Some(NOREPLICAS)
+        Some(NOREPLICAS.into())
     } else if write && server.replica.refuses_writes() {
-        Some(READONLY_REPLICA)
+        Some(READONLY_REPLICA.into())
     } else if flags & flags::STALE == 0 && server.replica.is_stale() {
-        Some(MASTERDOWN)
+        Some(MASTERDOWN.into())
     } else {
         None
     }
 }
 
 /// Why writes are refused for want of a disk (a failed BGSAVE, a journal
-/// that cannot write), if they are.
-pub(crate) fn disk_refusal(server: &Server) -> Option<String> {
+/// that cannot write), if they are. Unless for a `write`, a journal only
+/// behind its disk (Keel's back-pressure, `JournalError::Backlog`) refuses
+/// nothing: Redis refuses PING for a failed disk, so that monitoring sees
+/// it, and a busy one is not failed.
+pub(crate) fn disk_refusal(server: &Server, write: bool) -> Option<Cow<'static, str>> {
     if crate::snapshot::refuses_writes(server) {
-        return Some(crate::snapshot::MISCONF_RDB.to_string());
+        return Some(crate::snapshot::MISCONF_RDB.into());
     }
-    let journal = server.journal()?;
-    journal.health().err().map(|e| format!("MISCONF Errors writing to the AOF file: {e}."))
+    let error = server.journal()?.health().err()?;
+    let failed = matches!(error, keel_journal::JournalError::Poisoned(_));
+    (write || failed).then(|| crate::durability::misconf(&error).into())
 }
 
 fn runs_inside_multi(spec: &CommandSpec) -> bool {
@@ -956,9 +962,13 @@ fn dispatch(
             return Err(reject(server, stats, client, index, spec, error));
         }
         if !runs_inside_multi(spec) {
+            // A script is queued with the flags it declares, as Redis's
+            // getCommandFlags gives them to its MULTI state: EXEC is then
+            // refused as a whole, not halfway, where the script would be.
+            let own = crate::scripting::effective_flags(server, spec, argv);
             // Queueing itself takes memory: anything is refused past the
             // limit (Redis's reject_cmd_on_oom in MULTI).
-            if let Some(error) = refusal(server, obeyed, client.oom, spec.flags | flags::DENYOOM, ping) {
+            if let Some(error) = refusal(server, obeyed, client.oom, own | flags::DENYOOM, ping) {
                 multi.aborted = true;
                 return Err(CmdError::other(error));
             }
@@ -966,8 +976,8 @@ fn dispatch(
             multi.bytes += queued.iter().map(|a| a.len() + std::mem::size_of::<Vec<u8>>()).sum::<usize>()
                 + std::mem::size_of::<Vec<Vec<u8>>>();
             multi.queued.push(queued);
-            multi.flags |= spec.flags;
-            multi.all_stale &= spec.has(flags::STALE);
+            multi.flags |= own;
+            multi.all_stale &= own & flags::STALE != 0;
             client.info.multi_len.store(multi.queued.len() as u64, Ordering::Relaxed);
             client.info.multi_mem.store(multi.bytes as u64, Ordering::Relaxed);
             ReplyWriter::new(wbuf, client.resp3).simple("QUEUED");
@@ -991,7 +1001,7 @@ fn dispatch(
         }
     }
     if let Some(error) = refused {
-        return Err(reject(server, stats, client, index, spec, error));
+        return Err(reject(server, stats, client, index, spec, &error));
     }
     // A busy script holds every shard: answer rather than wait for them.
     // The master's stream waits instead, as Redis defers it until the

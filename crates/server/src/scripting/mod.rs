@@ -376,12 +376,20 @@ pub fn command_flags(command: u32, declared: u32) -> u32 {
     flags
 }
 
+/// Redis's `getCommandFlags`: the flags a command counts with before it
+/// runs (queued in MULTI, for EXEC): a script's by the flags it declares,
+/// one without a shebang's and any other command's its own.
+pub fn effective_flags(server: &crate::server::Server, spec: &crate::command::CommandSpec, argv: &[&[u8]]) -> u32 {
+    match declared_flags(server, spec, argv) {
+        Some(declared) if declared & flags::COMPAT == 0 => command_flags(spec.flags, declared),
+        _ => spec.flags,
+    }
+}
+
 /// Whether a command counts as a write (Redis's `CMD_WRITE` in
-/// `getCommandFlags`): a script by the flags it declares, any other
-/// command by its own.
+/// `getCommandFlags`).
 pub fn writes(server: &crate::server::Server, spec: &crate::command::CommandSpec, argv: &[&[u8]]) -> bool {
-    let flags = declared_flags(server, spec, argv).map_or(spec.flags, |declared| command_flags(spec.flags, declared));
-    flags & crate::command::flags::WRITE != 0
+    effective_flags(server, spec, argv) & crate::command::flags::WRITE != 0
 }
 
 /// EVAL, EVALSHA and their `_RO` forms: `script numkeys key... arg...`.
@@ -443,7 +451,7 @@ fn mode(ctx: &Ctx<'_>, script_flags: u32, read_only: bool) -> Result<engine::Mod
         if server.replica.refuses_writes() && !obeyed {
             return Err(CmdError::other("READONLY Can not run script with write flag on readonly replica"));
         }
-        if let Some(error) = crate::command::disk_refusal(server) {
+        if let Some(error) = crate::command::disk_refusal(server, true) {
             if !obeyed {
                 return Err(CmdError::other(format!(
                     "{error} Writable scripts are blocked. Use 'no-writes' flag for read only scripts."
