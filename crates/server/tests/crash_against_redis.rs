@@ -9,6 +9,13 @@
 //! in flight, which may or may not have landed. Each writer owns its keys,
 //! so the order between writers does not matter.
 //!
+//! The second test runs the same cycles on a failing disk: each server
+//! after the first starts with journal failpoints (failed writes, short
+//! writes, failed fsyncs, for a few operations from some point on), so
+//! that kills land while the journal refuses writes and repairs its files.
+//! A step Keel refuses with -MISCONF is not sent to Redis, so that Keel
+//! must hold nothing of it either.
+//!
 //! For long runs by hand, `KEEL_CRASH_CYCLES` sets the number of cycles
 //! (default 30) and `KEEL_CRASH_SEED` the seed of every random choice
 //! (default 11).
@@ -198,6 +205,20 @@ struct Report {
     in_flight: Option<Vec<Vec<String>>>,
 }
 
+/// Whether Keel refused the step's write while its journal could not
+/// write: -MISCONF to the command, or to the queueing of a transaction's
+/// (whose EXEC then answers EXECABORT), or EXECABORT naming MISCONF to
+/// an EXEC of writes queued before the failure, or, inside EXEC's reply,
+/// to a script without a shebang at its first write (which Redis, too,
+/// refuses only there).
+fn refused(replies: &[Frame]) -> bool {
+    replies.iter().any(|r| match r {
+        Frame::Error(e) => String::from_utf8_lossy(e).contains("MISCONF"),
+        Frame::Array(inner) => refused(inner),
+        _ => false,
+    })
+}
+
 /// Runs steps against Keel and, once acknowledged, against Redis, until
 /// Keel's connection fails.
 fn writer(keel_port: u16, mut redis: Client, id: usize, seed: u64, stop: Arc<AtomicBool>) -> Report {
@@ -208,6 +229,10 @@ fn writer(keel_port: u16, mut redis: Client, id: usize, seed: u64, stop: Arc<Ato
     while !stop.load(Ordering::Relaxed) {
         let cmds = step(id, &mut rng);
         let Some(got) = send_all(&mut keel, &cmds) else { return Report { redis, acked, in_flight: Some(cmds) } };
+        if refused(&got) {
+            thread::sleep(Duration::from_millis(5));
+            continue;
+        }
         let want = send_all(&mut redis, &cmds).expect("redis-server answers");
         assert!(
             want == got,
@@ -258,10 +283,35 @@ fn owned(state: &State, writer: usize) -> State {
 
 #[test]
 fn after_kill_9_keel_holds_what_redis_holds() {
+    crash_cycles("crash-model", |_| None);
+}
+
+#[test]
+fn after_kill_9_on_a_failing_disk_keel_holds_what_redis_holds() {
+    crash_cycles("crash-faults", |rng| Some(failpoints(rng)));
+}
+
+/// One or two journal failpoints (`KEEL_JOURNAL_FAILPOINT`), from some
+/// operation on, for a few operations: a few fsyncs fail, or writes fail
+/// whole or short, or both.
+fn failpoints(rng: &mut StdRng) -> String {
+    let rule = |what: &str, first: u64, rng: &mut StdRng| format!("{what}:{}:{}", rng.gen_range(1..first), rng.gen_range(1..5));
+    let sync = rule("sync-eio", 40, rng);
+    let write = rule(["write-eio", "write-enospc", "write-short"][rng.gen_range(0..3)], 400, rng);
+    match rng.gen_range(0..3) {
+        0 => sync,
+        1 => write,
+        _ => format!("{sync},{write}"),
+    }
+}
+
+/// Runs the crash cycles in `temp_dir(name)`; `faults` picks the failpoints
+/// of each server after the first.
+fn crash_cycles(name: &str, faults: impl Fn(&mut StdRng) -> Option<String>) {
     let setting = |name: &str, default: u64| std::env::var(name).ok().and_then(|n| n.parse().ok()).unwrap_or(default);
     let (cycles, seed) = (setting("KEEL_CRASH_CYCLES", 30), setting("KEEL_CRASH_SEED", 11));
     let Some(redis) = Server::start_redis(&[]) else { return };
-    let dir = temp_dir("crash-model");
+    let dir = temp_dir(name);
     let flags = ["--auto-aof-rewrite-min-size", "1mb"];
     let mut redis_conns: Vec<Client> = (0..WRITERS).map(|_| redis.client()).collect();
     let mut rng = StdRng::seed_from_u64(seed);
@@ -270,6 +320,7 @@ fn after_kill_9_keel_holds_what_redis_holds() {
     for c in [&mut keel.client(), &mut check_redis] {
         assert_eq!(c.send(&["FUNCTION", "LOAD", LIBRARY]), Frame::Bulk(b"crashlib".to_vec()));
     }
+    let mut last_failpoints = None;
     for cycle in 0..cycles {
         let stop = Arc::new(AtomicBool::new(false));
         let writers: Vec<_> = redis_conns
@@ -294,7 +345,9 @@ fn after_kill_9_keel_holds_what_redis_holds() {
         let crashed = dir.with_extension("crashed");
         let _ = std::fs::remove_dir_all(&crashed);
         copy_dir(&dir, &crashed);
-        keel = Server::start_in(&dir, &flags);
+        let failpoints = faults(&mut rng);
+        let env: Vec<(&str, &str)> = failpoints.iter().map(|f| ("KEEL_JOURNAL_FAILPOINT", f.as_str())).collect();
+        keel = Server::start_in_with_env(&dir, &flags, &env);
         let mut check_keel = keel.client();
         assert_eq!(check_keel.cmd("FUNCTION LIST"), check_redis.cmd("FUNCTION LIST"), "cycle {cycle}: functions");
         let got = read_state(&mut check_keel);
@@ -317,7 +370,7 @@ fn after_kill_9_keel_holds_what_redis_holds() {
                 let steps: Vec<String> = report.acked.iter().map(|step| format!("{step:?}")).collect();
                 let _ = std::fs::write(crashed.join(format!("writer-{id}.steps")), steps.join("\n"));
                 eprintln!(
-                    "cycle {cycle}: writer {id} acknowledged {} steps (in {}/writer-{id}.steps), {:?} in flight; \
+                    "cycle {cycle} (failpoints of the killed server: {last_failpoints:?}): writer {id} acknowledged {} steps (in {}/writer-{id}.steps), {:?} in flight; \
                      files as the crash left them in {}; the steps on the keys that differ:\n  {}",
                     report.acked.len(),
                     crashed.display(),
@@ -330,6 +383,7 @@ fn after_kill_9_keel_holds_what_redis_holds() {
             redis_conns.push(report.redis);
         }
         assert!(got.len() > 10, "cycle {cycle}: only {} keys: the writers did little", got.len());
+        last_failpoints = failpoints;
     }
     drop(keel);
     let _ = std::fs::remove_dir_all(&dir);
