@@ -209,11 +209,7 @@ fn a_failing_repair_after_a_failed_fsync_keeps_every_written_record_in_the_file(
     assert!(j.stats().fsync_errors > 0);
     let crashed = tmp.path().join("crashed");
     let copy = JournalConfig { dir: crashed.join("appendonlydir"), ..cfg.clone() };
-    std::fs::create_dir_all(&copy.dir).unwrap();
-    for entry in std::fs::read_dir(&cfg.dir).unwrap() {
-        let entry = entry.unwrap();
-        std::fs::copy(entry.path(), copy.dir.join(entry.file_name())).unwrap();
-    }
+    copy_files(&cfg.dir, &copy.dir);
     assert_exactly_once(&copy, 50);
     fp.clear();
     assert!(wait_until(T, || j.health().is_ok()), "{:?}", j.health());

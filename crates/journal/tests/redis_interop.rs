@@ -251,11 +251,7 @@ fn a_directory_left_with_space_written_ahead_loads_in_redis_and_keel() {
     );
     let crashed = tempfile::tempdir().unwrap();
     let copy = crashed.path().join("appendonlydir");
-    std::fs::create_dir(&copy).unwrap();
-    for entry in std::fs::read_dir(&cfg.dir).unwrap() {
-        let entry = entry.unwrap();
-        std::fs::copy(entry.path(), copy.join(entry.file_name())).unwrap();
-    }
+    copy_files(&cfg.dir, &copy);
     drop(j);
 
     let out = Command::new("redis-check-aof").arg(copy.join("appendonly.aof.manifest")).output().unwrap();

@@ -178,10 +178,7 @@ fn a_torn_file_followed_by_empty_ones_is_the_tail() {
         other => panic!("{other:?}"),
     }
     let copy = tempfile::tempdir().unwrap();
-    for entry in std::fs::read_dir(&cfg.dir).unwrap() {
-        let entry = entry.unwrap();
-        std::fs::copy(entry.path(), copy.path().join(entry.file_name())).unwrap();
-    }
+    copy_files(&cfg.dir, copy.path());
 
     let (j, replay) = open(&cfg);
     assert_eq!(replay.warnings().len(), 1);
