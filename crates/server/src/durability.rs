@@ -616,8 +616,9 @@ pub fn note_reads(ctx: &mut Ctx<'_>, spec: &CommandSpec, argv: &[&[u8]]) {
         return;
     }
     // A script holds every shard, but the commands it ran noted what they
-    // read themselves.
-    if spec.group == "scripting" {
+    // read themselves; INFO holds every shard, and reads data in its
+    // keyspace section only.
+    if spec.group == "scripting" || (spec.name == "info" && !command::server::info_reads_keyspace(&argv[1..])) {
         return;
     }
     let db = ctx.dbs.selected;

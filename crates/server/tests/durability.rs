@@ -967,7 +967,8 @@ fn a_failing_disk_refuses_what_would_write_before_it_runs() {
 
 /// A reply held for a durable position that a failing disk never reaches
 /// leaves as soon as the log stops gating it: `CONFIG SET appendonly no`,
-/// or `appendfsync` moving off `always`.
+/// or `appendfsync` moving off `always`. INFO answers meanwhile, but for
+/// its keyspace section.
 #[test]
 fn a_held_reply_leaves_when_the_log_stops_gating_it() {
     for switch in ["appendonly no", "appendfsync everysec"] {
@@ -976,17 +977,20 @@ fn a_held_reply_leaves_when_the_log_stops_gating_it() {
         let server = Server::start_in_with_env(&dir, &[], &[("KEEL_JOURNAL_FAILPOINT", "sync-eio:1:inf")]);
         let mut held = server.client();
         let mut admin = server.client();
+        let mut counting = server.client();
         held.write_command(&["SET", "k", "v"]);
-        // The server's log says when the fsync failed (INFO would wait for
-        // the held write too: it reads the whole keyspace).
-        let log = std::env::temp_dir().join("keel-test-logs").join(format!("{}.log", server.port));
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !std::fs::read_to_string(&log).unwrap_or_default().contains("refusing writes until a retry succeeds") {
-            assert!(Instant::now() < deadline, "the fsync never failed");
-            thread::sleep(Duration::from_millis(2));
-        }
+        // INFO answers meanwhile, but for its keyspace section, which
+        // counts the held write: that waits with it.
+        common::wait_for("the failed fsync", || info_field(&mut admin, "aof_last_write_status") == "err");
+        counting.write_command(&["INFO", "keyspace"]);
+        counting.stream.set_read_timeout(Some(Duration::from_millis(300))).expect("timeout");
+        assert_eq!(counting.try_read(), None, "INFO keyspace answered before the write it counts was durable");
         assert_eq!(admin.cmd(&format!("CONFIG SET {switch}")), common::ok());
         assert_eq!(held.read(), common::ok(), "after CONFIG SET {switch}");
+        counting.stream.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
+        let Frame::Bulk(keyspace) = counting.read() else { panic!("INFO is a bulk string") };
+        let keyspace = String::from_utf8_lossy(&keyspace);
+        assert!(keyspace.contains("db0:keys=1,"), "{keyspace}");
         assert_eq!(held.cmd("GET k"), bulk("v"));
         drop(server);
         let _ = std::fs::remove_dir_all(&dir);
@@ -1117,8 +1121,9 @@ fn a_journal_command_that_fails_on_replay_is_logged_or_stops_the_start() {
             .args(["--propagation-error-behavior", "panic", "--use-exit-on-panic", "yes"])
             .output()
             .expect("run redis-server");
-        assert_eq!(output.status.code(), Some(1));
-        assert_eq!(critical(&String::from_utf8_lossy(&output.stdout)), [want]);
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert_eq!(output.status.code(), Some(1), "redis-server ended with {}: {stdout}", output.status);
+        assert_eq!(critical(&stdout), [want]);
         let _ = std::fs::remove_dir_all(&redis_dir);
     }
     let _ = std::fs::remove_dir_all(&dir);

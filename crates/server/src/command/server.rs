@@ -330,6 +330,14 @@ fn selected_sections(args: &[&[u8]]) -> Vec<&'static str> {
         .collect()
 }
 
+/// Whether INFO with these arguments reads the data (its keyspace
+/// section counts keys): only then does its reply wait for the writes it
+/// counts to be durable, so that a failing disk leaves the rest of INFO,
+/// `aof_last_write_status` among it, answering.
+pub fn info_reads_keyspace(args: &[&[u8]]) -> bool {
+    selected_sections(args).contains(&"keyspace")
+}
+
 fn info(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     let sections = selected_sections(&argv[1..]);
     let mut text = String::new();
