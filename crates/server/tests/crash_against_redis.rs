@@ -29,7 +29,7 @@ use std::thread;
 use std::time::Duration;
 
 use common::state::{read_state, State};
-use common::{temp_dir, Client, Frame, Server};
+use common::{copy_dir, temp_dir, Client, Frame, Server};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -393,18 +393,4 @@ fn crash_cycles(name: &str, faults: impl Fn(&mut StdRng) -> Option<String>) {
     drop(keel);
     let _ = std::fs::remove_dir_all(&dir);
     let _ = std::fs::remove_dir_all(dir.with_extension("crashed"));
-}
-
-/// Copies `from`'s files, and its subdirectories' (the AOF directory), to `to`.
-fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
-    std::fs::create_dir_all(to).expect("mkdir");
-    for entry in std::fs::read_dir(from).expect("read_dir").flatten() {
-        let path = entry.path();
-        if path.is_dir() {
-            copy_dir(&path, &to.join(entry.file_name()));
-        } else {
-            // A file the crash left half-made may go meanwhile: not needed.
-            let _ = std::fs::copy(&path, to.join(entry.file_name()));
-        }
-    }
 }

@@ -204,6 +204,45 @@ impl Server {
         self.dir = None;
     }
 
+    /// Starts keel-server (`extra` after the usual arguments) on a tmpfs of
+    /// `size` bytes, mounted over a fresh directory in a user and mount
+    /// namespace of the server's own (unshare(1)): a real filesystem that
+    /// fills up, gone with the process. The test reaches its files through
+    /// [`Server::files`]. None, said on stderr, where this machine allows
+    /// no such namespace.
+    pub fn start_on_tmpfs(size: &str, extra: &[&str]) -> Option<Server> {
+        let allowed = Command::new("unshare")
+            .args(["-rm", "mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", "/mnt"])
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !allowed {
+            eprintln!("no user and mount namespace to mount a tmpfs in: skipping");
+            return None;
+        }
+        let dir = temp_dir("tmpfs");
+        let port = free_port();
+        let mut args: Vec<String> = ["-rm", "sh", "-c", r#"mount -t tmpfs -o size="$1" tmpfs "$2" && shift 2 && exec "$@""#, "sh"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        args.extend([size.to_string(), dir.display().to_string(), env!("CARGO_BIN_EXE_keel-server").to_string()]);
+        args.extend(keel_args(port, &dir, extra));
+        // unshare and sh exec what follows: the server keeps the child's pid.
+        let mut server = Server::spawn_to("unshare".into(), args, port, &[], server_log(port));
+        server.dir = Some(dir);
+        Some(server)
+    }
+
+    /// `path` in the server's `dir` as the server sees it, through
+    /// /proc/PID/root: where a server runs in a mount namespace of its own
+    /// ([`Server::start_on_tmpfs`]) that is the only way to it.
+    pub fn files(&self, path: &str) -> PathBuf {
+        let dir = self.dir.as_ref().expect("a server with a dir of its own");
+        let dir = dir.strip_prefix("/").unwrap_or(dir);
+        PathBuf::from(format!("/proc/{}/root", self.pid())).join(dir).join(path)
+    }
+
     /// Starts Debian's redis-server, or None if it is not installed.
     pub fn start_redis(extra: &[&str]) -> Option<Server> {
         Server::start_redis_with_env(extra, &[])
@@ -494,4 +533,18 @@ pub fn readable(debug: &str) -> String {
     }
     out.push_str(rest);
     out
+}
+
+/// Copies `from`'s files, and its subdirectories' (the AOF directory), to `to`.
+pub fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).expect("mkdir");
+    for entry in std::fs::read_dir(from).expect("read_dir").flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            copy_dir(&path, &to.join(entry.file_name()));
+        } else {
+            // A file the crash left half-made may go meanwhile: not needed.
+            let _ = std::fs::copy(&path, to.join(entry.file_name()));
+        }
+    }
 }
