@@ -77,9 +77,10 @@
 //!   last rewrite: a dataset whose base alone passes a bound would
 //!   otherwise be rewritten back to back, for nothing.
 //!
-//! After three consecutive failures, automatic rewrites wait 1, 2, 4 ... up
-//! to 60 minutes between attempts, as Redis does (BGREWRITEAOF still runs
-//! at once).
+//! After three consecutive failures, automatic and scheduled rewrites
+//! (among them the retries of a failed one that `appendonly yes` waits
+//! for) wait 1, 2, 4 ... up to 60 minutes between attempts, as Redis does
+//! (BGREWRITEAOF still runs at once).
 
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -552,6 +553,11 @@ fn run(server: &Server) {
             }
             Err(e) => {
                 tracing::error!("Background AOF rewrite failed: {e}");
+                // As Redis: the AOF waiting for its base to switch on tries
+                // again (after repeated failures, the cron's back-off).
+                if server.aof.state() == AofState::WaitRewrite {
+                    rewriter.scheduled.store(true, Ordering::Relaxed);
+                }
                 Outcome::Failed
             }
         };

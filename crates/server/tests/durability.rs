@@ -919,6 +919,31 @@ fn appendonly_switches_at_run_time() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A rewrite that fails while `appendonly yes` waits for its base is tried
+/// again by itself, as Redis schedules it: the AOF switches on, and what
+/// was written before it and since survives `kill -9`.
+#[test]
+fn turning_the_aof_on_retries_a_failed_base_until_one_is_written() {
+    let dir = temp_dir("aof-on-retry");
+    {
+        // The journal's first write, the base's, fails.
+        let failpoint = [("KEEL_JOURNAL_FAILPOINT", "write-enospc:1:1")];
+        let server = Server::start_in_with_env(&dir, &["--appendonly", "no"], &failpoint);
+        let mut c = server.client();
+        assert_eq!(c.cmd("SET before 1"), common::ok());
+        assert_eq!(c.cmd("CONFIG SET appendonly yes"), common::ok());
+        assert_eq!(wait_rewrites(&mut c, 2), "ok", "the failed base was not tried again");
+        assert_eq!(info_field(&mut c, "aof_rewrites_consecutive_failures"), "0");
+        assert_eq!(c.cmd("SET after 2"), common::ok());
+        server.kill9();
+    }
+    let server = Server::start_in(&dir, &[]);
+    let mut c = server.client();
+    assert_eq!(c.cmd("MGET before after"), Frame::Array(vec![bulk("1"), bulk("2")]));
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// While the journal cannot write, what would write is refused before it
 /// runs, as Redis's processCommand refuses it: a write queued in MULTI
 /// (the transaction then aborts), an EXEC of writes queued before the
