@@ -950,9 +950,9 @@ pub static DIRECTIVES: &[Directive] = &[
             Ok(())
         },
     },
-    directive!("memcached-port", false, num(0, 65535), memcached_port),
+    directive!("memcached-port", true, num(0, 65535), memcached_port),
     directive!("memcached-max-item-size", true, memory(0, usize::MAX), memcached_max_item_size),
-    directive!("metrics-port", false, num(0, 65535), metrics_port),
+    directive!("metrics-port", true, num(0, 65535), metrics_port),
     Directive {
         name: "unixsocket",
         mutable: false,

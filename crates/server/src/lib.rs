@@ -124,13 +124,11 @@ pub fn run(config: Config) -> io::Result<()> {
     };
     let mut per_worker: Vec<Listeners> =
         (0..threads).map(|_| Listeners { tcp: Vec::new(), memcache: Vec::new(), unix: None }).collect();
-    for (listeners, bound) in per_worker.iter_mut().zip(listen::bind_port(&config, threads)?) {
+    for (listeners, bound) in per_worker.iter_mut().zip(listen::bind_on(&config, config.port, threads)?) {
         listeners.tcp = bound;
     }
-    if config.memcached_port != 0 {
-        for (listeners, bound) in per_worker.iter_mut().zip(listen::bind_everywhere(&config, config.memcached_port, threads)?) {
-            listeners.memcache = bound;
-        }
+    for (listeners, bound) in per_worker.iter_mut().zip(listen::bind_on(&config, config.memcached_port, threads)?) {
+        listeners.memcache = bound;
     }
     if let Some(path) = &config.unixsocket {
         let _ = std::fs::remove_file(path);
@@ -183,10 +181,11 @@ pub fn run(config: Config) -> io::Result<()> {
         .enumerate()
         .map(|(i, w)| std::thread::Builder::new().name(format!("keel-worker-{i}")).spawn(move || w.run()))
         .collect::<io::Result<_>>()?;
-    let metrics_port = server.config.read().metrics_port;
-    if metrics_port != 0 {
-        metrics::spawn(server.clone(), listen::bind_plain(&server.config.read(), metrics_port)?)?;
-    }
+    let metrics = {
+        let config = server.config.read();
+        listen::bind_on(&config, config.metrics_port, 1)?.pop().unwrap_or_default()
+    };
+    metrics::spawn(server.clone(), metrics)?;
     let rewriter = rewrite::spawn(server.clone())?;
     let bgsaver = snapshot::spawn(server.clone())?;
     let replica_link = replica::spawn(server.clone())?;

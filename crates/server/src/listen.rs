@@ -1,6 +1,7 @@
-//! Sockets: the listeners on `port` (one SO_REUSEPORT listener per worker
-//! on each `bind` address), the plain ones of the metrics and cluster bus
-//! threads, their replacement when CONFIG SET changes `port` or `bind`,
+//! Sockets: the listeners on `port` and `memcached-port` (one
+//! SO_REUSEPORT listener per worker on each `bind` address) and on
+//! `metrics-port` (the metrics thread's), their replacement when CONFIG
+//! SET changes one of them or `bind`, the plain ones of the cluster bus,
 //! and outgoing connections from `bind-source-addr`.
 
 use std::io;
@@ -13,30 +14,70 @@ use socket2::{Domain, Socket, Type};
 
 use crate::config::Config;
 
-/// One worker's listeners on `port`, which its event loop accepts on and
+/// One worker's listeners on one port, which its event loop accepts on and
 /// CONFIG SET replaces.
 pub type SharedListeners = Arc<Mutex<Vec<TcpListener>>>;
 
-/// Every worker's listeners on `port`, with the registry each is polled
-/// through: CONFIG SET port and bind swap them from the thread that runs
-/// the command, so that when it answers OK the old port refuses
-/// connections and the new one accepts them (Redis's changeListenPort).
-#[derive(Default)]
+/// Every worker's listeners on one port of the settings (`port`,
+/// `memcached-port`, `metrics-port`: its one thread counts as one
+/// worker), with the registry each is polled through: CONFIG SET
+/// swaps them from the thread that runs the command, so that when it
+/// answers OK the old port refuses connections and the new one accepts
+/// them (Redis's changeListenPort).
 pub struct PortListeners {
+    /// The port of the settings they listen on.
+    port: fn(&Config) -> u16,
+    /// The poll token of a worker's `i`th listener.
+    token: fn(usize) -> mio::Token,
     workers: Mutex<Vec<(mio::Registry, SharedListeners)>>,
 }
 
 impl PortListeners {
-    /// A worker's listeners join; `token(i)` is the token of its `i`th.
-    pub fn attach(&self, registry: mio::Registry, listeners: SharedListeners) {
-        self.workers.lock().push((registry, listeners));
+    pub fn new(port: fn(&Config) -> u16, token: fn(usize) -> mio::Token) -> PortListeners {
+        PortListeners { port, token, workers: Mutex::default() }
+    }
+
+    /// A worker's listeners, as bound at start, join: registered with
+    /// `registry`, and shared with the worker, which accepts on them.
+    pub fn attach(&self, registry: mio::Registry, mut bound: Vec<TcpListener>) -> io::Result<SharedListeners> {
+        for (i, l) in bound.iter_mut().enumerate() {
+            registry.register(l, (self.token)(i), mio::Interest::READABLE)?;
+        }
+        let shared = Arc::new(Mutex::new(bound));
+        self.workers.lock().push((registry, shared.clone()));
+        Ok(shared)
+    }
+
+    /// The workers' listeners on `port`.
+    pub fn resp() -> PortListeners {
+        PortListeners::new(|c| c.port, crate::worker::tcp_listener_token)
+    }
+
+    /// The workers' listeners on `memcached-port`.
+    pub fn memcache() -> PortListeners {
+        PortListeners::new(|c| c.memcached_port, crate::worker::memcache_listener_token)
+    }
+
+    /// The metrics thread's on `metrics-port`.
+    pub fn metrics() -> PortListeners {
+        PortListeners::new(|c| c.metrics_port, mio::Token)
+    }
+
+    /// The port of `config` these listen on.
+    pub fn port(&self, config: &Config) -> u16 {
+        (self.port)(config)
+    }
+
+    /// Whether going from `old` to `next` moves these listeners.
+    pub fn moves(&self, old: &Config, next: &Config) -> bool {
+        ((self.port)(old), &old.bind) != ((self.port)(next), &next.bind)
     }
 
     /// Closes every listener on `old`'s port and addresses and listens
     /// on `next`'s, as Redis does: the old ones close first (so `bind`
     /// may move between overlapping addresses), and if the new ones cannot
     /// all be bound, the old ones are bound again and the error returned.
-    pub fn rebind(&self, old: &Config, next: &Config, token: impl Fn(usize) -> mio::Token) -> io::Result<()> {
+    pub fn rebind(&self, old: &Config, next: &Config) -> io::Result<()> {
         let workers = self.workers.lock();
         let mut held: Vec<_> = workers.iter().map(|(_, l)| l.lock()).collect();
         for ((registry, _), listeners) in workers.iter().zip(held.iter_mut()) {
@@ -44,11 +85,11 @@ impl PortListeners {
                 let _ = registry.deregister(&mut l);
             }
         }
-        let (bound, result) = match bind_port(next, workers.len()) {
+        let (bound, result) = match bind_on(next, (self.port)(next), workers.len()) {
             Ok(bound) => (bound, Ok(())),
             Err(e) => {
-                let restored = bind_port(old, workers.len()).unwrap_or_else(|again| {
-                    tracing::warn!("Could not listen again on port {}: {again}", old.port);
+                let restored = bind_on(old, (self.port)(old), workers.len()).unwrap_or_else(|again| {
+                    tracing::warn!("Could not listen again on port {}: {again}", (self.port)(old));
                     Vec::new()
                 });
                 (restored, Err(e))
@@ -56,7 +97,7 @@ impl PortListeners {
         };
         for (((registry, _), listeners), mut new) in workers.iter().zip(held.iter_mut()).zip(bound) {
             for (i, l) in new.iter_mut().enumerate() {
-                registry.register(l, token(i), mio::Interest::READABLE)?;
+                registry.register(l, (self.token)(i), mio::Interest::READABLE)?;
             }
             **listeners = new;
         }
@@ -64,9 +105,9 @@ impl PortListeners {
     }
 }
 
-/// The workers' listeners on `config.port`, none when it is 0.
-pub fn bind_port(config: &Config, workers: usize) -> io::Result<Vec<Vec<TcpListener>>> {
-    match config.port {
+/// The workers' listeners on `port`, none when it is 0.
+pub fn bind_on(config: &Config, port: u16, workers: usize) -> io::Result<Vec<Vec<TcpListener>>> {
+    match port {
         0 => Ok((0..workers).map(|_| Vec::new()).collect()),
         port => bind_everywhere(config, port, workers),
     }
@@ -262,9 +303,11 @@ mod tests {
     }
 
     #[test]
-    fn no_bind_address_means_no_listener() {
-        let bound = bind_port(&config(&[], 6379), 3).expect("test setup");
-        assert_eq!(bound.iter().map(Vec::len).collect::<Vec<_>>(), [0, 0, 0]);
+    fn no_bind_address_or_port_0_means_no_listener() {
+        for config in [config(&[], 6379), config(&["127.0.0.1"], 0)] {
+            let bound = bind_on(&config, config.port, 3).expect("test setup");
+            assert_eq!(bound.iter().map(Vec::len).collect::<Vec<_>>(), [0, 0, 0]);
+        }
     }
 
     #[test]

@@ -8,11 +8,13 @@
 //! and the per-command lines into labelled series: calls, time, failures
 //! (commandstats), latency percentiles (latencystats), errors by prefix
 //! (errorstats) and keys per database (keyspace). One thread serves
-//! scrapes one at a time, off the workers' path.
+//! scrapes one at a time, off the workers' path, on listeners that CONFIG
+//! SET moves as it moves `port`'s ([`crate::listen::PortListeners`]).
 
 use std::fmt::Write as _;
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
+use std::os::fd::{FromRawFd, IntoRawFd};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,19 +26,38 @@ const READ_TIMEOUT: Duration = Duration::from_secs(2);
 /// Longest request head read.
 const REQUEST_MAX: usize = 8 * 1024;
 
-/// Serves scrapes on `listeners` (one per `bind` address) until the
-/// process ends.
-pub fn spawn(server: Arc<Server>, listeners: Vec<TcpListener>) -> std::io::Result<()> {
-    for (i, listener) in listeners.into_iter().enumerate() {
-        let server = server.clone();
-        std::thread::Builder::new().name(format!("keel-metrics-{i}")).spawn(move || {
-            for stream in listener.incoming().flatten() {
-                if let Err(e) = serve(&server, stream) {
-                    tracing::debug!("metrics request failed: {e}");
+/// Serves scrapes on `bound` (one listener per `bind` address of
+/// `metrics-port`, none while it is 0), and on whatever CONFIG SET puts in
+/// their place, until the process ends.
+pub fn spawn(server: Arc<Server>, bound: Vec<mio::net::TcpListener>) -> std::io::Result<()> {
+    let mut poll = mio::Poll::new()?;
+    let listeners = server.metrics_listeners.attach(poll.registry().try_clone()?, bound)?;
+    std::thread::Builder::new().name("keel-metrics".into()).spawn(move || {
+        let mut events = mio::Events::with_capacity(8);
+        loop {
+            if let Err(e) = poll.poll(&mut events, None) {
+                if e.kind() == std::io::ErrorKind::Interrupted {
+                    continue;
+                }
+                tracing::error!("metrics: poll failed: {e}");
+                return;
+            }
+            for event in events.iter() {
+                loop {
+                    // Not locked while a scrape is served: CONFIG SET
+                    // takes the lock to move the listeners. None: one it
+                    // has just closed.
+                    let accepted = listeners.lock().get(event.token().0).map(|l| l.accept());
+                    let Some(Ok((stream, _))) = accepted else { break };
+                    // SAFETY: the descriptor comes from `into_raw_fd`, owned by nothing else.
+                    let stream = unsafe { TcpStream::from_raw_fd(stream.into_raw_fd()) };
+                    if let Err(e) = stream.set_nonblocking(false).and_then(|()| serve(&server, stream)) {
+                        tracing::debug!("metrics request failed: {e}");
+                    }
                 }
             }
-        })?;
-    }
+        }
+    })?;
     Ok(())
 }
 

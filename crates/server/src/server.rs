@@ -231,6 +231,10 @@ pub struct Server {
     pub thread_count: usize,
     /// The workers' listeners on `port`, which CONFIG SET may replace.
     pub listeners: crate::listen::PortListeners,
+    /// The same on `memcached-port`, and the metrics thread's on
+    /// `metrics-port`.
+    pub memcache_listeners: crate::listen::PortListeners,
+    pub metrics_listeners: crate::listen::PortListeners,
     /// The one stream of changes and whether `appendonly` logs to it now
     /// (switchable at run time): see [`Server::journal`].
     pub aof: crate::durability::Aof,
@@ -411,7 +415,9 @@ impl Server {
             lru_clock: AtomicU32::new(LRU_EPOCH_S),
             pauses: Default::default(),
             thread_count,
-            listeners: Default::default(),
+            listeners: crate::listen::PortListeners::resp(),
+            memcache_listeners: crate::listen::PortListeners::memcache(),
+            metrics_listeners: crate::listen::PortListeners::metrics(),
             aof: crate::durability::Aof::new(journal, config_fsync),
             loading: AtomicBool::new(false),
             async_loading: AtomicBool::new(false),

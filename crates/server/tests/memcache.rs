@@ -976,3 +976,43 @@ fn memccapable_ascii_passes() {
     assert!(status.success() && out.contains("All tests passed"), "memccapable -a failed ({status}):\n{out}\n{err}");
     assert!(!out.contains("[fail]"), "{out}");
 }
+
+/// CONFIG SET memcached-port at run time, as `port` moves: when OK comes
+/// back the protocol is served on the new port and the old one refuses,
+/// connections made before go on, a port another process holds leaves
+/// the listeners where they were with `port`'s error, 0 stops serving,
+/// and `bind` moves them with the RESP ones.
+#[test]
+fn memcached_port_moves_at_run_time() {
+    let listens = |port: u16| std::net::TcpStream::connect(("127.0.0.1", port)).is_ok();
+    let server = Server::start(&[]);
+    let mut r = server.client();
+    assert_eq!(r.cmd("CONFIG GET memcached-port"), Frame::Array(vec![bulk("memcached-port"), bulk("0")]));
+    let first = common::free_port();
+    assert_eq!(r.send(&["CONFIG", "SET", "memcached-port", &first.to_string()]), ok());
+    let mut before = McClient::connect(first);
+    assert_eq!(before.set("k", 3, 0, "v"), "STORED");
+
+    let second = common::free_port();
+    assert_eq!(r.send(&["CONFIG", "SET", "memcached-port", &second.to_string()]), ok());
+    assert!(!listens(first), "the old port still listens");
+    assert_eq!(fv(&mut McClient::connect(second), "k"), some(3, "v"));
+    assert_eq!(fv(&mut before, "k"), some(3, "v"), "a connection made before goes on");
+
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("test setup");
+    let taken = taken.local_addr().expect("test setup").port().to_string();
+    assert_eq!(
+        r.send(&["CONFIG", "SET", "memcached-port", &taken]),
+        common::err("ERR CONFIG SET failed (possibly related to argument 'memcached-port') - Unable to listen on this port. Check server logs.")
+    );
+    assert_eq!(r.cmd("CONFIG GET memcached-port"), Frame::Array(vec![bulk("memcached-port"), bulk(&second.to_string())]));
+    assert!(listens(second), "a refused move leaves the listeners where they were");
+
+    assert_eq!(r.cmd("CONFIG SET bind 127.0.0.2"), ok());
+    assert!(!listens(second), "bind moved the memcached listeners too");
+    assert_eq!(r.cmd("CONFIG SET bind 127.0.0.1"), ok());
+    assert!(listens(second));
+    assert_eq!(r.cmd("CONFIG SET memcached-port 0"), ok());
+    assert!(!listens(second), "memcached-port 0 serves none");
+    assert_eq!(fv(&mut before, "k"), some(3, "v"));
+}

@@ -249,6 +249,39 @@ fn metrics_port_serves_info_to_prometheus() {
     assert!(get("/").starts_with("HTTP/1.1 404 "));
 }
 
+/// CONFIG SET metrics-port at run time, as `port` moves: scrapes go to the
+/// new port once OK comes back, the old one refuses, a taken port leaves
+/// the listener where it was, and 0 serves none.
+#[test]
+fn metrics_port_moves_at_run_time() {
+    use std::io::{Read, Write};
+    let scrape = |port: u16| -> Option<String> {
+        let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+        write!(stream, "GET /metrics HTTP/1.1\r\n\r\n").ok()?;
+        let mut response = String::new();
+        stream.read_to_string(&mut response).ok()?;
+        Some(response)
+    };
+    let server = Server::start(&[]);
+    let mut c = server.client();
+    let first = common::free_port();
+    assert_eq!(c.send(&["CONFIG", "SET", "metrics-port", &first.to_string()]), ok());
+    assert!(scrape(first).is_some_and(|r| r.starts_with("HTTP/1.1 200 OK\r\n")));
+    let second = common::free_port();
+    assert_eq!(c.send(&["CONFIG", "SET", "metrics-port", &second.to_string()]), ok());
+    assert_eq!(scrape(first), None, "the old port still listens");
+    assert!(scrape(second).is_some_and(|r| r.starts_with("HTTP/1.1 200 OK\r\n")));
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("test setup");
+    let taken = taken.local_addr().expect("test setup").port().to_string();
+    assert_eq!(
+        c.send(&["CONFIG", "SET", "metrics-port", &taken]),
+        err("ERR CONFIG SET failed (possibly related to argument 'metrics-port') - Unable to listen on this port. Check server logs.")
+    );
+    assert!(scrape(second).is_some(), "a refused move leaves the listener where it was");
+    assert_eq!(c.cmd("CONFIG SET metrics-port 0"), ok());
+    assert_eq!(scrape(second), None);
+}
+
 #[test]
 fn info_is_verbatim_in_resp3() {
     let server = Server::start(&[]);

@@ -1020,30 +1020,40 @@ fn config_set(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
         }
     }
     // Redis's apply functions. First updatePort and applyBind: the
-    // listeners move, or stay where they were; moved back if a later
-    // step fails.
-    let rebind = (next.port, &next.bind) != (config.port, &config.bind);
-    if rebind {
-        if let Err(e) = ctx.server.listeners.rebind(&config, &next, crate::worker::tcp_listener_token) {
-            tracing::warn!("CONFIG SET could not listen on port {} of {:?} ({e}); listening as before", next.port, next.bind);
+    // listeners move (Keel's memcached and metrics ports as `port`), or
+    // stay where they were; moved back if a later step fails.
+    let server = ctx.server;
+    let sets = [("port", &server.listeners), ("memcached-port", &server.memcache_listeners), ("metrics-port", &server.metrics_listeners)];
+    let mut moved = Vec::new();
+    let move_back = |moved: &[&crate::listen::PortListeners]| {
+        for set in moved.iter().rev() {
+            if let Err(again) = set.rebind(&next, &config) {
+                tracing::warn!("CONFIG SET could not listen on port {} again: {again}", set.port(&config));
+            }
+        }
+    };
+    for (name, set) in sets {
+        if !set.moves(&config, &next) {
+            continue;
+        }
+        if let Err(e) = set.rebind(&config, &next) {
+            tracing::warn!("CONFIG SET could not listen on port {} of {:?} ({e}); listening as before", set.port(&next), next.bind);
+            move_back(&moved);
             // Blamed on the first given of the two, which Redis applies first.
             let port_first = pairs
                 .iter()
-                .map(|(name, _)| crate::config::find(name).map(|d| d.name))
-                .find(|&name| name == Some("bind") || (name == Some("port") && next.port != config.port))
-                == Some(Some("port"));
+                .map(|(n, _)| crate::config::find(n).map(|d| d.name))
+                .find(|&n| n == Some("bind") || (n == Some(name) && set.port(&next) != set.port(&config)))
+                == Some(Some(name));
             return Err(match port_first {
-                true => failed("port", "Unable to listen on this port. Check server logs."),
+                true => failed(name, "Unable to listen on this port. Check server logs."),
                 false => failed("bind", "Failed to bind to specified addresses."),
             });
         }
+        moved.push(set);
     }
     let unbind = |e: CmdError| {
-        if rebind {
-            if let Err(again) = ctx.server.listeners.rebind(&next, &config, crate::worker::tcp_listener_token) {
-                tracing::warn!("CONFIG SET could not listen on port {} again: {again}", config.port);
-            }
-        }
+        move_back(&moved);
         e
     };
     // Redis's updateMaxclients: the open files limit rises with it, or

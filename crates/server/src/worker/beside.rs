@@ -23,10 +23,9 @@ use slab::Slab;
 
 use super::{
     accept_at, admitted, durable_lsn, least_loaded, new_conn, read_and_process, write_journal_first, write_out, Accepted,
-    Conn, Door, Listeners, ParseLimits,
+    Conn, Door, Doors, ParseLimits,
 };
 use crate::client::Message;
-use crate::listen::SharedListeners;
 use crate::server::{Mailbox, Server, WorkerStats};
 
 thread_local! {
@@ -60,8 +59,7 @@ struct Beside {
     index: usize,
     server: Arc<Server>,
     stats: Arc<WorkerStats>,
-    tcp: SharedListeners,
-    listeners: Arc<Listeners>,
+    doors: Arc<Doors>,
     /// Where other workers hand this one the connections they admitted.
     mailbox: Arc<Mailbox>,
     /// The worker's connections but the one running commands, while one
@@ -76,16 +74,14 @@ pub(super) fn attach(
     index: usize,
     server: &Arc<Server>,
     stats: &Arc<WorkerStats>,
-    tcp: &SharedListeners,
-    listeners: &Arc<Listeners>,
+    doors: &Arc<Doors>,
     mailbox: &Arc<Mailbox>,
 ) {
     let beside = Beside {
         index,
         server: server.clone(),
         stats: stats.clone(),
-        tcp: tcp.clone(),
-        listeners: listeners.clone(),
+        doors: doors.clone(),
         mailbox: mailbox.clone(),
         conns: None,
         busy: None,
@@ -195,13 +191,13 @@ impl Beside {
         // SAFETY: `epoll` was just made and is owned by nothing else.
         let epoll = unsafe { OwnedFd::from_raw_fd(epoll) };
         let fd = epoll.as_raw_fd();
-        for (i, listener) in self.tcp.lock().iter().enumerate() {
+        for (i, listener) in self.doors.tcp.lock().iter().enumerate() {
             watch(fd, listener.as_raw_fd(), LISTENER | door_data(Door::Tcp(i)))?;
         }
-        for (i, listener) in self.listeners.memcache.iter().enumerate() {
+        for (i, listener) in self.doors.memcache.lock().iter().enumerate() {
             watch(fd, listener.as_raw_fd(), LISTENER | door_data(Door::Memcache(i)))?;
         }
-        if let Some(listener) = &self.listeners.unix {
+        if let Some(listener) = &self.doors.unix {
             watch(fd, listener.as_raw_fd(), LISTENER | door_data(Door::Unix))?;
         }
         for (key, conn) in self.conns.iter().flat_map(Slab::iter) {
@@ -215,7 +211,7 @@ impl Beside {
     fn accept(&mut self, door: Door, epoll: RawFd) {
         let (server, stats, index) = (&self.server, &self.stats, self.index);
         let (_, served) = self.busy.as_mut().expect("made in serve");
-        accept_at(server, &self.tcp, &self.listeners, door, |mut accepted: Accepted, local| {
+        accept_at(server, &self.doors, door, |mut accepted: Accepted, local| {
             if !admitted(server, stats, &mut accepted, local) {
                 return;
             }

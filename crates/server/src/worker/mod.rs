@@ -38,6 +38,11 @@ pub fn tcp_listener_token(i: usize) -> Token {
     Token(TCP_LISTENER.0 - 2 * i)
 }
 
+/// The token of a worker's `i`th listener on `memcached-port`.
+pub fn memcache_listener_token(i: usize) -> Token {
+    Token(MEMCACHE_LISTENER.0 - i)
+}
+
 /// Read granularity; the buffer grows past it only for a request that
 /// does not fit.
 const READ_CHUNK: usize = 16 * 1024;
@@ -189,12 +194,22 @@ impl std::fmt::Debug for Accepted {
     }
 }
 
+/// A worker's listeners as bound at start.
 pub struct Listeners {
-    /// On `port`: CONFIG SET may replace them ([`crate::listen::PortListeners`]).
+    /// On `port`.
     pub tcp: Vec<TcpListener>,
     /// On `memcached-port`.
     pub memcache: Vec<TcpListener>,
     pub unix: Option<UnixListener>,
+}
+
+/// A worker's listeners as its loop, and a busy script's hook, accept on
+/// them: those on `port` and `memcached-port` shared with CONFIG SET,
+/// which replaces them ([`crate::listen::PortListeners`]).
+pub(crate) struct Doors {
+    tcp: crate::listen::SharedListeners,
+    memcache: crate::listen::SharedListeners,
+    unix: Option<UnixListener>,
 }
 
 pub struct Worker {
@@ -209,10 +224,8 @@ pub struct Worker {
     /// Client id to position in `conns`, for what other threads send a
     /// client (messages, served pops).
     by_id: HashMap<u64, usize>,
-    /// Those on `port` are in `tcp`, shared with whoever replaces them;
-    /// the others with a busy script's hook.
-    listeners: Arc<Listeners>,
-    tcp: crate::listen::SharedListeners,
+    /// Shared with a busy script's hook.
+    doors: Arc<Doors>,
     /// Some connection may be held by a pause (saves scanning every
     /// connection on every loop turn).
     any_paused: bool,
@@ -243,23 +256,18 @@ pub struct Worker {
 }
 
 impl Worker {
-    pub fn new(index: usize, server: Arc<Server>, mut listeners: Listeners) -> io::Result<Worker> {
+    pub fn new(index: usize, server: Arc<Server>, listeners: Listeners) -> io::Result<Worker> {
         let poll = Poll::new()?;
-        for (i, l) in listeners.tcp.iter_mut().enumerate() {
-            poll.registry().register(l, tcp_listener_token(i), Interest::READABLE)?;
-        }
-        let tcp = Arc::new(parking_lot::Mutex::new(std::mem::take(&mut listeners.tcp)));
-        server.listeners.attach(poll.registry().try_clone()?, tcp.clone());
-        for (i, l) in listeners.memcache.iter_mut().enumerate() {
-            poll.registry().register(l, Token(MEMCACHE_LISTENER.0 - i), Interest::READABLE)?;
-        }
-        if let Some(l) = listeners.unix.as_mut() {
+        let Listeners { tcp, memcache, mut unix } = listeners;
+        let tcp = server.listeners.attach(poll.registry().try_clone()?, tcp)?;
+        let memcache = server.memcache_listeners.attach(poll.registry().try_clone()?, memcache)?;
+        if let Some(l) = unix.as_mut() {
             poll.registry().register(l, UNIX_LISTENER, Interest::READABLE)?;
         }
         let waker = mio::Waker::new(poll.registry(), WAKER)?;
         let mailbox = Arc::new(Mailbox { queue: Default::default(), waker, awaiting_durable: false.into() });
         let stats = server.workers[index].clone();
-        let listeners = Arc::new(listeners);
+        let doors = Arc::new(Doors { tcp, memcache, unix });
         Ok(Worker {
             index,
             server,
@@ -268,8 +276,7 @@ impl Worker {
             mailbox,
             conns: Slab::new(),
             by_id: HashMap::new(),
-            listeners,
-            tcp,
+            doors,
             any_paused: false,
             pauses_weakened: 0,
             gated: Vec::new(),
@@ -287,7 +294,7 @@ impl Worker {
     }
 
     pub fn run(mut self) {
-        beside::attach(self.index, &self.server, &self.stats, &self.tcp, &self.listeners, &self.mailbox);
+        beside::attach(self.index, &self.server, &self.stats, &self.doors, &self.mailbox);
         self.server.watchdog.attach(self.index);
         let mut events = Events::with_capacity(1024);
         let mut next_cron = Instant::now();
@@ -389,8 +396,8 @@ impl Worker {
     /// Takes what waits at `door`, each connection as [`Worker::admit`]
     /// decides.
     fn accept(&mut self, door: Door) {
-        let (server, tcp, listeners) = (self.server.clone(), self.tcp.clone(), self.listeners.clone());
-        accept_at(&server, &tcp, &listeners, door, |accepted, local| self.admit(accepted, local));
+        let (server, doors) = (self.server.clone(), self.doors.clone());
+        accept_at(&server, &doors, door, |accepted, local| self.admit(accepted, local));
     }
 
     /// Lets a new connection in, or refuses it as Redis does
@@ -1141,18 +1148,21 @@ enum Door {
 /// Accepts every connection waiting at `door`, passing each to `admit`
 /// with whether it is local (Redis's `islocalClient`: the unix socket or
 /// exactly the loopback address).
-fn accept_at(server: &Server, tcp: &crate::listen::SharedListeners, listeners: &Listeners, door: Door, mut admit: impl FnMut(Accepted, bool)) {
+fn accept_at(server: &Server, doors: &Doors, door: Door, mut admit: impl FnMut(Accepted, bool)) {
     loop {
-        // The lock on `port`'s listeners is released before anything reads
+        // The lock on a port's listeners is released before anything reads
         // the settings: CONFIG SET holds the settings' lock while it takes
         // this one.
         let arrival = match door {
-            Door::Tcp(i) => {
-                let accepted = tcp.lock().get(i).map(TcpListener::accept);
-                accepted.map(|a| a.map(|a| tcp_arrival(server, a, false)))
+            Door::Tcp(i) | Door::Memcache(i) => {
+                let (listeners, memcache) = match door {
+                    Door::Tcp(_) => (&doors.tcp, false),
+                    _ => (&doors.memcache, true),
+                };
+                let accepted = listeners.lock().get(i).map(TcpListener::accept);
+                accepted.map(|a| a.map(|a| tcp_arrival(server, a, memcache)))
             }
-            Door::Memcache(i) => listeners.memcache.get(i).map(|l| l.accept().map(|a| tcp_arrival(server, a, true))),
-            Door::Unix => listeners.unix.as_ref().map(|l| l.accept().map(|(stream, _)| unix_arrival(server, stream))),
+            Door::Unix => doors.unix.as_ref().map(|l| l.accept().map(|(stream, _)| unix_arrival(server, stream))),
         };
         // An event of a listener CONFIG SET has just closed.
         let Some(arrival) = arrival else { return };
