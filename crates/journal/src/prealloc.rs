@@ -32,6 +32,14 @@
 //! syncs each piece with fdatasync, which also flushes whatever the log
 //! has not synced: the server asks for space under `always` alone.
 //!
+//! # Never the room a rewrite needs
+//!
+//! Before each piece the helper checks the filesystem: after the piece,
+//! at least as much must stay free as the log's directory holds, about
+//! what a rewrite's base needs. On a nearly full disk it so writes nothing
+//! ahead, as Redis never does, rather than take the room that would let a
+//! rewrite, or the log itself, go on.
+//!
 //! # Around the page cache
 //!
 //! A piece's whole blocks are written with direct I/O, then read back
@@ -63,7 +71,7 @@ use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -121,6 +129,8 @@ struct Tail {
 
 struct Shared {
     file: File,
+    /// The log's directory, whose size the helper leaves free.
+    dir: PathBuf,
     /// The same file opened `O_DIRECT`, for the filler's whole blocks;
     /// `None` where the filesystem has no direct I/O (tmpfs) or it failed.
     direct: Mutex<Option<File>>,
@@ -146,6 +156,7 @@ impl PreallocatedFile {
         let direct = OpenOptions::new().write(true).custom_flags(libc::O_DIRECT).open(path).ok();
         let shared = Arc::new(Shared {
             file,
+            dir: path.parent().map(Path::to_path_buf).unwrap_or_default(),
             direct: Mutex::new(direct),
             ahead,
             end: AtomicU64::new(len),
@@ -197,7 +208,10 @@ impl Shared {
             let from = tail.filled;
             tail.extending = true;
             drop(tail);
-            let result = self.write_piece(from, want_to, from == end);
+            let result = match self.room_to_spare(want_to - from) {
+                true => self.write_piece(from, want_to, from == end),
+                false => Err(io::Error::new(io::ErrorKind::StorageFull, "leaving the room a rewrite needs")),
+            };
             tail = self.tail.lock();
             tail.extending = false;
             match result {
@@ -231,6 +245,22 @@ impl Shared {
             }
             self.cv.notify_all();
         }
+    }
+
+    /// Whether the filesystem keeps free, after up to `piece` more bytes
+    /// of filler, at least what the log's directory holds (see the module
+    /// docs). Where it cannot tell, it lets the filler be written.
+    fn room_to_spare(&self, piece: u64) -> bool {
+        // SAFETY: statvfs is plain data, which fstatvfs fills.
+        let mut fs: libc::statvfs = unsafe { std::mem::zeroed() };
+        // SAFETY: a plain syscall on a descriptor `self.file` owns.
+        if unsafe { libc::fstatvfs(self.file.as_raw_fd(), &mut fs) } != 0 {
+            return true;
+        }
+        let free = fs.f_bavail as u64 * fs.f_frsize as u64;
+        let files = std::fs::read_dir(&self.dir).into_iter().flatten().flatten();
+        let log: u64 = files.filter_map(|f| f.metadata().ok()).map(|m| m.len()).sum();
+        free >= piece.min(PIECE) + log
     }
 
     /// Writes filler from `from` to the next `PIECE` boundary, or to the
