@@ -122,14 +122,10 @@ pub fn run(config: Config) -> io::Result<()> {
         0 => std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
         n => n,
     };
+    let tcp = listen::bind_on(&config, config.port, threads)?;
+    let memcache = listen::bind_on(&config, config.memcached_port, threads)?;
     let mut per_worker: Vec<Listeners> =
-        (0..threads).map(|_| Listeners { tcp: Vec::new(), memcache: Vec::new(), unix: None }).collect();
-    for (listeners, bound) in per_worker.iter_mut().zip(listen::bind_on(&config, config.port, threads)?) {
-        listeners.tcp = bound;
-    }
-    for (listeners, bound) in per_worker.iter_mut().zip(listen::bind_on(&config, config.memcached_port, threads)?) {
-        listeners.memcache = bound;
-    }
+        tcp.into_iter().zip(memcache).map(|(tcp, memcache)| Listeners { tcp, memcache, unix: None }).collect();
     if let Some(path) = &config.unixsocket {
         let _ = std::fs::remove_file(path);
         let listener = mio::net::UnixListener::bind(path)?;
