@@ -616,9 +616,8 @@ pub fn note_reads(ctx: &mut Ctx<'_>, spec: &CommandSpec, argv: &[&[u8]]) {
         return;
     }
     // A script holds every shard, but the commands it ran noted what they
-    // read themselves; INFO holds every shard, and reads data in its
-    // keyspace section only.
-    if spec.group == "scripting" || (spec.name == "info" && !command::server::info_reads_keyspace(&argv[1..])) {
+    // read themselves.
+    if spec.group == "scripting" || !(spec.reads_data)(argv) {
         return;
     }
     let db = ctx.dbs.selected;

@@ -992,21 +992,27 @@ fn a_failing_disk_refuses_what_would_write_before_it_runs() {
 
 /// A reply held for a durable position that a failing disk never reaches
 /// leaves as soon as the log stops gating it: `CONFIG SET appendonly no`,
-/// or `appendfsync` moving off `always`. INFO answers meanwhile, but for
-/// its keyspace section.
+/// or `appendfsync` moving off `always`. Whole-keyspace commands that
+/// read no data answer meanwhile (INFO but for its keyspace section, CONFIG
+/// RESETSTAT, MEMORY DOCTOR, DEBUG SLEEP).
 #[test]
 fn a_held_reply_leaves_when_the_log_stops_gating_it() {
     for switch in ["appendonly no", "appendfsync everysec"] {
         // Every fdatasync fails: the first write is appended, never durable.
         let dir = temp_dir("held-reply");
-        let server = Server::start_in_with_env(&dir, &[], &[("KEEL_JOURNAL_FAILPOINT", "sync-eio:1:inf")]);
+        let args = ["--enable-debug-command", "yes"];
+        let server = Server::start_in_with_env(&dir, &args, &[("KEEL_JOURNAL_FAILPOINT", "sync-eio:1:inf")]);
         let mut held = server.client();
         let mut admin = server.client();
         let mut counting = server.client();
         held.write_command(&["SET", "k", "v"]);
-        // INFO answers meanwhile, but for its keyspace section, which
-        // counts the held write: that waits with it.
+        // INFO and the other whole-keyspace commands that read no data
+        // answer meanwhile; INFO's keyspace section counts the held write,
+        // and waits with it.
         common::wait_for("the failed fsync", || info_field(&mut admin, "aof_last_write_status") == "err");
+        assert_eq!(admin.cmd("CONFIG RESETSTAT"), common::ok());
+        assert!(matches!(admin.cmd("MEMORY DOCTOR"), Frame::Bulk(_)));
+        assert_eq!(admin.cmd("DEBUG SLEEP 0"), common::ok());
         counting.write_command(&["INFO", "keyspace"]);
         counting.stream.set_read_timeout(Some(Duration::from_millis(300))).expect("timeout");
         assert_eq!(counting.try_read(), None, "INFO keyspace answered before the write it counts was durable");

@@ -251,6 +251,12 @@ pub struct CommandSpec {
     /// Redis's own ACL categories for the command (`acl::*`), where they
     /// are not just its group's.
     pub acl: Option<u32>,
+    /// Whether the command with these arguments (`argv`, its name first)
+    /// reads the data. A whole-keyspace command whose reply reveals no key
+    /// (CONFIG RESETSTAT, INFO without its keyspace section) says no: its
+    /// reply then never waits for earlier writes to be durable, and so
+    /// answers while a failed disk holds them.
+    pub reads_data: fn(&[&[u8]]) -> bool,
 }
 
 impl CommandSpec {
@@ -304,6 +310,12 @@ impl CommandSpec {
         CommandSpec { acl: Some(categories), ..self }
     }
 
+    /// Says when the command reads the data (`reads_data`); by default it
+    /// always may.
+    pub const fn reads_data_when(self, reads_data: fn(&[&[u8]]) -> bool) -> CommandSpec {
+        CommandSpec { reads_data, ..self }
+    }
+
     /// Adds Redis's command tips.
     pub const fn tips(self, tips: &'static [&'static str]) -> CommandSpec {
         CommandSpec { tips, ..self }
@@ -346,7 +358,13 @@ pub const fn cmd(
         tips: &[],
         key_specs: &[],
         acl: None,
+        reads_data: |_| true,
     }
+}
+
+/// `reads_data` for a command that never reads the data.
+pub fn reads_no_data(_argv: &[&[u8]]) -> bool {
+    false
 }
 
 /// Keys from `first` to `last` (negative counts from the end) every `step`.

@@ -18,7 +18,8 @@ pub static COMMANDS: &[CommandSpec] = &[
     cmd("info", -1, LOADING | STALE | ALL_SHARDS, Keys::None, "server", info)
         .doc("Get information and statistics about the server", "1.0.0")
         .tips(&["nondeterministic_output", "request_policy:all_shards", "response_policy:special"])
-        .acl(acl::DANGEROUS),
+        .acl(acl::DANGEROUS)
+        .reads_data_when(info_reads_keyspace),
     cmd("config", -2, 0, Keys::None, "server", container)
         .doc("A container for server configuration commands", "2.0.0")
         .subs(CONFIG_SUBCOMMANDS),
@@ -55,7 +56,8 @@ pub static COMMANDS: &[CommandSpec] = &[
     // keyspace as Redis's single thread does, and DEBUG OBJECT can look
     // anywhere.
     cmd("debug", -2, ADMIN | NOSCRIPT | LOADING | STALE | ALL_SHARDS, Keys::None, "server", debug)
-        .doc("A container for debugging commands", "1.0.0"),
+        .doc("A container for debugging commands", "1.0.0")
+        .reads_data_when(debug_reads_data),
     cmd("module", -2, 0, Keys::None, "server", container)
         .doc("A container for module commands", "4.0.0")
         .subs(MODULE_SUBCOMMANDS),
@@ -86,7 +88,8 @@ const CONFIG_SUBCOMMANDS: &[CommandSpec] = &[
         .tips(&["request_policy:all_nodes", "response_policy:all_succeeded"]),
     // Locks every shard to zero the per-database expiry counters.
     cmd("config|resetstat", 2, ADMIN | NOSCRIPT | LOADING | STALE | ALL_SHARDS, Keys::None, "server", config_resetstat)
-        .doc("Reset the stats returned by INFO", "2.0.0"),
+        .doc("Reset the stats returned by INFO", "2.0.0")
+        .reads_data_when(super::reads_no_data),
     cmd("config|rewrite", 2, ADMIN | NOSCRIPT | LOADING | STALE, Keys::None, "server", config_rewrite)
         .doc("Rewrite the configuration file with the in memory configuration", "2.8.0"),
     cmd("config|help", 2, LOADING | STALE, Keys::None, "server", config_help)
@@ -334,8 +337,8 @@ fn selected_sections(args: &[&[u8]]) -> Vec<&'static str> {
 /// section counts keys): only then does its reply wait for the writes it
 /// counts to be durable, so that a failing disk leaves the rest of INFO,
 /// `aof_last_write_status` among it, answering.
-pub fn info_reads_keyspace(args: &[&[u8]]) -> bool {
-    selected_sections(args).contains(&"keyspace")
+fn info_reads_keyspace(argv: &[&[u8]]) -> bool {
+    selected_sections(&argv[1..]).contains(&"keyspace")
 }
 
 fn info(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
@@ -1594,6 +1597,25 @@ fn module_load(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
 fn module_unload(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
     module_command_allowed(ctx)?;
     Err(CmdError::other("ERR Error unloading module: no such module with that name"))
+}
+
+/// Whether a DEBUG subcommand reads the data: all but those that only
+/// set, sleep or answer something fixed.
+fn debug_reads_data(argv: &[&[u8]]) -> bool {
+    const READ_NONE: &[&str] = &[
+        "help",
+        "sleep",
+        "log",
+        "protocol",
+        "set-active-expire",
+        "pause-cron",
+        "aof-flush-sleep",
+        "set-skip-checksum-validation",
+        "replybuffer",
+        "drop-cluster-packet-filter",
+        "clusterlink",
+    ];
+    !argv.get(1).is_some_and(|sub| READ_NONE.iter().any(|name| eq(sub, name)))
 }
 
 fn debug(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
