@@ -24,6 +24,8 @@
 # only; COMPAT_LOG_DIR names the log directory (default: a new mktemp -d);
 # COMPAT_TIMEOUT bounds each server's whole run (seconds, default 3600).
 set -uo pipefail
+# shellcheck source=scripts/lib.sh
+source "$(dirname "$0")/lib.sh"
 
 [[ $# -eq 1 ]] || { echo "usage: $0 <path-to-redis-checkout>" >&2; exit 2; }
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -60,9 +62,7 @@ for label in "${labels[@]}"; do
     ( cd "$tree" && timeout -k 10 "${COMPAT_TIMEOUT:-3600}" tclsh tests/cluster/run.tcl --config appendfsync everysec ) \
         >"$log" 2>&1 </dev/null
     # The runner kills its instances at the end; a timeout may leave some.
-    for pid in $(pgrep -f 'redis-server|keel-server'); do
-        [[ "$(readlink "/proc/$pid/cwd" 2>/dev/null)/" == "$tree"/* ]] && kill -KILL "$pid" 2>/dev/null
-    done
+    kill_servers_under "$tree"
     sed -i 's/\x1b\[[0-9;]*m//g' "$log"
     for u in "${units[@]}"; do
         # The lines from this unit's header to the next one's.
@@ -75,10 +75,4 @@ for label in "${labels[@]}"; do
     done
 done
 
-echo "| unit | Keel OK | Keel FAILED | Redis OK | Redis FAILED |"
-echo "|---|---:|---:|---:|---:|"
-for u in "${units[@]}"; do
-    IFS='|' read -r kok kerr <<<"${results["Keel|$u"]:--|-}"
-    IFS='|' read -r rok rerr <<<"${results["Redis|$u"]:--|-}"
-    echo "| ${u%.tcl} | $kok | $kerr | $rok | $rerr |"
-done
+keel_redis_table OK FAILED "${units[@]}"

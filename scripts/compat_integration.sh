@@ -24,8 +24,14 @@
 # Environment: COMPAT_UNITS="integration/a integration/b" overrides the
 # unit list, COMPAT_UNIT_TIMEOUT (seconds, default 900) bounds each unit,
 # COMPAT_LOG_DIR names the log directory (default: a new mktemp -d),
-# COMPAT_SERVERS="Keel" (or "Redis") runs one server's side only.
+# COMPAT_SERVERS="Keel" (or "Redis") runs one server's side only,
+# COMPAT_SKIPFILE names a file of more tests to skip for both, one name
+# (or, after a `/`, a regexp) a line: scripts/compat_fork_child.skip lists
+# those that find and kill a child process Redis forks, which Keel (a
+# rewrite, a BGSAVE or a sync's RDB is a thread of its own) has not.
 set -uo pipefail
+# shellcheck source=scripts/lib.sh
+source "$(dirname "$0")/lib.sh"
 
 # (integration/aof-race is left out: its redis-benchmark run leaves no
 # INCR behind for Redis either, here.)
@@ -54,6 +60,7 @@ SKIPPED=(
 # --durable: an error that is not an assertion counts as [err] for its test
 # instead of ending the unit. --clients 1: one unit at a time, in order.
 RUNTEST_ARGS=(--durable --timeout 120 --clients 1)
+if [[ -n "${COMPAT_SKIPFILE:-}" ]]; then mapfile -t -O "${#SKIPPED[@]}" SKIPPED <"$COMPAT_SKIPFILE"; fi
 for t in "${SKIPPED[@]}"; do RUNTEST_ARGS+=(--skiptest "$t"); done
 UNIT_TIMEOUT="${COMPAT_UNIT_TIMEOUT:-900}"
 
@@ -89,17 +96,6 @@ make_tree() {
     ln -s /usr/bin/redis-benchmark "$dir/src/redis-benchmark"
 }
 
-# A test that fails inside a server block can leave that server running
-# (holding a port the next unit may be given): kill whatever still runs in
-# the scratch copy <dir>. (Redis renames its process, so go by directory.)
-kill_leftovers() {
-    local pid
-    for pid in $(pgrep -f 'redis-server|keel-server'); do
-        [[ "$(readlink "/proc/$pid/cwd" 2>/dev/null)/" == "$1"/* ]] && kill -KILL "$pid" 2>/dev/null
-    done
-    true
-}
-
 declare -A results
 read -r -a labels <<<"${COMPAT_SERVERS:-Keel Redis}"
 for label in "${labels[@]}"; do
@@ -113,7 +109,7 @@ for label in "${labels[@]}"; do
         log="$log_dir/$label-${u//\//_}.log"
         ( cd "$tree" && TERM=dumb timeout -k 10 "$UNIT_TIMEOUT" ./runtest --single "$u" "${RUNTEST_ARGS[@]}" ) \
             >"$log" 2>&1 </dev/null
-        kill_leftovers "$tree"
+        kill_servers_under "$tree"
         sed -i 's/\x1b\[[0-9;]*m//g' "$log"
         ok=$(grep -c '^\[ok\]' "$log")
         err=$(grep -cE '^\[(err|exception)\]' "$log")
@@ -122,10 +118,4 @@ for label in "${labels[@]}"; do
     done
 done
 
-echo "| unit | Keel [ok] | Keel [err]+[exception] | Redis [ok] | Redis [err]+[exception] |"
-echo "|---|---:|---:|---:|---:|"
-for u in "${UNITS[@]}"; do
-    IFS='|' read -r kok kerr <<<"${results["Keel|$u"]:--|-}"
-    IFS='|' read -r rok rerr <<<"${results["Redis|$u"]:--|-}"
-    echo "| $u | $kok | $kerr | $rok | $rerr |"
-done
+keel_redis_table "[ok]" "[err]+[exception]" "${UNITS[@]}"

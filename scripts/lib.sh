@@ -1,4 +1,4 @@
-# Shell functions the bench scripts share; source it, don't run it.
+# Shell functions the bench and compat scripts share; source it, don't run it.
 
 # ready <port>: returns once a server on 127.0.0.1:<port> answers PING
 # (within 5 s), else exits. Bash's /dev/tcp, so no redis-cli is needed.
@@ -44,3 +44,28 @@ round_order() { local k; for k in $(seq 0 $(($2 - 1))); do echo $(( (k + $1 - 1)
 # filesystem commits the removal (on a `discard` mount, a disk busy for a
 # while) before the next run starts.
 discard_run() { rm -rf "$1"; sync; }
+
+# kill_servers_under <dir>: kills every redis-server or keel-server whose
+# working directory is below <dir>; a failed test can leave one running,
+# holding a port. (Redis renames its process, so go by directory.)
+kill_servers_under() {
+    local pid
+    for pid in $(pgrep -f 'redis-server|keel-server'); do
+        [[ "$(readlink "/proc/$pid/cwd" 2>/dev/null)/" == "$1"/* ]] && kill -KILL "$pid" 2>/dev/null
+    done
+    true
+}
+
+# keel_redis_table <ok> <err> <unit>...: a Markdown table of the counts in
+# the caller's `results["Keel|<unit>"]` and `results["Redis|<unit>"]`
+# ("<ok>|<err>" each, "-" where missing); <ok> and <err> name the columns.
+keel_redis_table() {
+    local ok=$1 err=$2 u kok kerr rok rerr; shift 2
+    echo "| unit | Keel $ok | Keel $err | Redis $ok | Redis $err |"
+    echo "|---|---:|---:|---:|---:|"
+    for u in "$@"; do
+        IFS='|' read -r kok kerr <<<"${results["Keel|$u"]:--|-}"
+        IFS='|' read -r rok rerr <<<"${results["Redis|$u"]:--|-}"
+        echo "| ${u%.tcl} | $kok | $kerr | $rok | $rerr |"
+    done
+}
