@@ -90,9 +90,6 @@ mod writer;
 
 pub use file::{write_out, IncrementalSync};
 pub use load::{Replay, ReplayItem, Replayed};
-/// Redis's `sdssplitargs`, for the manifest and for whoever else reads
-/// Redis's quoted words (the ACL's selectors).
-pub use manifest::split_args;
 /// The stream's record format, for whoever else carries the stream (replicas).
 pub use resp::{encode_command, encode_select};
 pub use rewrite::{BaseBuffer, BaseWriter, IncrListing, PreparedRewrite, Rewrite, RewriteOptions, RewriteSummary, Sizes, BASE_SYNC_EVERY_BYTES};

@@ -140,7 +140,7 @@ impl Manifest {
             if line.is_empty() {
                 return Err(at(INVALID));
             }
-            let args = split_args(line).ok_or_else(|| at(INVALID))?;
+            let args = keel_protocol::split_args(line).ok_or_else(|| at(INVALID))?;
             if args.len() < 6 || args.len() % 2 != 0 {
                 return Err(at(INVALID));
             }
@@ -149,7 +149,7 @@ impl Manifest {
                 let key = String::from_utf8_lossy(&pair[0]).to_ascii_lowercase();
                 match key.as_str() {
                     "file" => {
-                        let n = String::from_utf8(pair[1].clone())
+                        let n = String::from_utf8(pair[1].to_vec())
                             .map_err(|_| at("File name is not UTF-8"))?;
                         if n.is_empty() || n.contains('/') || n == "." || n == ".." {
                             return Err(at("File can't be a path, just a filename"));
@@ -197,7 +197,12 @@ impl Manifest {
         let all = self.base.iter().chain(&self.history).chain(&self.incr);
         for info in all {
             out.extend_from_slice(b"file ");
-            out.extend_from_slice(&repr_if_needed(info.name.as_bytes()));
+            let name = info.name.as_bytes();
+            // Quoted where sdssplitargs would not read the name back as it is.
+            match keel_protocol::needs_repr(name) {
+                true => out.extend_from_slice(keel_protocol::repr(name).as_bytes()),
+                false => out.extend_from_slice(name),
+            }
             out.extend_from_slice(format!(" seq {} type {}\n", info.seq, info.kind.letter()).as_bytes());
         }
         out
@@ -243,124 +248,6 @@ fn trim(mut s: &[u8]) -> &[u8] {
         s = &s[..s.len() - 1];
     }
     s
-}
-
-/// Splits a line into arguments the way Redis's `sdssplitargs` does: space
-/// separated, `"..."` with `\n \r \t \b \a \\ \" \xHH` escapes, `'...'` with
-/// `\'`. `None` on unbalanced quotes or a closing quote not followed by a
-/// space. (The ACL's selectors are split by it too.)
-pub fn split_args(line: &[u8]) -> Option<Vec<Vec<u8>>> {
-    let mut out = Vec::new();
-    let mut i = 0;
-    let n = line.len();
-    loop {
-        while i < n && line[i].is_ascii_whitespace() {
-            i += 1;
-        }
-        if i >= n {
-            return Some(out);
-        }
-        let mut cur = Vec::new();
-        match line[i] {
-            b'"' => {
-                i += 1;
-                loop {
-                    if i >= n {
-                        return None;
-                    }
-                    match line[i] {
-                        b'\\' if i + 3 < n
-                            && line[i + 1] == b'x'
-                            && line[i + 2].is_ascii_hexdigit()
-                            && line[i + 3].is_ascii_hexdigit() =>
-                        {
-                            let hex = std::str::from_utf8(&line[i + 2..i + 4]).ok()?;
-                            cur.push(u8::from_str_radix(hex, 16).ok()?);
-                            i += 4;
-                        }
-                        b'\\' if i + 1 < n => {
-                            cur.push(match line[i + 1] {
-                                b'n' => b'\n',
-                                b'r' => b'\r',
-                                b't' => b'\t',
-                                b'b' => 8,
-                                b'a' => 7,
-                                other => other,
-                            });
-                            i += 2;
-                        }
-                        b'"' => {
-                            i += 1;
-                            if i < n && !line[i].is_ascii_whitespace() {
-                                return None;
-                            }
-                            break;
-                        }
-                        b => {
-                            cur.push(b);
-                            i += 1;
-                        }
-                    }
-                }
-            }
-            b'\'' => {
-                i += 1;
-                loop {
-                    if i >= n {
-                        return None;
-                    }
-                    if line[i] == b'\\' && i + 1 < n && line[i + 1] == b'\'' {
-                        cur.push(b'\'');
-                        i += 2;
-                    } else if line[i] == b'\'' {
-                        i += 1;
-                        if i < n && !line[i].is_ascii_whitespace() {
-                            return None;
-                        }
-                        break;
-                    } else {
-                        cur.push(line[i]);
-                        i += 1;
-                    }
-                }
-            }
-            _ => {
-                while i < n && !line[i].is_ascii_whitespace() {
-                    cur.push(line[i]);
-                    i += 1;
-                }
-            }
-        }
-        out.push(cur);
-    }
-}
-
-/// Quotes a file name the way Redis's `sdscatrepr` does, when it contains
-/// anything `split_args` would not read back verbatim.
-fn repr_if_needed(name: &[u8]) -> Vec<u8> {
-    let needs = name.iter().any(|&b| {
-        matches!(b, b'\\' | b'"' | b'\'' | b'\n' | b'\r' | b'\t' | 7 | 8)
-            || !(b.is_ascii_graphic())
-    });
-    if !needs {
-        return name.to_vec();
-    }
-    let mut out = vec![b'"'];
-    for &b in name {
-        match b {
-            b'\\' => out.extend_from_slice(b"\\\\"),
-            b'"' => out.extend_from_slice(b"\\\""),
-            b'\n' => out.extend_from_slice(b"\\n"),
-            b'\r' => out.extend_from_slice(b"\\r"),
-            b'\t' => out.extend_from_slice(b"\\t"),
-            7 => out.extend_from_slice(b"\\a"),
-            8 => out.extend_from_slice(b"\\b"),
-            b if b.is_ascii_graphic() || b == b' ' => out.push(b),
-            b => out.extend_from_slice(format!("\\x{b:02x}").as_bytes()),
-        }
-    }
-    out.push(b'"');
-    out
 }
 
 #[cfg(test)]

@@ -8,7 +8,10 @@
 //!   text is Redis 7.0's. Multibulk (`*`) and inline forms, with Redis's
 //!   limits and quirks. [`request::pending_big_argument`] says where a
 //!   big argument still arriving will lie, so the server can size its
-//!   buffer for it as Redis does.
+//!   buffer for it as Redis does. [`split_args`], the inline form's
+//!   splitter (Redis's `sdssplitargs`), also reads every other line Redis
+//!   splits so (config files, the AOF manifest, ACL selectors); [`repr`]
+//!   (`sdscatrepr`) quotes a word so that it reads back whole.
 //! * [`reply`]: what a Redis server writes. [`ReplyWriter`] appends RESP2 or
 //!   RESP3 replies to a `Vec<u8>`; [`reply::format_double_g17`] is C's
 //!   `%.17g`, which Redis uses for doubles.
@@ -33,4 +36,4 @@ pub mod request;
 
 pub use frame::{parse_frame, Frame, FrameError};
 pub use reply::ReplyWriter;
-pub use request::{parse_request, Limits, ProtocolError, Request};
+pub use request::{needs_repr, parse_request, repr, split_args, Limits, ProtocolError, Request};

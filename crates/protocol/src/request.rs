@@ -334,10 +334,14 @@ fn hex_value(b: Option<&u8>) -> Option<u8> {
     }
 }
 
-/// Splits one inline line (without its line end, without NUL) into
-/// arguments by `sdssplitargs` rules; `None` on unbalanced quotes.
-fn split_args(line: &[u8]) -> Option<SmallVec<[Cow<'_, [u8]>; 8]>> {
-    debug_assert!(!line.contains(&0));
+/// Redis's `sdssplitargs`: splits a line (without its line end) into
+/// arguments by the rules in the module docs; `None` on unbalanced quotes.
+/// A NUL ends the line, as it ends Redis's C string. An argument without
+/// quotes borrows from the line. Redis splits more than inline requests
+/// with it, and so does Keel: the config file, the AOF manifest, ACL
+/// selectors, a function library's first line.
+pub fn split_args(line: &[u8]) -> Option<SmallVec<[Cow<'_, [u8]>; 8]>> {
+    let line = &line[..line.iter().position(|&b| b == 0).unwrap_or(line.len())];
     let n = line.len();
     let mut argv = SmallVec::new();
     let mut i = 0;
@@ -437,6 +441,35 @@ fn split_args(line: &[u8]) -> Option<SmallVec<[Cow<'_, [u8]>; 8]>> {
         }
         argv.push(Cow::Owned(cur));
     }
+}
+
+/// Redis's `sdscatrepr`: `bytes` in double quotes, escaped so that
+/// [`split_args`] reads them back as one argument.
+pub fn repr(bytes: &[u8]) -> String {
+    let mut s = String::with_capacity(bytes.len() + 2);
+    s.push('"');
+    for &b in bytes {
+        match b {
+            b'\\' => s.push_str("\\\\"),
+            b'"' => s.push_str("\\\""),
+            b'\n' => s.push_str("\\n"),
+            b'\r' => s.push_str("\\r"),
+            b'\t' => s.push_str("\\t"),
+            7 => s.push_str("\\a"),
+            8 => s.push_str("\\b"),
+            b if b.is_ascii_graphic() || b == b' ' => s.push(char::from(b)),
+            b => s.push_str(&format!("\\x{b:02x}")),
+        }
+    }
+    s.push('"');
+    s
+}
+
+/// Whether `word` needs [`repr`] to be read back by [`split_args`] as
+/// itself: it is empty, or holds a blank, a quote (one opens anywhere in a
+/// word), a backslash or a byte that is not printable.
+pub fn needs_repr(word: &[u8]) -> bool {
+    word.is_empty() || word.iter().any(|&b| matches!(b, b'\\' | b'"' | b'\'') || !b.is_ascii_graphic())
 }
 
 #[cfg(test)]
@@ -821,6 +854,17 @@ mod tests {
         assert_eq!(ok(b"\"a\"\r\n"), v(&["a"]));
         assert_eq!(ok(b"\"a\"\r\r\n"), v(&["a"]));
         check_prefixes(b"set \"a b\" 'c'\r\n", &v(&["set", "a b", "c"]));
+    }
+
+    /// Outside a request (a config line, a selector), a NUL ends the
+    /// line as it ends a C string (an ACL selector's NUL once made the
+    /// fuzzer loop forever).
+    #[test]
+    fn split_args_stops_at_a_nul() {
+        let words = |line: &[u8]| split_args(line).map(|a| a.iter().map(|w| w.to_vec()).collect::<Vec<_>>());
+        assert_eq!(words(b"a\0b c"), Some(v(&["a"])));
+        assert_eq!(words(b" \0"), Some(vec![]));
+        assert_eq!(words(b"\"a\0b\""), None);
     }
 
     #[test]

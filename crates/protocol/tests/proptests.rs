@@ -2,7 +2,7 @@
 
 #![allow(clippy::unwrap_used)]
 
-use keel_protocol::{parse_frame, parse_request, Frame, Limits, ReplyWriter};
+use keel_protocol::{needs_repr, parse_frame, parse_request, repr, split_args, Frame, Limits, ReplyWriter};
 use proptest::prelude::*;
 
 fn encode(argv: &[Vec<u8>]) -> Vec<u8> {
@@ -206,6 +206,21 @@ proptest! {
         let (req, _) = parse_request(&line, &Limits::default()).unwrap().unwrap();
         prop_assert_eq!(req.argv.len(), 2);
         prop_assert_eq!(req.argv[1].to_vec(), arg);
+    }
+
+    /// What a config file or a manifest gets written as, words quoted
+    /// where they need it, `split_args` reads back as the same words.
+    #[test]
+    fn words_quoted_where_needed_split_back(
+        words in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..12), 0..6),
+    ) {
+        let line: Vec<String> = words
+            .iter()
+            .map(|w| if needs_repr(w) { repr(w) } else { String::from_utf8(w.clone()).unwrap() })
+            .collect();
+        let line = line.join(" ");
+        let got = split_args(line.as_bytes()).expect("balanced");
+        prop_assert_eq!(got.iter().map(|w| w.to_vec()).collect::<Vec<_>>(), words);
     }
 
     #[test]

@@ -718,7 +718,8 @@ impl User {
             self.passwords.remove(at);
         } else if op[0] == b'(' && op[op.len() - 1] == b')' {
             let mut selector = Selector::new(false, pubsub_all);
-            for rule in split_args(&op[1..op.len() - 1]) {
+            // Redis splits a selector's rules with `sdssplitargs`.
+            for rule in keel_protocol::split_args(&op[1..op.len() - 1]).unwrap_or_default() {
                 selector.apply(&rule)?;
             }
             self.selectors.push(selector);
@@ -891,15 +892,6 @@ pub fn set_user(user: Option<&User>, args: &[&[u8]], pubsub_all: bool) -> Result
         })?;
     }
     Ok(new)
-}
-
-/// Redis's `sdssplitargs` (a selector's rules): words split on spaces,
-/// with double quotes (and their escapes) and single quotes. Unbalanced
-/// quotes give no words, as Redis's NULL result then does.
-pub fn split_args(line: &[u8]) -> Vec<Vec<u8>> {
-    // Redis reads a C string: a NUL ends it.
-    let line = &line[..line.iter().position(|&b| b == 0).unwrap_or(line.len())];
-    keel_journal::split_args(line).unwrap_or_default()
 }
 
 /// A user as connections hold it: ACL SETUSER changes its rules in place.
@@ -1515,15 +1507,6 @@ mod tests {
         assert!(err.contains("WARNING: Duplicate user 'a' found on line 2. "));
         assert!(err.contains("f.acl:3 should start with user keyword followed by the username. "));
         assert!(err.ends_with("no change to the previously active ACL rules was performed"));
-    }
-
-    #[test]
-    fn split_args_follows_sdssplitargs() {
-        assert_eq!(split_args(b" a  \"b c\" 'd' \"\\x41\""), vec![b"a".to_vec(), b"b c".to_vec(), b"d".to_vec(), b"A".to_vec()]);
-        assert!(split_args(b"\"open").is_empty());
-        // A NUL ends the line (found by the fuzzer: it looped forever).
-        assert_eq!(split_args(b"a\0b c"), vec![b"a".to_vec()]);
-        assert_eq!(split_args(b" \0"), Vec::<Vec<u8>>::new());
     }
 
     #[test]

@@ -1758,55 +1758,20 @@ impl Config {
     }
 }
 
+/// A value as CONFIG REWRITE writes it: quoted as Redis's `sdscatrepr`
+/// quotes it where the file's reader would not read it back as it is.
 fn quote(v: String) -> String {
-    if v.is_empty() || v.contains(|c: char| c.is_whitespace() || c == '"') {
-        format!("\"{}\"", v.replace('\\', "\\\\").replace('"', "\\\""))
-    } else {
-        v
+    match keel_protocol::needs_repr(v.as_bytes()) {
+        true => keel_protocol::repr(v.as_bytes()),
+        false => v,
     }
 }
 
-/// Splits a configuration line into words with Redis's quoting rules
-/// (double quotes with backslash escapes, single quotes verbatim).
+/// Splits a configuration line into words as Redis's `sdssplitargs`
+/// does (`keel_protocol::split_args`); `None` on unbalanced quotes.
 pub(crate) fn split_config_line(line: &str) -> Option<Vec<String>> {
-    let mut words = Vec::new();
-    let mut chars = line.chars().peekable();
-    loop {
-        while chars.peek().is_some_and(|c| c.is_whitespace()) {
-            chars.next();
-        }
-        let Some(&first) = chars.peek() else {
-            return Some(words);
-        };
-        let mut word = String::new();
-        if first == '"' || first == '\'' {
-            chars.next();
-            loop {
-                match chars.next()? {
-                    '\\' if first == '"' => match chars.next()? {
-                        'n' => word.push('\n'),
-                        't' => word.push('\t'),
-                        'r' => word.push('\r'),
-                        c => word.push(c),
-                    },
-                    c if c == first => break,
-                    c => word.push(c),
-                }
-            }
-            if chars.peek().is_some_and(|c| !c.is_whitespace()) {
-                return None;
-            }
-        } else {
-            while let Some(&c) = chars.peek() {
-                if c.is_whitespace() {
-                    break;
-                }
-                word.push(c);
-                chars.next();
-            }
-        }
-        words.push(word);
-    }
+    let words = keel_protocol::split_args(line.as_bytes())?;
+    Some(words.iter().map(|w| String::from_utf8_lossy(w).into_owned()).collect())
 }
 
 #[cfg(test)]
@@ -1855,6 +1820,23 @@ mod tests {
         assert!(text.starts_with("replica-read-only no\n"), "{text}");
         assert!(text.contains("\nreplica-priority 7\n"), "{text}");
         assert!(!text.contains("slave") && !text.contains("replicaof"), "{text}");
+    }
+
+    /// CONFIG REWRITE quotes a value where the file's reader would not
+    /// read it back as it is: a quote anywhere, a backslash, a blank, a
+    /// line end, a byte that is not ASCII.
+    #[test]
+    fn a_rewrite_reads_back_every_value_as_it_was() {
+        let dir = std::env::temp_dir().join(format!("keel-config-quote-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let path = dir.join("keel.conf");
+        for value in ["it's", "say \"hi\"", "a\\b", "two\nlines\r\t", "caf\u{e9}", "'", "x y"] {
+            let c = Config { masterauth: Some(value.into()), ..Config::default() };
+            c.rewrite(&path, None).expect("rewrite");
+            let read = Config::load(&args(&[path.to_str().expect("utf8")])).expect("reads back");
+            assert_eq!(read.masterauth.as_deref(), Some(value), "{}", std::fs::read_to_string(&path).expect("read"));
+        }
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
@@ -1992,5 +1974,7 @@ mod tests {
         }));
         assert_eq!(split_config_line(r#"a "b c" 'd'"#), Some(vec!["a".into(), "b c".into(), "d".into()]));
         assert_eq!(split_config_line(r#"a "b"c"#), None);
+        // Escapes and quotes inside a word, as in Redis's config files.
+        assert_eq!(split_config_line(r#"a "\x41\n" 'it\'s' b"c d""#), Some(vec!["a".into(), "A\n".into(), "it's".into(), "bc d".into()]));
     }
 }

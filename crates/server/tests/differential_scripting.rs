@@ -163,6 +163,12 @@ const FUNCTION_COMMANDS: &[&[&str]] = &[
     &["FUNCTION", "LOAD", "lua name=x\nreturn 1"],
     &["FUNCTION", "LOAD", "#!lua name=x name=y\nreturn 1"],
     &["FUNCTION", "LOAD", "#!lua name=x foo=y\nreturn 1"],
+    // The first line is split as sdssplitargs splits it.
+    &["FUNCTION", "LOAD", "#!lua name=\"a b\"\nreturn 1"],
+    &["FUNCTION", "LOAD", "#!lua name='a\nreturn 1"],
+    &["FUNCTION", "LOAD", "#!#!lua name=z\nreturn 1"],
+    &["FUNCTION", "LOAD", "#! lua name=z\nreturn 1"],
+    &["FUNCTION", "LOAD", "#!lua na\"me=q\"\nreturn 1"],
     &["FUNCTION", "LOAD", "#!lua name=x\nredis.register_function('a b', function() end)"],
     &["FUNCTION", "LOAD", "#!lua name=x\nredis.register_function('a')"],
     &["FUNCTION", "LOAD", "#!lua name=x\nredis.register_function{function_name='a'}"],

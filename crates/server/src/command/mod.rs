@@ -1287,7 +1287,7 @@ pub(crate) fn send_to_monitors(server: &Server, client: &Client, argv: &[&[u8]],
         line.push(' ');
         match redacted.contains(&i) {
             true => line.push_str("\"(redacted)\""),
-            false => line.push_str(&repr(arg)),
+            false => line.push_str(&keel_protocol::repr(arg)),
         }
     }
     line.push_str("\r\n");
@@ -1295,27 +1295,6 @@ pub(crate) fn send_to_monitors(server: &Server, client: &Client, argv: &[&[u8]],
     for (id, worker) in monitors {
         server.send(worker, crate::client::Message::Deliver { client: id, bytes: line.clone().into_bytes() });
     }
-}
-
-/// Redis's `sdscatrepr`: a double-quoted, escaped rendering of bytes.
-pub fn repr(bytes: &[u8]) -> String {
-    let mut s = String::with_capacity(bytes.len() + 2);
-    s.push('"');
-    for &b in bytes {
-        match b {
-            b'\\' => s.push_str("\\\\"),
-            b'"' => s.push_str("\\\""),
-            b'\n' => s.push_str("\\n"),
-            b'\r' => s.push_str("\\r"),
-            b'\t' => s.push_str("\\t"),
-            7 => s.push_str("\\a"),
-            8 => s.push_str("\\b"),
-            b if b.is_ascii_graphic() || b == b' ' => s.push(char::from(b)),
-            b => s.push_str(&format!("\\x{b:02x}")),
-        }
-    }
-    s.push('"');
-    s
 }
 
 #[cfg(test)]

@@ -218,20 +218,19 @@ fn metadata(code: &[u8]) -> Result<(String, usize), String> {
         return Err("ERR Missing library metadata".into());
     }
     let end = code.iter().position(|&b| b == b'\n').ok_or("ERR Invalid library metadata")?;
-    let line = String::from_utf8_lossy(&code[..end]);
-    let mut parts = line.split_ascii_whitespace();
-    let engine = parts.next().ok_or("ERR Invalid library metadata")?.trim_start_matches("#!").to_string();
+    // Redis splits the line with `sdssplitargs`: `name="a b"` is one word.
+    let parts = keel_protocol::split_args(&code[..end]).filter(|p| !p.is_empty()).ok_or("ERR Invalid library metadata")?;
+    let engine = String::from_utf8_lossy(parts[0].get(2..).unwrap_or_default()).into_owned();
     let mut name = None;
-    for part in parts {
+    for part in &parts[1..] {
         match part.get(..5) {
-            Some(prefix) if prefix.eq_ignore_ascii_case("name=") => {
+            Some(prefix) if prefix.eq_ignore_ascii_case(b"name=") => {
                 if name.is_some() {
                     return Err("ERR Invalid metadata value, name argument was given multiple times".into());
                 }
-                // sdssplitargs's quotes: name="foo" is foo.
-                name = Some(part[5..].replace(['"', '\''], ""));
+                name = Some(String::from_utf8_lossy(&part[5..]).into_owned());
             }
-            _ => return Err(format!("ERR Invalid metadata value given: {part}")),
+            _ => return Err(format!("ERR Invalid metadata value given: {}", String::from_utf8_lossy(part))),
         }
     }
     let name = name.ok_or("ERR Library name was not given")?;
@@ -262,6 +261,10 @@ mod tests {
         assert_eq!(metadata(b"#!lua name=a name=b\n"), Err("ERR Invalid metadata value, name argument was given multiple times".into()));
         assert_eq!(metadata(b"#!lua version=1 name=a\n"), Err("ERR Invalid metadata value given: version=1".into()));
         assert!(metadata(b"#!lua name=a-b\n").is_err_and(|e| e.starts_with("ERR Library names can only contain")));
+        // Quoted as Redis's sdssplitargs reads them.
+        assert_eq!(metadata(b"#!lua name=\"x\"\n"), Ok(("x".into(), 14)));
+        assert!(metadata(b"#!lua name=\"a b\"\n").is_err_and(|e| e.starts_with("ERR Library names can only contain")));
+        assert_eq!(metadata(b"#!lua name='a\n"), Err("ERR Invalid library metadata".into()));
         assert_eq!(metadata(b"#!js name=a\n"), Err("ERR Engine 'js' not found".into()));
         let library = Library { name: "a".into(), code: b"#!lua name=a\nx".to_vec(), functions: vec![] };
         assert_eq!(library.body(), b"\nx");
