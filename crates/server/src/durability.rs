@@ -617,13 +617,16 @@ pub fn note_reads(ctx: &mut Ctx<'_>, spec: &CommandSpec, argv: &[&[u8]]) {
     }
     // A script holds every shard, but the commands it ran noted what they
     // read themselves.
-    if spec.group == "scripting" || !(spec.reads_data)(argv) {
+    if spec.group == "scripting" {
         return;
     }
     let db = ctx.dbs.selected;
     let appended = journal.appended_lsn();
     let mut lsn = 0;
     if spec.has(command::flags::ALL_SHARDS) {
+        if !(spec.reads_data)(argv) {
+            return;
+        }
         lsn = ctx.dbs.shards().map(|s| s.floor_lsn.max(s.removed_lsn)).max().unwrap_or(0);
         // Conservative for whole-keyspace reads: any write in them counts.
         lsn = lsn.max(appended);

@@ -27,7 +27,7 @@ const SUBCOMMANDS: &[CommandSpec] = &[
     cmd("memory|doctor", 2, ALL_SHARDS, Keys::None, "server", doctor)
         .doc("Outputs memory problems report", "4.0.0")
         .tips(PER_SHARD)
-        .reads_data_when(super::reads_no_data),
+        .reads_data_when(|_| false),
     cmd("memory|help", 2, LOADING | STALE, Keys::None, "server", help)
         .doc("Show helpful text about the different subcommands", "4.0.0"),
     cmd("memory|malloc-stats", 2, 0, Keys::None, "server", malloc_stats)

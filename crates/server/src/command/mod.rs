@@ -251,11 +251,11 @@ pub struct CommandSpec {
     /// Redis's own ACL categories for the command (`acl::*`), where they
     /// are not just its group's.
     pub acl: Option<u32>,
-    /// Whether the command with these arguments (`argv`, its name first)
-    /// reads the data. A whole-keyspace command whose reply reveals no key
-    /// (CONFIG RESETSTAT, INFO without its keyspace section) says no: its
-    /// reply then never waits for earlier writes to be durable, and so
-    /// answers while a failed disk holds them.
+    /// For a whole-keyspace (`ALL_SHARDS`) command: whether, with these
+    /// arguments (`argv`, its name first), it reads the data. One whose
+    /// reply reveals no key (CONFIG RESETSTAT, INFO without its keyspace
+    /// section) says no: its reply then never waits for earlier writes to
+    /// be durable, and so answers while a failed disk holds them.
     pub reads_data: fn(&[&[u8]]) -> bool,
 }
 
@@ -360,11 +360,6 @@ pub const fn cmd(
         acl: None,
         reads_data: |_| true,
     }
-}
-
-/// `reads_data` for a command that never reads the data.
-pub fn reads_no_data(_argv: &[&[u8]]) -> bool {
-    false
 }
 
 /// Keys from `first` to `last` (negative counts from the end) every `step`.
