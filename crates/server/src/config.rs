@@ -46,6 +46,10 @@ const BIND_ADDRESSES_MAX: usize = 16;
 /// worker's clients are `normal`, or `pubsub` while subscribed; replicas
 /// are held to `slave` by replication.
 pub const OUTPUT_LIMIT_CLASSES: [&str; 3] = ["normal", "slave", "pubsub"];
+/// Indexes into [`OUTPUT_LIMIT_CLASSES`].
+pub const NORMAL_CLASS: usize = 0;
+pub const REPLICA_CLASS: usize = 1;
+pub const PUBSUB_CLASS: usize = 2;
 
 /// `oom-score-adj`: whether and how the process's `oom_score_adj` follows
 /// `oom-score-adj-values` (`process.rs`). Redis's `yes` is `relative`.

@@ -501,6 +501,7 @@ impl Server {
         // Counted now: a CONFIG SET of the lag applies to the next write.
         self.count_good_replicas(config);
         self.repl.set_backlog_size(config.repl_backlog_size);
+        self.repl.set_output_hard_limit(config.output_limits[crate::config::REPLICA_CLASS].hard);
         // Both settings are at most i32::MAX: bit 63 says LFU.
         let lfu = config.maxmemory_policy.lfu().then(|| {
             1 << 63 | u64::from(config.lfu_log_factor & LFU_FIELD) << 32 | u64::from(config.lfu_decay_time & LFU_FIELD)

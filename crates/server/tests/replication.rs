@@ -516,6 +516,89 @@ fn client_kill_drops_replication_links_which_resume() {
     assert_eq!(m.cmd("CLIENT KILL TYPE master"), int(0));
 }
 
+/// A replica of `master` that has synced and reads no more.
+fn stalled_replica(master: &Server) -> RawReplica {
+    let mut raw = RawReplica::connect(master.port, false);
+    raw.full_sync_with_length();
+    raw
+}
+
+/// Writes `mb` values of a megabyte each.
+fn write_megabytes(m: &mut Client, mb: usize) {
+    let value = "v".repeat(1 << 20);
+    for i in 0..mb {
+        assert_eq!(m.send(&["SET", &format!("k{i}"), &value]), ok());
+    }
+}
+
+#[test]
+fn a_replica_s_hard_output_limit_is_never_below_repl_backlog_size() {
+    // Redis's rule: a partial resync may send `repl-backlog-size` at
+    // once, so a smaller hard limit would drop every replica that used one.
+    let master = Server::start(&["--appendonly", "no", "--repl-backlog-size", "64mb"]);
+    let mut m = master.client();
+    assert_eq!(m.send(&["CONFIG", "SET", "client-output-buffer-limit", "replica 1mb 0 0"]), ok());
+    let _raw = stalled_replica(&master);
+    // More than the loopback socket's buffers hold: tens of megabytes behind.
+    write_megabytes(&mut m, 40);
+    assert_eq!(m.info_field("replication", "connected_slaves"), "1");
+    let held: u64 = m.info_field("memory", "mem_total_replication_buffers").parse().expect("a number");
+    assert!(held > 20 << 20, "{held} bytes held for the replica");
+    // With the backlog smaller than what the replica lags, the limit is.
+    assert_eq!(m.send(&["CONFIG", "SET", "repl-backlog-size", "1mb"]), ok());
+    m.cmd("SET one more");
+    wait_until("the replica dropped", || m.info_field("replication", "connected_slaves") == "0");
+    assert!(master.log().contains("for overcoming of output buffer limits"), "{}", master.log());
+    // What was held for it goes back (Redis frees the blocks only it used).
+    let held: u64 = m.info_field("memory", "mem_total_replication_buffers").parse().expect("a number");
+    assert!(held < 4 << 20, "{held} bytes still held");
+}
+
+#[test]
+fn a_replica_dropped_past_its_hard_limit_gets_nothing_of_the_write_that_passed_it() {
+    // Redis writes nothing more to a replica it will close; one that got
+    // the write anyway would resync partially where Redis's resyncs fully.
+    let master = Server::start(&["--appendonly", "no", "--repl-backlog-size", "16kb"]);
+    let mut m = master.client();
+    assert_eq!(m.send(&["CONFIG", "SET", "client-output-buffer-limit", "replica 32kb 0 0"]), ok());
+    let mut raw = RawReplica::connect(master.port, false);
+    raw.full_sync_with_length();
+    m.cmd("SET small 1");
+    raw.until(b"small\r\n$1\r\n1\r\n");
+    assert_eq!(m.send(&["SET", "big", &"v".repeat(256 << 10)]), ok());
+    let mut rest = std::mem::take(&mut raw.buf);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    raw.stream.set_read_timeout(Some(Duration::from_millis(100))).expect("timeout");
+    let mut piece = [0u8; 65536];
+    loop {
+        match raw.stream.read(&mut piece) {
+            Ok(0) => break,
+            Ok(n) => rest.extend_from_slice(&piece[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break,
+            Err(_) => assert!(Instant::now() < deadline, "the link is still up"),
+        }
+    }
+    assert!(!rest.windows(3).any(|w| w == b"big"), "the replica got {} bytes of the write", rest.len());
+    wait_until("the replica dropped", || m.info_field("replication", "connected_slaves") == "0");
+}
+
+#[test]
+fn a_replica_past_the_soft_output_limit_for_its_seconds_is_dropped() {
+    let master = Server::start(&["--appendonly", "no", "--repl-backlog-size", "1mb"]);
+    let mut m = master.client();
+    assert_eq!(m.send(&["CONFIG", "SET", "client-output-buffer-limit", "replica 0 1mb 3600"]), ok());
+    let _raw = stalled_replica(&master);
+    write_megabytes(&mut m, 40);
+    // Past the soft limit, but not for an hour: the cron (every 100 ms)
+    // keeps it.
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(m.info_field("replication", "connected_slaves"), "1");
+    // It has been past the limit for more than a second now.
+    assert_eq!(m.send(&["CONFIG", "SET", "client-output-buffer-limit", "replica 0 1mb 1"]), ok());
+    wait_until("the replica dropped", || m.info_field("replication", "connected_slaves") == "0");
+    assert!(master.log().contains("for overcoming of output buffer limits"), "{}", master.log());
+}
+
 #[test]
 fn a_replica_never_holds_a_write_that_a_crashed_master_lost() {
     // Under `appendfsync always` (Keel's default) a record reaches

@@ -151,6 +151,12 @@ impl Backlog {
         self.pins.iter().min_by_key(|p| p.1).map(|&(id, pos)| (id, self.end - pos))
     }
 
+    /// How far replica `id` is behind the stream's end, while it is
+    /// pinned: from its sync's start until its link is dropped.
+    pub fn behind(&self, id: u64) -> Option<u64> {
+        self.pins.iter().find(|p| p.0 == id).map(|&(_, pos)| self.end - pos)
+    }
+
     /// Drops what neither `size` nor a pin keeps.
     fn trim(&mut self) {
         let mut keep_from = self.end.saturating_sub(self.size);
@@ -167,6 +173,14 @@ impl Backlog {
         if self.head >= COMPACT_AT && self.head * 2 >= self.buf.len() {
             self.buf.drain(..self.head);
             self.head = 0;
+            // What a lagging replica made the buffer grow to goes back
+            // once nobody needs it, as Redis frees its blocks; the room
+            // left is more than a steady stream regrows to before its
+            // next compaction, so that this does not repeat every time.
+            let room = 2 * self.buf.len().max(self.size as usize).max(COMPACT_AT);
+            if self.buf.capacity() > 2 * room {
+                self.buf.shrink_to(room);
+            }
         }
     }
 }
@@ -206,6 +220,30 @@ mod tests {
         assert_eq!(b.held(), 100);
         assert!(b.read(b.end() - 100, b.end()).is_some());
         assert!(b.read(b.end() - 101, b.end()).is_none());
+    }
+
+    #[test]
+    fn memory_a_pin_held_is_given_back_once_unpinned() {
+        let mut b = Backlog::new(0, 16 << 10);
+        b.pin(7, 0);
+        assert_eq!(b.behind(7), Some(0));
+        let value = vec![b'x'; 1 << 20];
+        b.feed(Some(0), 0, |out, _| keel_journal::encode_command(out, &[b"SET".as_slice(), b"k", &value]));
+        assert!(b.memory() > 1 << 20);
+        assert!(b.behind(7) > Some(1 << 20));
+        b.unpin(7);
+        assert_eq!(b.behind(7), None);
+        assert_eq!(b.held(), 16 << 10);
+        assert!(b.memory() < 1 << 18, "{} bytes kept", b.memory());
+        // A steady stream without replicas settles: no shrink and regrow
+        // at every compaction.
+        let mut capacities = Vec::new();
+        for i in 0..20_000 {
+            set(&mut b, 0, &format!("k{i}"), 0);
+            capacities.push(b.memory());
+        }
+        capacities.dedup();
+        assert!(capacities.len() < 5, "capacity went through {capacities:?}");
     }
 
     #[test]

@@ -151,6 +151,9 @@ pub struct AttachedReplica {
     gone: AtomicBool,
     /// It has sent an ACK: it has loaded its full sync's RDB.
     acked_once: AtomicBool,
+    /// Since when (Unix ms) it has been past the soft output limit; 0:
+    /// it is not.
+    pub(super) over_soft_limit_since_ms: AtomicU64,
     /// A handle on its socket, to end the link from any thread, and for
     /// a shared diskless sync to write to (`super::diskless`).
     pub(super) link: Link,
@@ -228,6 +231,7 @@ pub fn serve(server: Arc<Server>, link: Link, handoff: Handoff, info: Arc<Client
             ack_ms: AtomicU64::new(unix_ms()),
             gone: AtomicBool::new(false),
             acked_once: AtomicBool::new(false),
+            over_soft_limit_since_ms: AtomicU64::new(0),
             link: handle,
             info,
         });
@@ -394,6 +398,11 @@ fn stream(server: &Server, replica: &AttachedReplica, link: &Link, mut pos: u64)
                     return Ok(());
                 }
                 let backlog = g.as_mut().ok_or(LinkError::Overrun)?;
+                if backlog.behind(replica.id).is_none() {
+                    // Dropped past its output limit (`feed_with`): not
+                    // one byte more.
+                    return Ok(());
+                }
                 let mut upto = backlog.sendable_end(pos, durable_lsn(server)).min(pos + CHUNK);
                 if upto == pos && backlog.end() > pos {
                     // Waiting for the disk: say so, then look again, so
@@ -464,7 +473,9 @@ fn read_acks(server: &Server, replica: &AttachedReplica, link: Link, unread: Vec
         let mut piece = [0u8; 4096];
         match input.read(&mut piece) {
             Ok(0) | Err(_) => {
-                replica.disconnect();
+                // What the backlog kept for it goes now, not when its
+                // sender next wakes: Redis frees a closed replica at once.
+                server.repl.drop_replica(replica);
                 return;
             }
             Ok(n) => buf.extend_from_slice(&piece[..n]),

@@ -118,8 +118,8 @@ pub struct Replication {
     pub sync_full: AtomicU64,
     pub sync_partial_ok: AtomicU64,
     pub sync_partial_err: AtomicU64,
-    /// `client-output-buffer-limit`'s hard limit for replicas, mirrored by
-    /// the cron (the soft one is not enforced on replicas).
+    /// `client-output-buffer-limit`'s hard limit for replicas, mirrored
+    /// for `feed_with` (the cron reads the soft one from the server).
     output_hard_limit: AtomicU64,
     /// The stream's end when its backlog was freed: the next one goes on
     /// from there.
@@ -214,8 +214,19 @@ impl Replication {
         // replica: the backlog now holds the master's stream only.
         let Some(backlog) = g.as_mut().filter(|_| !self.proxying.load(Ordering::Relaxed)) else { return 0 };
         let end = backlog.feed(db, lsn, encode);
-        let hard = self.output_hard_limit.load(Ordering::Relaxed);
-        let over = backlog.furthest_behind().filter(|&(_, behind)| hard > 0 && behind > hard);
+        // As Redis's checkClientOutputBufferLimits, never below
+        // `repl-backlog-size`: a partial resync may send that much at once.
+        let hard = match self.output_hard_limit.load(Ordering::Relaxed) {
+            0 => u64::MAX,
+            hard => hard.max(backlog.size()),
+        };
+        let over = backlog.furthest_behind().filter(|&(_, behind)| behind > hard);
+        if let Some((id, _)) = over {
+            // Under the lock, so that its sender copies nothing of what
+            // was just fed (`master::stream`), as Redis writes nothing
+            // more to a client it will close.
+            backlog.unpin(id);
+        }
         drop(g);
         self.shared.more.notify_all();
         if let Some((id, behind)) = over {
@@ -411,6 +422,34 @@ impl Replication {
         }
     }
 
+    /// `client-output-buffer-limit`'s hard limit for the replica class,
+    /// at run time.
+    pub fn set_output_hard_limit(&self, hard: u64) {
+        self.output_hard_limit.store(hard, Ordering::Relaxed);
+    }
+
+    /// Drops the replicas that have stayed past the replica class's soft
+    /// limit for more than its seconds (Redis's
+    /// checkClientOutputBufferLimits; run by the cron).
+    fn enforce_soft_output_limit(&self, soft: u64, seconds: u64, now_ms: u64) {
+        let replicas = self.replicas();
+        let behind: Vec<Option<u64>> = match self.shared.backlog.lock().as_ref() {
+            Some(backlog) => replicas.iter().map(|r| backlog.behind(r.id)).collect(),
+            None => return,
+        };
+        for (replica, behind) in replicas.iter().zip(behind) {
+            let Some(behind) = behind.filter(|&b| soft > 0 && b >= soft) else {
+                replica.over_soft_limit_since_ms.store(0, Ordering::Relaxed);
+                continue;
+            };
+            match replica.over_soft_limit_since_ms.load(Ordering::Relaxed) {
+                0 => replica.over_soft_limit_since_ms.store(now_ms, Ordering::Relaxed),
+                since if now_ms.saturating_sub(since) > seconds * 1000 => self.enforce_output_limit(replica.id, behind),
+                _ => {}
+            }
+        }
+    }
+
     /// `repl-backlog-size` at run time.
     pub fn set_backlog_size(&self, size: u64) {
         if let Some(b) = self.shared.backlog.lock().as_mut() {
@@ -530,10 +569,11 @@ fn cron(server: &Server) {
             server.count_good_replicas(&c);
             (c.repl_ping_replica_period, c.repl_backlog_ttl)
         };
-        repl.output_hard_limit.store(server.output_limit[1][0].load(Ordering::Relaxed), Ordering::Relaxed);
         failover::tick(server);
         crate::shutdown::tick(server);
         let now = unix_ms();
+        let [_, soft, soft_seconds] = server.output_limit[crate::config::REPLICA_CLASS].each_ref().map(|c| c.load(Ordering::Relaxed));
+        repl.enforce_soft_output_limit(soft, soft_seconds, now);
         let replicas = repl.replicas();
         // (A replica's own replicas get its master's PINGs: `feed_with`
         // feeds nothing while it proxies.) None during a FAILOVER: the

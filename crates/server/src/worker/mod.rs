@@ -1535,7 +1535,7 @@ fn write_out(conn: &mut Conn, stats: &WorkerStats, durable: u64) -> io::Result<(
 /// `client-output-buffer-limit` (a subscriber's is the `pubsub` class, as
 /// in Redis); logs it if so.
 fn output_limit_reached(server: &Server, conn: &mut Conn) -> bool {
-    let class = if conn.client.subscriptions.any() { 2 } else { 0 };
+    let class = if conn.client.subscriptions.any() { crate::config::PUBSUB_CLASS } else { crate::config::NORMAL_CLASS };
     let reached = conn.wpos < conn.wbuf.len() && over_output_limit(conn, &server.output_limit[class]);
     if reached {
         tracing::warn!(
