@@ -5,20 +5,13 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::io::Write;
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use common::*;
 use keel_journal::{FsyncPolicy, Journal};
-
-/// Whether `bin` can be run (redis-check-aof has no `--version`: it takes
-/// it for a file name and fails, so only the start counts).
-fn have(bin: &str) -> bool {
-    Command::new(bin).arg("--version").output().is_ok()
-}
+use keel_testkit::redis::{have, Redis, Reply};
 
 /// redis-server and redis-check-aof both there, or a notice.
 fn have_redis_tools() -> bool {
@@ -29,82 +22,9 @@ fn have_redis_tools() -> bool {
     both
 }
 
-struct Redis {
-    child: Child,
-    conn: BufReader<TcpStream>,
-}
-
-impl Redis {
-    fn start(dir: &Path) -> Redis {
-        let port = free_port();
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--appendonly", "yes", "--aof-use-rdb-preamble", "no", "--save", ""])
-            .args(["--daemonize", "no", "--dir"])
-            .arg(dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        let stream = loop {
-            match TcpStream::connect(("127.0.0.1", port)) {
-                Ok(s) => break s,
-                Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
-                Err(e) => panic!("redis-server did not start: {e}"),
-            }
-        };
-        stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        let mut r = Redis { child, conn: BufReader::new(stream) };
-        // Wait until loading finished.
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while r.cmd(&["PING"]).starts_with("-LOADING") && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        r
-    }
-
-    /// Sends a command and returns its reply flattened to text.
-    fn cmd(&mut self, argv: &[&str]) -> String {
-        self.conn.get_mut().write_all(&resp(argv)).unwrap();
-        self.read_reply()
-    }
-
-    fn read_reply(&mut self) -> String {
-        let mut line = String::new();
-        self.conn.read_line(&mut line).unwrap();
-        let line = line.trim_end().to_string();
-        match line.as_bytes().first() {
-            Some(b'$') => {
-                let n: i64 = line[1..].parse().unwrap();
-                if n < 0 {
-                    return "(nil)".into();
-                }
-                let mut buf = vec![0u8; n as usize + 2];
-                self.conn.read_exact(&mut buf).unwrap();
-                String::from_utf8_lossy(&buf[..n as usize]).into_owned()
-            }
-            Some(b'*') => {
-                let n: i64 = line[1..].parse().unwrap();
-                (0..n.max(0)).map(|_| self.read_reply()).collect::<Vec<_>>().join(",")
-            }
-            _ => line,
-        }
-    }
-
-    fn shutdown(mut self) {
-        let _ = self.conn.get_mut().write_all(&resp(&["SHUTDOWN"]));
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if self.child.try_wait().unwrap().is_some() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        panic!("redis-server did not shut down");
-    }
+/// Redis with its AOF on, in the plain format throughout (no RDB base).
+fn start_redis_aof(dir: &std::path::Path) -> Redis {
+    Redis::start(dir, &["--appendonly", "yes", "--aof-use-rdb-preamble", "no"])
 }
 
 #[test]
@@ -114,17 +34,17 @@ fn keel_replays_what_redis_wrote() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
-    let mut r = Redis::start(tmp.path());
-    assert_eq!(r.cmd(&["SET", "a", "1"]), "+OK");
-    assert_eq!(r.cmd(&["SET", "e", "v", "EX", "1000"]), "+OK");
-    assert_eq!(r.cmd(&["SELECT", "3"]), "+OK");
-    assert_eq!(r.cmd(&["RPUSH", "l", "x", "y z"]), ":2");
-    assert_eq!(r.cmd(&["MULTI"]), "+OK");
-    assert_eq!(r.cmd(&["INCR", "n"]), "+QUEUED");
-    assert_eq!(r.cmd(&["HSET", "h", "f", "v"]), "+QUEUED");
-    assert_eq!(r.cmd(&["EXEC"]), ":1,:1");
-    assert_eq!(r.cmd(&["SELECT", "0"]), "+OK");
-    assert_eq!(r.cmd(&["DEL", "a"]), ":1");
+    let mut r = start_redis_aof(tmp.path());
+    r.ok(&[b"SET", b"a", b"1"]);
+    r.ok(&[b"SET", b"e", b"v", b"EX", b"1000"]);
+    r.select(3);
+    assert_eq!(r.cmd(&[b"RPUSH", b"l", b"x", b"y z"]), Reply::Int(2));
+    r.ok(&[b"MULTI"]);
+    assert_eq!(r.cmd(&[b"INCR", b"n"]), Reply::Status("QUEUED".into()));
+    assert_eq!(r.cmd(&[b"HSET", b"h", b"f", b"v"]), Reply::Status("QUEUED".into()));
+    assert_eq!(r.cmd(&[b"EXEC"]), Reply::Array(vec![Reply::Int(1), Reply::Int(1)]));
+    r.select(0);
+    assert_eq!(r.cmd(&[b"DEL", b"a"]), Reply::Int(1));
     r.shutdown();
 
     let cfg = config(tmp.path(), FsyncPolicy::Always);
@@ -179,17 +99,18 @@ fn redis_accepts_and_loads_what_keel_wrote() {
     assert!(out.status.success(), "{text}");
     assert!(text.contains("All AOF files and manifest are valid"), "{text}");
 
-    let mut r = Redis::start(tmp.path());
-    assert_eq!(r.cmd(&["GET", "plain"]), "hello");
-    assert_eq!(r.cmd(&["GET", "bin"]), "a\r\nb\0c");
-    assert_eq!(r.cmd(&["GET", "last"]), "1");
-    assert_eq!(r.cmd(&["SELECT", "2"]), "+OK");
-    assert_eq!(r.cmd(&["LRANGE", "list", "0", "-1"]), "1,2,3");
-    assert_eq!(r.cmd(&["GET", "n"]), "5");
-    assert_eq!(r.cmd(&["SELECT", "1"]), "+OK");
-    assert_eq!(r.cmd(&["GET", "in-db-1"]), "yes");
+    let mut r = start_redis_aof(tmp.path());
+    assert_eq!(r.cmd(&[b"GET", b"plain"]).bulk(), b"hello");
+    assert_eq!(r.cmd(&[b"GET", b"bin"]).bulk(), b"a\r\nb\0c");
+    assert_eq!(r.cmd(&[b"GET", b"last"]).bulk(), b"1");
+    r.select(2);
+    let list = Reply::Array([b"1", b"2", b"3"].map(|i| Reply::Bulk(i.to_vec())).to_vec());
+    assert_eq!(r.cmd(&[b"LRANGE", b"list", b"0", b"-1"]), list);
+    assert_eq!(r.cmd(&[b"GET", b"n"]).bulk(), b"5");
+    r.select(1);
+    assert_eq!(r.cmd(&[b"GET", b"in-db-1"]).bulk(), b"yes");
     // Redis appends to Keel's incr file; Keel reads it back.
-    assert_eq!(r.cmd(&["SET", "from-redis", "ok"]), "+OK");
+    r.ok(&[b"SET", b"from-redis", b"ok"]);
     r.shutdown();
 
     let (_j, replay) = open(&cfg);
@@ -257,9 +178,9 @@ fn a_directory_left_with_space_written_ahead_loads_in_redis_and_keel() {
     let out = Command::new("redis-check-aof").arg(copy.join("appendonly.aof.manifest")).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success() && text.contains("All AOF files and manifest are valid"), "{text}");
-    let mut r = Redis::start(crashed.path());
-    assert_eq!(r.cmd(&["DBSIZE"]), ":600");
-    assert_eq!(r.cmd(&["STRLEN", "k599"]), ":599");
+    let mut r = start_redis_aof(crashed.path());
+    assert_eq!(r.cmd(&[b"DBSIZE"]), Reply::Int(600));
+    assert_eq!(r.cmd(&[b"STRLEN", b"k599"]), Reply::Int(599));
     r.shutdown();
 
     let crashed_cfg = config(crashed.path(), FsyncPolicy::Always);

@@ -11,9 +11,10 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use common::redis::{have, Redis, Reply};
+use common::redis::Values;
 use common::*;
 use keel_rdb::*;
+use keel_testkit::redis::{have, Redis, Reply};
 
 /// A key of a test data set: database, key, value, expiry (Unix ms).
 type Row = (u64, Vec<u8>, RdbValue, Option<u64>);

@@ -1,5 +1,8 @@
 //! `keel-testkit`: what the test suites of Keel's crates share (a
-//! dev-dependency only).
+//! dev-dependency only): free ports, and Debian's `redis-server` for
+//! interop tests ([`redis`]).
+
+pub mod redis;
 
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
