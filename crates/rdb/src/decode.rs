@@ -50,7 +50,7 @@ pub(crate) fn read_value<R: BufRead>(input: &mut Input<R>, rdb_type: u8, type_at
                 let at = input.offset();
                 let score = if rdb_type == TYPE_ZSET_2 { input.binary_double()? } else { input.text_double()? };
                 if score.is_nan() {
-                    return Err(RdbError::corrupt(at, "sorted set score is NaN"));
+                    return Err(RdbError::corrupt(at, "sorted set score is NaN").redis_says("Zset with NAN score detected"));
                 }
                 zset.push((member, score));
             }
@@ -78,40 +78,58 @@ pub(crate) fn read_value<R: BufRead>(input: &mut Input<R>, rdb_type: u8, type_at
                 match container {
                     CONTAINER_PLAIN => list.push(node),
                     CONTAINER_PACKED if rdb_type == TYPE_LIST_QUICKLIST_2 => {
-                        list.extend(listpack::decode(&node, at)?.into_iter().map(Elem::to_vec));
+                        let node = listpack::decode(&node, at).map_err(|e| e.redis_says("Listpack integrity check failed."))?;
+                        list.extend(node.into_iter().map(Elem::to_vec));
                     }
-                    CONTAINER_PACKED => list.extend(ziplist::decode(&node, at)?.into_iter().map(Elem::to_vec)),
-                    other => return Err(RdbError::corrupt(container_at, format!("unknown quicklist container {other}"))),
+                    CONTAINER_PACKED => {
+                        let node = ziplist::decode(&node, at).map_err(|e| e.redis_says("Ziplist integrity check failed."))?;
+                        list.extend(node.into_iter().map(Elem::to_vec));
+                    }
+                    other => {
+                        let e = RdbError::corrupt(container_at, format!("unknown quicklist container {other}"));
+                        return Err(e.redis_says("Quicklist integrity check failed."));
+                    }
                 }
             }
             RdbValue::List(list)
         }
         TYPE_LIST_ZIPLIST => {
             let (blob, at) = input.blob()?;
-            RdbValue::List(ziplist::decode(&blob, at)?.into_iter().map(Elem::to_vec).collect())
+            let list = ziplist::decode(&blob, at).map_err(|e| e.redis_says("List ziplist integrity check failed."))?;
+            RdbValue::List(list.into_iter().map(Elem::to_vec).collect())
         }
         TYPE_SET_INTSET => {
             let (blob, at) = input.blob()?;
-            RdbValue::Set(intset::decode(&blob, at)?.into_iter().map(crate::num::i64_bytes).collect())
+            let set = intset::decode(&blob, at).map_err(|e| e.redis_says("Intset integrity check failed."))?;
+            RdbValue::Set(set.into_iter().map(crate::num::i64_bytes).collect())
         }
         TYPE_HASH_ZIPMAP => {
             let (blob, at) = input.blob()?;
-            RdbValue::Hash(zipmap::decode(&blob, at)?.into_iter().map(|(f, v)| (f.to_vec(), v.to_vec())).collect())
+            let hash = zipmap::decode(&blob, at).map_err(|e| e.redis_says("Zipmap integrity check failed."))?;
+            RdbValue::Hash(hash.into_iter().map(|(f, v)| (f.to_vec(), v.to_vec())).collect())
         }
         TYPE_HASH_ZIPLIST | TYPE_HASH_LISTPACK => {
             let (blob, at) = input.blob()?;
-            let elems = if rdb_type == TYPE_HASH_LISTPACK { listpack::decode(&blob, at)? } else { ziplist::decode(&blob, at)? };
-            let hash = pairs(&elems, at)?.map(|(f, v)| (f.to_vec(), v.to_vec())).collect();
+            let (elems, phrase) = match rdb_type {
+                TYPE_HASH_LISTPACK => (listpack::decode(&blob, at), "Hash listpack integrity check failed."),
+                _ => (ziplist::decode(&blob, at), "Hash ziplist integrity check failed."),
+            };
+            let elems = elems.map_err(|e| e.redis_says(phrase))?;
+            let hash = pairs(&elems, at).map_err(|e| e.redis_says(phrase))?.map(|(f, v)| (f.to_vec(), v.to_vec())).collect();
             RdbValue::Hash(hash)
         }
         TYPE_ZSET_ZIPLIST | TYPE_ZSET_LISTPACK => {
             let (blob, at) = input.blob()?;
-            let elems = if rdb_type == TYPE_ZSET_LISTPACK { listpack::decode(&blob, at)? } else { ziplist::decode(&blob, at)? };
+            let (elems, phrase) = match rdb_type {
+                TYPE_ZSET_LISTPACK => (listpack::decode(&blob, at), "Zset listpack integrity check failed."),
+                _ => (ziplist::decode(&blob, at), "Zset ziplist integrity check failed."),
+            };
+            let elems = elems.map_err(|e| e.redis_says(phrase))?;
             let mut zset = Vec::with_capacity(elems.len() / 2);
-            for (member, score) in pairs(&elems, at)? {
-                let score = score.to_f64().ok_or_else(|| RdbError::corrupt(at, "sorted set score is not a number"))?;
+            for (member, score) in pairs(&elems, at).map_err(|e| e.redis_says(phrase))? {
+                let score = score.to_f64().ok_or_else(|| RdbError::corrupt(at, "sorted set score is not a number").redis_says(phrase))?;
                 if score.is_nan() {
-                    return Err(RdbError::corrupt(at, "sorted set score is NaN"));
+                    return Err(RdbError::corrupt(at, "sorted set score is NaN").redis_says("Zset with NAN score detected"));
                 }
                 zset.push((member.to_vec(), score));
             }
@@ -151,18 +169,18 @@ fn is_empty(value: &RdbValue) -> bool {
 /// Refuses duplicate set members, hash fields and sorted set members, as
 /// Redis does ("Duplicate ... detected").
 fn check_unique(value: &RdbValue, at: u64) -> Result<(), RdbError> {
-    fn unique<'a>(mut keys: impl ExactSizeIterator<Item = &'a [u8]>, at: u64, what: &str) -> Result<(), RdbError> {
+    fn unique<'a>(mut keys: impl ExactSizeIterator<Item = &'a [u8]>, at: u64, phrase: &str) -> Result<(), RdbError> {
         let mut seen = HashSet::with_capacity(keys.len());
         if keys.all(|k| seen.insert(k)) {
             Ok(())
         } else {
-            Err(RdbError::corrupt(at, format!("duplicate {what}")))
+            Err(RdbError::corrupt(at, phrase))
         }
     }
     match value {
         RdbValue::String(_) | RdbValue::List(_) | RdbValue::Stream(_) => Ok(()),
-        RdbValue::Set(v) => unique(v.iter().map(Vec::as_slice), at, "set member"),
-        RdbValue::Hash(v) => unique(v.iter().map(|(f, _)| f.as_slice()), at, "hash field"),
-        RdbValue::ZSet(v) => unique(v.iter().map(|(m, _)| m.as_slice()), at, "sorted set member"),
+        RdbValue::Set(v) => unique(v.iter().map(Vec::as_slice), at, "Duplicate set members detected"),
+        RdbValue::Hash(v) => unique(v.iter().map(|(f, _)| f.as_slice()), at, "Duplicate hash fields detected"),
+        RdbValue::ZSet(v) => unique(v.iter().map(|(m, _)| m.as_slice()), at, "Duplicate zset fields detected"),
     }
 }

@@ -82,6 +82,17 @@ impl RdbError {
     pub(crate) fn corrupt(offset: u64, what: impl Into<String>) -> RdbError {
         RdbError::Corrupt { offset, what: what.into() }
     }
+
+    /// A corruption found inside an encoded value, said first in Redis's
+    /// words for it (`rdbReportCorruptRDB`'s, e.g. "Zset ziplist integrity
+    /// check failed."), which log scrapers and Redis's tests match; the
+    /// detail follows.
+    pub(crate) fn redis_says(self, phrase: &str) -> RdbError {
+        match self {
+            RdbError::Corrupt { offset, what } => RdbError::Corrupt { offset, what: format!("{phrase} ({what})") },
+            other => other,
+        }
+    }
 }
 
 fn type_name(rdb_type: u8) -> &'static str {

@@ -90,7 +90,8 @@ pub(crate) fn read<R: BufRead>(input: &mut Input<R>, v2: bool) -> Result<RdbStre
         let key: [u8; 16] = key.try_into().map_err(|_| RdbError::corrupt(at, "stream node key is not the size of a stream ID"))?;
         let master = id_of(&key);
         let (lp, at) = input.blob()?;
-        let (live, first, last) = check_node(&lp, master, at)?;
+        let (live, first, last) =
+            check_node(&lp, master, at).map_err(|e| e.redis_says("Stream listpack integrity check failed."))?;
         if prev_last.is_some_and(|p| first <= p) {
             return Err(RdbError::corrupt(at, "stream nodes out of order"));
         }
@@ -118,7 +119,7 @@ pub(crate) fn read<R: BufRead>(input: &mut Input<R>, v2: bool) -> Result<RdbStre
     for _ in 0..groups {
         let (name, at) = input.blob()?;
         if !names.insert(name.clone()) {
-            return Err(RdbError::corrupt(at, "duplicated consumer group name"));
+            return Err(RdbError::corrupt(at, format!("Duplicated consumer group name {}", String::from_utf8_lossy(&name))));
         }
         let last_id = (input.len()?, input.len()?);
         let entries_read = if v2 { Some(input.len()? as i64) } else { None };
@@ -130,7 +131,8 @@ pub(crate) fn read<R: BufRead>(input: &mut Input<R>, v2: bool) -> Result<RdbStre
             let time = u64::from_le_bytes(input.array::<8>()?);
             let count = input.len()?;
             if pel.last().is_some_and(|p| p.0 >= id) {
-                return Err(RdbError::corrupt(at, "duplicated or unordered global PEL entry"));
+                return Err(RdbError::corrupt(at, "duplicated or unordered global PEL entry")
+                    .redis_says("Duplicated global PEL entry loading stream consumer group"));
             }
             pel.push((id, time, count, usize::MAX));
         }
@@ -140,7 +142,7 @@ pub(crate) fn read<R: BufRead>(input: &mut Input<R>, v2: bool) -> Result<RdbStre
         for index in 0..n as usize {
             let (cname, at) = input.blob()?;
             if !consumer_names.insert(cname.clone()) {
-                return Err(RdbError::corrupt(at, "duplicate stream consumer"));
+                return Err(RdbError::corrupt(at, "Duplicate stream consumer detected."));
             }
             let seen = u64::from_le_bytes(input.array::<8>()?);
             let owned = input.len()?;
@@ -149,14 +151,17 @@ pub(crate) fn read<R: BufRead>(input: &mut Input<R>, v2: bool) -> Result<RdbStre
                 let id = id_of(&input.array::<16>()?);
                 match pel.binary_search_by(|p| p.0.cmp(&id)) {
                     Ok(i) if pel[i].3 == usize::MAX => pel[i].3 = index,
-                    Ok(_) => return Err(RdbError::corrupt(at, "PEL entry owned by two consumers")),
-                    Err(_) => return Err(RdbError::corrupt(at, "consumer entry not found in group global PEL")),
+                    Ok(_) => {
+                        let e = RdbError::corrupt(at, "PEL entry owned by two consumers");
+                        return Err(e.redis_says("Duplicated consumer PEL entry  loading a stream consumer group"));
+                    }
+                    Err(_) => return Err(RdbError::corrupt(at, "Consumer entry not found in group global PEL")),
                 }
             }
             consumers.push((cname, seen));
         }
         if pel.iter().any(|p| p.3 == usize::MAX) {
-            return Err(RdbError::corrupt(input.offset(), "global PEL entry without a consumer"));
+            return Err(RdbError::corrupt(input.offset(), "Stream CG PEL entry without consumer"));
         }
         s.groups.push(RdbGroup { name, last_id, entries_read, pel, consumers });
     }

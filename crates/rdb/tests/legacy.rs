@@ -132,33 +132,33 @@ fn empty_keys_are_skipped_as_redis_does() {
 }
 
 #[test]
-fn what_redis_refuses_is_refused() {
+fn what_redis_refuses_is_refused_in_redis_s_words() {
     let cases: Vec<(&str, Vec<u8>)> = vec![
-        ("duplicate set member", file(10, |f| {
+        ("Duplicate set members detected", file(10, |f| {
             f.u8(2).string(b"s").len(2).string(b"a").string(b"a");
         })),
-        ("duplicate hash field", file(10, |f| {
+        ("Duplicate hash fields detected", file(10, |f| {
             f.u8(4).string(b"h").len(2).string(b"f").string(b"1").string(b"f").string(b"2");
         })),
-        ("duplicate sorted set member", file(10, |f| {
+        ("Duplicate zset fields detected", file(10, |f| {
             f.u8(5).string(b"z").len(2).string(b"m").bytes(&1f64.to_le_bytes()).string(b"m").bytes(&2f64.to_le_bytes());
         })),
-        ("NaN", file(10, |f| {
+        ("Zset with NAN score detected (sorted set score is NaN)", file(10, |f| {
             f.u8(5).string(b"z").len(1).string(b"m").bytes(&f64::NAN.to_le_bytes());
         })),
-        ("NaN", file(4, |f| {
+        ("Zset with NAN score detected (sorted set score is NaN)", file(4, |f| {
             f.u8(3).string(b"z").len(1).string(b"m").u8(253);
         })),
-        ("not a number", file(10, |f| {
+        ("Zset ziplist integrity check failed. (sorted set score is not a number)", file(10, |f| {
             f.u8(12).string(b"z").string(&ziplist(&[b"m", b"abc"]));
         })),
-        ("odd number", file(10, |f| {
+        ("Hash ziplist integrity check failed. (odd number", file(10, |f| {
             f.u8(13).string(b"h").string(&ziplist(&[b"f", b"v", b"g"]));
         })),
-        ("duplicate hash field", file(10, |f| {
+        ("Duplicate hash fields detected", file(10, |f| {
             f.u8(9).string(b"h").string(&zipmap(&[(b"f", b"1"), (b"f", b"2")]));
         })),
-        ("unknown quicklist container", file(10, |f| {
+        ("Quicklist integrity check failed. (unknown quicklist container", file(10, |f| {
             f.u8(18).string(b"l").len(1).len(3).string(b"x");
         })),
         ("empty quicklist node", file(10, |f| {

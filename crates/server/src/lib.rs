@@ -210,7 +210,12 @@ pub fn run(config: Config) -> io::Result<()> {
         Some(loaded.map(|count| format!("DB loaded from append only file: {count} keys and commands")))
     } else if rdb_load {
         // appendonly no: the RDB file is the dataset, as in Redis.
-        let loaded = snapshot::load(&server, &rdb_path);
+        let loaded = snapshot::load(&server, &rdb_path).map_err(|e| {
+            // Why, then Redis's last words on a file it could not read,
+            // which scripts match.
+            tracing::warn!("{e}");
+            "Terminating server after rdb file reading failure.".to_string()
+        });
         Some(loaded.map(|(keys, expired, history)| {
             if let Some(history) = history {
                 replica::restore_history(&server, history);

@@ -302,6 +302,7 @@ fn a_corrupt_dump_rdb_stops_start_up() {
     let (status, log) = common::start_expecting_exit(&dir, &["--appendonly", "no"]);
     assert!(!status.success());
     assert!(log.contains("dump.rdb") && log.contains("offset"), "log: {log}");
+    assert!(log.contains("Terminating server after rdb file reading failure."), "Redis's last words: {log}");
     // One flipped byte: the checksum catches it if nothing else does.
     let mut bad = good.clone();
     let at = bad.len() / 3;
