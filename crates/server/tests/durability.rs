@@ -814,15 +814,23 @@ fn info_field(c: &mut Client, name: &str) -> String {
 }
 
 /// Waits until no rewrite runs or waits and `n` have started; returns
-/// `aof_last_bgrewrite_status`.
+/// `aof_last_bgrewrite_status`. All from one INFO: a retry can start
+/// between two of them, and its predecessor's status would be read as
+/// its own.
 fn wait_rewrites(c: &mut Client, n: u64) -> String {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let done = info_field(c, "aof_rewrite_in_progress") == "0"
-            && info_field(c, "aof_rewrite_scheduled") == "0"
-            && info_field(c, "aof_rewrites").parse::<u64>().unwrap_or(0) >= n;
+        let Frame::Bulk(info) = c.send(&["INFO", "persistence"]) else { panic!("INFO is a bulk string") };
+        let info = String::from_utf8_lossy(&info).into_owned();
+        let field = |name: &str| {
+            let prefix = format!("{name}:");
+            info.lines().find_map(|l| l.strip_prefix(&prefix)).unwrap_or_default().trim().to_string()
+        };
+        let done = field("aof_rewrite_in_progress") == "0"
+            && field("aof_rewrite_scheduled") == "0"
+            && field("aof_rewrites").parse::<u64>().unwrap_or(0) >= n;
         if done {
-            return info_field(c, "aof_last_bgrewrite_status");
+            return field("aof_last_bgrewrite_status");
         }
         assert!(Instant::now() < deadline, "rewrite {n} never finished");
         thread::sleep(Duration::from_millis(5));
