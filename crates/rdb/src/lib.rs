@@ -34,7 +34,10 @@
 //! compact encodings in `encoded/`, LZF in [`lzf`].
 //!
 //! Hostile input gives an [`RdbError`] with the byte offset, never a panic;
-//! memory allocated ahead of data actually read is bounded.
+//! memory allocated ahead of data actually read is bounded. Damage Redis
+//! names is described first in Redis's words ("Zset ziplist integrity
+//! check failed.", "Duplicate set members detected"), which log scrapers
+//! and Redis's tests look for.
 
 mod crc64;
 mod crc_thread;
