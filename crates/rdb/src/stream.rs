@@ -153,7 +153,7 @@ pub(crate) fn read<R: BufRead>(input: &mut Input<R>, v2: bool) -> Result<RdbStre
                     Ok(i) if pel[i].3 == usize::MAX => pel[i].3 = index,
                     Ok(_) => {
                         let e = RdbError::corrupt(at, "PEL entry owned by two consumers");
-                        return Err(e.redis_says("Duplicated consumer PEL entry  loading a stream consumer group"));
+                        return Err(e.redis_says("Duplicated consumer PEL entry loading a stream consumer group"));
                     }
                     Err(_) => return Err(RdbError::corrupt(at, "Consumer entry not found in group global PEL")),
                 }

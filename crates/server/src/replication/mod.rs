@@ -214,13 +214,14 @@ impl Replication {
         // replica: the backlog now holds the master's stream only.
         let Some(backlog) = g.as_mut().filter(|_| !self.proxying.load(Ordering::Relaxed)) else { return 0 };
         let end = backlog.feed(db, lsn, encode);
-        // As Redis's checkClientOutputBufferLimits, never below
-        // `repl-backlog-size`: a partial resync may send that much at once.
+        // As Redis's checkClientOutputBufferLimits (reached at the limit,
+        // as the soft one), never below `repl-backlog-size`: a partial
+        // resync may send that much at once.
         let hard = match self.output_hard_limit.load(Ordering::Relaxed) {
             0 => u64::MAX,
             hard => hard.max(backlog.size()),
         };
-        let over = backlog.furthest_behind().filter(|&(_, behind)| behind > hard);
+        let over = backlog.furthest_behind().filter(|&(_, behind)| behind >= hard);
         if let Some((id, _)) = over {
             // Under the lock, so that its sender copies nothing of what
             // was just fed (`master::stream`), as Redis writes nothing
