@@ -790,7 +790,7 @@ impl Worker {
     /// has moved, between two events of a turn, rather than at the turn's
     /// end when the writer's wake-up is read: a turn under load lasts
     /// hundreds of microseconds, and on a core of its own the writer
-    /// publishes in the middle of one. One atomic load per event while
+    /// publishes in the middle of one. A few atomic loads per event while
     /// replies are held. W1 `always` on one core: p99 24% lower,
     /// throughput unchanged (BENCHMARKS.md).
     fn release_durable_if_advanced(&mut self) {
