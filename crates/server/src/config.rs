@@ -1658,20 +1658,29 @@ impl Config {
                 reason,
             })
         };
-        for arg in rest {
-            if let Some(name) = arg.strip_prefix("--") {
+        // As Redis's: a `--name` alone takes the next argument as its value
+        // even when that one starts with `--` too (`--port --bla` sets port
+        // to "--bla"), but for `--save`, which then means `--save ""`.
+        let mut wants_value = false;
+        for (i, arg) in rest.iter().enumerate() {
+            let name = arg.strip_prefix("--").filter(|_| !wants_value);
+            if let Some(name) = name {
                 flush(&mut line, &mut config)?;
                 line.push_str(name);
-            } else {
-                if line.is_empty() {
-                    return Err(StartupConfigError {
-                        origin: "command line".into(),
-                        line: arg.clone(),
-                        reason: ConfigError::Invalid("argument without a directive".into()),
-                    });
+                wants_value = !name.contains(' ');
+                let next_is_a_name = rest.get(i + 1).is_none_or(|next| next.starts_with("--"));
+                if wants_value && name.eq_ignore_ascii_case("save") && next_is_a_name {
+                    line.push_str(" \"\"");
+                    wants_value = false;
                 }
-                line.push(' ');
-                let _ = write!(line, "\"{}\"", arg.replace('\\', "\\\\").replace('"', "\\\""));
+            } else {
+                // A word of the line (with no `--name` before it, the
+                // directive's name itself, as Redis reads `loglevel verbose`).
+                wants_value = false;
+                if !line.is_empty() {
+                    line.push(' ');
+                }
+                line.push_str(&keel_protocol::repr(arg.as_bytes()));
             }
         }
         flush(&mut line, &mut config)?;
@@ -1716,13 +1725,15 @@ impl Config {
         self.apply(name, &args)
     }
 
-    /// CONFIG REWRITE: the directives that differ from the defaults, in
-    /// the file's own order where it has them (an old name's line under
-    /// the name it stands for); with `users`, those `user` lines in place
+    /// CONFIG REWRITE: the directives that differ from the defaults (all
+    /// with `every_directive`, DEBUG CONFIG-REWRITE-FORCE-ALL), and
+    /// `dir`, in the file's own order where it has them (an old name's
+    /// line under the name it stands for), each line as Redis writes it
+    /// ([`rewritten_lines`]); with `users`, those `user` lines in place
     /// of the file's (the rest at the end). As Redis's, it writes no
     /// `replicaof` for a master or a cluster node (whose master is in
     /// nodes.conf, and which refuses the directive at start).
-    pub fn rewrite(&self, path: &Path, users: Option<&[String]>) -> std::io::Result<()> {
+    pub fn rewrite(&self, path: &Path, users: Option<&[String]>, every_directive: bool) -> std::io::Result<()> {
         let defaults = Config::default();
         let dropped = |d: &Directive| d.name == "replicaof" && (self.cluster.enabled || self.replicaof.is_none());
         let old = std::fs::read_to_string(path).unwrap_or_default();
@@ -1740,7 +1751,9 @@ impl Config {
             match canonical(name) {
                 Some(d) if !line.trim_start().starts_with('#') => {
                     if written.insert(d.name) && !dropped(d) {
-                        let _ = writeln!(out, "{} {}", d.name, quote((d.get)(self)));
+                        if let Some(lines) = rewritten_lines(d.name, &(d.get)(self), None) {
+                            let _ = writeln!(out, "{lines}");
+                        }
                     }
                 }
                 _ => {
@@ -1749,8 +1762,13 @@ impl Config {
             }
         }
         for d in DIRECTIVES.iter().filter(|d| !ALIASES.iter().any(|(alias, _)| *alias == d.name) && !dropped(d)) {
-            if !written.contains(d.name) && (d.get)(self) != (d.get)(&defaults) {
-                let _ = writeln!(out, "{} {}", d.name, quote((d.get)(self)));
+            // `dir` always, as Redis's, which writes its working directory.
+            let (value, default) = ((d.get)(self), (d.get)(&defaults));
+            if !written.contains(d.name) && (every_directive || value != default || d.name == "dir") {
+                let unless = (!every_directive).then_some(default.as_str());
+                if let Some(lines) = rewritten_lines(d.name, &value, unless) {
+                    let _ = writeln!(out, "{lines}");
+                }
             }
         }
         for user in users.into_iter().flatten() {
@@ -1762,12 +1780,83 @@ impl Config {
     }
 }
 
-/// A value as CONFIG REWRITE writes it: quoted as Redis's `sdscatrepr`
-/// quotes it where the file's reader would not read it back as it is.
-fn quote(v: String) -> String {
-    match keel_protocol::needs_repr(v.as_bytes()) {
-        true => keel_protocol::repr(v.as_bytes()),
-        false => v,
+/// Redis's string settings (and `dir`), whose values its CONFIG REWRITE
+/// always quotes with `sdscatrepr`.
+const QUOTED_ALWAYS: &[&str] = &[
+    "dir", "aclfile", "unixsocket", "pidfile", "replica-announce-ip", "masteruser", "cluster-announce-ip",
+    "cluster-config-file", "cluster-announce-hostname", "syslog-ident", "dbfilename", "appendfilename",
+    "appenddirname", "server_cpulist", "bio_cpulist", "aof_rewrite_cpulist", "bgsave_cpulist",
+    "ignore-warnings", "proc-title-template", "bind-source-addr", "logfile", "masterauth", "requirepass",
+    "tls-cert-file", "tls-key-file", "tls-key-file-pass", "tls-client-cert-file", "tls-client-key-file",
+    "tls-client-key-file-pass", "tls-dh-params-file", "tls-ca-cert-file", "tls-ca-cert-dir", "tls-protocols",
+    "tls-ciphers", "tls-ciphersuites",
+];
+
+/// Those of [`QUOTED_ALWAYS`] whose empty value means unset (Redis's
+/// `EMPTY_STRING_IS_NULL`): CONFIG REWRITE leaves them out of the file.
+const EMPTY_IS_UNSET: &[&str] = &[
+    "unixsocket", "pidfile", "replica-announce-ip", "masteruser", "cluster-announce-ip", "cluster-announce-hostname",
+    "server_cpulist", "bio_cpulist", "aof_rewrite_cpulist", "bgsave_cpulist", "bind-source-addr", "masterauth",
+    "requirepass", "tls-cert-file", "tls-key-file", "tls-key-file-pass", "tls-client-cert-file",
+    "tls-client-key-file", "tls-client-key-file-pass", "tls-dh-params-file", "tls-ca-cert-file",
+    "tls-ca-cert-dir", "tls-protocols", "tls-ciphers", "tls-ciphersuites",
+];
+
+/// Redis's `MEMORY_CONFIG`s, which its CONFIG REWRITE writes in the
+/// largest of gb, mb and kb that divides them.
+const IN_MEMORY_UNITS: &[&str] = &[
+    "proto-max-bulk-len", "repl-backlog-size", "maxmemory", "cluster-link-sendbuf-limit", "active-defrag-ignore-bytes",
+    "hash-max-listpack-value", "stream-node-max-bytes", "zset-max-listpack-value", "hll-sparse-max-bytes",
+    "client-query-buffer-limit", "maxmemory-clients", "auto-aof-rewrite-min-size",
+];
+
+/// The lines CONFIG REWRITE writes for directive `name` at `value`, as
+/// Redis's: a string setting quoted, a list as its words, a size in
+/// Redis's units, each `client-output-buffer-limit` class on a line of
+/// its own (with `unless_default`, only those that differ from it, as
+/// Redis appends no line for a class at its default); None where Redis
+/// writes none: an unset string setting, `bind` at its default.
+fn rewritten_lines(name: &str, value: &str, unless_default: Option<&str>) -> Option<String> {
+    let word = |w: &str| match keel_protocol::needs_repr(w.as_bytes()) {
+        true => keel_protocol::repr(w.as_bytes()),
+        false => w.to_string(),
+    };
+    let bytes = |v: &str| v.parse::<u64>().map_or_else(|_| v.to_string(), format_memory);
+    if value.is_empty() && EMPTY_IS_UNSET.contains(&name) || name == "bind" && value == Config::default().bind.join(" ") {
+        return None;
+    }
+    if name == "client-output-buffer-limit" {
+        let default: Vec<&str> = unless_default.map(|d| d.split(' ').collect()).unwrap_or_default();
+        let words: Vec<&str> = value.split(' ').collect();
+        let lines: Vec<String> = (words.chunks(4).zip(0..))
+            .filter(|(class, i)| default.chunks(4).nth(*i) != Some(class))
+            .map(|(class, _)| {
+                let class_name = if class[0] == "slave" { "replica" } else { class[0] };
+                format!("{name} {class_name} {} {} {}", bytes(class[1]), bytes(class[2]), class[3])
+            })
+            .collect();
+        return Some(lines.join("\n"));
+    }
+    let value = if MULTI_ARG.contains(&name) && !value.is_empty() {
+        split_config_line(value).unwrap_or_default().iter().map(|w| word(w)).collect::<Vec<_>>().join(" ")
+    } else if IN_MEMORY_UNITS.contains(&name) {
+        bytes(value)
+    } else if QUOTED_ALWAYS.contains(&name) {
+        keel_protocol::repr(value.as_bytes())
+    } else {
+        word(value)
+    };
+    Some(format!("{name} {value}"))
+}
+
+/// Redis's `rewriteConfigFormatMemory`.
+fn format_memory(bytes: u64) -> String {
+    match bytes {
+        0 => "0".into(),
+        b if b.is_multiple_of(1 << 30) => format!("{}gb", b >> 30),
+        b if b.is_multiple_of(1 << 20) => format!("{}mb", b >> 20),
+        b if b.is_multiple_of(1 << 10) => format!("{}kb", b >> 10),
+        b => b.to_string(),
     }
 }
 
@@ -1818,7 +1907,7 @@ mod tests {
         let mut c = Config::load(&args(&["--cluster-enabled", "yes", "--slave-priority", "7"])).expect("loads");
         c.replica_read_only = false;
         c.replicaof = Some(("127.0.0.1".into(), 7000));
-        c.rewrite(&path, None).expect("rewrite");
+        c.rewrite(&path, None, false).expect("rewrite");
         let text = std::fs::read_to_string(&path).expect("read");
         let _ = std::fs::remove_dir_all(&dir);
         assert!(text.starts_with("replica-read-only no\n"), "{text}");
@@ -1836,7 +1925,7 @@ mod tests {
         let path = dir.join("keel.conf");
         for value in ["it's", "say \"hi\"", "a\\b", "two\nlines\r\t", "caf\u{e9}", "'", "x y"] {
             let c = Config { masterauth: Some(value.into()), ..Config::default() };
-            c.rewrite(&path, None).expect("rewrite");
+            c.rewrite(&path, None, false).expect("rewrite");
             let read = Config::load(&args(&[path.to_str().expect("utf8")])).expect("reads back");
             assert_eq!(read.masterauth.as_deref(), Some(value), "{}", std::fs::read_to_string(&path).expect("read"));
         }

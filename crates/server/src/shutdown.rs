@@ -45,8 +45,12 @@ impl Default for Flags {
 
 impl Flags {
     /// The words of `shutdown-on-sig*`: `default`, or any of `save`,
-    /// `nosave`, `now`, `force`.
+    /// `nosave`, `now`, `force`; at least one, as Redis's.
     pub fn parse(words: &[&str]) -> Result<Flags, String> {
+        const WANTED: &str = "argument(s) must be one of the following: default, save, nosave, now, force";
+        if words.is_empty() {
+            return Err(WANTED.into());
+        }
         let mut flags = Flags::default();
         let (mut save, mut nosave) = (false, false);
         for word in words {
@@ -56,7 +60,7 @@ impl Flags {
                 "nosave" => nosave = true,
                 "now" => flags.now = true,
                 "force" => flags.force = true,
-                _ => return Err("argument(s) must be one of the following: default, save, nosave, now, force".into()),
+                _ => return Err(WANTED.into()),
             }
         }
         flags.save = match (save, nosave) {
@@ -273,5 +277,6 @@ mod tests {
         assert_eq!(Flags::parse(&["FORCE", "save"]).map(|f| f.words()), Ok("save force".into()));
         assert_eq!(parse("save nosave"), Err("shutdown options SAVE and NOSAVE can't be used simultaneously".into()));
         assert!(parse("bogus").is_err());
+        assert!(Flags::parse(&[]).is_err(), "no word at all");
     }
 }

@@ -541,3 +541,49 @@ fn the_watchdog_logs_a_stuck_workers_stack_as_redis_s_does() {
         assert_eq!(c.cmd("CONFIG GET watchdog-period"), Frame::Array(vec![common::bulk("watchdog-period"), common::bulk("0")]));
     }
 }
+
+/// The command line read as Redis's (its "command line arguments - error
+/// cases"): a `--name` with no value yet takes the next argument as its
+/// value even when that starts with `--`, and each failure names the line
+/// it built. Keel and redis-server, each refusing to start.
+#[test]
+fn command_line_arguments_are_read_as_redis_s() {
+    let arity = "wrong number of arguments";
+    let one_of = "argument(s) must be one of the following";
+    let cases: [(&[&str], &str, &str); 8] = [
+        (&["--port"], "'port'", arity),
+        (&["--port", "6380", "--loglevel"], "'loglevel'", arity),
+        (&["--port", "6379", "6380"], r#"'port "6379" "6380"'"#, arity),
+        (&["--port", "--loglevel", "verbose"], r#"'port "--loglevel" "verbose"'"#, arity),
+        (&["--port", "--bla", "--loglevel", "verbose"], r#"'port "--bla"'"#, "argument couldn't be parsed into an integer"),
+        (&["--logfile", "--my--log--file", "--loglevel", "--bla"], r#"'loglevel "--bla"'"#, one_of),
+        (&["--shutdown-on-sigint"], "'shutdown-on-sigint'", one_of),
+        (&["--shutdown-on-sigint", "now force", "--shutdown-on-sigterm"], "'shutdown-on-sigterm'", one_of),
+    ];
+    let binaries = [env!("CARGO_BIN_EXE_keel-server"), "/usr/bin/redis-server"];
+    for binary in binaries.into_iter().filter(|b| std::path::Path::new(b).exists()) {
+        let dir = temp_dir("command-line");
+        for (args, line, why) in cases {
+            let mut child = std::process::Command::new(binary)
+                .args(args)
+                .current_dir(&dir)
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .expect("spawn");
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while child.try_wait().expect("wait").is_none() {
+                if Instant::now() > deadline {
+                    let _ = child.kill();
+                    panic!("{binary} {args:?} started");
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            let output = child.wait_with_output().expect("output");
+            let text = String::from_utf8_lossy(&output.stdout).to_string() + &String::from_utf8_lossy(&output.stderr);
+            assert!(!output.status.success(), "{binary} {args:?}: {text}");
+            assert!(text.contains(line) && text.contains(why), "{binary} {args:?}: {line}, {why} in {text}");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

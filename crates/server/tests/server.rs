@@ -412,6 +412,116 @@ fn config_rewrite_needs_and_updates_the_file() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// CONFIG REWRITE writes lines as Redis's: string settings quoted, numbers
+/// not, sizes in Redis's units, lists as their words, one line per output
+/// limit class that changed, `dir` always, `bind` at its default never,
+/// and an unset string setting left out, its old line gone. The same file
+/// and the same CONFIG SETs to Keel and redis-server.
+#[test]
+fn config_rewrite_writes_lines_as_redis_s() {
+    let sets: [&[&str]; 8] = [
+        &["CONFIG", "SET", "masteruser", "repl user"],
+        &["CONFIG", "SET", "timeout", "77"],
+        &["CONFIG", "SET", "replica-announce-ip", "10.0.0.1"],
+        &["CONFIG", "SET", "masterauth", ""],
+        &["CONFIG", "SET", "maxmemory", "104857600"],
+        &["CONFIG", "SET", "client-output-buffer-limit", "normal 1048576 1000 5"],
+        &["CONFIG", "SET", "oom-score-adj-values", "0 100 800"],
+        &["CONFIG", "SET", "latency-tracking-info-percentiles", "50 99"],
+    ];
+    let rewrite = |binary: &str| -> Option<Vec<String>> {
+        if !std::path::Path::new(binary).exists() {
+            return None;
+        }
+        let dir = common::temp_dir("rewrite-lines");
+        let file = dir.join("server.conf");
+        let port = common::free_port();
+        std::fs::write(&file, format!("port {port}\nmasterauth old\nsave \"\"\nappendonly no\n")).expect("write");
+        let args = [file.display().to_string(), "--dir".into(), dir.display().to_string()];
+        let server = Server::spawn_with(binary.into(), args.to_vec(), port);
+        let mut c = server.client();
+        for set in sets {
+            assert_eq!(c.send(set), ok(), "{binary}: {set:?}");
+        }
+        assert_eq!(c.cmd("CONFIG REWRITE"), ok(), "{binary}");
+        let text = std::fs::read_to_string(&file).expect("read");
+        let wanted = [
+            "masteruser ", "timeout ", "replica-announce-ip ", "masterauth ", "dir ", "maxmemory ",
+            "client-output-buffer-limit ", "oom-score-adj-values ", "latency-tracking-info-percentiles ", "bind ",
+        ];
+        let mut lines: Vec<String> = text.lines().filter(|l| wanted.iter().any(|w| l.starts_with(w))).map(String::from).collect();
+        lines.sort();
+        let canonical = std::fs::canonicalize(&dir).expect("dir");
+        let own_dir = format!("dir \"{}\"", canonical.display());
+        assert!(lines.contains(&own_dir), "{binary}: {text}");
+        lines.retain(|l| *l != own_dir);
+        drop(server);
+        let _ = std::fs::remove_dir_all(&dir);
+        Some(lines)
+    };
+    let keel = rewrite(env!("CARGO_BIN_EXE_keel-server")).expect("keel-server");
+    for line in [
+        "masteruser \"repl user\"",
+        "replica-announce-ip \"10.0.0.1\"",
+        "timeout 77",
+        "maxmemory 100mb",
+        "client-output-buffer-limit normal 1mb 1000 5",
+        "oom-score-adj-values 0 100 800",
+        "latency-tracking-info-percentiles 50 99",
+    ] {
+        assert!(keel.contains(&line.to_string()), "{line}: {keel:?}");
+    }
+    assert!(!keel.iter().any(|l| l.starts_with("masterauth")), "{keel:?}");
+    if let Some(redis) = rewrite("/usr/bin/redis-server") {
+        assert_eq!(keel, redis);
+    }
+}
+
+/// DEBUG CONFIG-REWRITE-FORCE-ALL writes every directive, defaults too,
+/// and a server started on that file has every setting CONFIG GET *
+/// showed before (Redis's "CONFIG REWRITE sanity"). redis-server the same
+/// way, where installed.
+#[test]
+fn every_directive_rewritten_starts_the_same_server() {
+    let config_of = |c: &mut Client| -> Vec<(Vec<u8>, Vec<u8>)> {
+        let Frame::Array(all) = c.cmd("CONFIG GET *") else { panic!("CONFIG GET *") };
+        let mut pairs: Vec<(Vec<u8>, Vec<u8>)> = all
+            .chunks(2)
+            .map(|kv| match kv {
+                [Frame::Bulk(k), Frame::Bulk(v)] => (k.to_vec(), v.to_vec()),
+                other => panic!("a name and a value: {other:?}"),
+            })
+            .collect();
+        pairs.sort();
+        pairs
+    };
+    for binary in [env!("CARGO_BIN_EXE_keel-server"), "/usr/bin/redis-server"] {
+        if !std::path::Path::new(binary).exists() {
+            continue;
+        }
+        let dir = common::temp_dir("rewrite-all");
+        let file = dir.join("server.conf");
+        let port = common::free_port();
+        std::fs::write(&file, format!("port {port}\nenable-debug-command yes\nsave \"\"\nappendonly no\ndir {}\n", dir.display()))
+            .expect("write");
+        let args = vec![file.display().to_string()];
+        let server = Server::spawn_with(binary.into(), args.clone(), port);
+        let mut c = server.client();
+        let before = config_of(&mut c);
+        assert_eq!(c.cmd("DEBUG CONFIG-REWRITE-FORCE-ALL"), ok(), "{binary}");
+        drop(c);
+        drop(server);
+        let text = std::fs::read_to_string(&file).expect("read");
+        assert!(text.lines().count() > 100, "{binary}: every directive, defaults too: {text}");
+        let server = Server::spawn_with(binary.into(), args, port);
+        let after = config_of(&mut server.client());
+        let changed: Vec<_> = before.iter().zip(&after).filter(|(b, a)| b != a).collect();
+        assert!(before.len() == after.len() && changed.is_empty(), "{binary}: {changed:?}\n{text}");
+        drop(server);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
 #[test]
 fn command_introspection_comes_from_the_table() {
     let server = Server::start(&[]);

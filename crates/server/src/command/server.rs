@@ -1135,9 +1135,15 @@ fn config_resetstat(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
 }
 
 fn config_rewrite(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
+    rewrite_config_file(ctx, false).map_err(|e| CmdError::other(format!("ERR {e}")))
+}
+
+/// CONFIG REWRITE, or with `every_directive` DEBUG
+/// CONFIG-REWRITE-FORCE-ALL; the error's text without its code.
+fn rewrite_config_file(ctx: &mut Ctx<'_>, every_directive: bool) -> Result<(), String> {
     let config = ctx.server.config.read();
     let Some(path) = config.config_file.clone() else {
-        return Err(CmdError::other("ERR The server is running without a config file"));
+        return Err("The server is running without a config file".into());
     };
     // Without an aclfile the users live in the config file, as `user`
     // lines (Redis's rewriteConfigUserOption).
@@ -1145,7 +1151,7 @@ fn config_rewrite(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
         let text = ctx.server.acl.file_text();
         String::from_utf8_lossy(&text).lines().map(str::to_string).collect()
     });
-    match config.rewrite(&path, users.as_deref()) {
+    match config.rewrite(&path, users.as_deref(), every_directive) {
         Ok(()) => {
             drop(config);
             tracing::info!("CONFIG REWRITE executed with success.");
@@ -1154,7 +1160,7 @@ fn config_rewrite(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
         }
         Err(e) => {
             tracing::warn!("CONFIG REWRITE failed: {e}");
-            Err(CmdError::other(format!("ERR Rewriting config file: {e}")))
+            Err(format!("Rewriting config file: {e}"))
         }
     }
 }
@@ -1639,6 +1645,9 @@ fn debug(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
                     "    Crash by assertion failed.",
                     "CLUSTERLINK KILL <to|from|all> <node-id>",
                     "    Kills the link based on the direction to/from (both) with the provided node.",
+                    "CONFIG-REWRITE-FORCE-ALL",
+                    "    Like CONFIG REWRITE but writes all configuration options, including",
+                    "    keywords not listed in original configuration file or default values.",
                     "DIGEST",
                     "    Output a hex signature representing the current DB content.",
                     "DROP-CLUSTER-PACKET-FILTER <packet-type>",
@@ -1718,6 +1727,8 @@ fn debug(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
             ctx.out.ok();
             Ok(())
         }
+        2 if eq(sub, "config-rewrite-force-all") => rewrite_config_file(ctx, true)
+            .map_err(|e| CmdError::other(format!("ERR CONFIG-REWRITE-FORCE-ALL failed: {e}"))),
         3 if eq(sub, "drop-cluster-packet-filter") => {
             let kind = super::parse::i64_arg(argv[2])?;
             if let Some(cluster) = &ctx.server.cluster {
