@@ -1828,8 +1828,8 @@ fn rewritten_lines(name: &str, value: &str, unless_default: Option<&str>) -> Opt
     if name == "client-output-buffer-limit" {
         let default: Vec<&str> = unless_default.map(|d| d.split(' ').collect()).unwrap_or_default();
         let words: Vec<&str> = value.split(' ').collect();
-        let lines: Vec<String> = (words.chunks(4).zip(0..))
-            .filter(|(class, i)| default.chunks(4).nth(*i) != Some(class))
+        let lines: Vec<String> = (words.chunks(4).zip(default.chunks(4).map(Some).chain(std::iter::repeat(None))))
+            .filter(|(class, default)| *default != Some(*class))
             .map(|(class, _)| {
                 let class_name = if class[0] == "slave" { "replica" } else { class[0] };
                 format!("{name} {class_name} {} {} {}", bytes(class[1]), bytes(class[2]), class[3])

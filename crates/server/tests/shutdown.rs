@@ -115,8 +115,9 @@ fn a_shutdown_during_the_first_aof_rewrite_fails_unless_forced() {
     let mut blocked = master.client();
     blocked.write_command(&["SHUTDOWN"]);
     wait_for("the shutdown to wait", || m.info_field("clients", "blocked_clients") == "1");
-    // The rewrite crawls: a second per key.
-    assert_eq!(m.cmd("CONFIG SET rdb-key-save-delay 1000000"), ok());
+    // The rewrite crawls, 10 s per key: still under way when the replica,
+    // let go below, has caught up, however slow a loaded machine is.
+    assert_eq!(m.cmd("CONFIG SET rdb-key-save-delay 10000000"), ok());
     assert_eq!(m.cmd("CONFIG SET appendonly yes"), ok());
     replica.signal("-CONT");
     assert_eq!(blocked.read(), err("ERR Errors trying to SHUTDOWN. Check logs."));
