@@ -39,7 +39,8 @@ for round in $(seq "$rounds"); do
         # shellcheck disable=SC2086 # $load is a list of options
         ops=$(taskset -c 0 "$memtier" -s 127.0.0.1 -p $port $load --test-time "$seconds" --hide-histogram 2>/dev/null |
             awk '/^Totals/ {print $2; exit}')
-        pkill -INT -f -- "--port $port --dir $dir" || true
+        # The server, perf's child: its title no longer holds its arguments.
+        pkill -INT -P $perf_pid || true
         wait $perf_pid || true
         # One line per thread name: its count of each call, in `calls` order.
         perf script -i "$dir/perf.data" -F comm,event 2>/dev/null |

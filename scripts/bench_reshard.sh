@@ -20,7 +20,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 KEEL=${KEEL:-$ROOT/target/release/keel-server}
 REDIS=${REDIS:-/usr/bin/redis-server}
 WORK=$(mktemp -d)
-trap 'pkill -f "port 1770[123]" 2>/dev/null || true; rm -rf "$WORK"' EXIT
+trap 'pkill -f ":1770[123]( |$)" 2>/dev/null || true; rm -rf "$WORK"' EXIT
 
 # The keys as RESP, one file per master of `redis-cli --cluster create`'s
 # split (0-5460, 5461-10922, 10923-16383).

@@ -388,6 +388,13 @@ pub struct Config {
     /// The file the configuration was read from, absolute (CONFIG REWRITE
     /// writes it back; INFO config_file shows it).
     pub config_file: Option<PathBuf>,
+    /// `rename-command <name> <new name>` lines, in order: the names
+    /// clients call commands by (`command::Renamed`); "" removes one.
+    pub renamed_commands: Vec<(String, String)>,
+    /// `set-proc-title` and `proc-title-template`: the process title
+    /// (`crate::proc_title`).
+    pub set_proc_title: bool,
+    pub proc_title_template: String,
     /// `replicaof` (alias `slaveof`) `<host> <port>`: the master Keel
     /// replicates from (`replica.rs`); REPLICAOF changes it at run time.
     pub replicaof: Option<(String, u16)>,
@@ -648,6 +655,9 @@ impl Default for Config {
             encoding: Default::default(),
             cluster: Default::default(),
             config_file: None,
+            renamed_commands: Vec::new(),
+            set_proc_title: true,
+            proc_title_template: "{title} {listen-addr} {server-mode}".into(),
             replicaof: None,
             masterauth: None,
             masteruser: None,
@@ -895,8 +905,7 @@ pub fn format_percentile(p: f64) -> String {
     text.trim_end_matches('0').trim_end_matches('.').to_string()
 }
 
-/// A directive of a feature Keel does not have yet (the process title,
-/// which stays the command line Keel was started with, and replication
+/// A directive of a feature Keel does not have yet (TLS, and replication
 /// tunables), accepted with Redis's default value only, so that a stock
 /// redis.conf loads: that value asks for nothing Keel lacks. Any other
 /// value is refused, saying why.
@@ -1411,9 +1420,20 @@ pub static DIRECTIVES: &[Directive] = &[
     directive!("cluster-allow-replica-migration", true, bool, cluster.allow_replica_migration),
     directive!("cluster-replica-no-failover", true, bool, cluster.replica_no_failover),
     directive!("cluster-slave-no-failover", true, bool, cluster.replica_no_failover),
-    // Features Keel does not have yet; their defaults ask for nothing.
-    inert!("set-proc-title", "yes", false),
-    inert!("proc-title-template", "{title} {listen-addr} {server-mode}"),
+    directive!("set-proc-title", false, bool, set_proc_title),
+    Directive {
+        name: "proc-title-template",
+        mutable: true,
+        get: |c| c.proc_title_template.clone(),
+        set: |c, a| {
+            let template = one(a)?;
+            if !crate::proc_title::is_valid_template(template, c) {
+                return Err(ConfigError::Invalid("template format is invalid or contains unknown variables".into()));
+            }
+            c.proc_title_template = template.into();
+            Ok(())
+        },
+    },
     // TLS: a configuration that leaves it off loads.
     inert!("tls-port", "0"),
     inert!("tls-cert-file", ""),
@@ -1711,6 +1731,15 @@ impl Config {
         // rules are checked when the users are made, at start.
         if name.eq_ignore_ascii_case("user") && !args.is_empty() {
             self.users.push(args.to_vec());
+            return Ok(());
+        }
+        // `rename-command` lines rename in turn (Redis's
+        // loadServerConfigFromString); CONFIG never sees them.
+        if let ("rename-command", [from, to]) = (name.to_ascii_lowercase().as_str(), args) {
+            let mut renames = self.renamed_commands.clone();
+            renames.push((from.clone(), to.clone()));
+            crate::command::Renamed::new(&renames).map_err(|why| ConfigError::Invalid(why.into()))?;
+            self.renamed_commands = renames;
             return Ok(());
         }
         // Redis's multi-argument directives take their values in one

@@ -192,7 +192,7 @@ fn replay_in<'scope, 'env>(server: &'env Server, mut replay: Replay, scope: &'sc
         count += 1;
         pacer.command(|| replay.loaded_bytes()).map_err(|e| e.to_string())?;
         rdb_took.get_or_insert_with(|| started.elapsed());
-        if command::table().lookup(&argv[0]).is_none() {
+        if command::Names::Logged.lookup(&argv[0]).is_none() {
             return Err(unknown_command(&replay, &argv[0]));
         }
         client.db = db;
@@ -337,12 +337,12 @@ fn run_replayed(ctx: &mut Ctx<'_>, replay: &Replay, db: usize, argv: &[Vec<u8>])
     if command::parse::eq(args[0], "multi") || command::parse::eq(args[0], "exec") {
         return Ok(());
     }
-    if command::table().lookup(args[0]).is_none() {
+    if command::Names::Logged.lookup(args[0]).is_none() {
         return Err(unknown_command(replay, args[0]));
     }
     (ctx.dbs.selected, ctx.client.db) = (db, db);
     // A failing command is skipped, as at start.
-    let ran = command::resolve(&args).and_then(|(index, spec)| command::run(ctx, index, spec, &args));
+    let ran = command::resolve_by(command::Names::Logged, &args).and_then(|(index, spec)| command::run(ctx, index, spec, &args));
     if let Err(e) = ran {
         crate::process::propagation_error(ctx.server, crate::process::Propagated::Journal, args[0], e.to_string().as_bytes());
     }

@@ -12,7 +12,8 @@
 //! SIGINT into SHUTDOWN, and [`shutdown`] runs it (waiting for replicas
 //! to catch up first); [`alloc`] is jemalloc and its counters;
 //! [`process`] what the server does to its own process (`daemonize`,
-//! `disable-thp`, `oom-score-adj`, `jemalloc-bg-thread`); [`supervision`]
+//! `disable-thp`, `oom-score-adj`, `jemalloc-bg-thread`), and
+//! [`proc_title`] the title `ps` shows for it; [`supervision`]
 //! tells systemd or upstart how start-up and shutdown go; [`syslog`] sends
 //! the log to the system logger; [`watchdog`] logs the stack of a worker
 //! stuck past `watchdog-period`; [`slowlog`] keeps
@@ -79,6 +80,7 @@ pub mod metrics;
 pub mod migrate;
 pub mod notify;
 pub mod pause;
+pub mod proc_title;
 pub mod process;
 pub mod pubsub;
 pub mod rdb;
@@ -116,6 +118,9 @@ pub fn run(config: Config) -> io::Result<()> {
     process::apply_jemalloc_bg_thread(&config);
     // As Redis at start: a failure is only logged.
     let _ = process::apply_oom_score(&config);
+    if !config.renamed_commands.is_empty() {
+        command::Renamed::new(&config.renamed_commands).map_err(io::Error::other)?.install();
+    }
     let mut config = config;
     config.maxclients = process::adjust_open_files_limit(config.maxclients).map_err(io::Error::other)?;
     let threads = match config.threads {

@@ -3,7 +3,11 @@
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut command_line = std::env::args();
+    let program = command_line.next().unwrap_or_default();
+    let args: Vec<String> = command_line.collect();
+    // The arguments are read: their memory becomes the process title's.
+    keel_server::proc_title::claim(&program);
     if args.iter().any(|a| a == "-v" || a == "--version") {
         println!("Keel server v={} (Redis 7.0 compatible)", env!("CARGO_PKG_VERSION"));
         return ExitCode::SUCCESS;
@@ -73,6 +77,7 @@ fn main() -> ExitCode {
     tracing_subscriber::registry().with(filter).with(file_layer).with(syslog).init();
     keel_server::process::install_panic_hook();
     keel_server::process::install_crash_handlers();
+    keel_server::proc_title::apply(&config);
     for note in &supervision_notes {
         note.log();
     }

@@ -1,6 +1,7 @@
 //! What the server does to its own process, against Debian's redis-server
 //! under the same directives: `oom-score-adj` and `oom-score-adj-values`,
-//! `disable-thp`, `jemalloc-bg-thread`, and `daemonize` with `pidfile`.
+//! `disable-thp`, `jemalloc-bg-thread`, `daemonize` with `pidfile`, and
+//! the process title.
 
 mod common;
 
@@ -553,7 +554,7 @@ fn the_watchdog_logs_a_stuck_workers_stack_as_redis_s_does() {
 fn command_line_arguments_are_read_as_redis_s() {
     let arity = "wrong number of arguments";
     let one_of = "argument(s) must be one of the following";
-    let cases: [(&[&str], &str, &str); 8] = [
+    let cases: [(&[&str], &str, &str); 10] = [
         (&["--port"], "'port'", arity),
         (&["--port", "6380", "--loglevel"], "'loglevel'", arity),
         (&["--port", "6379", "6380"], r#"'port "6379" "6380"'"#, arity),
@@ -562,6 +563,8 @@ fn command_line_arguments_are_read_as_redis_s() {
         (&["--logfile", "--my--log--file", "--loglevel", "--bla"], r#"'loglevel "--bla"'"#, one_of),
         (&["--shutdown-on-sigint"], "'shutdown-on-sigint'", one_of),
         (&["--shutdown-on-sigint", "now force", "--shutdown-on-sigterm"], "'shutdown-on-sigterm'", one_of),
+        (&["--rename-command", "nosuch", "x"], r#"'rename-command "nosuch" "x"'"#, "No such command in rename-command"),
+        (&["--rename-command", "get", "x", "--rename-command", "x", "SET"], r#"'rename-command "x" "SET"'"#, "Target command name already exists"),
     ];
     let binaries = [env!("CARGO_BIN_EXE_keel-server"), "/usr/bin/redis-server"];
     for binary in binaries.into_iter().filter(|b| std::path::Path::new(b).exists()) {
@@ -589,4 +592,54 @@ fn command_line_arguments_are_read_as_redis_s() {
         }
         let _ = std::fs::remove_dir_all(&dir);
     }
+}
+
+/// The words of the process's command line, as `ps` shows them.
+fn command_line_words(pid: u32) -> Vec<String> {
+    proc_file(pid, "cmdline").split(['\0', ' ']).filter(|w| !w.is_empty()).map(String::from).collect()
+}
+
+/// What `ps` shows: the default template at start, then one CONFIG SET
+/// gives; a bad template is refused and changes nothing.
+fn process_titles(server: &Server, socket: &str) -> Vec<Vec<String>> {
+    let mut c = server.client();
+    let mut titles = vec![command_line_words(server.pid())];
+    let template = "TEST {title} {listen-addr} {port} {tls-port} {unixsocket} {config-file} {server-mode} {{x}";
+    assert_eq!(c.send(&["CONFIG", "SET", "proc-title-template", template]), Frame::Simple(b"OK".to_vec()));
+    titles.push(command_line_words(server.pid()));
+    let refused = c.send(&["CONFIG", "SET", "proc-title-template", "{invalid-var}"]);
+    assert!(
+        matches!(&refused, Frame::Error(e) if String::from_utf8_lossy(e).contains("template format is invalid or contains unknown variables")),
+        "{refused:?}"
+    );
+    let got = c.send(&["CONFIG", "GET", "proc-title-template"]);
+    assert_eq!(got, Frame::Array(vec![common::bulk("proc-title-template"), common::bulk(template)]));
+    titles.push(command_line_words(server.pid()));
+    // Placeholders for what differs between the two servers.
+    titles
+        .into_iter()
+        .map(|t| t.into_iter().map(|w| w.replace(&server.port.to_string(), "PORT").replace(socket, "SOCKET")).collect())
+        .collect()
+}
+
+#[test]
+fn the_process_title_follows_its_template_as_redis_s() {
+    let dir = temp_dir("proc-title");
+    let socket = dir.join("keel.sock").display().to_string();
+    let flags = ["--unixsocket", &socket];
+    let keel = Server::start(&flags);
+    let program = env!("CARGO_BIN_EXE_keel-server");
+    let titles = process_titles(&keel, &socket);
+    let words = |s: &str| s.split(' ').map(String::from).collect::<Vec<_>>();
+    assert_eq!(titles[0], words(&format!("{program} *:PORT")));
+    assert_eq!(titles[1], words(&format!("TEST {program} *:PORT PORT 0 SOCKET - {{x}}")));
+    assert_eq!(titles[2], titles[1]);
+    if let Some(redis) = Server::start_redis(&flags) {
+        let with_keel_s_name = |t: &Vec<String>| t.iter().map(|w| w.replace("/usr/bin/redis-server", program)).collect::<Vec<_>>();
+        assert_eq!(titles, process_titles(&redis, &socket).iter().map(with_keel_s_name).collect::<Vec<_>>());
+    }
+    // `set-proc-title no` leaves the command line as it was given.
+    let keel = Server::start(&["--set-proc-title", "no"]);
+    assert_eq!(command_line_words(keel.pid()).iter().rev().take(2).collect::<Vec<_>>(), ["no", "--set-proc-title"]);
+    let _ = std::fs::remove_dir_all(&dir);
 }

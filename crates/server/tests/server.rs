@@ -1362,3 +1362,130 @@ fn relative_paths_are_under_dir() {
     assert_eq!(cwd(), std::fs::canonicalize(&other).expect("dir"));
     let _ = std::fs::remove_dir_all(&other);
 }
+
+/// Starts `binary` on `dir` from `conf` (with `port` in it), as the
+/// configuration file.
+fn spawn_from_file(binary: &str, dir: &std::path::Path, conf: &str, port: u16) -> Server {
+    let file = dir.join("server.conf");
+    std::fs::write(&file, conf).expect("write");
+    Server::spawn_with(binary.into(), vec![file.display().to_string(), "--dir".into(), dir.display().to_string()], port)
+}
+
+fn shut_down(mut server: Server) {
+    let mut c = server.client();
+    c.write_command(&["SHUTDOWN"]);
+    c.read_to_close();
+    common::wait_for("the server's exit", || server.exit_status().is_some());
+}
+
+/// What clients see of `rename-command`, then what a restart loads
+/// from the log the renamed commands wrote.
+fn renamed_commands_script(binary: &str) -> Vec<Frame> {
+    const SECRET: &str = "Secret_Get_Name_That_Is_Longer_Than_32_Bytes";
+    let dir = common::temp_dir("rename-command");
+    let port = common::free_port();
+    let conf = format!(
+        "port {port}\nsave \"\"\nappendonly yes\nrename-command flushdb badger\nrename-command CONFIG \"\"\nrename-command get {SECRET}\n"
+    );
+    let server = spawn_from_file(binary, &dir, &conf, port);
+    let mut c = server.client();
+    let secret = SECRET.to_ascii_lowercase();
+    let mut replies = Vec::new();
+    for line in [
+        "SET a 1",
+        "FLUSHDB",
+        "badger",
+        "CONFIG GET port",
+        "SET a 1",
+        "SET k v EX 100",
+        "GET a",
+        &format!("{secret} a"),
+        "COMMAND INFO get flushdb config",
+        "COMMAND LIST FILTERBY PATTERN flush*",
+        "COMMAND LIST FILTERBY PATTERN config*",
+        "COMMAND GETKEYS get a",
+        &format!("COMMAND GETKEYS {SECRET} a"),
+        "EVAL \"return redis.pcall('get','a')\" 0",
+        &format!("EVAL \"return redis.call('{SECRET}','a')\" 0"),
+        "MULTI",
+        &format!("{SECRET} a"),
+        "EXEC",
+        "MULTI",
+        "GET a",
+        "EXEC",
+    ] {
+        let reply = match c.cmd(line) {
+            Frame::Array(mut names) if line.starts_with("COMMAND LIST") => {
+                names.sort_by_key(|n| match n {
+                    Frame::Bulk(name) => name.clone(),
+                    _ => Vec::new(),
+                });
+                Frame::Array(names)
+            }
+            reply => reply,
+        };
+        replies.push(reply);
+    }
+    // COMMAND INFO of the renamed FLUSHDB: its own name.
+    let Frame::Array(info) = c.send(&["COMMAND", "INFO", "badger"]) else { panic!("COMMAND INFO") };
+    let Some(Frame::Array(fields)) = info.first() else { panic!("COMMAND INFO badger: {info:?}") };
+    replies.push(fields[0].clone());
+    // The log holds what the renamed commands did: a restart loads it.
+    shut_down(server);
+    let server = spawn_from_file(binary, &dir, &conf, port);
+    let mut c = server.client();
+    replies.extend(["DBSIZE", &format!("{secret} k"), "TTL k"].map(|line| c.cmd(line)));
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+    replies
+}
+
+/// `rename-command`, against redis-server with the same file: a command
+/// renamed is called by its new name only (by clients, scripts and
+/// transactions, case-insensitively), one renamed to "" by none; COMMAND
+/// lists it by its own name; the log it writes loads again.
+#[test]
+fn rename_command_renames_as_redis_s() {
+    let keel = renamed_commands_script(env!("CARGO_BIN_EXE_keel-server"));
+    assert_eq!(keel[1], err("ERR unknown command 'FLUSHDB', with args beginning with: "));
+    assert_eq!(keel[2], ok());
+    assert_eq!(keel[7], bulk("1"));
+    assert_eq!(keel[8], Frame::Array(vec![Frame::Null, Frame::Null, Frame::Null]));
+    assert_eq!(keel[9], Frame::Array(vec![bulk("flushall"), bulk("flushdb")]));
+    assert_eq!(keel[10], Frame::Array(vec![]));
+    assert_eq!(keel[17], Frame::Array(vec![bulk("1")]));
+    assert_eq!(keel[21..24], [bulk("flushdb"), int(2), bulk("v")]);
+    // The TTL: a second may pass before the restart.
+    assert!(matches!(keel[24], Frame::Integer(99..=100)), "{:?}", keel[24]);
+    if std::path::Path::new("/usr/bin/redis-server").exists() {
+        let redis = renamed_commands_script("/usr/bin/redis-server");
+        assert_eq!(keel[..24], redis[..24]);
+        assert!(matches!(redis[24], Frame::Integer(99..=100)), "{:?}", redis[24]);
+    }
+}
+
+/// Keel logs some writes by their own names (a SET with a relative
+/// expiry as `SET ... PXAT`): a log loads whatever clients call them.
+/// (Redis's own AOF fails to load there: "Unknown command 'SET'".)
+#[test]
+fn a_log_written_under_renamed_commands_loads() {
+    let dir = common::temp_dir("renamed-log");
+    let port = common::free_port();
+    let conf = format!("port {port}\nrename-command set put\nrename-command expire \"\"\nrename-command multi begin\n");
+    let binary = env!("CARGO_BIN_EXE_keel-server");
+    let server = spawn_from_file(binary, &dir, &conf, port);
+    let mut c = server.client();
+    assert_eq!(c.cmd("SET k v"), err("ERR unknown command 'SET', with args beginning with: 'k' 'v' "));
+    assert_eq!(c.cmd("PUT k v EX 100"), ok());
+    assert_eq!(c.cmd("BEGIN"), ok());
+    assert_eq!(c.cmd("PUT j w"), simple("QUEUED"));
+    assert_eq!(c.cmd("PEXPIRE j 100000"), simple("QUEUED"));
+    assert_eq!(c.cmd("EXEC"), Frame::Array(vec![ok(), int(1)]));
+    shut_down(server);
+    let server = spawn_from_file(binary, &dir, &conf, port);
+    let mut c = server.client();
+    assert_eq!(c.cmd("MGET k j"), Frame::Array(vec![bulk("v"), bulk("w")]));
+    assert!(matches!(c.cmd("PTTL j"), Frame::Integer(90_000..=100_000)));
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,6 +1,7 @@
 //! The command table and dispatch.
 //!
-//! One table holds every command's name, arity, flags and key positions.
+//! One table holds every command's name, arity, flags and key positions;
+//! `rename-command` changes the names clients call them by ([`Names`]).
 //! It drives dispatch, shard locking (which shards a command must hold
 //! while it runs), MULTI queueing, and COMMAND INFO/DOCS/GETKEYS, which
 //! also report Redis's ACL categories, tips and key specs (`keyspec`) from
@@ -407,6 +408,93 @@ impl Table {
     }
 }
 
+/// The names clients call the commands by once `rename-command` moved
+/// some (Redis's `server.commands` beside `orig_commands`): a command
+/// renamed to "" has none. Set once, at start.
+pub struct Renamed {
+    by_name: HashMap<String, usize, foldhash::fast::FixedState>,
+    /// By table index: whether some name calls the command.
+    callable: Vec<bool>,
+}
+
+static RENAMED: OnceLock<Renamed> = OnceLock::new();
+
+impl Renamed {
+    /// The table's names after `renames` in order, or Redis's error for
+    /// the first that cannot apply.
+    pub fn new(renames: &[(String, String)]) -> Result<Renamed, &'static str> {
+        let mut by_name = table().by_name.iter().map(|(name, &i)| (name.to_string(), i)).collect::<HashMap<_, _, _>>();
+        for (from, to) in renames {
+            let index = by_name.remove(&from.to_ascii_lowercase()).ok_or("No such command in rename-command")?;
+            if !to.is_empty() && by_name.insert(to.to_ascii_lowercase(), index).is_some() {
+                return Err("Target command name already exists");
+            }
+        }
+        let mut callable = vec![false; table().commands.len()];
+        by_name.values().for_each(|&i| callable[i] = true);
+        Ok(Renamed { by_name, callable })
+    }
+
+    /// Makes these the names clients use, for the life of the process.
+    pub fn install(self) {
+        let _ = RENAMED.set(self);
+    }
+
+    fn lookup(&self, name: &[u8]) -> Option<usize> {
+        let name = std::str::from_utf8(name).ok()?;
+        // A renamed command's name can be long (a secret): no fixed buffer.
+        match name.bytes().any(|b| b.is_ascii_uppercase()) {
+            true => self.by_name.get(&name.to_ascii_lowercase()),
+            false => self.by_name.get(name),
+        }
+        .copied()
+    }
+}
+
+/// Which names a command is looked up by: a client's (after
+/// `rename-command`), or those of what was logged or a master sent, where
+/// a command's own name is understood too (Redis's
+/// `lookupCommandOrOriginal`): Keel logs some commands by their own names
+/// (a SET with a relative expiry as `SET ... PXAT`), whatever clients
+/// call them.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Names {
+    Client,
+    Logged,
+}
+
+impl Names {
+    /// The command `names` calls `name`: its index and spec.
+    pub fn lookup(self, name: &[u8]) -> Option<(usize, &'static CommandSpec)> {
+        let table = table();
+        let Some(renamed) = RENAMED.get() else { return table.lookup(name) };
+        match (renamed.lookup(name), self) {
+            (Some(i), _) => Some((i, table.commands[i])),
+            (None, Names::Client) => None,
+            (None, Names::Logged) => table.lookup(name),
+        }
+    }
+
+    /// The top-level commands some name calls, in table order (COMMAND
+    /// lists these, by their own names, as Redis's does).
+    pub fn commands(self) -> Vec<&'static CommandSpec> {
+        let commands = table().commands.iter().copied();
+        match (RENAMED.get(), self) {
+            (Some(renamed), Names::Client) => commands.zip(&renamed.callable).filter(|(_, &callable)| callable).map(|(c, _)| c).collect(),
+            _ => commands.collect(),
+        }
+    }
+
+    /// The names a client's commands go by: a master's and the loader's
+    /// are what was logged.
+    pub fn of(client: &Client) -> Names {
+        match client.is_master || client.is_loader {
+            true => Names::Logged,
+            false => Names::Client,
+        }
+    }
+}
+
 /// The answer to a command that needs the dataset while it loads.
 pub const LOADING_ERROR: &str = "LOADING Keel is loading the dataset in memory";
 
@@ -648,22 +736,28 @@ pub fn shards_for(keyspace: &Keyspace, spec: &CommandSpec, argv: &[&[u8]]) -> Sh
     }
 }
 
-/// Looks `argv[0]` up (and `argv[1]` for container commands) and checks
-/// the arity, answering Redis's errors. The index is the stat index.
+/// Looks `argv[0]` up by a client's names (and `argv[1]` for container
+/// commands) and checks the arity, answering Redis's errors. The index
+/// is the stat index.
 pub fn resolve(argv: &[&[u8]]) -> Result<(usize, &'static CommandSpec), CmdError> {
-    let (index, spec) = lookup(argv)?;
+    resolve_by(Names::Client, argv)
+}
+
+/// [`resolve`] by the given names.
+pub fn resolve_by(names: Names, argv: &[&[u8]]) -> Result<(usize, &'static CommandSpec), CmdError> {
+    let (index, spec) = lookup(names, argv)?;
     if !spec.arity_ok(argv.len()) {
         return Err(CmdError::Arity(spec.name.to_string()));
     }
     Ok((index, spec))
 }
 
-/// [`resolve`] without the arity check: Redis's lookupCommand, whose
+/// [`resolve_by`] without the arity check: Redis's lookupCommand, whose
 /// command a wrong arity counts as a rejected call.
-fn lookup(argv: &[&[u8]]) -> Result<(usize, &'static CommandSpec), CmdError> {
+fn lookup(names: Names, argv: &[&[u8]]) -> Result<(usize, &'static CommandSpec), CmdError> {
     let name = argv[0];
     let table = table();
-    let Some((index, spec)) = table.lookup(name) else {
+    let Some((index, spec)) = names.lookup(name) else {
         return Err(unknown_command(argv));
     };
     if spec.subcommands.is_empty() || argv.len() < 2 {
@@ -864,12 +958,13 @@ pub fn execute(
         client.close_after_reply = true;
     }
     // CLIENT CACHING lasts one command (any CLIENT subcommand keeps it),
-    // or one transaction.
-    if client.caching && client.multi.is_none() && !argv[0].eq_ignore_ascii_case(b"client") {
+    // or one transaction; ASKING likewise. Known by the command, whatever
+    // `rename-command` calls it.
+    let ran = |client: &Client, name: &str| Names::of(client).lookup(argv[0]).is_some_and(|(_, spec)| spec.name == name);
+    if client.caching && client.multi.is_none() && !ran(client, "client") {
         client.caching = false;
     }
-    // ASKING lasts one command, or one transaction.
-    if client.asking && client.multi.is_none() && !argv[0].eq_ignore_ascii_case(b"asking") {
+    if client.asking && client.multi.is_none() && !ran(client, "asking") {
         client.asking = false;
     }
     lsn
@@ -884,7 +979,8 @@ fn dispatch(
     now_ms: u64,
     lsn: &mut u64,
 ) -> CmdResult {
-    let resolved = resolve(argv);
+    let names = Names::of(client);
+    let resolved = resolve_by(names, argv);
     // Redis's `lastcmd`, CLIENT LIST's `cmd`: the command being run (or
     // queued, or refused), not the one before it.
     if let Ok((index, spec)) = resolved {
@@ -901,7 +997,7 @@ fn dispatch(
     let (index, spec) = match resolved {
         Ok(found) => found,
         Err(e) => {
-            if let (CmdError::Arity(_), Ok((index, _))) = (&e, lookup(argv)) {
+            if let (CmdError::Arity(_), Ok((index, _))) = (&e, lookup(names, argv)) {
                 stats.commands[index].rejected_calls.fetch_add(1, Ordering::Relaxed);
             }
             if let Some(multi) = client.multi.as_mut() {
@@ -1295,6 +1391,23 @@ pub(crate) fn send_to_monitors(server: &Server, client: &Client, argv: &[&[u8]],
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `rename-command` lines apply in turn, case-insensitively, with
+    /// Redis's errors for a name no command has and one some command has.
+    #[test]
+    fn renames_apply_in_turn() {
+        let renames = |pairs: &[(&str, &str)]| Renamed::new(&pairs.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect::<Vec<_>>());
+        let renamed = renames(&[("GET", "fetch"), ("set", ""), ("fetch", "Obtain")]).expect("valid");
+        let (get, _) = table().lookup(b"get").expect("in the table");
+        assert_eq!(renamed.lookup(b"OBTAIN"), Some(get));
+        assert_eq!((renamed.lookup(b"get"), renamed.lookup(b"fetch"), renamed.lookup(b"set")), (None, None, None));
+        assert!(renamed.lookup(b"del").is_some());
+        let (set, _) = table().lookup(b"set").expect("in the table");
+        assert!(!renamed.callable[set] && renamed.callable[get]);
+        assert_eq!(renames(&[("set", ""), ("set", "put")]).err(), Some("No such command in rename-command"));
+        assert_eq!(renames(&[("config|get", "cg")]).err(), Some("No such command in rename-command"));
+        assert_eq!(renames(&[("get", "DEL")]).err(), Some("Target command name already exists"));
+    }
 
     /// Key positions as Redis's (first, last, step) give them, for commands
     /// of one key, several, every other argument, and with missing or extra

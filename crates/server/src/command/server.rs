@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use super::parse::eq;
 use super::digest;
 use super::keyspec::{self, Begin, Find, KeySpec};
-use super::{acl, cmd, flags, flags::*, table, CmdError, CmdResult, CommandSpec, Ctx, Keys};
+use super::{acl, cmd, flags, flags::*, table, CmdError, Names, CmdResult, CommandSpec, Ctx, Keys};
 use crate::server::{unix_ms, unix_us, Metric, REDIS_VERSION};
 
 pub static COMMANDS: &[CommandSpec] = &[
@@ -1085,6 +1085,9 @@ fn config_set(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     if next.loglevel != config.loglevel {
         crate::process::apply_loglevel(&next);
     }
+    if next.proc_title_template != config.proc_title_template {
+        crate::proc_title::apply(&next);
+    }
     // Redis's CONFIG SET dir chdir()s there.
     if next.dir != config.dir {
         if let Err(e) = std::env::set_current_dir(&next.dir) {
@@ -1365,10 +1368,11 @@ fn reply_command_docs(ctx: &mut Ctx<'_>, spec: &CommandSpec) {
     }
 }
 
-/// A command by its full name: "get", or "config|get" for a subcommand.
+/// A command by the full name a client calls it: "get", or "config|get"
+/// for a subcommand.
 pub(super) fn lookup_full_name(name: &[u8]) -> Option<&'static CommandSpec> {
     let mut parts = name.splitn(2, |&b| b == b'|');
-    let (_, parent) = table().lookup(parts.next()?)?;
+    let (_, parent) = Names::Client.lookup(parts.next()?)?;
     match parts.next() {
         None => Some(parent),
         Some(sub) => parent.subcommand(sub).map(|(_, s)| s),
@@ -1376,7 +1380,7 @@ pub(super) fn lookup_full_name(name: &[u8]) -> Option<&'static CommandSpec> {
 }
 
 fn command_all(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
-    let commands = &table().commands;
+    let commands = Names::Client.commands();
     ctx.out.array(commands.len());
     for spec in commands {
         reply_command_info(ctx, spec);
@@ -1385,7 +1389,7 @@ fn command_all(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
 }
 
 fn command_count(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
-    ctx.out.int(table().commands.len() as i64);
+    ctx.out.int(Names::Client.commands().len() as i64);
     Ok(())
 }
 
@@ -1405,7 +1409,7 @@ fn command_info(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
 
 fn command_docs(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     let specs: Vec<&CommandSpec> = if argv.len() == 2 {
-        table().commands.clone()
+        Names::Client.commands()
     } else {
         argv[2..].iter().filter_map(|n| lookup_full_name(n)).collect()
     };
@@ -1421,7 +1425,7 @@ fn command_docs(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
 /// and their key-spec flags, or Redis's error.
 fn getkeys(argv: &[&[u8]]) -> Result<Vec<(usize, u16)>, CmdError> {
     let inner = &argv[2..];
-    let Some((_, parent)) = table().lookup(inner[0]) else {
+    let Some((_, parent)) = Names::Client.lookup(inner[0]) else {
         return Err(CmdError::other("ERR Invalid command specified"));
     };
     let spec = match (parent.subcommands.is_empty(), inner.get(1)) {
@@ -1491,10 +1495,10 @@ fn command_list(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
             return Err(CmdError::Syntax);
         }
     }
-    let names: Vec<&str> = table()
-        .commands
-        .iter()
-        .flat_map(|c| std::iter::once(*c).chain(c.subcommands.iter()))
+    let names: Vec<&str> = Names::Client
+        .commands()
+        .into_iter()
+        .flat_map(|c| std::iter::once(c).chain(c.subcommands.iter()))
         .filter(|spec| match &filter {
             Filter::None => true,
             // Keel loads no modules.

@@ -11,7 +11,7 @@ use keel_engine::Shards;
 use smallvec::SmallVec;
 
 use super::keyspec::*;
-use super::{cmd, flags::*, range, resolve, run, CmdError, CmdResult, CommandSpec, Ctx, Keys};
+use super::{cmd, flags::*, range, resolve_by, run, CmdError, CmdResult, CommandSpec, Ctx, Keys};
 use crate::client::{Client, Multi};
 use crate::server::Server;
 
@@ -114,8 +114,9 @@ fn exec(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
     let keyspace = ctx.dbs.keyspace;
     let (mut all, mut scripts) = (false, false);
     let mut shards: SmallVec<[usize; 4]> = SmallVec::new();
+    let names = super::Names::of(ctx.client);
     for argv in &queued {
-        if let Ok((_, spec)) = resolve(argv) {
+        if let Ok((_, spec)) = resolve_by(names, argv) {
             all |= spec.has(ALL_SHARDS);
             scripts |= spec.has(ALL_SHARDS) && spec.group == "scripting";
             shards.extend(spec.key_indexes(argv).iter().map(|&i| keyspace.shard_of_key(argv[i])));
@@ -158,7 +159,7 @@ fn exec(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
     ctx.out.array(queued.len());
     ctx.durability.in_transaction = true;
     for argv in &queued {
-        let result = match resolve(argv) {
+        let result = match resolve_by(names, argv) {
             // The user's rules may have changed since the command was
             // queued: Redis checks them again at EXEC.
             Ok((index, spec)) if ctx.client.user.as_ref().is_some_and(|u| !u.unrestricted()) => {
