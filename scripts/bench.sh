@@ -20,6 +20,9 @@
 # memtier_benchmark options to the load: LOAD_ARGS=--distinct-client-seed
 # gives each connection its own keys (by default every connection draws
 # the same sequence, so W1 writes about 1/100 as many distinct keys).
+# TLS_CERTS=<dir> runs both servers with TLS only and memtier_benchmark
+# over TLS: the directory holds ca.crt, server.crt, server.key, client.crt
+# and client.key (Redis's utils/gen-test-certs.sh makes them in tests/tls).
 set -euo pipefail
 memtier=$1 workload=$2 persistence=$3 runs=${4:-3} seconds=${5:-10}
 cd "$(dirname "$0")/.."
@@ -42,15 +45,22 @@ case $workload in
     *) echo "workload: w1 | w2-<size>-<sets>:<gets>" >&2; exit 2 ;;
 esac
 
+tls_server=() tls_client=()
+if [ -n "${TLS_CERTS:-}" ]; then
+    tls_server=(--tls-cert-file "$TLS_CERTS/server.crt" --tls-key-file "$TLS_CERTS/server.key" --tls-ca-cert-file "$TLS_CERTS/ca.crt")
+    tls_client=(--tls --cacert "$TLS_CERTS/ca.crt" --cert "$TLS_CERTS/client.crt" --key "$TLS_CERTS/client.key")
+fi
 start() { # name port -> starts the server in its own directory
     local dir=$work/$1-$2; mkdir -p "$dir"
+    local ports=(--port "$2")
+    if [ -n "${TLS_CERTS:-}" ]; then ports=(--port 0 --tls-port "$2" "${tls_server[@]}"); fi
     if [ "$1" = keel ]; then
-        taskset -c 1 "$keel" --port "$2" --threads "${KEEL_THREADS:-1}" --dir "$dir" --save '' "${keel_flags[@]}" >"$dir/log" 2>&1 &
+        taskset -c 1 "$keel" "${ports[@]}" --threads "${KEEL_THREADS:-1}" --dir "$dir" --save '' "${keel_flags[@]}" >"$dir/log" 2>&1 &
     else
-        taskset -c 1 redis-server --port "$2" --dir "$dir" --save '' "${redis_flags[@]}" >"$dir/log" 2>&1 &
+        taskset -c 1 redis-server "${ports[@]}" --dir "$dir" --save '' "${redis_flags[@]}" >"$dir/log" 2>&1 &
     fi
     echo $! >"$work/$1.pid"
-    for _ in $(seq 100); do redis-cli -p "$2" ping >/dev/null 2>&1 && return; sleep 0.05; done
+    for _ in $(seq 100); do redis-cli "${tls_client[@]}" -p "$2" ping >/dev/null 2>&1 && return; sleep 0.05; done
     echo "$1 did not start" >&2; exit 1
 }
 # utime + stime of a pid and of its children reaped so far: Redis's
@@ -59,7 +69,7 @@ cpu_ticks() { awk '{print $14 + $15 + $16 + $17}' "/proc/$1/stat"; }
 measure() { # port pid -> "ops avg p99 cpu-seconds-per-million-ops"
     local before after
     before=$(cpu_ticks "$2")
-    taskset -c 0 "$memtier" -s 127.0.0.1 -p "$1" "${load[@]}" ${LOAD_ARGS:-} --test-time "$seconds" \
+    taskset -c 0 "$memtier" -s 127.0.0.1 -p "$1" "${tls_client[@]}" "${load[@]}" ${LOAD_ARGS:-} --test-time "$seconds" \
         --hide-histogram --print-percentiles 50,99 2>/dev/null >"$work/out"
     after=$(cpu_ticks "$2")
     awk -v t=$((after - before)) -v hz="$(getconf CLK_TCK)" -v s="$seconds" \

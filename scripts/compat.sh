@@ -15,7 +15,11 @@
 # COMPAT_UNIT_TIMEOUT (seconds, default 600) bounds each unit,
 # COMPAT_SKIP_TEST passes one `--skiptest` to runtest (a test name, or a
 # regexp after a leading /) for every server alike,
-# COMPAT_LOG_DIR names the log directory (default: a new mktemp -d).
+# COMPAT_LOG_DIR names the log directory (default: a new mktemp -d),
+# COMPAT_TLS=1 runs the suite over TLS (runtest --tls): each server then
+# listens with TLS only, on the certificates the checkout's
+# utils/gen-test-certs.sh makes in its tests/tls (needs openssl, tcl-tls
+# and redis-cli).
 # Needs bash and coreutils (timeout, mktemp) only.
 set -uo pipefail
 
@@ -63,6 +67,8 @@ KEEL_SERVER_FLAGS=(--bind 127.0.0.1 --appendonly no --threads 1)
 RUNTEST_TAGS="${COMPAT_TAGS:--needs:debug}"
 RUNTEST_ARGS=(--tags "$RUNTEST_TAGS" --durable --ignore-encoding --timeout 180)
 if [[ -n "${COMPAT_SKIP_TEST:-}" ]]; then RUNTEST_ARGS+=(--skiptest "$COMPAT_SKIP_TEST"); fi
+TLS="${COMPAT_TLS:-}"
+if [[ -n "$TLS" ]]; then RUNTEST_ARGS+=(--tls); fi
 
 UNIT_TIMEOUT="${COMPAT_UNIT_TIMEOUT:-600}"   # hard bound per unit (seconds)
 
@@ -94,6 +100,12 @@ for s in "$@"; do
     servers+=("$s")
 done
 
+tls_dir="$redis_dir/tests/tls"
+if [[ -n "$TLS" && ! -f "$tls_dir/server.crt" ]]; then
+    (cd "$redis_dir" && ./utils/gen-test-certs.sh >/dev/null 2>&1) ||
+        { echo "could not make the TLS certificates in $tls_dir" >&2; exit 2; }
+fi
+
 log_dir="${COMPAT_LOG_DIR:-$(mktemp -d "${TMPDIR:-/tmp}/keel-compat.XXXXXX")}"
 mkdir -p "$log_dir"
 echo "raw logs: $log_dir" >&2
@@ -113,6 +125,12 @@ port_in_use() {
 
 # 0 if a server on 127.0.0.1:$1 answers PING with +PONG (or any -error).
 pings() (
+    if [[ -n "$TLS" ]]; then
+        reply=$(redis-cli --tls --cacert "$tls_dir/ca.crt" --cert "$tls_dir/client.crt" \
+            --key "$tls_dir/client.key" -p "$1" ping 2>&1) || exit 1
+        [[ "$reply" == PONG* || "$reply" == ERR* ]]
+        exit
+    fi
     exec 3<>"/dev/tcp/127.0.0.1/$1" || exit 1
     printf 'PING\r\n' >&3
     IFS= read -r -t 2 line <&3 || exit 1
@@ -160,8 +178,13 @@ start_server() {
     for tries in 1 2 3 4 5; do
         server_port="$(pick_port)" || return 1
         data="$(mktemp -d "$log_dir/data.XXXXXX")" || return 1
-        echo "+ $bin --port $server_port ${flags[*]} --dir $data" >>"$log"
-        "$bin" --port "$server_port" "${flags[@]}" --dir "$data" >>"$log" 2>&1 </dev/null &
+        local ports=(--port "$server_port")
+        if [[ -n "$TLS" ]]; then
+            ports=(--port 0 --tls-port "$server_port" --tls-cert-file "$tls_dir/server.crt"
+                --tls-key-file "$tls_dir/server.key" --tls-ca-cert-file "$tls_dir/ca.crt")
+        fi
+        echo "+ $bin ${ports[*]} ${flags[*]} --dir $data" >>"$log"
+        "$bin" "${ports[@]}" "${flags[@]}" --dir "$data" >>"$log" 2>&1 </dev/null &
         server_pid=$!
         for _ in $(seq 1 100); do       # up to ~10 s
             if ! kill -0 "$server_pid" 2>/dev/null; then break; fi

@@ -4,7 +4,8 @@
 # interop tests, redis-tools for redis-cli and redis-check-aof, memcached
 # for keel-bench's memcache_text tests and the memcached differential
 # tests, libmemcached-tools for memccapable, chromium for keel-bench's
-# --report test), then the whole cargo test suite.
+# --report test, openssl for the TLS tests' certificates), then the whole
+# cargo test suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -14,6 +15,7 @@ command -v redis-cli >/dev/null || need+=(redis-tools)
 command -v memcached >/dev/null || need+=(memcached)
 command -v memccapable >/dev/null || need+=(libmemcached-tools)
 command -v chromium >/dev/null || need+=(chromium)
+command -v openssl >/dev/null || need+=(openssl)
 if [ ${#need[@]} -gt 0 ]; then
     sudo=""
     [ "$(id -u)" -eq 0 ] || sudo="sudo"

@@ -189,6 +189,8 @@ pub struct Client {
     /// The journal's replay at start: runs while other clients are told
     /// -LOADING.
     pub is_loader: bool,
+    /// Connected on `tls-port` (`crate::tls`).
+    pub tls: bool,
     /// The replication link's client (`replica.rs`): what the master
     /// sends runs as it, exempt from READONLY and the OOM and MISCONF
     /// refusals, as Redis's CLIENT_MASTER.
@@ -247,6 +249,7 @@ impl Client {
             woff: 0,
             replconf: None,
             handoff: None,
+            tls: false,
             pushed_to: 0,
             oom: false,
             asking: false,

@@ -385,6 +385,8 @@ pub struct Config {
     pub encoding: keel_engine::EncodingLimits,
     /// Cluster mode's settings (`cluster-*`, `crate::cluster`).
     pub cluster: ClusterSettings,
+    /// TLS's (`tls-*`, `crate::tls`).
+    pub tls: TlsSettings,
     /// The file the configuration was read from, absolute (CONFIG REWRITE
     /// writes it back; INFO config_file shows it).
     pub config_file: Option<PathBuf>,
@@ -451,6 +453,48 @@ impl Default for DefragSettings {
 /// Redis's words where its allocator cannot defragment.
 const NO_DEFRAG: &str = "Active defragmentation cannot be enabled: it requires a Redis server compiled with a modified \
                          Jemalloc like the one shipped by default with the Redis source distribution";
+
+/// The `tls-*` settings Keel serves (`crate::tls`), with Redis 7.0's
+/// names and defaults; an unset file is None (Redis's
+/// EMPTY_STRING_IS_NULL).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsSettings {
+    /// `tls-port`: where clients connect over TLS; 0, nowhere.
+    pub port: u16,
+    pub cert_file: Option<String>,
+    pub key_file: Option<String>,
+    pub ca_cert_file: Option<String>,
+    pub ca_cert_dir: Option<String>,
+    /// `tls-auth-clients`: `yes` (a client must show a certificate the CAs
+    /// signed), `optional` (one it shows must be), or `no`.
+    pub auth_clients: String,
+    /// `tls-protocols`: the versions offered; None, TLSv1.2 and TLSv1.3.
+    pub protocols: Option<String>,
+    /// `tls-prefer-server-ciphers`: the server's order of cipher suites
+    /// wins over the client's.
+    pub prefer_server_ciphers: bool,
+    /// `tls-session-caching` and `tls-session-cache-size`: sessions kept
+    /// for clients to resume.
+    pub session_caching: bool,
+    pub session_cache_size: u32,
+}
+
+impl Default for TlsSettings {
+    fn default() -> Self {
+        TlsSettings {
+            port: 0,
+            cert_file: None,
+            key_file: None,
+            ca_cert_file: None,
+            ca_cert_dir: None,
+            auth_clients: "yes".into(),
+            protocols: None,
+            prefer_server_ciphers: false,
+            session_caching: true,
+            session_cache_size: 20 * 1024,
+        }
+    }
+}
 
 /// The `cluster-*` settings, with Redis 7.0's names and defaults.
 #[derive(Debug, Clone)]
@@ -654,6 +698,7 @@ impl Default for Config {
             aof_disable_auto_gc: false,
             encoding: Default::default(),
             cluster: Default::default(),
+            tls: Default::default(),
             config_file: None,
             renamed_commands: Vec::new(),
             set_proc_title: true,
@@ -1434,26 +1479,29 @@ pub static DIRECTIVES: &[Directive] = &[
             Ok(())
         },
     },
-    // TLS: a configuration that leaves it off loads.
-    inert!("tls-port", "0"),
-    inert!("tls-cert-file", ""),
-    inert!("tls-key-file", ""),
+    // TLS for clients (`crate::tls`).
+    directive!("tls-port", true, num(0, 65535), tls.port),
+    directive!("tls-cert-file", true, optional_string, tls.cert_file),
+    directive!("tls-key-file", true, optional_string, tls.key_file),
+    directive!("tls-ca-cert-file", true, optional_string, tls.ca_cert_file),
+    directive!("tls-ca-cert-dir", true, optional_string, tls.ca_cert_dir),
+    directive!("tls-auth-clients", true, enum ["no", "yes", "optional"], tls.auth_clients),
+    directive!("tls-protocols", true, optional_string, tls.protocols),
+    directive!("tls-prefer-server-ciphers", true, bool, tls.prefer_server_ciphers),
+    directive!("tls-session-caching", true, bool, tls.session_caching),
+    directive!("tls-session-cache-size", true, num(0, i32::MAX as u32), tls.session_cache_size),
+    // What Keel's TLS does not have: encrypted keys, OpenSSL's cipher
+    // lists and DH parameters, a session timeout of its own choosing, and
+    // TLS on the links Keel opens (replication, the cluster bus).
     inert!("tls-key-file-pass", ""),
     inert!("tls-client-cert-file", ""),
     inert!("tls-client-key-file", ""),
     inert!("tls-client-key-file-pass", ""),
     inert!("tls-dh-params-file", ""),
-    inert!("tls-ca-cert-file", ""),
-    inert!("tls-ca-cert-dir", ""),
-    inert!("tls-auth-clients", "yes"),
     inert!("tls-replication", "no"),
     inert!("tls-cluster", "no"),
-    inert!("tls-protocols", ""),
     inert!("tls-ciphers", ""),
     inert!("tls-ciphersuites", ""),
-    inert!("tls-prefer-server-ciphers", "no"),
-    inert!("tls-session-caching", "yes"),
-    inert!("tls-session-cache-size", "20480"),
     inert!("tls-session-cache-timeout", "300"),
     directive!("replica-priority", true, num(0, i32::MAX as u32), replica_priority),
     directive!("slave-priority", true, num(0, i32::MAX as u32), replica_priority),

@@ -25,7 +25,7 @@
 //! [`notify`] turns changes to keys into such messages; [`tracking`] is
 //! client-side caching (CLIENT TRACKING: who tracks, and the invalidations
 //! of the keys each command changed, out of the per-shard tables);
-//! [`memcache`] runs
+//! [`tls`] speaks TLS with clients on `tls-port`; [`memcache`] runs
 //! the requests of memcached clients (on `memcached-port`) as the Redis
 //! commands they stand for; [`metrics`] answers Prometheus's scrapes (on
 //! `metrics-port`) with INFO's figures; [`replication`] serves replicas
@@ -95,6 +95,7 @@ pub mod slowlog;
 pub mod snapshot;
 pub mod supervision;
 pub mod syslog;
+pub mod tls;
 pub mod tracking;
 pub mod watchdog;
 pub mod worker;
@@ -127,10 +128,23 @@ pub fn run(config: Config) -> io::Result<()> {
         0 => std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
         n => n,
     };
+    // Before its port listens, as Redis's.
+    let tls = match tls::wanted(&config) {
+        true => Some(tls::server_config(&config.tls).map_err(|why| {
+            tracing::warn!("{why}");
+            io::Error::other("Failed to configure TLS. Check logs for more info.")
+        })?),
+        false => None,
+    };
     let tcp = listen::bind_on(&config, config.port, threads)?;
     let memcache = listen::bind_on(&config, config.memcached_port, threads)?;
-    let mut per_worker: Vec<Listeners> =
-        tcp.into_iter().zip(memcache).map(|(tcp, memcache)| Listeners { tcp, memcache, unix: None }).collect();
+    let on_tls = listen::bind_on(&config, config.tls.port, threads)?;
+    let mut per_worker: Vec<Listeners> = tcp
+        .into_iter()
+        .zip(memcache)
+        .zip(on_tls)
+        .map(|((tcp, memcache), tls)| Listeners { tcp, memcache, tls, unix: None })
+        .collect();
     if let Some(path) = &config.unixsocket {
         let _ = std::fs::remove_file(path);
         let listener = mio::net::UnixListener::bind(path)?;
@@ -153,6 +167,7 @@ pub fn run(config: Config) -> io::Result<()> {
         false => (None, None),
     };
     let server = Arc::new(Server::new(config, threads, journal, cluster));
+    *server.tls.write() = tls;
     let users = server.acl.start(&server.config.read());
     users.map_err(io::Error::other)?;
     // Clients are accepted from the start: while the data loads they wait,
@@ -172,7 +187,14 @@ pub fn run(config: Config) -> io::Result<()> {
         // Each durable advance wakes the workers holding replies for it.
         durability::attach(&server, journal);
     }
-    tracing::info!("Keel listening on port {} with {threads} threads", server.config.read().port);
+    let (port, tls_port) = {
+        let config = server.config.read();
+        (config.port, config.tls.port)
+    };
+    match tls_port {
+        0 => tracing::info!("Keel listening on port {port} with {threads} threads"),
+        _ => tracing::info!("Keel listening on port {port} and TLS port {tls_port} with {threads} threads"),
+    }
     let io_threads = server.config.read().io_threads;
     if io_threads > 1 {
         tracing::info!("io-threads {io_threads}: each of Keel's {threads} workers does its own connections' I/O; io-threads changes nothing");

@@ -1,4 +1,4 @@
-//! Sockets: the listeners on `port` and `memcached-port` (one
+//! Sockets: the listeners on `port`, `tls-port` and `memcached-port` (one
 //! SO_REUSEPORT listener per worker on each `bind` address) and on
 //! `metrics-port` (the metrics thread's), their replacement when CONFIG
 //! SET changes one of them or `bind`, the plain ones of the cluster bus,
@@ -56,6 +56,11 @@ impl PortListeners {
     /// The workers' listeners on `memcached-port`.
     pub fn memcache() -> PortListeners {
         PortListeners::new(|c| c.memcached_port, crate::worker::memcache_listener_token)
+    }
+
+    /// The workers' listeners on `tls-port`.
+    pub fn tls() -> PortListeners {
+        PortListeners::new(|c| c.tls.port, crate::worker::tls_listener_token)
     }
 
     /// The metrics thread's on `metrics-port`.

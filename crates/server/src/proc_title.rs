@@ -178,6 +178,16 @@ mod tests {
         assert_eq!(expand("{listen-addr}", "", &c).as_deref(), Some("*:7000"));
     }
 
+    proptest::proptest! {
+        /// Any template expands or is refused, without a panic; text with
+        /// no brace comes out as it went in, trimmed.
+        #[test]
+        fn any_template_expands_or_is_refused(template in "[ a-z{}-]{0,24}", plain in "[ a-z-]{0,24}") {
+            let _ = expand(&template, "keel", &config());
+            proptest::prop_assert_eq!(expand(&plain, "keel", &config()), Some(plain.trim_matches(' ').to_string()));
+        }
+    }
+
     #[test]
     fn a_template_that_expands_to_nothing_is_invalid() {
         let c = config();

@@ -235,6 +235,12 @@ pub struct Server {
     /// `metrics-port`.
     pub memcache_listeners: crate::listen::PortListeners,
     pub metrics_listeners: crate::listen::PortListeners,
+    /// The workers' listeners on `tls-port`, and what a connection there
+    /// speaks TLS with (`crate::tls`): set while `tls-port` is, and made
+    /// again when CONFIG SET changes a `tls-*` setting (new connections
+    /// take the new one).
+    pub tls_listeners: crate::listen::PortListeners,
+    pub tls: RwLock<Option<Arc<rustls::ServerConfig>>>,
     /// The one stream of changes and whether `appendonly` logs to it now
     /// (switchable at run time): see [`Server::journal`].
     pub aof: crate::durability::Aof,
@@ -418,6 +424,8 @@ impl Server {
             listeners: crate::listen::PortListeners::resp(),
             memcache_listeners: crate::listen::PortListeners::memcache(),
             metrics_listeners: crate::listen::PortListeners::metrics(),
+            tls_listeners: crate::listen::PortListeners::tls(),
+            tls: RwLock::new(None),
             aof: crate::durability::Aof::new(journal, config_fsync),
             loading: AtomicBool::new(false),
             async_loading: AtomicBool::new(false),

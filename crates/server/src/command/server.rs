@@ -1022,13 +1022,36 @@ fn config_set(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
             Err(ConfigError::Unknown) => return Err(failed(canonical, "Bad directive or wrong number of arguments")),
         }
     }
-    // Redis's apply functions. First updatePort and applyBind: the
-    // listeners move (Keel's memcached and metrics ports as `port`), or
-    // stay where they were; moved back if a later step fails.
+    // Redis's apply functions. First applyTlsCfg, before `tls-port`
+    // listens: TLS is made again whenever a `tls-*` setting is named,
+    // changed or not, as Redis's VOLATILE file settings are (a certificate
+    // replaced in place is read again); put back if a later step fails.
     let server = ctx.server;
-    let sets = [("port", &server.listeners), ("memcached-port", &server.memcache_listeners), ("metrics-port", &server.metrics_listeners)];
+    let old_tls = server.tls.read().clone();
+    let restore_tls = || *server.tls.write() = old_tls.clone();
+    if let Some((name, _)) = pairs.iter().find(|(n, _)| n.to_ascii_lowercase().starts_with("tls-")) {
+        if crate::tls::wanted(&next) {
+            match crate::tls::server_config(&next.tls) {
+                Ok(made) => *server.tls.write() = Some(made),
+                Err(why) => {
+                    tracing::warn!("{why}");
+                    return Err(failed(name, crate::tls::UPDATE_FAILED));
+                }
+            }
+        }
+    }
+    // Then updatePort and applyBind: the listeners move (Keel's memcached
+    // and metrics ports as `port`), or stay where they were; moved back if
+    // a later step fails.
+    let sets = [
+        ("port", &server.listeners),
+        ("tls-port", &server.tls_listeners),
+        ("memcached-port", &server.memcache_listeners),
+        ("metrics-port", &server.metrics_listeners),
+    ];
     let mut moved = Vec::new();
     let move_back = |moved: &[&crate::listen::PortListeners]| {
+        restore_tls();
         for set in moved.iter().rev() {
             if let Err(again) = set.rebind(&next, &config) {
                 tracing::warn!("CONFIG SET could not listen on port {} again: {again}", set.port(&config));

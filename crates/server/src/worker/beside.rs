@@ -197,6 +197,9 @@ impl Beside {
         for (i, listener) in self.doors.memcache.lock().iter().enumerate() {
             watch(fd, listener.as_raw_fd(), LISTENER | door_data(Door::Memcache(i)))?;
         }
+        for (i, listener) in self.doors.tls.lock().iter().enumerate() {
+            watch(fd, listener.as_raw_fd(), LISTENER | door_data(Door::Tls(i)))?;
+        }
         if let Some(listener) = &self.doors.unix {
             watch(fd, listener.as_raw_fd(), LISTENER | door_data(Door::Unix))?;
         }
@@ -270,16 +273,18 @@ fn serve_conn(server: &Server, stats: &WorkerStats, conn: &mut Conn, limits: &Pa
 
 fn door_data(door: Door) -> u64 {
     match door {
-        Door::Tcp(i) => 3 * i as u64,
-        Door::Memcache(i) => 3 * i as u64 + 1,
-        Door::Unix => 2,
+        Door::Tcp(i) => 4 * i as u64,
+        Door::Memcache(i) => 4 * i as u64 + 1,
+        Door::Tls(i) => 4 * i as u64 + 2,
+        Door::Unix => 3,
     }
 }
 
 fn door_of(data: u64) -> Door {
-    match data % 3 {
-        0 => Door::Tcp((data / 3) as usize),
-        1 => Door::Memcache((data / 3) as usize),
+    match data % 4 {
+        0 => Door::Tcp((data / 4) as usize),
+        1 => Door::Memcache((data / 4) as usize),
+        2 => Door::Tls((data / 4) as usize),
         _ => Door::Unix,
     }
 }

@@ -30,6 +30,8 @@ const TCP_LISTENER: Token = Token(usize::MAX - 2);
 const UNIX_LISTENER: Token = Token(usize::MAX - 3);
 /// The first memcached listener's token; the next ones count down from it.
 const MEMCACHE_LISTENER: Token = Token(usize::MAX - 200);
+/// The first `tls-port` listener's token; the next ones count down from it.
+const TLS_LISTENER: Token = Token(usize::MAX - 400);
 /// At most this many listeners per protocol (`bind` addresses).
 const LISTENERS_MAX: usize = 64;
 
@@ -41,6 +43,11 @@ pub fn tcp_listener_token(i: usize) -> Token {
 /// The token of a worker's `i`th listener on `memcached-port`.
 pub fn memcache_listener_token(i: usize) -> Token {
     Token(MEMCACHE_LISTENER.0 - i)
+}
+
+/// The token of a worker's `i`th listener on `tls-port`.
+pub fn tls_listener_token(i: usize) -> Token {
+    Token(TLS_LISTENER.0 - i)
 }
 
 /// Read granularity; the buffer grows past it only for a request that
@@ -70,6 +77,8 @@ const YIELD_TO_WRITER_AFTER: Duration = Duration::from_micros(200);
 enum Stream {
     Tcp(TcpStream),
     Unix(UnixStream),
+    /// On `tls-port`.
+    Tls(Box<crate::tls::TlsStream>),
 }
 
 impl Stream {
@@ -77,6 +86,7 @@ impl Stream {
         match self {
             Stream::Tcp(s) => std::os::fd::AsRawFd::as_raw_fd(s),
             Stream::Unix(s) => std::os::fd::AsRawFd::as_raw_fd(s),
+            Stream::Tls(s) => std::os::fd::AsRawFd::as_raw_fd(&s.sock),
         }
     }
 
@@ -84,7 +94,34 @@ impl Stream {
         match self {
             Stream::Tcp(s) => s,
             Stream::Unix(s) => s,
+            Stream::Tls(s) => &mut s.sock,
         }
+    }
+
+    /// Whether a short read may leave bytes behind: a TLS session hands
+    /// out one record's plaintext at a time, so only `WouldBlock` says the
+    /// socket is drained.
+    fn reads_by_record(&self) -> bool {
+        matches!(self, Stream::Tls(_))
+    }
+
+    /// Sends what a TLS session holds (encrypted replies the socket did
+    /// not take before); what it still does not take waits for the next
+    /// writable event.
+    fn send_held(&mut self) -> io::Result<()> {
+        match self {
+            Stream::Tls(s) => match s.send_held() {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(()),
+                done => done,
+            },
+            _ => Ok(()),
+        }
+    }
+
+    /// Whether output the worker counts as written still waits in a TLS
+    /// session.
+    fn holds_output(&self) -> bool {
+        matches!(self, Stream::Tls(s) if s.holds_output())
     }
 }
 
@@ -98,6 +135,8 @@ impl Stream {
         let link = match self {
             Stream::Tcp(s) => Link::Tcp(unsafe { std::net::TcpStream::from_raw_fd(s.into_raw_fd()) }),
             Stream::Unix(s) => Link::Unix(unsafe { std::os::unix::net::UnixStream::from_raw_fd(s.into_raw_fd()) }),
+            // SYNC refuses such a client first (`command::replication`).
+            Stream::Tls(_) => return Err(io::Error::new(io::ErrorKind::Unsupported, "Keel serves no replica over TLS yet")),
         };
         link.set_nonblocking(false)?;
         Ok(link)
@@ -109,6 +148,7 @@ impl Read for Stream {
         match self {
             Stream::Tcp(s) => s.read(buf),
             Stream::Unix(s) => s.read(buf),
+            Stream::Tls(s) => s.read(buf),
         }
     }
 }
@@ -118,6 +158,7 @@ impl Write for Stream {
         match self {
             Stream::Tcp(s) => s.write(buf),
             Stream::Unix(s) => s.write(buf),
+            Stream::Tls(s) => s.write(buf),
         }
     }
     fn flush(&mut self) -> io::Result<()> {
@@ -200,6 +241,8 @@ pub struct Listeners {
     pub tcp: Vec<TcpListener>,
     /// On `memcached-port`.
     pub memcache: Vec<TcpListener>,
+    /// On `tls-port`.
+    pub tls: Vec<TcpListener>,
     pub unix: Option<UnixListener>,
 }
 
@@ -209,6 +252,7 @@ pub struct Listeners {
 pub(crate) struct Doors {
     tcp: crate::listen::SharedListeners,
     memcache: crate::listen::SharedListeners,
+    tls: crate::listen::SharedListeners,
     unix: Option<UnixListener>,
 }
 
@@ -260,16 +304,17 @@ pub struct Worker {
 impl Worker {
     pub fn new(index: usize, server: Arc<Server>, listeners: Listeners) -> io::Result<Worker> {
         let poll = Poll::new()?;
-        let Listeners { tcp, memcache, mut unix } = listeners;
+        let Listeners { tcp, memcache, tls, mut unix } = listeners;
         let tcp = server.listeners.attach(poll.registry().try_clone()?, tcp)?;
         let memcache = server.memcache_listeners.attach(poll.registry().try_clone()?, memcache)?;
+        let tls = server.tls_listeners.attach(poll.registry().try_clone()?, tls)?;
         if let Some(l) = unix.as_mut() {
             poll.registry().register(l, UNIX_LISTENER, Interest::READABLE)?;
         }
         let waker = mio::Waker::new(poll.registry(), WAKER)?;
         let mailbox = Arc::new(Mailbox { queue: Default::default(), waker, awaiting_durable: false.into() });
         let stats = server.workers[index].clone();
-        let doors = Arc::new(Doors { tcp, memcache, unix });
+        let doors = Arc::new(Doors { tcp, memcache, tls, unix });
         Ok(Worker {
             index,
             server,
@@ -346,6 +391,7 @@ impl Worker {
                     t if t.0 <= MEMCACHE_LISTENER.0 && t.0 > MEMCACHE_LISTENER.0 - LISTENERS_MAX => {
                         self.accept(Door::Memcache(MEMCACHE_LISTENER.0 - t.0))
                     }
+                    t if t.0 <= TLS_LISTENER.0 && t.0 > TLS_LISTENER.0 - LISTENERS_MAX => self.accept(Door::Tls(TLS_LISTENER.0 - t.0)),
                     Token(key) => self.serve(key, event.is_read_closed()),
                 }
                 self.release_durable_if_advanced();
@@ -765,7 +811,7 @@ impl Worker {
             return;
         }
         let failed = write_out(conn, &self.stats, durable_lsn(&self.server)).is_err();
-        let done = conn.wpos == conn.wbuf.len();
+        let done = conn.wpos == conn.wbuf.len() && !conn.stream.holds_output();
         if failed || (done && (conn.client.close_after_reply || conn.client.info.kill.load(Ordering::Relaxed))) {
             self.close(key);
             return;
@@ -1099,7 +1145,7 @@ fn read_and_process(server: &Server, stats: &WorkerStats, conn: &mut Conn, limit
                             break;
                         }
                     }
-                } else if !read_closed {
+                } else if !read_closed && !conn.stream.reads_by_record() {
                     break;
                 }
             }
@@ -1134,6 +1180,7 @@ fn new_conn(server: &Server, worker: usize, accepted: Accepted) -> Box<Conn> {
     let mut client = Client::new(info, server.acl.starts_authenticated() || memcache);
     client.set_user(server.acl.default_user());
     client.worker = worker;
+    client.tls = matches!(stream, Stream::Tls(_));
     Box::new(Conn {
         stream,
         client,
@@ -1160,6 +1207,8 @@ enum Door {
     Tcp(usize),
     /// The `i`th on `memcached-port`.
     Memcache(usize),
+    /// The `i`th on `tls-port`.
+    Tls(usize),
     Unix,
 }
 
@@ -1172,20 +1221,23 @@ fn accept_at(server: &Server, doors: &Doors, door: Door, mut admit: impl FnMut(A
         // the settings: CONFIG SET holds the settings' lock while it takes
         // this one.
         let arrival = match door {
-            Door::Tcp(i) | Door::Memcache(i) => {
-                let (listeners, memcache) = match door {
-                    Door::Tcp(_) => (&doors.tcp, false),
-                    _ => (&doors.memcache, true),
+            Door::Tcp(i) | Door::Memcache(i) | Door::Tls(i) => {
+                let listeners = match door {
+                    Door::Tcp(_) => &doors.tcp,
+                    Door::Memcache(_) => &doors.memcache,
+                    _ => &doors.tls,
                 };
                 let accepted = listeners.lock().get(i).map(TcpListener::accept);
-                accepted.map(|a| a.map(|a| tcp_arrival(server, a, memcache)))
+                accepted.map(|a| a.map(|a| tcp_arrival(server, a, door)))
             }
-            Door::Unix => doors.unix.as_ref().map(|l| l.accept().map(|(stream, _)| unix_arrival(server, stream))),
+            Door::Unix => doors.unix.as_ref().map(|l| l.accept().map(|(stream, _)| Some(unix_arrival(server, stream)))),
         };
         // An event of a listener CONFIG SET has just closed.
         let Some(arrival) = arrival else { return };
         match arrival {
-            Ok((accepted, local)) => admit(accepted, local),
+            Ok(Some((accepted, local))) => admit(accepted, local),
+            // Dropped at once (said in the log).
+            Ok(None) => continue,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
             Err(e) => {
                 tracing::warn!("accept failed: {e}");
@@ -1195,7 +1247,9 @@ fn accept_at(server: &Server, doors: &Doors, door: Door, mut admit: impl FnMut(A
     }
 }
 
-fn tcp_arrival(server: &Server, (stream, peer): (TcpStream, SocketAddr), memcache: bool) -> (Accepted, bool) {
+/// A connection accepted at a door of `port`, `memcached-port` or
+/// `tls-port`; None if its TLS session cannot start.
+fn tcp_arrival(server: &Server, (stream, peer): (TcpStream, SocketAddr), door: Door) -> Option<(Accepted, bool)> {
     let _ = stream.set_nodelay(true);
     let keepalive = server.config.read().tcp_keepalive_s;
     if keepalive > 0 {
@@ -1204,7 +1258,22 @@ fn tcp_arrival(server: &Server, (stream, peer): (TcpStream, SocketAddr), memcach
     }
     let laddr = stream.local_addr().map(|a| fmt_addr(&a)).unwrap_or_default();
     let local = peer.ip() == Ipv4Addr::LOCALHOST || peer.ip() == Ipv6Addr::LOCALHOST;
-    (Accepted { stream: Stream::Tcp(stream), addr: fmt_addr(&peer), laddr, memcache }, local)
+    let stream = match door {
+        Door::Tls(_) => {
+            let tls = server.tls.read().clone();
+            let started = tls.ok_or_else(|| io::Error::other("TLS is not configured")).and_then(|c| crate::tls::TlsStream::new(stream, c));
+            match started {
+                Ok(s) => Stream::Tls(Box::new(s)),
+                Err(e) => {
+                    tracing::warn!("Error accepting a client connection: {e}");
+                    return None;
+                }
+            }
+        }
+        _ => Stream::Tcp(stream),
+    };
+    let memcache = matches!(door, Door::Memcache(_));
+    Some((Accepted { stream, addr: fmt_addr(&peer), laddr, memcache }, local))
 }
 
 fn unix_arrival(server: &Server, stream: UnixStream) -> (Accepted, bool) {
@@ -1538,6 +1607,7 @@ fn write_out(conn: &mut Conn, stats: &WorkerStats, durable: u64) -> io::Result<(
             Err(e) => return Err(e),
         }
     }
+    conn.stream.send_held()?;
     if conn.wpos == conn.wbuf.len() {
         conn.wbuf.clear();
         conn.wpos = 0;

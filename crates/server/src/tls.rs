@@ -1,0 +1,291 @@
+//! TLS for clients on `tls-port`, with Redis's directives: the server's
+//! certificate and key, the CAs that sign clients' certificates
+//! (`tls-auth-clients`), the protocol versions, the server's cipher order
+//! and the session cache. rustls does the protocol; [`TlsStream`] runs it
+//! over a non-blocking socket in the worker's event loop.
+//!
+//! Replication and the cluster bus do not speak TLS yet
+//! (`tls-replication` and `tls-cluster` stay `no`), and a replica cannot
+//! sync over a TLS connection.
+
+use std::io::{self, Read, Write};
+use std::sync::Arc;
+
+use mio::net::TcpStream;
+use std::collections::{HashMap, VecDeque};
+
+use parking_lot::Mutex;
+use rustls::server::{NoServerSessionStorage, StoresServerSessions, WebPkiClientVerifier};
+use rustls::{RootCertStore, ServerConfig, ServerConnection};
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+
+use crate::config::{Config, TlsSettings};
+
+/// Redis's answer when CONFIG SET leaves TLS unusable.
+pub const UPDATE_FAILED: &str = "Unable to update TLS configuration. Check server logs.";
+
+/// Whether `config` asks for TLS (Redis's `tls_port || tls_replication ||
+/// tls_cluster`; Keel has only the first).
+pub fn wanted(config: &Config) -> bool {
+    config.tls.port != 0
+}
+
+/// The rustls configuration `settings` describe (Redis's tlsConfigure),
+/// or why there is none, in Redis's words where it has them.
+pub fn server_config(settings: &TlsSettings) -> Result<Arc<ServerConfig>, String> {
+    let cert_file = settings.cert_file.as_deref().ok_or("No tls-cert-file configured!")?;
+    let key_file = settings.key_file.as_deref().ok_or("No tls-key-file configured!")?;
+    let auth = settings.auth_clients.as_str();
+    if auth != "no" && settings.ca_cert_file.is_none() && settings.ca_cert_dir.is_none() {
+        return Err("Either tls-ca-cert-file or tls-ca-cert-dir must be specified when tls-cluster, tls-replication or tls-auth-clients are enabled!".into());
+    }
+    let versions = protocol_versions(settings.protocols.as_deref())?;
+    let certs = CertificateDer::pem_file_iter(cert_file)
+        .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+        .map_err(|e| format!("Failed to load certificate: {cert_file}: {e}"))?;
+    let key = PrivateKeyDer::from_pem_file(key_file).map_err(|e| format!("Failed to load private key: {key_file}: {e}"))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let verifier = match auth {
+        "no" => WebPkiClientVerifier::no_client_auth(),
+        _ => {
+            let roots = Arc::new(trusted_roots(settings)?);
+            let builder = WebPkiClientVerifier::builder_with_provider(roots, provider.clone());
+            let builder = if auth == "optional" { builder.allow_unauthenticated() } else { builder };
+            builder.build().map_err(|e| format!("Failed to configure CA certificate(s) file/directory: {e}"))?
+        }
+    };
+    let mut config = ServerConfig::builder_with_provider(provider)
+        .with_protocol_versions(&versions)
+        .map_err(|e| e.to_string())?
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(certs, key)
+        .map_err(|e| format!("Failed to load certificate and key: {e}"))?;
+    config.ignore_client_order = settings.prefer_server_ciphers;
+    config.session_storage = match settings.session_caching {
+        true => Arc::new(SessionCache { limit: settings.session_cache_size as usize, sessions: Mutex::default() }),
+        false => Arc::new(NoServerSessionStorage {}),
+    };
+    Ok(Arc::new(config))
+}
+
+/// `tls-protocols` as Redis's parseProtocolsConfig reads it; unset means
+/// TLSv1.2 and TLSv1.3. rustls has no TLSv1 or TLSv1.1.
+fn protocol_versions(protocols: Option<&str>) -> Result<Vec<&'static rustls::SupportedProtocolVersion>, String> {
+    let Some(protocols) = protocols else { return Ok(vec![&rustls::version::TLS12, &rustls::version::TLS13]) };
+    let mut versions = Vec::new();
+    for word in protocols.split_whitespace() {
+        let version = match word.to_ascii_lowercase().as_str() {
+            "tlsv1.2" => &rustls::version::TLS12,
+            "tlsv1.3" => &rustls::version::TLS13,
+            "tlsv1" | "tlsv1.1" => return Err(format!("Keel does not offer {word}: use a combination of 'TLSv1.2' and 'TLSv1.3'.")),
+            _ => return Err("Invalid tls-protocols specified. Use a combination of 'TLSv1', 'TLSv1.1', 'TLSv1.2' and 'TLSv1.3'.".into()),
+        };
+        if !versions.contains(&version) {
+            versions.push(version);
+        }
+    }
+    if versions.is_empty() {
+        return Err("No tls-protocols specified. Use a combination of 'TLSv1', 'TLSv1.1', 'TLSv1.2' and 'TLSv1.3'.".into());
+    }
+    Ok(versions)
+}
+
+/// The certificates of `tls-ca-cert-file` and of each file in
+/// `tls-ca-cert-dir`.
+fn trusted_roots(settings: &TlsSettings) -> Result<RootCertStore, String> {
+    let mut files = Vec::new();
+    files.extend(settings.ca_cert_file.iter().map(std::path::PathBuf::from));
+    if let Some(dir) = &settings.ca_cert_dir {
+        let entries = std::fs::read_dir(dir).map_err(|e| format!("Failed to configure CA certificate(s) file/directory: {dir}: {e}"))?;
+        files.extend(entries.filter_map(Result::ok).map(|e| e.path()).filter(|p| p.is_file()));
+    }
+    let mut roots = RootCertStore::empty();
+    for file in files {
+        let certs = CertificateDer::pem_file_iter(&file)
+            .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+            .map_err(|e| format!("Failed to configure CA certificate(s) file/directory: {}: {e}", file.display()))?;
+        roots.add_parsable_certificates(certs);
+    }
+    if roots.is_empty() {
+        return Err("Failed to configure CA certificate(s) file/directory: no certificate found".into());
+    }
+    Ok(roots)
+}
+
+/// The sessions clients may resume (`tls-session-cache-size`), at most
+/// `limit`, the oldest forgotten first; 0 is no limit, as in OpenSSL's
+/// cache. Not rustls's own cache: that one reserves room for its whole
+/// limit at once (Redis's maximum, 2^31 - 1 sessions, up front).
+#[derive(Debug)]
+struct SessionCache {
+    limit: usize,
+    sessions: Mutex<Sessions>,
+}
+
+#[derive(Debug, Default)]
+struct Sessions {
+    by_key: HashMap<Vec<u8>, Vec<u8>>,
+    /// The keys in the order they came (a taken session's key stays
+    /// until its turn to go).
+    order: VecDeque<Vec<u8>>,
+}
+
+impl StoresServerSessions for SessionCache {
+    fn put(&self, key: Vec<u8>, value: Vec<u8>) -> bool {
+        let mut sessions = self.sessions.lock();
+        let Sessions { by_key, order } = &mut *sessions;
+        if self.limit == 0 {
+            by_key.insert(key, value);
+            return true;
+        }
+        if by_key.insert(key.clone(), value).is_none() {
+            order.push_back(key);
+        }
+        while order.len() > self.limit {
+            if let Some(oldest) = order.pop_front() {
+                by_key.remove(&oldest);
+            }
+        }
+        true
+    }
+
+    fn get(&self, key: &[u8]) -> Option<Vec<u8>> {
+        self.sessions.lock().by_key.get(key).cloned()
+    }
+
+    fn take(&self, key: &[u8]) -> Option<Vec<u8>> {
+        self.sessions.lock().by_key.remove(key)
+    }
+
+    fn can_cache(&self) -> bool {
+        true
+    }
+}
+
+/// A client's connection on `tls-port`: the socket, and the TLS session
+/// whose plaintext the worker reads and writes. Like the socket, it never
+/// blocks: a call that needs the network when it has nothing to give
+/// answers `WouldBlock`, and the next readiness event goes on.
+pub struct TlsStream {
+    pub sock: TcpStream,
+    tls: ServerConnection,
+}
+
+/// How much encrypted output a session may hold before it takes no more
+/// plaintext: the worker keeps the rest in its own buffer.
+const SENDABLE_LIMIT: usize = 256 * 1024;
+
+impl TlsStream {
+    pub fn new(sock: TcpStream, config: Arc<ServerConfig>) -> io::Result<TlsStream> {
+        let mut tls = ServerConnection::new(config).map_err(io::Error::other)?;
+        tls.set_buffer_limit(Some(SENDABLE_LIMIT));
+        Ok(TlsStream { sock, tls })
+    }
+
+    /// Sends what the session holds: handshake messages, alerts and
+    /// encrypted replies.
+    pub fn send_held(&mut self) -> io::Result<()> {
+        while self.tls.wants_write() {
+            if self.tls.write_tls(&mut self.sock)? == 0 {
+                return Err(io::ErrorKind::WriteZero.into());
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether encrypted output waits for the socket.
+    pub fn holds_output(&self) -> bool {
+        self.tls.wants_write()
+    }
+}
+
+impl Read for TlsStream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        loop {
+            match self.tls.reader().read(buf) {
+                // 0: the client's close_notify.
+                Ok(n) => return Ok(n),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => return Err(e),
+            }
+            if self.tls.read_tls(&mut self.sock)? == 0 {
+                return Ok(0);
+            }
+            if let Err(e) = self.tls.process_new_packets() {
+                // The alert that says why goes out before the close.
+                let _ = self.send_held();
+                return Err(io::Error::new(io::ErrorKind::InvalidData, e));
+            }
+            // Handshake replies leave at once; what the socket does not
+            // take now leaves when it is writable again.
+            match self.send_held() {
+                Err(e) if e.kind() != io::ErrorKind::WouldBlock => return Err(e),
+                _ => {}
+            }
+        }
+    }
+}
+
+impl Write for TlsStream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        // Older output first, so that the session's buffer stays bounded.
+        self.send_held()?;
+        let taken = self.tls.writer().write(buf)?;
+        match self.send_held() {
+            Err(e) if e.kind() != io::ErrorKind::WouldBlock => Err(e),
+            _ if taken == 0 && !buf.is_empty() => Err(io::ErrorKind::WouldBlock.into()),
+            _ => Ok(taken),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.send_held()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn protocols_are_read_as_redis_s() {
+        let names = |p: Option<&str>| protocol_versions(p).map(|v| v.iter().map(|v| format!("{:?}", v.version)).collect::<Vec<_>>());
+        assert_eq!(names(None).expect("default"), ["TLSv1_2", "TLSv1_3"]);
+        assert_eq!(names(Some("tlsv1.3")).expect("one"), ["TLSv1_3"]);
+        assert_eq!(names(Some("TLSv1.3 TLSv1.2 TLSv1.3")).expect("both"), ["TLSv1_3", "TLSv1_2"]);
+        assert!(names(Some("TLSv1.1")).expect_err("old").contains("does not offer TLSv1.1"));
+        assert!(names(Some("SSLv3")).expect_err("unknown").starts_with("Invalid tls-protocols specified"));
+    }
+
+    #[test]
+    fn the_session_cache_keeps_the_newest_up_to_its_limit() {
+        let cache = SessionCache { limit: 2, sessions: Mutex::default() };
+        for k in [b"a", b"b", b"c"] {
+            assert!(cache.put(k.to_vec(), k.to_vec()));
+        }
+        assert_eq!((cache.get(b"a"), cache.get(b"c")), (None, Some(b"c".to_vec())));
+        assert_eq!(cache.take(b"b"), Some(b"b".to_vec()));
+        assert_eq!(cache.get(b"b"), None);
+        // The taken key's place goes first: "c" stays beside "d".
+        cache.put(b"d".to_vec(), b"d".to_vec());
+        assert_eq!((cache.get(b"c"), cache.get(b"d")), (Some(b"c".to_vec()), Some(b"d".to_vec())));
+        let unlimited = SessionCache { limit: 0, sessions: Mutex::default() };
+        for i in 0..1000u32 {
+            unlimited.put(i.to_be_bytes().to_vec(), vec![]);
+        }
+        assert_eq!(unlimited.sessions.lock().by_key.len(), 1000);
+    }
+
+    #[test]
+    fn a_certificate_and_key_are_needed_and_a_ca_unless_clients_go_unchecked() {
+        let mut s = TlsSettings::default();
+        assert_eq!(server_config(&s).err().as_deref(), Some("No tls-cert-file configured!"));
+        s.cert_file = Some("/nonexistent/cert.pem".into());
+        assert_eq!(server_config(&s).err().as_deref(), Some("No tls-key-file configured!"));
+        s.key_file = Some("/nonexistent/key.pem".into());
+        assert!(server_config(&s).expect_err("no CA").starts_with("Either tls-ca-cert-file or tls-ca-cert-dir"));
+        s.auth_clients = "no".into();
+        assert!(server_config(&s).expect_err("no file").starts_with("Failed to load certificate: /nonexistent/cert.pem"));
+    }
+}
