@@ -47,6 +47,25 @@ pub struct Options {
     /// Server URI: redis://[user:password@]host[:port][/db].
     #[arg(short = 'u', long)]
     pub uri: Option<String>,
+    /// Connect with TLS.
+    #[arg(long)]
+    pub tls: bool,
+    /// Client certificate for TLS (with --key).
+    #[arg(long)]
+    pub cert: Option<String>,
+    /// Client private key for TLS (with --cert).
+    #[arg(long)]
+    pub key: Option<String>,
+    /// CA certificates to check the server's certificate against (its
+    /// chain; not its name, as memtier).
+    #[arg(long)]
+    pub cacert: Option<String>,
+    /// Do not check the server's certificate.
+    #[arg(long = "tls-skip-verify")]
+    pub tls_skip_verify: bool,
+    /// Server name to send in the TLS handshake (default: the host).
+    #[arg(long)]
+    pub sni: Option<String>,
     /// Number of full-test iterations to perform.
     #[arg(short = 'x', long = "run-count")]
     pub run_count: Option<u32>,

@@ -217,6 +217,8 @@ pub struct Config {
     pub report: Option<String>,
     pub progress: Progress,
     pub scenario: Option<String>,
+    /// `--tls` and its options: None for plain connections.
+    pub tls: Option<crate::tls::TlsOptions>,
 }
 
 /// When to print live progress.
@@ -695,7 +697,23 @@ impl Config {
         };
         let reply_timeout = secs(o.reply_timeout.unwrap_or(30.0), "reply-timeout")?;
 
+        let tls_options = [&o.cert, &o.key, &o.cacert, &o.sni].iter().any(|v| v.is_some()) || o.tls_skip_verify;
+        if tls_options && !o.tls {
+            return Err(err("--cert, --key, --cacert, --tls-skip-verify and --sni need --tls"));
+        }
+        if o.tls && matches!(target, Target::Unix(_)) {
+            return Err(err("--tls needs a TCP server, not --unix-socket"));
+        }
+        let tls = o.tls.then(|| crate::tls::TlsOptions {
+            cert: o.cert.clone(),
+            key: o.key.clone(),
+            cacert: o.cacert.clone(),
+            skip_verify: o.tls_skip_verify,
+            sni: o.sni.clone(),
+        });
+
         Ok(Config {
+            tls,
             uri: o.uri.clone().unwrap_or_default(),
             target,
             ipv6,

@@ -146,51 +146,64 @@ pub struct Shared {
     pub barrier: Barrier,
     /// t0 of the measured run: set by the first thread past the barrier.
     pub start: std::sync::OnceLock<Instant>,
+    /// `--tls`: what each connection's session starts from.
+    pub tls: Option<crate::tls::Tls>,
 }
 
 enum Stream {
     Tcp(TcpStream),
     Unix(UnixStream),
+    Tls(Box<keel_tls::TlsStream>),
 }
 
 impl Stream {
-    fn connect(addr: &Addr) -> io::Result<Stream> {
-        Ok(match addr {
-            Addr::Tcp(a) => {
-                let s = TcpStream::connect(*a)?;
-                Stream::Tcp(s)
-            }
-            Addr::Unix(p) => Stream::Unix(UnixStream::connect(p)?),
+    fn connect(addr: &Addr, tls: Option<&crate::tls::Tls>) -> io::Result<Stream> {
+        Ok(match (addr, tls) {
+            (Addr::Tcp(a), None) => Stream::Tcp(TcpStream::connect(*a)?),
+            // The handshake starts once the socket is connected.
+            (Addr::Tcp(a), Some(tls)) => Stream::Tls(Box::new(tls.connect(TcpStream::connect(*a)?)?)),
+            (Addr::Unix(p), _) => Stream::Unix(UnixStream::connect(p)?),
         })
     }
     fn source(&mut self) -> &mut dyn mio::event::Source {
         match self {
             Stream::Tcp(s) => s,
             Stream::Unix(s) => s,
+            Stream::Tls(s) => &mut s.sock,
+        }
+    }
+    /// Sends what a TLS session holds; what the socket does not take now
+    /// leaves at the next writable event.
+    fn send_held(&mut self) -> io::Result<()> {
+        match self {
+            Stream::Tls(s) => s.send_held_now(),
+            _ => Ok(()),
         }
     }
     /// Whether a non-blocking connect finished, failed, or is still going.
     fn connected(&self) -> io::Result<bool> {
         match self {
-            Stream::Tcp(s) => {
-                if let Some(e) = s.take_error()? {
-                    return Err(e);
-                }
-                match s.peer_addr() {
-                    Ok(_) => {
-                        let _ = s.set_nodelay(true);
-                        Ok(true)
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::NotConnected => Ok(false),
-                    Err(e) => Err(e),
-                }
-            }
+            Stream::Tls(s) => Stream::tcp_connected(&s.sock),
+            Stream::Tcp(s) => Stream::tcp_connected(s),
             Stream::Unix(s) => {
                 if let Some(e) = s.take_error()? {
                     return Err(e);
                 }
                 Ok(true)
             }
+        }
+    }
+    fn tcp_connected(s: &TcpStream) -> io::Result<bool> {
+        if let Some(e) = s.take_error()? {
+            return Err(e);
+        }
+        match s.peer_addr() {
+            Ok(_) => {
+                let _ = s.set_nodelay(true);
+                Ok(true)
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotConnected => Ok(false),
+            Err(e) => Err(e),
         }
     }
 }
@@ -200,6 +213,7 @@ impl Read for Stream {
         match self {
             Stream::Tcp(s) => s.read(b),
             Stream::Unix(s) => s.read(b),
+            Stream::Tls(s) => s.read(b),
         }
     }
 }
@@ -209,6 +223,7 @@ impl Write for Stream {
         match self {
             Stream::Tcp(s) => s.write(b),
             Stream::Unix(s) => s.write(b),
+            Stream::Tls(s) => s.write(b),
         }
     }
     fn flush(&mut self) -> io::Result<()> {
@@ -604,7 +619,7 @@ impl<'a> Worker<'a> {
 
     /// (Re)opens connection `i`.
     fn open(&mut self, i: usize) -> io::Result<()> {
-        let mut s = Stream::connect(&self.sh.addr)?;
+        let mut s = Stream::connect(&self.sh.addr, self.sh.tls.as_ref())?;
         self.poll.registry().register(s.source(), Token(i), Interest::READABLE | Interest::WRITABLE)?;
         let c = &mut self.conns[i];
         c.stream = Some(s);
@@ -790,18 +805,26 @@ impl<'a> Worker<'a> {
     fn flush(&mut self, i: usize) {
         let c = &mut self.conns[i];
         let Some(s) = c.stream.as_mut() else { return };
-        while c.wpos < c.wbuf.len() {
-            match s.write(&c.wbuf[c.wpos..]) {
-                Ok(0) => break,
-                Ok(n) => c.wpos += n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => {
-                    let why = format!("write to {} failed: {e}", self.target());
-                    let now = if self.measuring() { now_ns(self.t0) } else { 0 };
-                    self.fail(i, why, now);
-                    return;
+        // First what a TLS session still holds, then the buffer.
+        let written = s.send_held().and_then(|()| {
+            while c.wpos < c.wbuf.len() {
+                match s.write(&c.wbuf[c.wpos..]) {
+                    Ok(0) => break,
+                    Ok(n) => c.wpos += n,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(e) => return Err(e),
                 }
+            }
+            Ok(())
+        });
+        match written {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+            Err(e) => {
+                let why = format!("write to {} failed: {e}", self.target());
+                let now = if self.measuring() { now_ns(self.t0) } else { 0 };
+                self.fail(i, why, now);
+                return;
             }
         }
         c.wbuf.clear();

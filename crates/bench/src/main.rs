@@ -4,7 +4,8 @@
 //!
 //! Layout: `cli` parses, `config` validates (memtier's defaults), `gen`
 //! and `workload` decide what to send, `protocol` encodes requests and
-//! scans replies, `driver` runs one epoll loop per thread, `stats` merges
+//! scans replies, `driver` runs one epoll loop per thread (over TLS with
+//! `tls`'s configuration), `stats` merges
 //! measurements, `runner` runs once, `output` prints memtier's table and
 //! JSON, `compare`, `report` and `scenario` are keel-bench's additions.
 //!
@@ -23,6 +24,7 @@ mod report;
 mod runner;
 mod scenario;
 mod stats;
+mod tls;
 mod workload;
 
 use std::io::Write;

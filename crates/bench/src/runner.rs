@@ -88,7 +88,12 @@ pub fn run_once(cfg: &Arc<Config>, label: &str) -> Result<RunResult, BenchError>
     let addr = config::resolve(&cfg.target, cfg.ipv6)?;
     let threads = cfg.threads as usize;
     let abort = Arc::new(AtomicBool::new(false));
+    let tls = match (&cfg.tls, &cfg.target) {
+        (Some(options), config::Target::Tcp { host, .. }) => Some(crate::tls::Tls::new(options, host)?),
+        _ => None,
+    };
     let shared = Arc::new(Shared {
+        tls,
         cfg: Arc::clone(cfg),
         addr,
         abort: Arc::clone(&abort),

@@ -36,6 +36,45 @@ fn an_unreachable_server_fails_clearly() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot connect"), "{}", String::from_utf8_lossy(&out.stderr));
 }
 
+/// `--tls` against redis-server with TLS: requests with a client
+/// certificate all complete; the server's certificate is checked against
+/// `--cacert` (its chain, not its name: it names no host, as memtier
+/// allows), or not at all with `--tls-skip-verify`; a server that wants a
+/// client certificate and gets none, or a certificate the CA did not
+/// sign, makes the run invalid, saying why.
+#[test]
+fn a_run_over_tls_checks_certificates_as_memtier_does() {
+    let dir = TempPath::new("tls-certs");
+    std::fs::create_dir_all(&dir.0).expect("dir");
+    common::make_certificates(&dir.0);
+    let file = |name: &str| dir.0.join(name).display().to_string();
+    let tls_port = keel_testkit::free_port().to_string();
+    let _redis = common::start_redis_with(&[
+        "--tls-port".into(), tls_port.clone(), "--tls-cert-file".into(), file("server.crt"),
+        "--tls-key-file".into(), file("server.key"), "--tls-ca-cert-file".into(), file("ca.crt"),
+    ]);
+    let run = |extra: &[&str]| {
+        let mut args = vec!["-s", "127.0.0.1", "-p", &tls_port, "-t", "1", "-c", "4", "-n", "500", "--hide-histogram", "--tls"];
+        args.extend(extra);
+        bench_json(&args)
+    };
+    let (ca, cert, key, wrong_ca) = (file("ca.crt"), file("client.crt"), file("client.key"), file("server.crt"));
+    let (out, json) = run(&["--cacert", &ca, "--cert", &cert, "--key", &key, "--pipeline", "8", "-d", "20000"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stats = &json["ALL STATS"];
+    assert_eq!(stats["Sets"]["Count"].as_u64().unwrap_or(0) + stats["Gets"]["Count"].as_u64().unwrap_or(0), 2_000);
+    let (out, _) = run(&["--tls-skip-verify", "--cert", &cert, "--key", &key]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    for (extra, why) in [(&["--cacert", &ca][..], "CertificateRequired"), (&["--cacert", &wrong_ca, "--cert", &cert, "--key", &key], "UnknownIssuer")] {
+        let (out, _) = run(extra);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && stderr.contains(why), "{extra:?}: {stderr}");
+    }
+    // TLS options without --tls are a mistake, said before anything runs.
+    let out = bench(&["-s", "127.0.0.1", "-p", &tls_port, "--cacert", &ca]);
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
 #[test]
 fn an_open_loop_run_sends_every_request_due_on_time() {
     let redis = start_redis();

@@ -1,18 +1,16 @@
 //! TLS for clients on `tls-port`, with Redis's directives: the server's
 //! certificate and key, the CAs that sign clients' certificates
 //! (`tls-auth-clients`), the protocol versions, the server's cipher order
-//! and the session cache. rustls does the protocol; [`TlsStream`] runs it
+//! and the session cache. rustls does the protocol; `keel-tls` runs it
 //! over a non-blocking socket in the worker's event loop.
 //!
 //! Replication and the cluster bus do not speak TLS yet
 //! (`tls-replication` and `tls-cluster` stay `no`), and a replica cannot
 //! sync over a TLS connection.
 
-use std::io::{self, Read, Write};
-use std::sync::Arc;
-
-use mio::net::TcpStream;
 use std::collections::{HashMap, VecDeque};
+use std::io;
+use std::sync::Arc;
 
 use parking_lot::Mutex;
 use rustls::server::{NoServerSessionStorage, StoresServerSessions, WebPkiClientVerifier};
@@ -163,85 +161,13 @@ impl StoresServerSessions for SessionCache {
     }
 }
 
-/// A client's connection on `tls-port`: the socket, and the TLS session
-/// whose plaintext the worker reads and writes. Like the socket, it never
-/// blocks: a call that needs the network when it has nothing to give
-/// answers `WouldBlock`, and the next readiness event goes on.
-pub struct TlsStream {
-    pub sock: TcpStream,
-    tls: ServerConnection,
-}
+/// A client's connection on `tls-port`: its socket and TLS session.
+pub type TlsStream = keel_tls::TlsStream;
 
-/// How much encrypted output a session may hold before it takes no more
-/// plaintext: the worker keeps the rest in its own buffer.
-const SENDABLE_LIMIT: usize = 256 * 1024;
-
-impl TlsStream {
-    pub fn new(sock: TcpStream, config: Arc<ServerConfig>) -> io::Result<TlsStream> {
-        let mut tls = ServerConnection::new(config).map_err(io::Error::other)?;
-        tls.set_buffer_limit(Some(SENDABLE_LIMIT));
-        Ok(TlsStream { sock, tls })
-    }
-
-    /// Sends what the session holds: handshake messages, alerts and
-    /// encrypted replies.
-    pub fn send_held(&mut self) -> io::Result<()> {
-        while self.tls.wants_write() {
-            if self.tls.write_tls(&mut self.sock)? == 0 {
-                return Err(io::ErrorKind::WriteZero.into());
-            }
-        }
-        Ok(())
-    }
-
-    /// Whether encrypted output waits for the socket.
-    pub fn holds_output(&self) -> bool {
-        self.tls.wants_write()
-    }
-}
-
-impl Read for TlsStream {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        loop {
-            match self.tls.reader().read(buf) {
-                // 0: the client's close_notify.
-                Ok(n) => return Ok(n),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(e) => return Err(e),
-            }
-            if self.tls.read_tls(&mut self.sock)? == 0 {
-                return Ok(0);
-            }
-            if let Err(e) = self.tls.process_new_packets() {
-                // The alert that says why goes out before the close.
-                let _ = self.send_held();
-                return Err(io::Error::new(io::ErrorKind::InvalidData, e));
-            }
-            // Handshake replies leave at once; what the socket does not
-            // take now leaves when it is writable again.
-            match self.send_held() {
-                Err(e) if e.kind() != io::ErrorKind::WouldBlock => return Err(e),
-                _ => {}
-            }
-        }
-    }
-}
-
-impl Write for TlsStream {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        // Older output first, so that the session's buffer stays bounded.
-        self.send_held()?;
-        let taken = self.tls.writer().write(buf)?;
-        match self.send_held() {
-            Err(e) if e.kind() != io::ErrorKind::WouldBlock => Err(e),
-            _ if taken == 0 && !buf.is_empty() => Err(io::ErrorKind::WouldBlock.into()),
-            _ => Ok(taken),
-        }
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        self.send_held()
-    }
+/// A new client's session.
+pub fn accept(sock: mio::net::TcpStream, config: Arc<ServerConfig>) -> io::Result<TlsStream> {
+    let session = ServerConnection::new(config).map_err(io::Error::other)?;
+    Ok(keel_tls::TlsStream::new(sock, session.into()))
 }
 
 #[cfg(test)]

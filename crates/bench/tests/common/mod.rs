@@ -92,10 +92,39 @@ fn answers(port: u16, probe: &[u8], expect: &[u8]) -> bool {
 
 /// Debian's redis-server, persistence off.
 pub fn start_redis() -> Server {
+    start_redis_with(&[])
+}
+
+/// `start_redis` with `extra` options.
+pub fn start_redis_with(extra: &[String]) -> Server {
     let path = require("redis-server", "redis-server");
     start(&path, |port| {
-        ["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"].map(String::from).to_vec()
+        let mut args = ["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"].map(String::from).to_vec();
+        args.extend(extra.iter().cloned());
+        args
     }, b"PING\r\n", b"+PONG")
+}
+
+/// A CA, and a server and a client certificate it signed (openssl(1),
+/// as Redis's utils/gen-test-certs.sh), in `dir`.
+pub fn make_certificates(dir: &Path) {
+    let openssl = require("openssl", "openssl");
+    let run = |args: &[&str]| {
+        let out = Command::new(&openssl).args(args).current_dir(dir).output().expect("openssl");
+        assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    run(&["ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", "ca.key"]);
+    run(&["req", "-x509", "-new", "-key", "ca.key", "-sha256", "-days", "30", "-subj", "/CN=keel-bench test CA", "-out", "ca.crt"]);
+    for (name, usage) in [("server", "serverAuth"), ("client", "clientAuth")] {
+        let ext = format!("basicConstraints=CA:FALSE\nkeyUsage=digitalSignature\nextendedKeyUsage={usage}\n");
+        std::fs::write(dir.join(format!("{name}.ext")), ext).expect("write");
+        run(&["ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", &format!("{name}.key")]);
+        run(&["req", "-new", "-key", &format!("{name}.key"), "-subj", &format!("/CN={name}"), "-out", &format!("{name}.csr")]);
+        run(&[
+            "x509", "-req", "-in", &format!("{name}.csr"), "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial", "-days", "30",
+            "-extfile", &format!("{name}.ext"), "-out", &format!("{name}.crt"),
+        ]);
+    }
 }
 
 /// Debian's memcached, 64 MB, on 127.0.0.1 only, with `extra` options.

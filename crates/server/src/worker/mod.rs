@@ -110,10 +110,7 @@ impl Stream {
     /// writable event.
     fn send_held(&mut self) -> io::Result<()> {
         match self {
-            Stream::Tls(s) => match s.send_held() {
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(()),
-                done => done,
-            },
+            Stream::Tls(s) => s.send_held_now(),
             _ => Ok(()),
         }
     }
@@ -1261,7 +1258,7 @@ fn tcp_arrival(server: &Server, (stream, peer): (TcpStream, SocketAddr), door: D
     let stream = match door {
         Door::Tls(_) => {
             let tls = server.tls.read().clone();
-            let started = tls.ok_or_else(|| io::Error::other("TLS is not configured")).and_then(|c| crate::tls::TlsStream::new(stream, c));
+            let started = tls.ok_or_else(|| io::Error::other("TLS is not configured")).and_then(|c| crate::tls::accept(stream, c));
             match started {
                 Ok(s) => Stream::Tls(Box::new(s)),
                 Err(e) => {
