@@ -950,8 +950,8 @@ pub fn format_percentile(p: f64) -> String {
     text.trim_end_matches('0').trim_end_matches('.').to_string()
 }
 
-/// A directive of a feature Keel does not have yet (TLS, and replication
-/// tunables), accepted with Redis's default value only, so that a stock
+/// A directive of a feature Keel does not have yet (parts of TLS, and
+/// replication tunables), accepted with Redis's default value only, so that a stock
 /// redis.conf loads: that value asks for nothing Keel lacks. Any other
 /// value is refused, saying why.
 macro_rules! inert {

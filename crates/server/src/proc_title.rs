@@ -11,7 +11,8 @@
 //! reads its arguments before [`claim`].
 
 use std::ffi::{c_char, CStr};
-use std::sync::Mutex;
+
+use parking_lot::Mutex;
 
 use crate::config::Config;
 
@@ -58,7 +59,7 @@ pub fn claim(program: &str) {
         program_invocation_name = CStr::from_ptr(program_invocation_name).to_owned().into_raw();
         program_invocation_short_name = CStr::from_ptr(program_invocation_short_name).to_owned().into_raw();
     }
-    *AREA.lock().unwrap_or_else(|e| e.into_inner()) = Some(Area { start: arg_start, len: end - arg_start, program: program.to_string() });
+    *AREA.lock() = Some(Area { start: arg_start, len: end - arg_start, program: program.to_string() });
 }
 
 /// `arg_start`, `arg_end`, `env_start` and `env_end` of /proc/self/stat
@@ -80,7 +81,7 @@ pub fn apply(config: &Config) {
     if !config.set_proc_title {
         return;
     }
-    let area = AREA.lock().unwrap_or_else(|e| e.into_inner());
+    let area = AREA.lock();
     let Some(area) = area.as_ref() else { return };
     let Some(title) = expand(&config.proc_title_template, &area.program, config) else { return };
     let written = title.len().min(area.len - 1);
@@ -124,14 +125,15 @@ fn variable(name: &str, title: &str, config: &Config) -> Option<String> {
     let unixsocket = || config.unixsocket.as_ref().map(|p| p.display().to_string()).unwrap_or_default();
     Some(match name {
         "title" => title.to_string(),
-        "listen-addr" if config.port == 0 => format!("unixsocket:{}", unixsocket()),
-        "listen-addr" => format!("{}:{}", config.bind.first().map_or("*", String::as_str), config.port),
+        "listen-addr" => match (config.port, config.tls.port) {
+            (0, 0) => format!("unixsocket:{}", unixsocket()),
+            (0, port) | (port, _) => format!("{}:{port}", config.bind.first().map_or("*", String::as_str)),
+        },
         "server-mode" if config.cluster.enabled => "[cluster]".into(),
         "server-mode" => String::new(),
         "config-file" => config.config_file.as_ref().map_or("-".into(), |p| p.display().to_string()),
         "port" => config.port.to_string(),
-        // Keel has no TLS: its port is always 0.
-        "tls-port" => "0".into(),
+        "tls-port" => config.tls.port.to_string(),
         "unixsocket" => unixsocket(),
         _ => return None,
     })
@@ -167,12 +169,15 @@ mod tests {
     }
 
     #[test]
-    fn the_listen_address_is_the_socket_without_a_port_and_cluster_mode_shows() {
+    fn the_listen_address_is_the_socket_without_a_port_the_tls_port_without_a_plain_one() {
         let mut c = config();
         c.port = 0;
         c.unixsocket = Some("/tmp/keel.sock".into());
         c.cluster.enabled = true;
         assert_eq!(expand("{listen-addr} {server-mode}", "", &c).as_deref(), Some("unixsocket:/tmp/keel.sock [cluster]"));
+        // TLS only: its port.
+        c.tls.port = 7001;
+        assert_eq!(expand("{listen-addr} {port} {tls-port}", "", &c).as_deref(), Some("127.0.0.1:7001 0 7001"));
         c.bind.clear();
         c.port = 7000;
         assert_eq!(expand("{listen-addr}", "", &c).as_deref(), Some("*:7000"));

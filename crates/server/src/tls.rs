@@ -161,11 +161,8 @@ impl StoresServerSessions for SessionCache {
     }
 }
 
-/// A client's connection on `tls-port`: its socket and TLS session.
-pub type TlsStream = keel_tls::TlsStream;
-
-/// A new client's session.
-pub fn accept(sock: mio::net::TcpStream, config: Arc<ServerConfig>) -> io::Result<TlsStream> {
+/// A new client's connection on `tls-port`: its socket and TLS session.
+pub fn accept(sock: mio::net::TcpStream, config: Arc<ServerConfig>) -> io::Result<keel_tls::TlsStream> {
     let session = ServerConnection::new(config).map_err(io::Error::other)?;
     Ok(keel_tls::TlsStream::new(sock, session.into()))
 }

@@ -78,7 +78,7 @@ enum Stream {
     Tcp(TcpStream),
     Unix(UnixStream),
     /// On `tls-port`.
-    Tls(Box<crate::tls::TlsStream>),
+    Tls(Box<keel_tls::TlsStream>),
 }
 
 impl Stream {
