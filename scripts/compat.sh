@@ -22,6 +22,8 @@
 # and redis-cli).
 # Needs bash and coreutils (timeout, mktemp) only.
 set -uo pipefail
+# shellcheck source=scripts/lib.sh
+source "$(dirname "$0")/lib.sh"
 
 # ---------------------------------------------------------------------------
 # Settings
@@ -101,10 +103,7 @@ for s in "$@"; do
 done
 
 tls_dir="$redis_dir/tests/tls"
-if [[ -n "$TLS" && ! -f "$tls_dir/server.crt" ]]; then
-    (cd "$redis_dir" && ./utils/gen-test-certs.sh >/dev/null 2>&1) ||
-        { echo "could not make the TLS certificates in $tls_dir" >&2; exit 2; }
-fi
+if [[ -n "$TLS" ]]; then make_test_certs "$redis_dir"; fi
 
 log_dir="${COMPAT_LOG_DIR:-$(mktemp -d "${TMPDIR:-/tmp}/keel-compat.XXXXXX")}"
 mkdir -p "$log_dir"

@@ -29,6 +29,10 @@
 # (or, after a `/`, a regexp) a line: scripts/compat_fork_child.skip lists
 # those that find and kill a child process Redis forks, which Keel (a
 # rewrite, a BGSAVE or a sync's RDB is a thread of its own) has not.
+# COMPAT_TLS=1 runs the suite over TLS (runtest --tls): its servers listen
+# with TLS only and replicate and gossip over TLS (`tls-replication`,
+# `tls-cluster`), on the certificates the checkout's utils/gen-test-certs.sh
+# makes in its tests/tls (needs openssl and tcl-tls).
 set -uo pipefail
 # shellcheck source=scripts/lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -63,6 +67,8 @@ RUNTEST_ARGS=(--durable --timeout 120 --clients 1)
 if [[ -n "${COMPAT_SKIPFILE:-}" ]]; then mapfile -t -O "${#SKIPPED[@]}" SKIPPED <"$COMPAT_SKIPFILE"; fi
 for t in "${SKIPPED[@]}"; do RUNTEST_ARGS+=(--skiptest "$t"); done
 UNIT_TIMEOUT="${COMPAT_UNIT_TIMEOUT:-900}"
+TLS="${COMPAT_TLS:-}"
+if [[ -n "$TLS" ]]; then RUNTEST_ARGS+=(--tls); fi
 
 [[ $# -eq 1 ]] || { echo "usage: $0 <path-to-redis-checkout>" >&2; exit 2; }
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -75,6 +81,8 @@ for bin in "$target_dir/release/keel-server" "$target_dir/release/keel-check-aof
     /usr/bin/redis-server /usr/bin/redis-check-aof /usr/bin/redis-cli /usr/bin/redis-benchmark; do
     [[ -x "$bin" ]] || { echo "missing $bin (cargo build --release; apt-get install redis-server redis-tools)" >&2; exit 2; }
 done
+
+if [[ -n "$TLS" ]]; then make_test_certs "$redis_dir"; fi
 
 log_dir="${COMPAT_LOG_DIR:-$(mktemp -d "${TMPDIR:-/tmp}/keel-compat-integration.XXXXXX")}"
 mkdir -p "$log_dir"

@@ -69,3 +69,12 @@ keel_redis_table() {
         echo "| ${u%.tcl} | $kok | $kerr | $rok | $rerr |"
     done
 }
+
+# make_test_certs <redis-checkout>: the certificates `runtest --tls` uses,
+# in the checkout's tests/tls, made by its utils/gen-test-certs.sh if
+# missing (needs openssl).
+make_test_certs() {
+    [[ -f "$1/tests/tls/server.crt" ]] && return 0
+    (cd "$1" && ./utils/gen-test-certs.sh >/dev/null 2>&1) ||
+        { echo "could not make the TLS certificates in $1/tests/tls" >&2; exit 2; }
+}

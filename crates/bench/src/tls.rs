@@ -2,22 +2,18 @@
 //! configuration every connection shares (`keel-tls` runs each session
 //! over the driver's non-blocking socket).
 //!
-//! Certificates are checked as memtier checks them. Without `--cacert`,
-//! the server's certificate is not checked. With it, the chain must lead
-//! to one of its CAs, but the name in the certificate is not compared
-//! with the server's (OpenSSL's SSL_VERIFY_PEER, with no host check).
-//! `--tls-skip-verify` checks nothing.
+//! Certificates are checked as memtier checks them (`keel_tls::ChainOnly`).
+//! Without `--cacert`, the server's certificate is not checked. With it,
+//! the chain must lead to one of its CAs, but the name in the certificate
+//! is not compared with the server's. `--tls-skip-verify` checks nothing.
 
 use std::io;
 use std::sync::Arc;
 
 use mio::net::TcpStream;
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::client::WebPkiServerVerifier;
-use rustls::crypto::CryptoProvider;
-use rustls::{CertificateError, ClientConfig, ClientConnection, DigitallySignedStruct, RootCertStore, SignatureScheme};
+use rustls::{ClientConfig, ClientConnection, RootCertStore};
 use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 
 use crate::BenchError;
 
@@ -54,19 +50,12 @@ impl Tls {
             }
             _ => None,
         };
-        let chain = match roots {
-            Some(roots) => Some(
-                WebPkiServerVerifier::builder_with_provider(roots, provider.clone())
-                    .build()
-                    .map_err(|e| fail("no usable CA in --cacert", &e))?,
-            ),
-            None => None,
-        };
+        let verifier = keel_tls::ChainOnly::new(roots, provider.clone()).map_err(|e| fail("no usable CA in --cacert", &e))?;
         let builder = ClientConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()
             .map_err(|e| fail("protocol versions", &e))?
             .dangerous()
-            .with_custom_certificate_verifier(Arc::new(ChainOnly { chain, provider }));
+            .with_custom_certificate_verifier(Arc::new(verifier));
         let config = match (&options.cert, &options.key) {
             (Some(cert), Some(key)) => {
                 let certs = CertificateDer::pem_file_iter(cert)
@@ -87,44 +76,5 @@ impl Tls {
     pub fn connect(&self, sock: TcpStream) -> io::Result<keel_tls::TlsStream> {
         let session = ClientConnection::new(self.config.clone(), self.name.clone()).map_err(io::Error::other)?;
         Ok(keel_tls::TlsStream::new(sock, session.into()))
-    }
-}
-
-/// memtier's check of the server's certificate: its chain, when there
-/// are CAs to check it against; never its name.
-#[derive(Debug)]
-struct ChainOnly {
-    chain: Option<Arc<WebPkiServerVerifier>>,
-    provider: Arc<CryptoProvider>,
-}
-
-impl ServerCertVerifier for ChainOnly {
-    fn verify_server_cert(
-        &self,
-        end_entity: &CertificateDer<'_>,
-        intermediates: &[CertificateDer<'_>],
-        server_name: &ServerName<'_>,
-        ocsp_response: &[u8],
-        now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        let Some(chain) = &self.chain else { return Ok(ServerCertVerified::assertion()) };
-        match chain.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now) {
-            Err(rustls::Error::InvalidCertificate(CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. })) => {
-                Ok(ServerCertVerified::assertion())
-            }
-            checked => checked,
-        }
-    }
-
-    fn verify_tls12_signature(&self, message: &[u8], cert: &CertificateDer<'_>, dss: &DigitallySignedStruct) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
-    }
-
-    fn verify_tls13_signature(&self, message: &[u8], cert: &CertificateDer<'_>, dss: &DigitallySignedStruct) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.provider.signature_verification_algorithms.supported_schemes()
     }
 }

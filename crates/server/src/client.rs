@@ -189,7 +189,8 @@ pub struct Client {
     /// The journal's replay at start: runs while other clients are told
     /// -LOADING.
     pub is_loader: bool,
-    /// Connected on `tls-port` (`crate::tls`).
+    /// Connected on `tls-port`: under `tls-cluster` it is sent to nodes'
+    /// TLS ports, a plain client to their plaintext ones.
     pub tls: bool,
     /// The replication link's client (`replica.rs`): what the master
     /// sends runs as it, exempt from READONLY and the OOM and MISCONF
@@ -243,13 +244,13 @@ impl Client {
             info,
             worker: 0,
             is_loader: false,
+            tls: false,
             is_master: false,
             blocked: None,
             subscriptions: Default::default(),
             woff: 0,
             replconf: None,
             handoff: None,
-            tls: false,
             pushed_to: 0,
             oom: false,
             asking: false,

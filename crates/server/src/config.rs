@@ -454,7 +454,7 @@ impl Default for DefragSettings {
 const NO_DEFRAG: &str = "Active defragmentation cannot be enabled: it requires a Redis server compiled with a modified \
                          Jemalloc like the one shipped by default with the Redis source distribution";
 
-/// The `tls-*` settings Keel serves (`crate::tls`), with Redis 7.0's
+/// The `tls-*` settings Keel has (`crate::tls`), with Redis 7.0's
 /// names and defaults; an unset file is None (Redis's
 /// EMPTY_STRING_IS_NULL).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -477,6 +477,18 @@ pub struct TlsSettings {
     /// for clients to resume.
     pub session_caching: bool,
     pub session_cache_size: u32,
+    /// `tls-client-cert-file` and `tls-client-key-file`: what this server
+    /// shows as a client (to its master); unset, its own certificate.
+    pub client_cert_file: Option<String>,
+    pub client_key_file: Option<String>,
+    /// `tls-replication`: a replica's link to its master speaks TLS.
+    pub replication: bool,
+    /// `tls-cluster`: the cluster bus speaks TLS, and so does MIGRATE;
+    /// nodes announce `tls-port` (and `port` as the plaintext one).
+    pub cluster: bool,
+    /// `tls-dh-params-file`: read and checked as Redis does, but unused:
+    /// rustls offers no finite-field DHE cipher suites.
+    pub dh_params_file: Option<String>,
 }
 
 impl Default for TlsSettings {
@@ -492,6 +504,11 @@ impl Default for TlsSettings {
             prefer_server_ciphers: false,
             session_caching: true,
             session_cache_size: 20 * 1024,
+            client_cert_file: None,
+            client_key_file: None,
+            replication: false,
+            cluster: false,
+            dh_params_file: None,
         }
     }
 }
@@ -515,8 +532,8 @@ pub struct ClusterSettings {
     pub announce_bus_port: u16,
     /// `cluster-link-sendbuf-limit`: the most a bus link may hold unsent.
     pub link_sendbuf_limit: u64,
-    /// `cluster-announce-tls-port`: kept and reported; Redis announces it
-    /// only over TLS (`tls-cluster`), which Keel does not have.
+    /// `cluster-announce-tls-port`: the client port announced under
+    /// `tls-cluster` (`announce_port` is then the plaintext one).
     pub announce_tls_port: u16,
     pub announce_hostname: String,
     /// `cluster-preferred-endpoint-type`: ip, hostname or unknown-endpoint.
@@ -1479,7 +1496,7 @@ pub static DIRECTIVES: &[Directive] = &[
             Ok(())
         },
     },
-    // TLS for clients (`crate::tls`).
+    // TLS for clients and replication (`crate::tls`).
     directive!("tls-port", true, num(0, 65535), tls.port),
     directive!("tls-cert-file", true, optional_string, tls.cert_file),
     directive!("tls-key-file", true, optional_string, tls.key_file),
@@ -1490,16 +1507,15 @@ pub static DIRECTIVES: &[Directive] = &[
     directive!("tls-prefer-server-ciphers", true, bool, tls.prefer_server_ciphers),
     directive!("tls-session-caching", true, bool, tls.session_caching),
     directive!("tls-session-cache-size", true, num(0, i32::MAX as u32), tls.session_cache_size),
+    directive!("tls-client-cert-file", true, optional_string, tls.client_cert_file),
+    directive!("tls-client-key-file", true, optional_string, tls.client_key_file),
+    directive!("tls-replication", true, bool, tls.replication),
+    directive!("tls-cluster", true, bool, tls.cluster),
+    directive!("tls-dh-params-file", true, optional_string, tls.dh_params_file),
     // What Keel's TLS does not have: encrypted keys, OpenSSL's cipher
-    // lists and DH parameters, a session timeout of its own choosing, and
-    // TLS on the links Keel opens (replication, the cluster bus).
+    // lists, and a session timeout of its own choosing.
     inert!("tls-key-file-pass", ""),
-    inert!("tls-client-cert-file", ""),
-    inert!("tls-client-key-file", ""),
     inert!("tls-client-key-file-pass", ""),
-    inert!("tls-dh-params-file", ""),
-    inert!("tls-replication", "no"),
-    inert!("tls-cluster", "no"),
     inert!("tls-ciphers", ""),
     inert!("tls-ciphersuites", ""),
     inert!("tls-session-cache-timeout", "300"),

@@ -73,6 +73,7 @@ pub mod evict;
 pub mod glob;
 pub mod latency;
 pub mod lazyfree;
+pub mod link;
 pub mod listen;
 pub mod loading;
 pub mod memcache;
@@ -130,7 +131,7 @@ pub fn run(config: Config) -> io::Result<()> {
     };
     // Before its port listens, as Redis's.
     let tls = match tls::wanted(&config) {
-        true => Some(tls::server_config(&config.tls).map_err(|why| {
+        true => Some(tls::configure(&config.tls).map_err(|why| {
             tracing::warn!("{why}");
             io::Error::other("Failed to configure TLS. Check logs for more info.")
         })?),

@@ -13,7 +13,9 @@
 //! line read. The replies are Redis's, quirks included: a connection
 //! refused or timed out is reported as a failed write (Redis's blocking
 //! connect returns success either way and its first write fails), and
-//! only a host that resolves to nothing as a failure to connect.
+//! only a host that resolves to nothing as a failure to connect. Under
+//! `tls-cluster` the connection speaks TLS, as Redis's does; the
+//! handshake is bounded by the timeout too.
 //!
 //! A MIGRATE takes its target's connection out of the cache while it uses
 //! it, so two workers migrating to one target at once never interleave on
@@ -23,9 +25,12 @@
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
+
+use crate::link::Link;
 
 /// Redis's `MIGRATE_SOCKET_CACHE_ITEMS`.
 pub const CACHE_ITEMS_MAX: usize = 64;
@@ -46,7 +51,7 @@ const NO_DB: i64 = -1;
 
 /// A connection to a target instance.
 pub struct Target {
-    stream: TcpStream,
+    stream: Link,
     /// Bytes read past the last line (replies arrive together).
     rbuf: Vec<u8>,
     /// The database the last successful MIGRATE selected (Redis's
@@ -128,6 +133,8 @@ pub struct Request<'a> {
     /// The RESTORE commands, encoded, one per key.
     pub restores: &'a [u8],
     pub count: usize,
+    /// Under `tls-cluster`: what the TLS connection starts from.
+    pub tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 /// How the exchange went.
@@ -155,7 +162,7 @@ pub fn exchange(cache: &Cache, request: &Request<'_>) -> Outcome {
     loop {
         let mut target = match cache.take(&name) {
             Some(target) => target,
-            None => match connect(request.host, request.port, request.timeout) {
+            None => match connect(request.host, request.port, request.timeout, request.tls.as_ref()) {
                 Ok(target) => target,
                 Err(Unreachable::Unresolved) => {
                     return Outcome { io_failure: Some(IoFailure::Connect), ..Default::default() };
@@ -274,9 +281,10 @@ enum Unreachable {
 }
 
 /// Connects within `timeout` to the first address `host` resolves to
-/// that accepts. The port is read as C's `atoi` reads it and cut to 16
+/// that accepts, and runs the TLS handshake within `timeout` again if
+/// `tls` is given. The port is read as C's `atoi` reads it and cut to 16
 /// bits, as Redis's resolver gets it.
-fn connect(host: &[u8], port: &[u8], timeout: Duration) -> Result<Target, Unreachable> {
+fn connect(host: &[u8], port: &[u8], timeout: Duration, tls: Option<&Arc<rustls::ClientConfig>>) -> Result<Target, Unreachable> {
     let host = std::str::from_utf8(host).map_err(|_| Unreachable::Unresolved)?;
     let addrs: Vec<_> = match (host, atoi(port) as u16).to_socket_addrs() {
         Ok(addrs) => addrs.collect(),
@@ -284,12 +292,25 @@ fn connect(host: &[u8], port: &[u8], timeout: Duration) -> Result<Target, Unreac
     };
     let mut last = Unreachable::Unresolved;
     for addr in addrs {
-        match TcpStream::connect_timeout(&addr, timeout).and_then(|s| s.set_nodelay(true).map(|()| s)) {
+        let connected = TcpStream::connect_timeout(&addr, timeout).and_then(|s| s.set_nodelay(true).map(|()| s));
+        match connected.and_then(|stream| secure(stream, addr, timeout, tls)) {
             Ok(stream) => return Ok(Target { stream, rbuf: Vec::new(), last_db: NO_DB, last_use: Instant::now() }),
             Err(e) => last = Unreachable::Failed(e),
         }
     }
     Err(last)
+}
+
+/// The connection as a [`Link`]: over TLS if `tls` is given (the target's
+/// certificate chain checked, not its name, as `crate::tls` says).
+fn secure(stream: TcpStream, addr: std::net::SocketAddr, timeout: Duration, tls: Option<&Arc<rustls::ClientConfig>>) -> io::Result<Link> {
+    let Some(config) = tls else { return Ok(Link::Tcp(stream)) };
+    stream.set_read_timeout(Some(timeout))?;
+    stream.set_write_timeout(Some(timeout))?;
+    let name = rustls_pki_types::ServerName::from(addr.ip());
+    let session = rustls::ClientConnection::new(config.clone(), name).map_err(io::Error::other)?;
+    let tls = keel_tls::BlockingTls::handshake(stream, session.into(), Instant::now() + timeout)?;
+    Ok(Link::Tls(Arc::new(tls)))
 }
 
 /// C's `atoi`: optional blanks and sign, then digits; 0 for none.
@@ -316,8 +337,8 @@ impl Target {
         let deadline = Instant::now() + timeout;
         let mut written = 0;
         while written < chunk.len() {
-            self.stream.set_write_timeout(Some(remaining(deadline)?))?;
-            match self.stream.write(&chunk[written..]) {
+            self.stream.set_write_timeout(remaining(deadline)?)?;
+            match (&self.stream).write(&chunk[written..]) {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
                 Ok(n) => written += n,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -342,9 +363,9 @@ impl Target {
             if self.rbuf.len() > LINE_BYTES_MAX {
                 return Err(io::ErrorKind::InvalidData.into());
             }
-            self.stream.set_read_timeout(Some(remaining(deadline)?))?;
+            self.stream.set_read_timeout(remaining(deadline)?)?;
             let mut buf = [0u8; 4096];
-            match self.stream.read(&mut buf) {
+            match (&self.stream).read(&mut buf) {
                 Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
                 Ok(n) => self.rbuf.extend_from_slice(&buf[..n]),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -382,7 +403,7 @@ mod tests {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
         let port = listener.local_addr().expect("addr").port().to_string();
         let cache = Cache::default();
-        let open = || connect(b"127.0.0.1", port.as_bytes(), Duration::from_secs(1)).ok().expect("connect");
+        let open = || connect(b"127.0.0.1", port.as_bytes(), Duration::from_secs(1), None).ok().expect("connect");
         cache.put(b"a:1".to_vec(), open());
         cache.put(b"a:1".to_vec(), open());
         assert_eq!(cache.len(), 1);

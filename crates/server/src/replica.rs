@@ -7,8 +7,9 @@
 //!
 //! Redis runs the link as a state machine on its event loop because it
 //! has one thread. Keel gives it a thread of its own, `keel-replica`,
-//! spawned at start, and a blocking `TcpStream`: the handshake then reads
-//! in the order the protocol is written. Reads return every [`POLL`] so
+//! spawned at start, and a blocking socket (`replication::link`, TLS
+//! under `tls-replication`): the handshake then reads in the order the
+//! protocol is written. Reads return every [`POLL`] so
 //! that the thread sees a REPLICAOF change or a shutdown, keeps its ACK
 //! clock, and drops a link silent for `repl-timeout`. A dropped link is
 //! tried again every second, as Redis's cron does; REPLICAOF rings the
@@ -106,6 +107,7 @@ use crate::command::parse::eq;
 use crate::command::{self, CmdError, CmdResult, Ctx};
 use crate::config::Config;
 use crate::doorbell::{Doorbell, Wake};
+use crate::link::Link;
 use crate::durability::AofState;
 use crate::server::{unix_ms, Server};
 
@@ -132,6 +134,8 @@ pub enum LinkError {
     Io(#[from] io::Error),
     #[error("can't resolve the master's address {0}")]
     Resolve(String),
+    #[error("TLS with the master failed: {0}")]
+    Tls(String),
     #[error("connection lost")]
     Closed,
     #[error("timeout: nothing from the master for {0} seconds")]
@@ -695,6 +699,10 @@ fn link(server: &Server, host: &str, port: u16, generation: u64) -> Result<(), L
     stream.set_write_timeout(Some(timeout))?;
     tracing::info!("MASTER <-> REPLICA sync started");
     *replica.socket.lock() = stream.try_clone().ok();
+    let stream = match server.config.read().tls.replication {
+        true => Link::Tls(Arc::new(tls_handshake(server, host, stream)?)),
+        false => Link::Tcp(stream),
+    };
     let mut conn = Conn { stream, buf: Vec::new(), start: 0, server, generation };
     replica.set_phase(Phase::Handshake);
     conn.send(&["PING"])?;
@@ -716,10 +724,16 @@ fn link(server: &Server, host: &str, port: u16, generation: u64) -> Result<(), L
         conn.send(&argv)?;
     }
     // What the master lists this replica as: the announced address where
-    // one is set (Redis's `slave-announce-port` and `-ip`).
+    // one is set (Redis's `slave-announce-port` and `-ip`), else where
+    // clients of the link's kind connect.
     let (port, announce_ip) = {
         let c = server.config.read();
-        (if c.replica_announce_port != 0 { c.replica_announce_port } else { c.port }, c.replica_announce_ip.clone())
+        let port = match (c.replica_announce_port, c.tls.replication && c.tls.port != 0) {
+            (0, true) => c.tls.port,
+            (0, false) => c.port,
+            (announced, _) => announced,
+        };
+        (port, c.replica_announce_ip.clone())
     };
     conn.send(&["REPLCONF", "listening-port", &port.to_string()])?;
     if let Some(ip) = &announce_ip {
@@ -825,9 +839,21 @@ fn connect(server: &Server, generation: u64, addr: std::net::SocketAddr, timeout
     }
 }
 
+/// The client side of a TLS link to the master, with the CAs of
+/// `tls-ca-cert-file` and `-dir` checking the master's certificate chain
+/// (not its name, as Redis's).
+fn tls_handshake(server: &Server, host: &str, stream: TcpStream) -> Result<keel_tls::BlockingTls, LinkError> {
+    let config = server.tls.read().as_ref().and_then(|c| c.client.clone());
+    let config = config.ok_or_else(|| LinkError::Tls("TLS is not configured".into()))?;
+    let name = rustls_pki_types::ServerName::try_from(host.to_string()).map_err(|e| LinkError::Tls(e.to_string()))?;
+    let session = rustls::ClientConnection::new(config, name).map_err(|e| LinkError::Tls(e.to_string()))?;
+    let tls = keel_tls::BlockingTls::handshake(stream, session.into(), Instant::now() + SYNCIO_TIMEOUT);
+    tls.map_err(|e| LinkError::Tls(e.to_string()))
+}
+
 /// The link's socket and what was read from it and not consumed yet.
 struct Conn<'s> {
-    stream: TcpStream,
+    stream: Link,
     buf: Vec<u8>,
     start: usize,
     server: &'s Server,
@@ -853,7 +879,7 @@ impl Conn<'_> {
         }
         let len = self.buf.len();
         self.buf.resize(len + READ_CHUNK, 0);
-        let read = self.stream.read(&mut self.buf[len..]);
+        let read = (&self.stream).read(&mut self.buf[len..]);
         let n = match read {
             Ok(n) => n,
             Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted) => {
@@ -1270,8 +1296,9 @@ fn apply_stream(mut conn: Conn<'_>, mut cursor: Cursor) -> Result<(), LinkError>
     let replica = &server.replica;
     // The master's offset of the first byte buffered.
     let mut consumed = cursor.offset;
-    let addr = conn.stream.peer_addr().map(|a| crate::worker::fmt_addr(&a)).unwrap_or_default();
-    let laddr = conn.stream.local_addr().map(|a| crate::worker::fmt_addr(&a)).unwrap_or_default();
+    let tcp = conn.stream.tcp();
+    let addr = tcp.and_then(|s| s.peer_addr().ok()).map(|a| crate::worker::fmt_addr(&a)).unwrap_or_default();
+    let laddr = tcp.and_then(|s| s.local_addr().ok()).map(|a| crate::worker::fmt_addr(&a)).unwrap_or_default();
     let info = Arc::new(ClientInfo::new(server.clients.next_id(), addr, laddr, conn.stream.as_raw_fd(), false));
     info.db.store(cursor.db, Ordering::Relaxed);
     info.set_link_role(crate::client::LinkRole::Master);
@@ -1411,7 +1438,7 @@ fn apply_stream(mut conn: Conn<'_>, mut cursor: Cursor) -> Result<(), LinkError>
 }
 
 /// `REPLCONF ACK <offset>`, once the journal holds what it acknowledges.
-fn send_ack(server: &Server, mut stream: &TcpStream, offset: i64, lsn: u64) -> Result<(), LinkError> {
+fn send_ack(server: &Server, mut stream: &Link, offset: i64, lsn: u64) -> Result<(), LinkError> {
     if let Some(journal) = server.journal().filter(|_| lsn > 0) {
         let written = journal.write_through();
         if !written || journal.fsync() == FsyncPolicy::Always {

@@ -235,12 +235,13 @@ pub struct Server {
     /// `metrics-port`.
     pub memcache_listeners: crate::listen::PortListeners,
     pub metrics_listeners: crate::listen::PortListeners,
-    /// The workers' listeners on `tls-port`, and what a connection there
-    /// speaks TLS with (`crate::tls`): set while `tls-port` is, and made
-    /// again when CONFIG SET changes a `tls-*` setting (new connections
-    /// take the new one).
+    /// The workers' listeners on `tls-port`, and what TLS connections
+    /// start from (`crate::tls`): those accepted there, and a replica's
+    /// link under `tls-replication`. Set while either is, and made again
+    /// when CONFIG SET changes a `tls-*` setting (new connections take the
+    /// new one).
     pub tls_listeners: crate::listen::PortListeners,
-    pub tls: RwLock<Option<Arc<rustls::ServerConfig>>>,
+    pub tls: RwLock<Option<crate::tls::Contexts>>,
     /// The one stream of changes and whether `appendonly` logs to it now
     /// (switchable at run time): see [`Server::journal`].
     pub aof: crate::durability::Aof,

@@ -1,12 +1,15 @@
-//! TLS for clients on `tls-port`, with Redis's directives: the server's
-//! certificate and key, the CAs that sign clients' certificates
-//! (`tls-auth-clients`), the protocol versions, the server's cipher order
-//! and the session cache. rustls does the protocol; `keel-tls` runs it
-//! over a non-blocking socket in the worker's event loop.
+//! TLS, with Redis's directives: for clients on `tls-port` (the server's
+//! certificate and key, the CAs that sign clients' certificates,
+//! `tls-auth-clients`, the protocol versions, the server's cipher order
+//! and the session cache), for a replica's link to its master
+//! (`tls-replication`), and for the cluster bus and MIGRATE
+//! (`tls-cluster`); what this server shows when it connects is
+//! `tls-client-cert-file` and `tls-client-key-file`, or its own
+//! certificate. rustls does the protocol; `keel-tls` runs it over the
+//! non-blocking sockets of the workers and the bus thread, and over the
+//! blocking ones of replication's and MIGRATE's threads.
 //!
-//! Replication and the cluster bus do not speak TLS yet
-//! (`tls-replication` and `tls-cluster` stay `no`), and a replica cannot
-//! sync over a TLS connection.
+//! A replica's TLS connection syncs as a plain one does.
 
 use std::collections::{HashMap, VecDeque};
 use std::io;
@@ -14,7 +17,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 use rustls::server::{NoServerSessionStorage, StoresServerSessions, WebPkiClientVerifier};
-use rustls::{RootCertStore, ServerConfig, ServerConnection};
+use rustls::{ClientConfig, RootCertStore, ServerConfig, ServerConnection};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
@@ -24,47 +27,107 @@ use crate::config::{Config, TlsSettings};
 pub const UPDATE_FAILED: &str = "Unable to update TLS configuration. Check server logs.";
 
 /// Whether `config` asks for TLS (Redis's `tls_port || tls_replication ||
-/// tls_cluster`; Keel has only the first).
+/// tls_cluster`).
 pub fn wanted(config: &Config) -> bool {
-    config.tls.port != 0
+    config.tls.port != 0 || config.tls.replication || config.tls.cluster
 }
 
-/// The rustls configuration `settings` describe (Redis's tlsConfigure),
-/// or why there is none, in Redis's words where it has them.
-pub fn server_config(settings: &TlsSettings) -> Result<Arc<ServerConfig>, String> {
+/// What TLS connections start from: those accepted on `tls-port`; those
+/// this server opens (to its master, to other nodes, to a MIGRATE's
+/// target); and the cluster bus's accepted links, whose peers must show
+/// a certificate whatever `tls-auth-clients` says, as in Redis. The last
+/// two need CAs to check the other side with.
+#[derive(Clone)]
+pub struct Contexts {
+    pub server: Arc<ServerConfig>,
+    pub client: Option<Arc<ClientConfig>>,
+    pub bus: Option<Arc<ServerConfig>>,
+}
+
+/// The rustls configurations `settings` describe (Redis's tlsConfigure),
+/// or why there are none, in Redis's words where it has them.
+pub fn configure(settings: &TlsSettings) -> Result<Contexts, String> {
     let cert_file = settings.cert_file.as_deref().ok_or("No tls-cert-file configured!")?;
     let key_file = settings.key_file.as_deref().ok_or("No tls-key-file configured!")?;
     let auth = settings.auth_clients.as_str();
-    if auth != "no" && settings.ca_cert_file.is_none() && settings.ca_cert_dir.is_none() {
+    if (auth != "no" || settings.replication || settings.cluster) && settings.ca_cert_file.is_none() && settings.ca_cert_dir.is_none() {
         return Err("Either tls-ca-cert-file or tls-ca-cert-dir must be specified when tls-cluster, tls-replication or tls-auth-clients are enabled!".into());
     }
     let versions = protocol_versions(settings.protocols.as_deref())?;
+    if let Some(file) = &settings.dh_params_file {
+        check_dh_params(file)?;
+    }
+    let (certs, key) = certificate_and_key(cert_file, key_file)?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let roots = match settings.ca_cert_file.is_some() || settings.ca_cert_dir.is_some() {
+        true => Some(Arc::new(trusted_roots(settings)?)),
+        false => None,
+    };
+    let server_with = |verifier: Arc<dyn rustls::server::danger::ClientCertVerifier>| -> Result<Arc<ServerConfig>, String> {
+        let mut server = ServerConfig::builder_with_provider(provider.clone())
+            .with_protocol_versions(&versions)
+            .map_err(|e| e.to_string())?
+            .with_client_cert_verifier(verifier)
+            .with_single_cert(certs.clone(), key.clone_key())
+            .map_err(|e| format!("Failed to load certificate and key: {e}"))?;
+        server.ignore_client_order = settings.prefer_server_ciphers;
+        server.session_storage = match settings.session_caching {
+            true => Arc::new(SessionCache { limit: settings.session_cache_size as usize, sessions: Mutex::default() }),
+            false => Arc::new(NoServerSessionStorage {}),
+        };
+        Ok(Arc::new(server))
+    };
+    // Peers' certificates checked against the CAs, if any.
+    let checking = |optional: bool| -> Result<Option<Arc<dyn rustls::server::danger::ClientCertVerifier>>, String> {
+        let Some(roots) = &roots else { return Ok(None) };
+        let builder = WebPkiClientVerifier::builder_with_provider(roots.clone(), provider.clone());
+        let builder = if optional { builder.allow_unauthenticated() } else { builder };
+        let verifier = builder.build().map_err(|e| format!("Failed to configure CA certificate(s) file/directory: {e}"))?;
+        Ok(Some(verifier))
+    };
+    let clients_checked = if auth == "no" { None } else { checking(auth == "optional")? };
+    let server = server_with(clients_checked.unwrap_or_else(WebPkiClientVerifier::no_client_auth))?;
+    let bus = checking(false)?.map(server_with).transpose()?;
+    // Redis's client context: its own certificate unless a client one is
+    // set; the master's chain checked, not its name (`keel_tls::ChainOnly`).
+    let client = match roots {
+        Some(roots) => {
+            let (certs, key) = match (&settings.client_cert_file, &settings.client_key_file) {
+                (Some(cert_file), Some(key_file)) => certificate_and_key(cert_file, key_file)?,
+                _ => (certs, key),
+            };
+            let verifier = keel_tls::ChainOnly::new(Some(roots), provider.clone())
+                .map_err(|e| format!("Failed to configure CA certificate(s) file/directory: {e}"))?;
+            let client = ClientConfig::builder_with_provider(provider)
+                .with_protocol_versions(&versions)
+                .map_err(|e| e.to_string())?
+                .dangerous()
+                .with_custom_certificate_verifier(Arc::new(verifier))
+                .with_client_auth_cert(certs, key)
+                .map_err(|e| format!("Failed to load client certificate and key: {e}"))?;
+            Some(Arc::new(client))
+        }
+        None => None,
+    };
+    Ok(Contexts { server, client, bus })
+}
+
+/// Redis reads `tls-dh-params-file` for DHE cipher suites, which rustls
+/// does not offer: the file is only checked, in Redis's words.
+fn check_dh_params(file: &str) -> Result<(), String> {
+    let text = std::fs::read_to_string(file).map_err(|e| format!("Failed to load {file}: {e}"))?;
+    match text.contains("-----BEGIN DH PARAMETERS-----") {
+        true => Ok(()),
+        false => Err(format!("{file}: failed to read DH params.")),
+    }
+}
+
+fn certificate_and_key(cert_file: &str, key_file: &str) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>), String> {
     let certs = CertificateDer::pem_file_iter(cert_file)
         .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
         .map_err(|e| format!("Failed to load certificate: {cert_file}: {e}"))?;
     let key = PrivateKeyDer::from_pem_file(key_file).map_err(|e| format!("Failed to load private key: {key_file}: {e}"))?;
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let verifier = match auth {
-        "no" => WebPkiClientVerifier::no_client_auth(),
-        _ => {
-            let roots = Arc::new(trusted_roots(settings)?);
-            let builder = WebPkiClientVerifier::builder_with_provider(roots, provider.clone());
-            let builder = if auth == "optional" { builder.allow_unauthenticated() } else { builder };
-            builder.build().map_err(|e| format!("Failed to configure CA certificate(s) file/directory: {e}"))?
-        }
-    };
-    let mut config = ServerConfig::builder_with_provider(provider)
-        .with_protocol_versions(&versions)
-        .map_err(|e| e.to_string())?
-        .with_client_cert_verifier(verifier)
-        .with_single_cert(certs, key)
-        .map_err(|e| format!("Failed to load certificate and key: {e}"))?;
-    config.ignore_client_order = settings.prefer_server_ciphers;
-    config.session_storage = match settings.session_caching {
-        true => Arc::new(SessionCache { limit: settings.session_cache_size as usize, sessions: Mutex::default() }),
-        false => Arc::new(NoServerSessionStorage {}),
-    };
-    Ok(Arc::new(config))
+    Ok((certs, key))
 }
 
 /// `tls-protocols` as Redis's parseProtocolsConfig reads it; unset means
@@ -162,8 +225,8 @@ impl StoresServerSessions for SessionCache {
 }
 
 /// A new client's connection on `tls-port`: its socket and TLS session.
-pub fn accept(sock: mio::net::TcpStream, config: Arc<ServerConfig>) -> io::Result<keel_tls::TlsStream> {
-    let session = ServerConnection::new(config).map_err(io::Error::other)?;
+pub fn accept(sock: mio::net::TcpStream, contexts: &Contexts) -> io::Result<keel_tls::TlsStream> {
+    let session = ServerConnection::new(contexts.server.clone()).map_err(io::Error::other)?;
     Ok(keel_tls::TlsStream::new(sock, session.into()))
 }
 
@@ -201,14 +264,33 @@ mod tests {
     }
 
     #[test]
-    fn a_certificate_and_key_are_needed_and_a_ca_unless_clients_go_unchecked() {
+    fn a_certificate_and_key_are_needed_and_a_ca_unless_nothing_is_checked() {
         let mut s = TlsSettings::default();
-        assert_eq!(server_config(&s).err().as_deref(), Some("No tls-cert-file configured!"));
+        let why = |s: &TlsSettings| configure(s).err().unwrap_or_default();
+        assert_eq!(why(&s), "No tls-cert-file configured!");
         s.cert_file = Some("/nonexistent/cert.pem".into());
-        assert_eq!(server_config(&s).err().as_deref(), Some("No tls-key-file configured!"));
+        assert_eq!(why(&s), "No tls-key-file configured!");
         s.key_file = Some("/nonexistent/key.pem".into());
-        assert!(server_config(&s).expect_err("no CA").starts_with("Either tls-ca-cert-file or tls-ca-cert-dir"));
+        assert!(why(&s).starts_with("Either tls-ca-cert-file or tls-ca-cert-dir"));
         s.auth_clients = "no".into();
-        assert!(server_config(&s).expect_err("no file").starts_with("Failed to load certificate: /nonexistent/cert.pem"));
+        assert!(why(&s).starts_with("Failed to load certificate: /nonexistent/cert.pem"));
+        for (replication, cluster) in [(true, false), (false, true)] {
+            (s.replication, s.cluster) = (replication, cluster);
+            assert!(why(&s).starts_with("Either tls-ca-cert-file or tls-ca-cert-dir"));
+        }
+    }
+
+    #[test]
+    fn dh_params_are_checked_though_unused() {
+        let dir = std::env::temp_dir().join(format!("keel-dh-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let (good, bad) = (dir.join("good.dh"), dir.join("bad.dh"));
+        std::fs::write(&good, "-----BEGIN DH PARAMETERS-----\nMIIBCAKCAQEA\n-----END DH PARAMETERS-----\n").expect("write");
+        std::fs::write(&bad, "not a PEM file\n").expect("write");
+        let path = |p: &std::path::Path| p.display().to_string();
+        assert_eq!(check_dh_params(&path(&good)), Ok(()));
+        assert_eq!(check_dh_params(&path(&bad)), Err(format!("{}: failed to read DH params.", path(&bad))));
+        assert!(check_dh_params("/nonexistent.dh").expect_err("missing").starts_with("Failed to load /nonexistent.dh: "));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

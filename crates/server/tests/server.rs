@@ -897,15 +897,6 @@ fn fsync_and_rehash_directives_are_redis_s() {
     assert_eq!(keel, tuning_sequence(&redis), "redis-server answers the same");
 }
 
-/// An address of this machine that is not loopback, if it has one.
-fn outside_address() -> Option<std::net::IpAddr> {
-    // No packet is sent: connecting a UDP socket only picks the route.
-    let socket = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
-    socket.connect("192.0.2.1:9").ok()?;
-    let ip = socket.local_addr().ok()?.ip();
-    (!ip.is_loopback() && !ip.is_unspecified()).then_some(ip)
-}
-
 /// What a client from `ip` gets: PING's reply, or the server's refusal.
 fn ping_from(ip: std::net::IpAddr, port: u16) -> Frame {
     let mut c = Client::connect_to(ip, port);
@@ -919,7 +910,7 @@ fn ping_from(ip: std::net::IpAddr, port: u16) -> Frame {
 /// redis-server under the same flags.
 #[test]
 fn protected_mode_turns_away_outside_clients_without_a_password() {
-    let Some(ip) = outside_address() else {
+    let Some(ip) = common::outside_address() else {
         eprintln!("NOTICE: no non-loopback address; skipping the protected-mode test");
         return;
     };

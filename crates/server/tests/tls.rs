@@ -2,8 +2,9 @@
 //! directives, both reached with `redis-cli --tls`: what a client with and
 //! without a certificate gets under each `tls-auth-clients`, large values
 //! and pipelines through the session, CONFIG SET of the TLS settings, and
-//! a start without a certificate. (Keel's replicas sync over plain
-//! sockets only: SYNC on `tls-port` is refused.)
+//! a start without a certificate. Replication over TLS
+//! (`tls-replication`) between Keel and redis-server, each way, and a
+//! cluster of both over a TLS bus (`tls-cluster`).
 
 mod common;
 
@@ -69,8 +70,13 @@ impl Certs {
     /// standard input), showing the client certificate or not: whether it
     /// succeeded, and what it printed.
     fn cli(&self, port: u16, with_cert: bool, args: &[&str], input: Option<&[u8]>) -> (bool, String) {
+        self.cli_to("127.0.0.1", port, with_cert, args, input)
+    }
+
+    /// [`Certs::cli`] to `host`.
+    fn cli_to(&self, host: &str, port: u16, with_cert: bool, args: &[&str], input: Option<&[u8]>) -> (bool, String) {
         let mut cli = Command::new("redis-cli");
-        cli.args(["--tls", "--cacert", &self.path("ca.crt"), "-p", &port.to_string()]);
+        cli.args(["--tls", "--cacert", &self.path("ca.crt"), "-h", host, "-p", &port.to_string()]);
         if with_cert {
             cli.args(["--cert", &self.path("client.crt"), "--key", &self.path("client.key")]);
         }
@@ -98,15 +104,20 @@ impl Drop for Certs {
 /// Keel, and redis-server where installed, each serving TLS on a port of
 /// its own with these certificates and `extra`.
 fn start_both(certs: &Certs, extra: &[&str]) -> Vec<(&'static str, Server, u16)> {
-    let start = |name: &'static str, start: fn(&[&str]) -> Option<Server>| {
+    let start = |name: &'static str, start: Start| {
         let tls_port = common::free_port();
         let mut flags = certs.server_flags(tls_port);
         flags.extend(extra.iter().map(|s| s.to_string()));
         let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
         start(&flags).map(|server| (name, server, tls_port))
     };
-    [start("keel", |flags| Some(Server::start(flags))), start("redis", Server::start_redis)].into_iter().flatten().collect()
+    [start("keel", KEEL), start("redis", REDIS)].into_iter().flatten().collect()
 }
+
+/// Starts a server under these flags: Keel, or redis-server where installed.
+type Start = fn(&[&str]) -> Option<Server>;
+const KEEL: Start = |flags| Some(Server::start(flags));
+const REDIS: Start = Server::start_redis;
 
 /// What a client with the CA's certificate sees, with each server: the
 /// replies, a value of 4 MB each way, a pipeline of 20,000 commands.
@@ -138,11 +149,6 @@ fn clients_are_served_over_tls_as_by_redis() {
         let session = tls_session(&certs, tls_port);
         // The plain port serves as before.
         assert_eq!(server.client().cmd("GET k"), common::bulk("v"), "{name}");
-        if name == "keel" {
-            // A replica's sync runs over plain sockets only: refused.
-            let (_, text) = certs.cli(tls_port, true, &["SYNC"], None);
-            assert!(text.contains("ERR Keel does not serve replicas over TLS yet"), "{text}");
-        }
         // `tls-auth-clients yes`: no certificate, no session.
         let (done, text) = certs.cli(tls_port, false, &["PING"], None);
         assert!(!done, "{name} served a client without a certificate: {text}");
@@ -167,6 +173,23 @@ fn tls_auth_clients_no_and_optional_admit_clients_without_certificates() {
                 assert!(done && text.trim() == "PONG", "{name}, tls-auth-clients {auth}, certificate {with_cert}: {text}");
             }
         }
+    }
+}
+
+/// In protected mode a TLS client from outside the loopback interface
+/// is told why it is turned away once its handshake is done, as Redis
+/// tells it, and counted as rejected.
+#[test]
+fn protected_mode_refuses_a_tls_client_after_its_handshake() {
+    let Some(certs) = Certs::make() else { return };
+    let Some(ip) = common::outside_address() else {
+        eprintln!("NOTICE: no non-loopback address; skipping the protected-mode test");
+        return;
+    };
+    for (name, server, tls_port) in start_both(&certs, &["--bind", "0.0.0.0"]) {
+        let (_, text) = certs.cli_to(&ip.to_string(), tls_port, true, &["PING"], None);
+        assert!(text.starts_with("DENIED Redis is running in protected mode"), "{name}: {text}");
+        assert_eq!(server.client().info_field("stats", "rejected_connections"), "1", "{name}");
     }
 }
 
@@ -216,4 +239,143 @@ fn a_tls_port_without_a_certificate_stops_the_start() {
         assert!(text.contains("No tls-cert-file configured!") && text.contains("Failed to configure TLS"), "{binary}: {text}");
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A master serving TLS and a replica whose link to it speaks TLS
+/// (`tls-replication`, with the client certificate of
+/// `tls-client-cert-file`), Keel or redis-server each, under each sync:
+/// the data before and after the link, a value larger than a TLS record
+/// each time, WAIT's count, the port the replica announces (its TLS one),
+/// and a partial resync after CLIENT KILL TYPE master.
+#[test]
+fn replicas_sync_over_tls_with_redis_either_side() {
+    let Some(certs) = Certs::make() else { return };
+    let big = |n: usize| (0..n).map(|i| (b'a' + (i % 26) as u8) as char).collect::<String>();
+    let pairs = [("keel", KEEL, "redis", REDIS, "yes"), ("keel", KEEL, "keel", KEEL, "no"), ("redis", REDIS, "keel", KEEL, "yes")];
+    for (master_name, start_master, replica_name, start_replica, diskless) in pairs {
+        let case = format!("{master_name} master, {replica_name} replica, repl-diskless-sync {diskless}");
+        let master_tls = common::free_port();
+        let mut flags = certs.server_flags(master_tls);
+        flags.extend(["--repl-diskless-sync", diskless, "--repl-diskless-sync-delay", "0"].map(String::from));
+        let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+        let Some(master) = start_master(&flags) else { return };
+        let mut m = master.client();
+        for i in 0..2000 {
+            m.write_command(&["SET", &format!("before:{i}"), &format!("{i}")]);
+        }
+        (0..2000).for_each(|_| drop(m.read()));
+        assert_eq!(m.send(&["SET", "big:before", &big(1 << 20)]), ok(), "{case}");
+
+        let replica_tls = common::free_port();
+        let mut flags = certs.server_flags(replica_tls);
+        let replicaof = master_tls.to_string();
+        flags.extend(["--tls-replication", "yes", "--replicaof", "127.0.0.1", &replicaof].map(String::from));
+        flags.extend(["--tls-client-cert-file", &certs.path("client.crt"), "--tls-client-key-file", &certs.path("client.key")].map(String::from));
+        let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+        let Some(replica) = start_replica(&flags) else { return };
+        replica.wait_link_up();
+        for i in 0..2000 {
+            m.write_command(&["SET", &format!("after:{i}"), &format!("{i}")]);
+        }
+        (0..2000).for_each(|_| drop(m.read()));
+        assert_eq!(m.send(&["SET", "big:after", &big(300_000)]), ok(), "{case}");
+        assert_eq!(m.send(&["WAIT", "1", "10000"]), common::int(1), "{case}");
+        let mut r = replica.client();
+        assert_eq!(r.send(&["DBSIZE"]), common::int(4002), "{case}");
+        assert_eq!(r.send(&["GET", "big:before"]), common::bulk(&big(1 << 20)), "{case}");
+        assert_eq!(r.send(&["GET", "big:after"]), common::bulk(&big(300_000)), "{case}");
+        assert_eq!(r.send(&["GET", "after:1999"]), common::bulk("1999"), "{case}");
+        let listed = m.info_field("replication", "slave0");
+        assert!(listed.contains(&format!("port={replica_tls},state=online")), "{case}: {listed}");
+
+        // The link goes; the replica comes back for what it missed.
+        let partial = |m: &mut common::Client| m.info_field("stats", "sync_partial_ok");
+        let before = partial(&mut m);
+        assert_eq!(r.send(&["CLIENT", "KILL", "TYPE", "master"]), common::int(1), "{case}");
+        assert_eq!(m.send(&["SET", "missed", "1"]), ok(), "{case}");
+        common::wait_for("the partial resync", || partial(&mut m) != before);
+        assert_eq!(m.send(&["WAIT", "1", "10000"]), common::int(1), "{case}");
+        assert_eq!(r.send(&["GET", "missed"]), common::bulk("1"), "{case}");
+    }
+}
+
+/// Under `tls-cluster`: two Keel nodes and a redis-server node form one
+/// cluster over a TLS bus (each MEETs at its TLS port). A plain client is
+/// sent to nodes' plaintext ports and a TLS one to their TLS ports, by
+/// Keel and by Redis alike; CLUSTER SHARDS lists both ports; MIGRATE goes
+/// over TLS from Keel to Redis and from Redis to Keel.
+#[test]
+fn a_cluster_bus_over_tls_joins_keel_and_redis_nodes() {
+    let Some(certs) = Certs::make() else { return };
+    struct Node {
+        server: Server,
+        tls: u16,
+        bus: u16,
+    }
+    let start = |start: Start| {
+        let (tls, bus) = (common::free_port(), common::free_port());
+        let mut flags = certs.server_flags(tls);
+        flags.extend(["--cluster-enabled", "yes", "--cluster-port", &bus.to_string(), "--cluster-node-timeout", "1000"].map(String::from));
+        flags.extend(["--tls-cluster", "yes", "--tls-client-cert-file", &certs.path("client.crt")].map(String::from));
+        flags.extend(["--tls-client-key-file", &certs.path("client.key")].map(String::from));
+        let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+        start(&flags).map(|server| Node { server, tls, bus })
+    };
+    let (Some(a), Some(b), Some(r)) = (start(KEEL), start(KEEL), start(REDIS)) else { return };
+    let nodes = [&a, &b, &r];
+    let ranges = [("0", "8000"), ("8001", "12000"), ("12001", "16383")];
+    for (i, (node, (from, to))) in nodes.iter().zip(ranges).enumerate() {
+        let mut c = node.server.client();
+        assert_eq!(c.send(&["CLUSTER", "SET-CONFIG-EPOCH", &(i + 1).to_string()]), ok());
+        assert_eq!(c.send(&["CLUSTER", "ADDSLOTSRANGE", from, to]), ok());
+    }
+    for node in &nodes[1..] {
+        let meet = ["CLUSTER", "MEET", "127.0.0.1", &node.tls.to_string(), &node.bus.to_string()];
+        assert_eq!(a.server.client().send(&meet), ok());
+    }
+    for node in nodes {
+        let mut c = node.server.client();
+        wait_for_cluster_ok(&mut c);
+    }
+    let id = |node: &Node| match node.server.client().send(&["CLUSTER", "MYID"]) {
+        Frame::Bulk(b) => String::from_utf8(b).expect("id"),
+        other => panic!("{other:?}"),
+    };
+
+    // Redirections: "b" is in slot 3300 (a's), "a" in 15495 (r's).
+    let moved = |slot: u32, to: u16| err(&format!("MOVED {slot} 127.0.0.1:{to}"));
+    assert_eq!(a.server.client().send(&["GET", "a"]), moved(15495, r.server.port));
+    assert_eq!(r.server.client().send(&["GET", "b"]), moved(3300, a.server.port));
+    for (from, key, slot, to) in [(&a, "a", 15495, &r), (&r, "b", 3300, &a)] {
+        let (_, text) = certs.cli(from.tls, true, &["GET", key], None);
+        assert_eq!(text.trim(), format!("MOVED {slot} 127.0.0.1:{}", to.tls));
+    }
+    // CLUSTER SHARDS names both ports of each node, in Keel as in Redis.
+    for node in nodes {
+        let shards = common::readable(&format!("{:?}", node.server.client().send(&["CLUSTER", "SHARDS"])));
+        for other in nodes {
+            let ports = format!("Bulk(\"port\"), Integer({}), Bulk(\"tls-port\"), Integer({})", other.server.port, other.tls);
+            assert!(shards.contains(&ports), "{ports} in {shards}");
+        }
+    }
+
+    // MIGRATE over TLS, each way: a slot moves, its key with it.
+    for (from, to, key, slot) in [(&a, &r, "b", "3300"), (&r, &b, "a", "15495")] {
+        let (mut f, mut t) = (from.server.client(), to.server.client());
+        assert_eq!(f.send(&["SET", key, "moved over TLS"]), ok());
+        assert_eq!(t.send(&["CLUSTER", "SETSLOT", slot, "IMPORTING", &id(from)]), ok());
+        assert_eq!(f.send(&["CLUSTER", "SETSLOT", slot, "MIGRATING", &id(to)]), ok());
+        assert_eq!(f.send(&["MIGRATE", "127.0.0.1", &to.tls.to_string(), key, "0", "5000"]), ok());
+        assert_eq!(f.send(&["GET", key]), err(&format!("ASK {slot} 127.0.0.1:{}", to.server.port)));
+        assert_eq!(t.send(&["ASKING"]), ok());
+        assert_eq!(t.send(&["GET", key]), common::bulk("moved over TLS"));
+    }
+}
+
+fn wait_for_cluster_ok(c: &mut common::Client) {
+    common::wait_for("the cluster's state", || {
+        let Frame::Bulk(info) = c.send(&["CLUSTER", "INFO"]) else { return false };
+        let info = String::from_utf8_lossy(&info);
+        info.contains("cluster_state:ok") && info.contains("cluster_known_nodes:3")
+    });
 }

@@ -1,98 +1,15 @@
-//! A TLS session over a non-blocking socket, for the event loops that
-//! poll it (the server's workers, keel-bench's driver): reads and writes
-//! of plaintext that answer `WouldBlock` when the network has nothing to
-//! give or take, as the socket's own do, so that the next readiness event
-//! goes on where they stopped. rustls does the protocol; the configuration
-//! (certificates, checks) is the caller's.
-//!
-//! A session yields one record's plaintext at a time: a short read does
-//! not mean the socket is drained, so with edge-triggered polling a
-//! caller reads until `WouldBlock`. Output the socket did not take stays
-//! in the session ([`TlsStream::holds_output`]) until [`TlsStream::send_held`]
-//! at the next writable event.
+//! TLS sessions for Keel, over sockets of two kinds: non-blocking ones
+//! that an event loop polls ([`TlsStream`]: the server's workers,
+//! keel-bench's driver), and blocking ones that threads of their own
+//! share ([`BlockingTls`]: replication's links). rustls does the
+//! protocol; the configuration (certificates, checks) is the caller's,
+//! save for the check of a server's certificate that Redis and memtier
+//! make ([`ChainOnly`]).
 
-use std::io::{self, Read, Write};
+mod blocking;
+mod polled;
+mod verify;
 
-use mio::net::TcpStream;
-use rustls::Connection;
-
-/// How much encrypted output a session holds before it takes no more
-/// plaintext: the caller keeps the rest in its own buffer.
-const SENDABLE_LIMIT: usize = 256 * 1024;
-
-pub struct TlsStream {
-    pub sock: TcpStream,
-    session: Connection,
-}
-
-impl TlsStream {
-    pub fn new(sock: TcpStream, mut session: Connection) -> TlsStream {
-        session.set_buffer_limit(Some(SENDABLE_LIMIT));
-        TlsStream { sock, session }
-    }
-
-    /// Sends what the session holds: handshake messages, alerts and
-    /// encrypted output.
-    pub fn send_held(&mut self) -> io::Result<()> {
-        while self.session.wants_write() {
-            if self.session.write_tls(&mut self.sock)? == 0 {
-                return Err(io::ErrorKind::WriteZero.into());
-            }
-        }
-        Ok(())
-    }
-
-    /// [`TlsStream::send_held`] as far as the socket takes it now; the
-    /// rest waits for the next writable event.
-    pub fn send_held_now(&mut self) -> io::Result<()> {
-        match self.send_held() {
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(()),
-            done => done,
-        }
-    }
-
-    /// Whether encrypted output waits for the socket.
-    pub fn holds_output(&self) -> bool {
-        self.session.wants_write()
-    }
-}
-
-impl Read for TlsStream {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        loop {
-            match self.session.reader().read(buf) {
-                // 0: the peer's close_notify.
-                Ok(n) => return Ok(n),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(e) => return Err(e),
-            }
-            if self.session.read_tls(&mut self.sock)? == 0 {
-                return Ok(0);
-            }
-            if let Err(e) = self.session.process_new_packets() {
-                // The alert that says why goes out before the close.
-                let _ = self.send_held();
-                return Err(io::Error::new(io::ErrorKind::InvalidData, e));
-            }
-            // Handshake replies leave at once.
-            self.send_held_now()?;
-        }
-    }
-}
-
-impl Write for TlsStream {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        // Older output first, so that the session's buffer stays bounded.
-        self.send_held()?;
-        let taken = self.session.writer().write(buf)?;
-        match self.send_held() {
-            Err(e) if e.kind() != io::ErrorKind::WouldBlock => Err(e),
-            _ if taken == 0 && !buf.is_empty() => Err(io::ErrorKind::WouldBlock.into()),
-            _ => Ok(taken),
-        }
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        self.send_held()
-    }
-}
+pub use blocking::BlockingTls;
+pub use polled::TlsStream;
+pub use verify::ChainOnly;

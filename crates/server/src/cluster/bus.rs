@@ -73,7 +73,9 @@ impl Bus {
             }
             cluster.with(server, |st| {
                 for stream in accepted {
-                    st.accept(stream);
+                    if let Err(e) = st.accept(stream) {
+                        tracing::warn!("Error creating an accepting connection for cluster node: {e}");
+                    }
                 }
                 for event in events.iter() {
                     let id = event.token().0;

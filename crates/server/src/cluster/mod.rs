@@ -3,7 +3,9 @@
 //! redirected (-MOVED, -ASK) to the node serving a key's slot; the nodes
 //! talk on the cluster bus in Redis's own binary format (`keel-cluster`),
 //! so Keel and Redis nodes can form one cluster, and `redis-cli --cluster`
-//! creates, checks and reshards it.
+//! creates, checks and reshards it. Under `tls-cluster` the bus speaks
+//! TLS and nodes announce their TLS client ports, with the plaintext ones
+//! beside them for plain clients ([`use_pport`]).
 //!
 //! - [`state`]: the node's view (nodes, slots, epochs), the handling of
 //!   each bus message, failure detection and the replicas' election.
@@ -213,12 +215,32 @@ impl Cluster {
     }
 }
 
-/// The bus port: `cluster-port`, or the client port + 10000.
+/// The bus port: `cluster-port`, or the client port + 10000 (under
+/// `tls-cluster`, the TLS one).
 pub fn bus_port(config: &Config) -> u16 {
+    let client_port = if config.tls.cluster { config.tls.port } else { config.port };
     match config.cluster.port {
-        0 => config.port.wrapping_add(10_000),
+        0 => client_port.wrapping_add(10_000),
         port => port,
     }
+}
+
+/// Redis's deriveAnnouncedPorts: the client port this node announces and,
+/// under `tls-cluster`, where the announced one is TLS, the plaintext one.
+fn announced_ports(config: &Config) -> (u16, u16) {
+    let c = &config.cluster;
+    let or = |announced: u16, own: u16| if announced != 0 { announced } else { own };
+    match config.tls.cluster {
+        true if c.announce_tls_port != 0 => (c.announce_tls_port, c.announce_port),
+        true => (config.tls.port, config.port),
+        false => (or(c.announce_port, config.port), 0),
+    }
+}
+
+/// Redis's `use_pport`: under `tls-cluster`, a client on a plain
+/// connection is told nodes' plaintext ports ([`Node::client_port`]).
+pub fn use_pport(server: &Server, client_tls: bool) -> bool {
+    !client_tls && server.config.read().tls.cluster
 }
 
 /// The server's settings and replication offsets as the state reads them;
@@ -234,9 +256,16 @@ fn env(server: &Server, st: &State, bus_port: u16) -> Env {
         }
         None => (server.repl.end(), 0),
     };
+    let (port, pport) = announced_ports(&config);
+    let tls = match (config.tls.cluster, server.tls.read().as_ref()) {
+        (true, Some(crate::tls::Contexts { bus: Some(bus), client: Some(client), .. })) => Some((bus.clone(), client.clone())),
+        _ => None,
+    };
     Env {
         now: unix_ms(),
-        port: if c.announce_port != 0 { c.announce_port } else { config.port },
+        port,
+        pport,
+        tls,
         cport: if c.announce_bus_port != 0 { c.announce_bus_port } else { bus_port },
         announce_ip: c.announce_ip.clone(),
         hostname: c.announce_hostname.clone(),
@@ -430,13 +459,14 @@ fn load(text: &str, path: PathBuf, registry: mio::Registry, env: Env) -> Result<
     Ok(st)
 }
 
-/// The node as CLUSTER NODES and nodes.conf describe it.
-pub fn node_line(st: &State, node: &Node) -> NodeLine {
+/// The node as CLUSTER NODES (`use_pport`: for a plain client under
+/// `tls-cluster`) and nodes.conf describe it.
+pub fn node_line(st: &State, node: &Node, use_pport: bool) -> NodeLine {
     let me = node.name == st.myself;
     NodeLine {
         name: node.name,
         ip: node.ip.clone(),
-        port: node.port,
+        port: node.client_port(use_pport),
         cport: node.cport,
         hostname: Some(node.hostname.clone()).filter(|h| !h.is_empty()),
         flags: node.flags,
@@ -457,7 +487,7 @@ pub fn nodes_file(st: &State) -> NodesFile {
     let mut nodes: Vec<&Node> = st.nodes.values().filter(|n| !n.in_handshake() || n.name == st.myself).collect();
     nodes.sort_by_key(|n| (n.name != st.myself, n.name));
     NodesFile {
-        nodes: nodes.into_iter().map(|n| node_line(st, n)).collect(),
+        nodes: nodes.into_iter().map(|n| node_line(st, n, false)).collect(),
         current_epoch: st.current_epoch,
         last_vote_epoch: st.last_vote_epoch,
     }
@@ -515,8 +545,9 @@ fn write_in_place(path: &Path, bytes: &[u8]) -> io::Result<()> {
 /// Redis's clusterRedirectBlockedClientIfNeeded: the error that ends the
 /// wait of a client blocked on `key` once the cluster is down or the key's
 /// slot is served elsewhere (unless it is being imported here, or the
-/// client reads on its master's replica: `replica_read`).
-pub fn blocked_redirect(server: &Server, key: &[u8], replica_read: bool) -> Option<String> {
+/// client reads on its master's replica: `replica_read`). `client_tls`:
+/// the client came over TLS.
+pub fn blocked_redirect(server: &Server, key: &[u8], replica_read: bool, client_tls: bool) -> Option<String> {
     let cluster = server.cluster.as_ref()?;
     if !cluster.is_ok() {
         return Some("CLUSTERDOWN The cluster is down".into());
@@ -528,8 +559,9 @@ pub fn blocked_redirect(server: &Server, key: &[u8], replica_read: bool) -> Opti
     }
     let st = cluster.state.lock();
     let preferred = server.config.read().cluster.preferred_endpoint.clone();
+    let use_pport = use_pport(server, client_tls);
     Some(match st.owners[slot as usize].and_then(|o| st.nodes.get(&o)) {
-        Some(owner) => format!("MOVED {slot} {}:{}", owner.endpoint(&preferred), owner.port),
+        Some(owner) => format!("MOVED {slot} {}:{}", owner.endpoint(&preferred), owner.client_port(use_pport)),
         None => "CLUSTERDOWN Hash slot not served".into(),
     })
 }
@@ -612,7 +644,8 @@ pub fn redirect<'a>(
         let st = cluster.state.lock();
         let config = server.config.read();
         let preferred = config.cluster.preferred_endpoint.as_str();
-        let addr = |name: &NodeName| st.nodes.get(name).map(|n| format!("{}:{}", n.endpoint(preferred), n.port));
+        let use_pport = !client.tls && config.tls.cluster;
+        let addr = |name: &NodeName| st.nodes.get(name).map(|n| format!("{}:{}", n.endpoint(preferred), n.client_port(use_pport)));
         let owner = st.owners[slot as usize];
         (
             owner.map(|o| addr(&o)),

@@ -14,6 +14,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::io::{self, Read, Write};
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use keel_cluster::{flags, mflags, Body, Extension, Gossip, Header, Message, MessageType, NodeName, SlotBitmap, SLOTS};
 use mio::net::TcpStream;
@@ -69,8 +70,14 @@ pub enum Effect {
 #[derive(Clone, Default)]
 pub struct Env {
     pub now: u64,
+    /// The client port announced, and under `tls-cluster` the plaintext
+    /// one (`port` is then the TLS one); 0, none.
     pub port: u16,
+    pub pport: u16,
     pub cport: u16,
+    /// Under `tls-cluster`: the bus's links speak TLS, accepted with the
+    /// first configuration and opened with the second.
+    pub tls: Option<(Arc<rustls::ServerConfig>, Arc<rustls::ClientConfig>)>,
     pub announce_ip: String,
     pub hostname: String,
     /// `bind-source-addr`: where links to other nodes are made from.
@@ -178,6 +185,17 @@ impl Node {
         }
     }
 
+    /// The port a client is sent to: under `tls-cluster` a plain client
+    /// gets the plaintext one, where the node announced one
+    /// (`super::use_pport`).
+    pub fn client_port(&self, use_pport: bool) -> u16 {
+        if use_pport && self.pport != 0 {
+            self.pport
+        } else {
+            self.port
+        }
+    }
+
     pub fn failed(&self) -> bool {
         self.has(flags::FAIL)
     }
@@ -189,7 +207,7 @@ impl Node {
 
 /// One TCP connection of the bus, either way.
 pub struct Link {
-    stream: TcpStream,
+    stream: BusStream,
     rbuf: Vec<u8>,
     wbuf: Vec<u8>,
     pub node: Option<NodeName>,
@@ -207,6 +225,51 @@ impl Link {
     /// `mem_cluster_links` counts the same).
     pub fn memory(&self) -> usize {
         std::mem::size_of::<Link>() + self.rbuf.capacity() + self.wbuf.capacity()
+    }
+}
+
+/// A link's socket, with a TLS session over it under `tls-cluster`
+/// (`keel_tls`: the bus thread polls it, as a worker polls a client's).
+enum BusStream {
+    Plain(TcpStream),
+    Tls(Box<keel_tls::TlsStream>),
+}
+
+impl BusStream {
+    fn tcp(&self) -> &TcpStream {
+        match self {
+            BusStream::Plain(s) => s,
+            BusStream::Tls(s) => &s.sock,
+        }
+    }
+
+    fn socket(&mut self) -> &mut TcpStream {
+        match self {
+            BusStream::Plain(s) => s,
+            BusStream::Tls(s) => &mut s.sock,
+        }
+    }
+}
+
+impl Read for BusStream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            BusStream::Plain(s) => s.read(buf),
+            BusStream::Tls(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for BusStream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            BusStream::Plain(s) => s.write(buf),
+            BusStream::Tls(s) => s.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
     }
 }
 
@@ -323,12 +386,17 @@ impl State {
     /// Keeps this node's own entry on the ports and names it announces
     /// (Redis's clusterUpdateMyselfAnnouncedPorts and hostname).
     pub fn announce_myself(&mut self) {
-        let (port, cport, ip, hostname) =
-            (self.env.port, self.env.cport, self.env.announce_ip.clone(), self.env.hostname.clone());
+        let (port, pport, cport, ip, hostname) =
+            (self.env.port, self.env.pport, self.env.cport, self.env.announce_ip.clone(), self.env.hostname.clone());
         let me = self.me_mut();
-        let changed = me.port != port || me.cport != cport || me.hostname != hostname || (!ip.is_empty() && me.ip != ip);
+        let changed = me.port != port
+            || me.pport != pport
+            || me.cport != cport
+            || me.hostname != hostname
+            || (!ip.is_empty() && me.ip != ip);
         if changed {
             me.port = port;
+            me.pport = pport;
             me.cport = cport;
             me.hostname = hostname;
             if !ip.is_empty() {
@@ -524,21 +592,37 @@ impl State {
             .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "bad node address"))?;
         let stream = crate::listen::connect_nonblocking(self.env.source_addr.as_deref(), addr)?;
         let _ = stream.set_nodelay(true);
+        let stream = match &self.env.tls {
+            Some((_, client)) => {
+                // The peer's certificate chain is checked, not its name (`crate::tls`).
+                let name = rustls_pki_types::ServerName::from(addr.ip());
+                let session = rustls::ClientConnection::new(client.clone(), name).map_err(io::Error::other)?;
+                BusStream::Tls(Box::new(keel_tls::TlsStream::new(stream, session.into())))
+            }
+            None => BusStream::Plain(stream),
+        };
         Ok(self.register(stream, Some(name), false))
     }
 
     /// Takes a connection accepted on the bus port.
-    pub fn accept(&mut self, stream: TcpStream) -> LinkId {
+    pub fn accept(&mut self, stream: TcpStream) -> io::Result<LinkId> {
         let _ = stream.set_nodelay(true);
-        self.register(stream, None, true)
+        let stream = match &self.env.tls {
+            Some((server, _)) => {
+                let session = rustls::ServerConnection::new(server.clone()).map_err(io::Error::other)?;
+                BusStream::Tls(Box::new(keel_tls::TlsStream::new(stream, session.into())))
+            }
+            None => BusStream::Plain(stream),
+        };
+        Ok(self.register(stream, None, true))
     }
 
-    fn register(&mut self, mut stream: TcpStream, node: Option<NodeName>, inbound: bool) -> LinkId {
+    fn register(&mut self, mut stream: BusStream, node: Option<NodeName>, inbound: bool) -> LinkId {
         let id = self.next_link;
         self.next_link += 1;
         // A registration can only fail for a closed poll: the link then
         // stays silent and the cron's timeouts drop it.
-        let _ = self.registry.register(&mut stream, Token(id), Interest::READABLE | Interest::WRITABLE);
+        let _ = self.registry.register(stream.socket(), Token(id), Interest::READABLE | Interest::WRITABLE);
         let ctime = self.env.now;
         self.links.insert(id, Link { stream, rbuf: Vec::new(), wbuf: Vec::new(), node, inbound, ctime });
         id
@@ -546,7 +630,7 @@ impl State {
 
     pub fn close_link(&mut self, id: LinkId) {
         let Some(mut link) = self.links.remove(&id) else { return };
-        let _ = self.registry.deregister(&mut link.stream);
+        let _ = self.registry.deregister(link.stream.socket());
         if let Some(node) = link.node.and_then(|n| self.nodes.get_mut(&n)) {
             if node.link == Some(id) {
                 node.link = None;
@@ -610,6 +694,14 @@ impl State {
     /// Writes what the link holds, as far as the socket takes it.
     pub fn flush(&mut self, id: LinkId) -> io::Result<()> {
         let Some(link) = self.links.get_mut(&id) else { return Ok(()) };
+        if let BusStream::Tls(tls) = &mut link.stream {
+            // What the session sealed before (a handshake's messages too)
+            // goes first.
+            match tls.send_held() {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::NotConnected => return Ok(()),
+                done => done?,
+            }
+        }
         while !link.wbuf.is_empty() {
             match link.stream.write(&link.wbuf) {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
@@ -697,7 +789,8 @@ impl State {
     fn link_addrs(&self, id: LinkId) -> (String, String) {
         let Some(link) = self.links.get(&id) else { return Default::default() };
         let ip = |a: io::Result<SocketAddr>| a.map(|a| a.ip().to_string()).unwrap_or_default();
-        (ip(link.stream.local_addr()), ip(link.stream.peer_addr()))
+        let sock = link.stream.tcp();
+        (ip(sock.local_addr()), ip(sock.peer_addr()))
     }
 
     // ---- Messages out ----
@@ -717,7 +810,7 @@ impl State {
         }
         Header {
             port: self.env.port,
-            pport: 0,
+            pport: self.env.pport,
             cport: self.env.cport,
             current_epoch: self.current_epoch,
             config_epoch,

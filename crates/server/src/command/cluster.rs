@@ -513,12 +513,13 @@ fn myid(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
 }
 
 fn nodes(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
+    let use_pport = crate::cluster::use_pport(ctx.server, ctx.client.tls);
     let text = with_state(ctx, |st| {
         let mut out = String::new();
         let mut all: Vec<&Node> = st.nodes.values().collect();
         all.sort_by_key(|n| (n.name != st.myself, n.name));
         for node in all {
-            crate::cluster::node_line(st, node).write(&mut out);
+            crate::cluster::node_line(st, node, use_pport).write(&mut out);
             out.push('\n');
         }
         Ok(out)
@@ -528,6 +529,7 @@ fn nodes(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
 }
 
 fn replicas(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
+    let use_pport = crate::cluster::use_pport(ctx.server, ctx.client.tls);
     let lines = with_state(ctx, |st| {
         let name = node_arg(st, argv[2]).ok_or_else(|| unknown(argv[2]))?;
         if st.nodes[&name].is_replica() {
@@ -536,7 +538,7 @@ fn replicas(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
         let mut lines = Vec::new();
         for replica in st.replicas_of(&name) {
             let mut line = String::new();
-            crate::cluster::node_line(st, replica).write(&mut line);
+            crate::cluster::node_line(st, replica, use_pport).write(&mut line);
             lines.push(line);
         }
         Ok(lines)
@@ -709,6 +711,7 @@ fn available(st: &State, node: &Node) -> bool {
 
 fn slots(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
     let endpoint = endpoint_type(ctx);
+    let use_pport = crate::cluster::use_pport(ctx.server, ctx.client.tls);
     let ranges = with_state(ctx, |st| {
         let mut ranges: Vec<(u16, u16, Vec<Endpoint>)> = Vec::new();
         let mut start = 0usize;
@@ -722,8 +725,8 @@ fn slots(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
                 end += 1;
             }
             let master = &st.nodes[&owner];
-            let mut nodes = vec![Endpoint::of(master)];
-            nodes.extend(st.replicas_of(&owner).filter(|r| available(st, r)).map(Endpoint::of));
+            let mut nodes = vec![Endpoint::of(master, use_pport)];
+            nodes.extend(st.replicas_of(&owner).filter(|r| available(st, r)).map(|r| Endpoint::of(r, use_pport)));
             ranges.push((start as u16, end as u16, nodes));
             start = end + 1;
         }
@@ -750,8 +753,8 @@ struct Endpoint {
 }
 
 impl Endpoint {
-    fn of(node: &Node) -> Endpoint {
-        Endpoint { ip: node.ip.clone(), hostname: node.hostname.clone(), port: node.port, name: node.name }
+    fn of(node: &Node, use_pport: bool) -> Endpoint {
+        Endpoint { ip: node.ip.clone(), hostname: node.hostname.clone(), port: node.client_port(use_pport), name: node.name }
     }
 
     fn reply(&self, ctx: &mut Ctx<'_>, endpoint: &str) {
@@ -790,6 +793,7 @@ enum ShardField {
 
 fn shards(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
     let endpoint = endpoint_type(ctx);
+    let tls_cluster = ctx.server.config.read().tls.cluster;
     let shards = with_state(ctx, |st| {
         let mut shards = Vec::new();
         let mut masters: Vec<&Node> = st.nodes.values().filter(|n| n.is_master()).collect();
@@ -798,7 +802,7 @@ fn shards(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
             let ranges = master.slots.ranges();
             let mut members = vec![master];
             members.extend(st.replicas_of(&master.name));
-            let nodes: Vec<ShardNode> = members.into_iter().map(|n| shard_node(st, n, &endpoint)).collect();
+            let nodes: Vec<ShardNode> = members.into_iter().map(|n| shard_node(st, n, &endpoint, tls_cluster)).collect();
             shards.push((ranges, nodes));
         }
         Ok(shards)
@@ -828,7 +832,9 @@ fn shards(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
     Ok(())
 }
 
-fn shard_node(st: &State, node: &Node, endpoint: &str) -> ShardNode {
+/// `tls_cluster`: the nodes' announced ports are TLS ones, beside their
+/// plaintext `pport` (Redis takes its own setting for theirs).
+fn shard_node(st: &State, node: &Node, endpoint: &str, tls_cluster: bool) -> ShardNode {
     use ShardField::{Int, Text};
     let preferred = node.endpoint(endpoint).to_string();
     let offset = if node.name == st.myself { st.env.repl_offset } else { node.repl_offset };
@@ -840,7 +846,13 @@ fn shard_node(st: &State, node: &Node, endpoint: &str) -> ShardNode {
         "online"
     };
     let mut fields = vec![("id", Text(node.name.to_string()))];
-    fields.push(("port", Int(i64::from(node.port))));
+    let (port, tls_port) = if tls_cluster { (node.pport, node.port) } else { (node.port, 0) };
+    if port != 0 {
+        fields.push(("port", Int(i64::from(port))));
+    }
+    if tls_port != 0 {
+        fields.push(("tls-port", Int(i64::from(tls_port))));
+    }
     fields.push(("ip", Text(node.ip.clone())));
     fields.push(("endpoint", Text(preferred)));
     if !node.hostname.is_empty() {

@@ -269,6 +269,10 @@ fn migrate(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
         db,
         restores: &restores,
         count: moving.len(),
+        tls: match ctx.server.config.read().tls.cluster {
+            true => ctx.server.tls.read().as_ref().and_then(|c| c.client.clone()),
+            false => None,
+        },
     };
     let outcome = crate::migrate::exchange(&ctx.server.migrate, &request);
     if !copy {

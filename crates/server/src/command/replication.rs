@@ -126,10 +126,6 @@ fn hand_off(ctx: &mut Ctx<'_>, replid: String, offset: i64, pre_psync: bool) -> 
     if replica.is_replica() && !replica.link_up() {
         return Err(CmdError::other("NOMASTERLINK Can't SYNC while not connected with my master"));
     }
-    // The sync runs on a thread of its own over a plain socket.
-    if ctx.client.tls {
-        return Err(CmdError::other("ERR Keel does not serve replicas over TLS yet"));
-    }
     let conf: ReplConf = ctx.client.replconf.as_deref().cloned().unwrap_or_default();
     if conf.parts != crate::snapshot::RdbParts::ALL && !conf.capa_eof {
         return Err(CmdError::other("ERR Filtered replica requires EOF capability"));

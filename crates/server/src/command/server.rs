@@ -1031,7 +1031,7 @@ fn config_set(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     let restore_tls = || *server.tls.write() = old_tls.clone();
     if let Some((name, _)) = pairs.iter().find(|(n, _)| n.to_ascii_lowercase().starts_with("tls-")) {
         if crate::tls::wanted(&next) {
-            match crate::tls::server_config(&next.tls) {
+            match crate::tls::configure(&next.tls) {
                 Ok(made) => *server.tls.write() = Some(made),
                 Err(why) => {
                     tracing::warn!("{why}");

@@ -20,8 +20,9 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use super::master::{AttachedReplica, Link};
+use super::master::AttachedReplica;
 use super::random_id;
+use crate::link::Link;
 use crate::server::Server;
 use crate::snapshot::RdbParts;
 

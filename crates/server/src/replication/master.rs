@@ -6,12 +6,11 @@
 //! minutes, and a worker must never wait for that; replicas are few. The
 //! sender writes with blocking calls (and a `repl-timeout` write timeout,
 //! so a replica that stopped reading is dropped); the reader takes
-//! `REPLCONF ACK`s.
+//! `REPLCONF ACK`s. Over TLS both share the connection's session
+//! (`super::link`).
 
 use std::fs::File;
 use std::io::{self, BufWriter, Read, Write};
-use std::net::TcpStream;
-use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,6 +21,7 @@ use super::backlog::Backlog;
 use super::{Replication, SyncPoint};
 use crate::client::ClientInfo;
 use crate::command::flags;
+use crate::link::Link;
 use crate::server::{unix_ms, Server};
 use crate::snapshot::RdbParts;
 
@@ -77,65 +77,6 @@ impl ReplicaState {
             ReplicaState::SendBulk => "send_bulk",
             ReplicaState::Online => "online",
         }
-    }
-}
-
-/// A replica's socket, whichever kind it came on.
-pub enum Link {
-    Tcp(TcpStream),
-    Unix(UnixStream),
-}
-
-impl Link {
-    fn try_clone(&self) -> io::Result<Link> {
-        Ok(match self {
-            Link::Tcp(s) => Link::Tcp(s.try_clone()?),
-            Link::Unix(s) => Link::Unix(s.try_clone()?),
-        })
-    }
-
-    /// Ends both directions: the replica's threads see their next call fail.
-    fn shutdown(&self) {
-        let _ = match self {
-            Link::Tcp(s) => s.shutdown(std::net::Shutdown::Both),
-            Link::Unix(s) => s.shutdown(std::net::Shutdown::Both),
-        };
-    }
-
-    pub fn set_nonblocking(&self, on: bool) -> io::Result<()> {
-        match self {
-            Link::Tcp(s) => s.set_nonblocking(on),
-            Link::Unix(s) => s.set_nonblocking(on),
-        }
-    }
-
-    fn set_write_timeout(&self, timeout: Duration) -> io::Result<()> {
-        match self {
-            Link::Tcp(s) => s.set_write_timeout(Some(timeout)),
-            Link::Unix(s) => s.set_write_timeout(Some(timeout)),
-        }
-    }
-}
-
-impl Read for &Link {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        match self {
-            Link::Tcp(s) => (&*s).read(buf),
-            Link::Unix(s) => (&*s).read(buf),
-        }
-    }
-}
-
-impl Write for &Link {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        match self {
-            Link::Tcp(s) => (&*s).write(buf),
-            Link::Unix(s) => (&*s).write(buf),
-        }
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
     }
 }
 
@@ -236,7 +177,7 @@ pub fn serve(server: Arc<Server>, link: Link, handoff: Handoff, info: Arc<Client
             info,
         });
         replica.info.set_link_role(crate::client::LinkRole::Replica);
-        if let (Link::Tcp(socket), true) = (&replica.link, server.config.read().repl_disable_tcp_nodelay) {
+        if let (Some(socket), true) = (replica.link.tcp(), server.config.read().repl_disable_tcp_nodelay) {
             // Redis's syncCommand does the same; a failure costs nothing.
             let _ = socket.set_nodelay(false);
         }

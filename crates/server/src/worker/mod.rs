@@ -22,6 +22,7 @@ use slab::Slab;
 
 use crate::client::{Client, ClientInfo, Message};
 use crate::command;
+use crate::link::Link;
 use crate::server::{unix_ms, Mailbox, Server, WorkerStats};
 
 const WAKER: Token = Token(usize::MAX - 1);
@@ -124,18 +125,17 @@ impl Stream {
 
 impl Stream {
     /// The socket in blocking mode, for a thread of its own.
-    fn into_blocking(self) -> io::Result<crate::replication::master::Link> {
-        use std::os::fd::{FromRawFd, IntoRawFd};
-        use crate::replication::master::Link;
-        // SAFETY: each descriptor comes out of a stream that gives up its
-        // ownership, into exactly one new owner.
+    fn into_blocking(self) -> io::Result<Link> {
         let link = match self {
-            Stream::Tcp(s) => Link::Tcp(unsafe { std::net::TcpStream::from_raw_fd(s.into_raw_fd()) }),
-            Stream::Unix(s) => Link::Unix(unsafe { std::os::unix::net::UnixStream::from_raw_fd(s.into_raw_fd()) }),
-            // SYNC refuses such a client first (`command::replication`).
-            Stream::Tls(_) => return Err(io::Error::new(io::ErrorKind::Unsupported, "Keel serves no replica over TLS yet")),
+            Stream::Tcp(s) => Link::Tcp(s.into()),
+            Stream::Unix(s) => Link::Unix(s.into()),
+            Stream::Tls(s) => return Ok(Link::Tls(Arc::new(keel_tls::BlockingTls::from_polled(*s)?))),
         };
-        link.set_nonblocking(false)?;
+        match &link {
+            Link::Tcp(s) => s.set_nonblocking(false)?,
+            Link::Unix(s) => s.set_nonblocking(false)?,
+            Link::Tls(_) => {}
+        }
         Ok(link)
     }
 }
@@ -224,6 +224,9 @@ pub struct Accepted {
     laddr: String,
     /// From `memcached-port`: speaks the memcached text protocol.
     memcache: bool,
+    /// The error a client turned away over TLS is sent once its handshake
+    /// is done, before it is closed (`admitted`).
+    refusal: Option<&'static [u8]>,
 }
 
 impl std::fmt::Debug for Accepted {
@@ -700,7 +703,7 @@ impl Worker {
                 // Every key of a blocking command is in one slot.
                 let key = waiter.keys.first()?;
                 let replica_read = client.readonly && waiter.argv[0].eq_ignore_ascii_case(b"xread");
-                Some((k, crate::cluster::blocked_redirect(&self.server, key, replica_read)?))
+                Some((k, crate::cluster::blocked_redirect(&self.server, key, replica_read, client.tls)?))
             })
             .collect();
         for (key, error) in redirected {
@@ -1171,13 +1174,14 @@ impl ParseLimits {
 
 /// A connection's state, its client made, for worker `worker` to serve.
 fn new_conn(server: &Server, worker: usize, accepted: Accepted) -> Box<Conn> {
-    let Accepted { stream, addr, laddr, memcache } = accepted;
+    let Accepted { stream, addr, laddr, memcache, refusal } = accepted;
     let unix = matches!(stream, Stream::Unix(_));
     let info = Arc::new(ClientInfo::new(server.clients.next_id(), addr, laddr, stream.raw_fd(), unix));
     let mut client = Client::new(info, server.acl.starts_authenticated() || memcache);
     client.set_user(server.acl.default_user());
     client.worker = worker;
     client.tls = matches!(stream, Stream::Tls(_));
+    client.close_after_reply = refusal.is_some();
     Box::new(Conn {
         stream,
         client,
@@ -1185,7 +1189,7 @@ fn new_conn(server: &Server, worker: usize, accepted: Accepted) -> Box<Conn> {
         rstart: 0,
         rend: 0,
         rpeak: 0,
-        wbuf: Vec::new(),
+        wbuf: refusal.map(<[u8]>::to_vec).unwrap_or_default(),
         wpos: 0,
         paused: false,
         gate: VecDeque::new(),
@@ -1257,8 +1261,10 @@ fn tcp_arrival(server: &Server, (stream, peer): (TcpStream, SocketAddr), door: D
     let local = peer.ip() == Ipv4Addr::LOCALHOST || peer.ip() == Ipv6Addr::LOCALHOST;
     let stream = match door {
         Door::Tls(_) => {
-            let tls = server.tls.read().clone();
-            let started = tls.ok_or_else(|| io::Error::other("TLS is not configured")).and_then(|c| crate::tls::accept(stream, c));
+            let started = match &*server.tls.read() {
+                Some(contexts) => crate::tls::accept(stream, contexts),
+                None => Err(io::Error::other("TLS is not configured")),
+            };
             match started {
                 Ok(s) => Stream::Tls(Box::new(s)),
                 Err(e) => {
@@ -1270,18 +1276,21 @@ fn tcp_arrival(server: &Server, (stream, peer): (TcpStream, SocketAddr), door: D
         _ => Stream::Tcp(stream),
     };
     let memcache = matches!(door, Door::Memcache(_));
-    Some((Accepted { stream, addr: fmt_addr(&peer), laddr, memcache }, local))
+    Some((Accepted { stream, addr: fmt_addr(&peer), laddr, memcache, refusal: None }, local))
 }
 
 fn unix_arrival(server: &Server, stream: UnixStream) -> (Accepted, bool) {
     let path = server.config.read().unixsocket.clone().unwrap_or_default();
     let path = path.display().to_string();
-    (Accepted { stream: Stream::Unix(stream), addr: format!("{path}:0"), laddr: path, memcache: false }, true)
+    (Accepted { stream: Stream::Unix(stream), addr: format!("{path}:0"), laddr: path, memcache: false, refusal: None }, true)
 }
 
 /// Whether a new connection may come in: Redis refuses it past
 /// `maxclients`, and in protected mode one that is not local; Keel also a
-/// memcached client when a password is needed. A refused one is told why.
+/// memcached client when a password is needed. A refused one is told why,
+/// but a TLS client only once its handshake is done, so it comes in for
+/// that (Redis checks protected mode after the handshake; past
+/// `maxclients` a TLS client is dropped before it, as by Redis).
 fn admitted(server: &Server, stats: &WorkerStats, accepted: &mut Accepted, local: bool) -> bool {
     stats.connections_received.fetch_add(1, Ordering::Relaxed);
     let memcache = accepted.memcache;
@@ -1304,13 +1313,15 @@ fn admitted(server: &Server, stats: &WorkerStats, accepted: &mut Accepted, local
     } else {
         None
     };
-    if let Some(refusal) = refusal {
-        // Counted first: a client that has read the refusal must find it in INFO.
-        stats.rejected_connections.fetch_add(1, Ordering::Relaxed);
-        let _ = accepted.stream.write_all(refusal);
-        return false;
+    let Some(refusal) = refusal else { return true };
+    // Counted first: a client that has read the refusal must find it in INFO.
+    stats.rejected_connections.fetch_add(1, Ordering::Relaxed);
+    if matches!(accepted.stream, Stream::Tls(_)) && refusal == PROTECTED_MODE_DENIED {
+        accepted.refusal = Some(refusal);
+        return true;
     }
-    true
+    let _ = accepted.stream.write_all(refusal);
+    false
 }
 
 /// The worker serving the fewest connections (`me` among equals),

@@ -550,3 +550,12 @@ pub fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
         }
     }
 }
+
+/// An address of this machine that is not loopback, if it has one.
+pub fn outside_address() -> Option<std::net::IpAddr> {
+    // No packet is sent: connecting a UDP socket only picks the route.
+    let socket = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
+    socket.connect("192.0.2.1:9").ok()?;
+    let ip = socket.local_addr().ok()?.ip();
+    (!ip.is_loopback() && !ip.is_unspecified()).then_some(ip)
+}
