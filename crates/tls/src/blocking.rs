@@ -42,7 +42,7 @@ impl BlockingTls {
     /// mode. What it held to send goes first; plaintext it had opened and
     /// not handed out is the first read's.
     pub fn from_polled(stream: TlsStream) -> io::Result<BlockingTls> {
-        let TlsStream { sock, session } = stream;
+        let TlsStream { sock, session, .. } = stream;
         let sock = TcpStream::from(sock);
         sock.set_nonblocking(false)?;
         let tls = BlockingTls::new(sock, session);

@@ -22,12 +22,15 @@ const SENDABLE_LIMIT: usize = 256 * 1024;
 pub struct TlsStream {
     pub sock: TcpStream,
     pub(crate) session: Connection,
+    /// Plaintext was written before the handshake ended: the session holds
+    /// it until then.
+    early_output: bool,
 }
 
 impl TlsStream {
     pub fn new(sock: TcpStream, mut session: Connection) -> TlsStream {
         session.set_buffer_limit(Some(SENDABLE_LIMIT));
-        TlsStream { sock, session }
+        TlsStream { sock, session, early_output: false }
     }
 
     /// Sends what the session holds: handshake messages, alerts and
@@ -53,7 +56,7 @@ impl TlsStream {
     /// Whether output waits: encrypted for the socket, or plaintext for
     /// the handshake to end (a reply written before it).
     pub fn holds_output(&self) -> bool {
-        self.session.wants_write() || self.session.is_handshaking()
+        self.session.wants_write() || (self.early_output && self.session.is_handshaking())
     }
 }
 
@@ -85,6 +88,7 @@ impl Write for TlsStream {
         // Older output first, so that the session's buffer stays bounded.
         self.send_held()?;
         let taken = self.session.writer().write(buf)?;
+        self.early_output |= taken > 0 && self.session.is_handshaking();
         match self.send_held() {
             Err(e) if e.kind() != io::ErrorKind::WouldBlock => Err(e),
             _ if taken == 0 && !buf.is_empty() => Err(io::ErrorKind::WouldBlock.into()),
