@@ -489,6 +489,10 @@ pub struct TlsSettings {
     /// `tls-dh-params-file`: read and checked as Redis does, but unused:
     /// rustls offers no finite-field DHE cipher suites.
     pub dh_params_file: Option<String>,
+    /// `tls-ciphers` (TLS 1.2) and `tls-ciphersuites` (TLS 1.3): the
+    /// cipher suites offered, by OpenSSL's names, in order; None, all.
+    pub ciphers: Option<String>,
+    pub ciphersuites: Option<String>,
 }
 
 impl Default for TlsSettings {
@@ -509,6 +513,8 @@ impl Default for TlsSettings {
             replication: false,
             cluster: false,
             dh_params_file: None,
+            ciphers: None,
+            ciphersuites: None,
         }
     }
 }
@@ -1512,12 +1518,12 @@ pub static DIRECTIVES: &[Directive] = &[
     directive!("tls-replication", true, bool, tls.replication),
     directive!("tls-cluster", true, bool, tls.cluster),
     directive!("tls-dh-params-file", true, optional_string, tls.dh_params_file),
-    // What Keel's TLS does not have: encrypted keys, OpenSSL's cipher
-    // lists, and a session timeout of its own choosing.
+    directive!("tls-ciphers", true, optional_string, tls.ciphers),
+    directive!("tls-ciphersuites", true, optional_string, tls.ciphersuites),
+    // What Keel's TLS does not have: encrypted keys, and a session timeout
+    // of its own choosing.
     inert!("tls-key-file-pass", ""),
     inert!("tls-client-key-file-pass", ""),
-    inert!("tls-ciphers", ""),
-    inert!("tls-ciphersuites", ""),
     inert!("tls-session-cache-timeout", "300"),
     directive!("replica-priority", true, num(0, i32::MAX as u32), replica_priority),
     directive!("slave-priority", true, num(0, i32::MAX as u32), replica_priority),

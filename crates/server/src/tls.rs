@@ -17,7 +17,8 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 use rustls::server::{NoServerSessionStorage, StoresServerSessions, WebPkiClientVerifier};
-use rustls::{ClientConfig, RootCertStore, ServerConfig, ServerConnection};
+use rustls::crypto::CryptoProvider;
+use rustls::{CipherSuite, ClientConfig, RootCertStore, ServerConfig, ServerConnection, SupportedCipherSuite};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
@@ -58,7 +59,7 @@ pub fn configure(settings: &TlsSettings) -> Result<Contexts, String> {
         check_dh_params(file)?;
     }
     let (certs, key) = certificate_and_key(cert_file, key_file)?;
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let provider = Arc::new(CryptoProvider { cipher_suites: cipher_suites(settings)?, ..rustls::crypto::ring::default_provider() });
     let roots = match settings.ca_cert_file.is_some() || settings.ca_cert_dir.is_some() {
         true => Some(Arc::new(trusted_roots(settings)?)),
         false => None,
@@ -110,6 +111,62 @@ pub fn configure(settings: &TlsSettings) -> Result<Contexts, String> {
         None => None,
     };
     Ok(Contexts { server, client, bus })
+}
+
+/// OpenSSL's names of the cipher suites Keel has (rustls's with ring):
+/// TLS 1.3's, for `tls-ciphersuites`, are the IANA names; TLS 1.2's, for
+/// `tls-ciphers`, OpenSSL's own.
+const TLS13_NAMES: [(&str, CipherSuite); 3] = [
+    ("TLS_AES_256_GCM_SHA384", CipherSuite::TLS13_AES_256_GCM_SHA384),
+    ("TLS_AES_128_GCM_SHA256", CipherSuite::TLS13_AES_128_GCM_SHA256),
+    ("TLS_CHACHA20_POLY1305_SHA256", CipherSuite::TLS13_CHACHA20_POLY1305_SHA256),
+];
+const TLS12_NAMES: [(&str, CipherSuite); 6] = [
+    ("ECDHE-ECDSA-AES256-GCM-SHA384", CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384),
+    ("ECDHE-ECDSA-AES128-GCM-SHA256", CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256),
+    ("ECDHE-ECDSA-CHACHA20-POLY1305", CipherSuite::TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256),
+    ("ECDHE-RSA-AES256-GCM-SHA384", CipherSuite::TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384),
+    ("ECDHE-RSA-AES128-GCM-SHA256", CipherSuite::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256),
+    ("ECDHE-RSA-CHACHA20-POLY1305", CipherSuite::TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256),
+];
+
+/// The suites `tls-ciphersuites` and `tls-ciphers` name, in their order
+/// (TLS 1.3's first); an unset list is every suite of its version. As in
+/// OpenSSL, a TLS 1.3 name Keel does not have is an error, and a TLS 1.2
+/// one is passed over (Keel has fewer than OpenSSL), so long as one
+/// remains. Only lists of names are read: OpenSSL's keywords and
+/// operators (`HIGH`, `!aNULL`, `@STRENGTH`) are refused.
+fn cipher_suites(settings: &TlsSettings) -> Result<Vec<SupportedCipherSuite>, String> {
+    let all = rustls::crypto::ring::ALL_CIPHER_SUITES;
+    let of = |id: CipherSuite| all.iter().find(|s| s.suite() == id).copied();
+    let pick = |list: Option<&str>, names: &[(&str, CipherSuite)], directive: &str| -> Result<Vec<SupportedCipherSuite>, String> {
+        let Some(list) = list else { return Ok(names.iter().filter_map(|(_, id)| of(*id)).collect()) };
+        let tls12 = directive == "ciphers";
+        let mut picked: Vec<SupportedCipherSuite> = Vec::new();
+        for name in list.split([':', ',', ' ']).filter(|n| !n.is_empty()) {
+            match names.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)) {
+                Some((_, id)) if picked.iter().any(|s| s.suite() == *id) => {}
+                Some((_, id)) => picked.extend(of(*id)),
+                None if tls12 && name.contains('-') && !name.starts_with(['!', '+', '-', '@']) => {
+                    tracing::warn!("tls-ciphers: Keel has no cipher suite {name}; passed over");
+                }
+                None if tls12 => {
+                    return Err(format!("Failed to configure ciphers: Keel reads cipher suites' names, not OpenSSL's keywords or operators ('{name}')"));
+                }
+                None => {
+                    let known: Vec<&str> = names.iter().map(|(n, _)| *n).collect();
+                    return Err(format!("Failed to configure ciphersuites: '{name}' is none of {}", known.join(", ")));
+                }
+            }
+        }
+        if picked.is_empty() {
+            return Err(format!("Failed to configure {directive}: no cipher suite Keel has is named"));
+        }
+        Ok(picked)
+    };
+    let mut suites = pick(settings.ciphersuites.as_deref(), &TLS13_NAMES, "ciphersuites")?;
+    suites.extend(pick(settings.ciphers.as_deref(), &TLS12_NAMES, "ciphers")?);
+    Ok(suites)
 }
 
 /// Redis reads `tls-dh-params-file` for DHE cipher suites, which rustls
@@ -278,6 +335,23 @@ mod tests {
             (s.replication, s.cluster) = (replication, cluster);
             assert!(why(&s).starts_with("Either tls-ca-cert-file or tls-ca-cert-dir"));
         }
+    }
+
+    #[test]
+    fn cipher_lists_are_read_as_openssl_reads_names() {
+        let names = |ciphers: Option<&str>, ciphersuites: Option<&str>| {
+            let s = TlsSettings { ciphers: ciphers.map(Into::into), ciphersuites: ciphersuites.map(Into::into), ..TlsSettings::default() };
+            cipher_suites(&s).map(|v| v.iter().map(|s| format!("{:?}", s.suite())).collect::<Vec<_>>())
+        };
+        assert_eq!(names(None, None).expect("all").len(), 9);
+        let picked = names(Some("ECDHE-RSA-AES128-GCM-SHA256:AES256-SHA:ecdhe-ecdsa-aes256-gcm-sha384"), Some("TLS_CHACHA20_POLY1305_SHA256"));
+        assert_eq!(
+            picked.expect("named"),
+            ["TLS13_CHACHA20_POLY1305_SHA256", "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256", "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384"]
+        );
+        assert!(names(Some("HIGH:!aNULL"), None).expect_err("keywords").contains("not OpenSSL's keywords"));
+        assert!(names(Some("AES256-SHA"), None).expect_err("none left").contains("no cipher suite Keel has"));
+        assert!(names(None, Some("TLS_AES_128_CCM_SHA256")).expect_err("unknown").starts_with("Failed to configure ciphersuites"));
     }
 
     #[test]

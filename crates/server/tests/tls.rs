@@ -95,6 +95,23 @@ impl Certs {
     }
 }
 
+impl Certs {
+    /// The cipher suite `openssl s_client` with `args` agrees on at
+    /// `port`, or "(NONE)" (openssl's word) when the handshake fails.
+    fn handshake(&self, port: u16, args: &[&str]) -> String {
+        let out = Command::new("openssl")
+            .args(["s_client", "-connect", &format!("127.0.0.1:{port}"), "-CAfile", &self.path("ca.crt")])
+            .args(["-cert", &self.path("client.crt"), "-key", &self.path("client.key")])
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("openssl s_client");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let cipher = text.lines().find_map(|l| l.split_once(", Cipher is ").map(|(_, c)| c.trim().to_string()));
+        cipher.unwrap_or_else(|| "(NONE)".into())
+    }
+}
+
 impl Drop for Certs {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.dir);
@@ -190,6 +207,41 @@ fn protected_mode_refuses_a_tls_client_after_its_handshake() {
         let (_, text) = certs.cli_to(&ip.to_string(), tls_port, true, &["PING"], None);
         assert!(text.starts_with("DENIED Redis is running in protected mode"), "{name}: {text}");
         assert_eq!(server.client().info_field("stats", "rejected_connections"), "1", "{name}");
+    }
+}
+
+/// `tls-ciphersuites` (TLS 1.3) and `tls-ciphers` (TLS 1.2) limit the
+/// suites offered, as in Redis: `openssl s_client` gets a suite named
+/// there and a failed handshake otherwise. CONFIG SET passes over a
+/// TLS 1.2 name Keel lacks, as OpenSSL passes over one it does not know,
+/// and refuses an unknown TLS 1.3 one.
+#[test]
+fn cipher_suites_are_limited_as_by_redis() {
+    let Some(certs) = Certs::make() else { return };
+    let flags = ["--tls-ciphersuites", "TLS_CHACHA20_POLY1305_SHA256", "--tls-ciphers", "ECDHE-ECDSA-AES128-GCM-SHA256"];
+    let mut seen = Vec::new();
+    for (name, server, tls_port) in start_both(&certs, &flags) {
+        let mut got = Vec::new();
+        for suite in ["TLS_CHACHA20_POLY1305_SHA256", "TLS_AES_128_GCM_SHA256"] {
+            got.push(certs.handshake(tls_port, &["-tls1_3", "-ciphersuites", suite]));
+        }
+        for suite in ["ECDHE-ECDSA-AES128-GCM-SHA256", "ECDHE-ECDSA-AES256-GCM-SHA384"] {
+            got.push(certs.handshake(tls_port, &["-tls1_2", "-cipher", suite]));
+        }
+        let mut c = server.client();
+        let reply = |frame: Frame| common::readable(&format!("{frame:?}"));
+        got.push(reply(c.send(&["CONFIG", "SET", "tls-ciphers", "AES256-SHA:ECDHE-ECDSA-AES256-GCM-SHA384"])));
+        got.push(certs.handshake(tls_port, &["-tls1_2", "-cipher", "ECDHE-ECDSA-AES256-GCM-SHA384"]));
+        got.push(reply(c.send(&["CONFIG", "SET", "tls-ciphersuites", "TLS_BOGUS"])));
+        seen.push((name, got));
+    }
+    let keel = &seen[0].1;
+    assert_eq!(keel[..4], ["TLS_CHACHA20_POLY1305_SHA256", "(NONE)", "ECDHE-ECDSA-AES128-GCM-SHA256", "(NONE)"]);
+    assert_eq!(keel[4], common::readable(&format!("{:?}", ok())));
+    assert_eq!(keel[5], "ECDHE-ECDSA-AES256-GCM-SHA384");
+    assert!(keel[6].contains("Unable to update TLS configuration"), "{}", keel[6]);
+    if let Some((_, redis)) = seen.get(1) {
+        assert_eq!(keel, redis);
     }
 }
 
