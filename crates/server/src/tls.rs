@@ -1,8 +1,8 @@
 //! TLS, with Redis's directives: for clients on `tls-port` (the server's
 //! certificate and key, the CAs that sign clients' certificates,
-//! `tls-auth-clients`, the protocol versions, the server's cipher order
-//! and the session cache), for a replica's link to its master
-//! (`tls-replication`), and for the cluster bus and MIGRATE
+//! `tls-auth-clients`, the protocol versions, the cipher suites and the
+//! server's order of them, the session cache), for a replica's link to
+//! its master (`tls-replication`), and for the cluster bus and MIGRATE
 //! (`tls-cluster`); what this server shows when it connects is
 //! `tls-client-cert-file` and `tls-client-key-file`, or its own
 //! certificate. rustls does the protocol; `keel-tls` runs it over the
