@@ -7,8 +7,8 @@
 //!
 //! Redis runs the link as a state machine on its event loop because it
 //! has one thread. Keel gives it a thread of its own, `keel-replica`,
-//! spawned at start, and a blocking socket (`replication::link`, TLS
-//! under `tls-replication`): the handshake then reads in the order the
+//! spawned at start, and a blocking socket (`crate::link`, TLS under
+//! `tls-replication`): the handshake then reads in the order the
 //! protocol is written. Reads return every [`POLL`] so
 //! that the thread sees a REPLICAOF change or a shutdown, keeps its ACK
 //! clock, and drops a link silent for `repl-timeout`. A dropped link is
@@ -107,8 +107,8 @@ use crate::command::parse::eq;
 use crate::command::{self, CmdError, CmdResult, Ctx};
 use crate::config::Config;
 use crate::doorbell::{Doorbell, Wake};
-use crate::link::Link;
 use crate::durability::AofState;
+use crate::link::Link;
 use crate::server::{unix_ms, Server};
 
 /// How long a read waits before the thread looks at REPLICAOF changes,

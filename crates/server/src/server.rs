@@ -236,10 +236,10 @@ pub struct Server {
     pub memcache_listeners: crate::listen::PortListeners,
     pub metrics_listeners: crate::listen::PortListeners,
     /// The workers' listeners on `tls-port`, and what TLS connections
-    /// start from (`crate::tls`): those accepted there, and a replica's
-    /// link under `tls-replication`. Set while either is, and made again
-    /// when CONFIG SET changes a `tls-*` setting (new connections take the
-    /// new one).
+    /// start from (`crate::tls`): those accepted there, a replica's link
+    /// under `tls-replication`, the cluster bus's links and MIGRATE's under
+    /// `tls-cluster`. Set while any of these is, and made again when CONFIG
+    /// SET changes a `tls-*` setting (new connections take the new one).
     pub tls_listeners: crate::listen::PortListeners,
     pub tls: RwLock<Option<crate::tls::Contexts>>,
     /// The one stream of changes and whether `appendonly` logs to it now

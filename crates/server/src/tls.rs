@@ -16,8 +16,8 @@ use std::io;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
-use rustls::server::{NoServerSessionStorage, StoresServerSessions, WebPkiClientVerifier};
 use rustls::crypto::CryptoProvider;
+use rustls::server::{NoServerSessionStorage, StoresServerSessions, WebPkiClientVerifier};
 use rustls::{CipherSuite, ClientConfig, RootCertStore, ServerConfig, ServerConnection, SupportedCipherSuite};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
@@ -139,9 +139,9 @@ const TLS12_NAMES: [(&str, CipherSuite); 6] = [
 fn cipher_suites(settings: &TlsSettings) -> Result<Vec<SupportedCipherSuite>, String> {
     let all = rustls::crypto::ring::ALL_CIPHER_SUITES;
     let of = |id: CipherSuite| all.iter().find(|s| s.suite() == id).copied();
-    let pick = |list: Option<&str>, names: &[(&str, CipherSuite)], directive: &str| -> Result<Vec<SupportedCipherSuite>, String> {
+    let pick = |list: Option<&str>, tls12: bool| -> Result<Vec<SupportedCipherSuite>, String> {
+        let (names, directive) = if tls12 { (&TLS12_NAMES[..], "ciphers") } else { (&TLS13_NAMES[..], "ciphersuites") };
         let Some(list) = list else { return Ok(names.iter().filter_map(|(_, id)| of(*id)).collect()) };
-        let tls12 = directive == "ciphers";
         let mut picked: Vec<SupportedCipherSuite> = Vec::new();
         for name in list.split([':', ',', ' ']).filter(|n| !n.is_empty()) {
             match names.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)) {
@@ -164,8 +164,8 @@ fn cipher_suites(settings: &TlsSettings) -> Result<Vec<SupportedCipherSuite>, St
         }
         Ok(picked)
     };
-    let mut suites = pick(settings.ciphersuites.as_deref(), &TLS13_NAMES, "ciphersuites")?;
-    suites.extend(pick(settings.ciphers.as_deref(), &TLS12_NAMES, "ciphers")?);
+    let mut suites = pick(settings.ciphersuites.as_deref(), false)?;
+    suites.extend(pick(settings.ciphers.as_deref(), true)?);
     Ok(suites)
 }
 

@@ -1,10 +1,10 @@
 //! TLS sessions for Keel, over sockets of two kinds: non-blocking ones
 //! that an event loop polls ([`TlsStream`]: the server's workers and
 //! cluster bus, keel-bench's driver), and blocking ones that threads of
-//! their own share ([`BlockingTls`]: replication's links, MIGRATE's). rustls does the
-//! protocol; the configuration (certificates, checks) is the caller's,
-//! save for the check of a server's certificate that Redis and memtier
-//! make ([`ChainOnly`]).
+//! their own share ([`BlockingTls`]: replication's links, MIGRATE's).
+//! rustls does the protocol; the configuration (certificates, checks) is
+//! the caller's, save for the check of a server's certificate that Redis
+//! and memtier make ([`ChainOnly`]).
 
 mod blocking;
 mod polled;

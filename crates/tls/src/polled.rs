@@ -1,5 +1,6 @@
 //! A TLS session over a non-blocking socket, for the event loops that
-//! poll it (the server's workers, keel-bench's driver): reads and writes
+//! poll it (the server's workers and cluster bus, keel-bench's driver):
+//! reads and writes
 //! of plaintext that answer `WouldBlock` when the network has nothing to
 //! give or take, as the socket's own do, so that the next readiness event
 //! goes on where they stopped.

@@ -239,8 +239,8 @@ fn announced_ports(config: &Config) -> (u16, u16) {
 
 /// Redis's `use_pport`: under `tls-cluster`, a client on a plain
 /// connection is told nodes' plaintext ports ([`Node::client_port`]).
-pub fn use_pport(server: &Server, client_tls: bool) -> bool {
-    !client_tls && server.config.read().tls.cluster
+pub fn use_pport(config: &Config, client_tls: bool) -> bool {
+    !client_tls && config.tls.cluster
 }
 
 /// The server's settings and replication offsets as the state reads them;
@@ -558,8 +558,10 @@ pub fn blocked_redirect(server: &Server, key: &[u8], replica_read: bool, client_
         return None;
     }
     let st = cluster.state.lock();
-    let preferred = server.config.read().cluster.preferred_endpoint.clone();
-    let use_pport = use_pport(server, client_tls);
+    let (preferred, use_pport) = {
+        let config = server.config.read();
+        (config.cluster.preferred_endpoint.clone(), use_pport(&config, client_tls))
+    };
     Some(match st.owners[slot as usize].and_then(|o| st.nodes.get(&o)) {
         Some(owner) => format!("MOVED {slot} {}:{}", owner.endpoint(&preferred), owner.client_port(use_pport)),
         None => "CLUSTERDOWN Hash slot not served".into(),
@@ -644,7 +646,7 @@ pub fn redirect<'a>(
         let st = cluster.state.lock();
         let config = server.config.read();
         let preferred = config.cluster.preferred_endpoint.as_str();
-        let use_pport = !client.tls && config.tls.cluster;
+        let use_pport = use_pport(&config, client.tls);
         let addr = |name: &NodeName| st.nodes.get(name).map(|n| format!("{}:{}", n.endpoint(preferred), n.client_port(use_pport)));
         let owner = st.owners[slot as usize];
         (

@@ -513,7 +513,7 @@ fn myid(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
 }
 
 fn nodes(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
-    let use_pport = crate::cluster::use_pport(ctx.server, ctx.client.tls);
+    let use_pport = crate::cluster::use_pport(&ctx.server.config.read(), ctx.client.tls);
     let text = with_state(ctx, |st| {
         let mut out = String::new();
         let mut all: Vec<&Node> = st.nodes.values().collect();
@@ -529,7 +529,7 @@ fn nodes(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
 }
 
 fn replicas(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
-    let use_pport = crate::cluster::use_pport(ctx.server, ctx.client.tls);
+    let use_pport = crate::cluster::use_pport(&ctx.server.config.read(), ctx.client.tls);
     let lines = with_state(ctx, |st| {
         let name = node_arg(st, argv[2]).ok_or_else(|| unknown(argv[2]))?;
         if st.nodes[&name].is_replica() {
@@ -711,7 +711,7 @@ fn available(st: &State, node: &Node) -> bool {
 
 fn slots(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
     let endpoint = endpoint_type(ctx);
-    let use_pport = crate::cluster::use_pport(ctx.server, ctx.client.tls);
+    let use_pport = crate::cluster::use_pport(&ctx.server.config.read(), ctx.client.tls);
     let ranges = with_state(ctx, |st| {
         let mut ranges: Vec<(u16, u16, Vec<Endpoint>)> = Vec::new();
         let mut start = 0usize;

@@ -7,7 +7,7 @@
 //! sender writes with blocking calls (and a `repl-timeout` write timeout,
 //! so a replica that stopped reading is dropped); the reader takes
 //! `REPLCONF ACK`s. Over TLS both share the connection's session
-//! (`super::link`).
+//! (`crate::link`).
 
 use std::fs::File;
 use std::io::{self, BufWriter, Read, Write};

@@ -1303,20 +1303,21 @@ fn admitted(server: &Server, stats: &WorkerStats, accepted: &mut Accepted, local
     // nopass alone, as Redis's.
     let needs_auth = !server.acl.default_open();
     let nopass = server.acl.default_user().rules().flags & crate::acl::USER_NOPASS != 0;
-    let refusal: Option<&[u8]> = if server.clients.connected.load(Ordering::Relaxed) >= maxclients {
-        Some(if memcache { b"SERVER_ERROR max number of clients reached\r\n" } else { b"-ERR max number of clients reached\r\n" })
+    // The refusal, and whether Redis makes it after a TLS handshake.
+    let refusal: Option<(&[u8], bool)> = if server.clients.connected.load(Ordering::Relaxed) >= maxclients {
+        Some((if memcache { b"SERVER_ERROR max number of clients reached\r\n" } else { b"-ERR max number of clients reached\r\n" }, false))
     } else if memcache && needs_auth {
         // The text protocol has no way to give a password.
-        Some(b"SERVER_ERROR requirepass is set: Keel serves memcached clients only without a password\r\n")
+        Some((b"SERVER_ERROR requirepass is set: Keel serves memcached clients only without a password\r\n", false))
     } else if protected && nopass && !local {
-        Some(if memcache { MEMCACHE_PROTECTED_MODE_DENIED } else { PROTECTED_MODE_DENIED })
+        Some((if memcache { MEMCACHE_PROTECTED_MODE_DENIED } else { PROTECTED_MODE_DENIED }, true))
     } else {
         None
     };
-    let Some(refusal) = refusal else { return true };
+    let Some((refusal, after_handshake)) = refusal else { return true };
     // Counted first: a client that has read the refusal must find it in INFO.
     stats.rejected_connections.fetch_add(1, Ordering::Relaxed);
-    if matches!(accepted.stream, Stream::Tls(_)) && refusal == PROTECTED_MODE_DENIED {
+    if after_handshake && matches!(accepted.stream, Stream::Tls(_)) {
         accepted.refusal = Some(refusal);
         return true;
     }
