@@ -161,15 +161,19 @@ impl McClient {
     }
 
     /// Reads more into the buffer; false when the connection is closed or
-    /// failed.
+    /// failed. A read a signal interrupts is tried again, as in
+    /// [`super::Client`].
     fn fill(&mut self) -> bool {
         let mut chunk = [0u8; 64 * 1024];
-        match self.stream.read(&mut chunk) {
-            Ok(n) if n > 0 => {
-                self.buf.extend_from_slice(&chunk[..n]);
-                true
+        loop {
+            match self.stream.read(&mut chunk) {
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Ok(n) if n > 0 => {
+                    self.buf.extend_from_slice(&chunk[..n]);
+                    return true;
+                }
+                _ => return false,
             }
-            _ => false,
         }
     }
 

@@ -426,10 +426,27 @@ impl Client {
                 self.buf.drain(..used);
                 return Some(frame);
             }
-            let mut chunk = [0u8; 64 * 1024];
-            match self.stream.read(&mut chunk) {
-                Ok(n) if n > 0 => self.buf.extend_from_slice(&chunk[..n]),
+            match self.fill() {
+                Ok(n) if n > 0 => {}
                 _ => return None,
+            }
+        }
+    }
+
+    /// Reads what the server sent into the buffer: the count of bytes, 0
+    /// when the connection is closed. A read a signal interrupts is tried
+    /// again: a socket with a read timeout sees EINTR when the whole test
+    /// process is stopped and resumed, as a loaded host may do.
+    fn fill(&mut self) -> std::io::Result<usize> {
+        let mut chunk = [0u8; 64 * 1024];
+        loop {
+            match self.stream.read(&mut chunk) {
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Ok(n) => {
+                    self.buf.extend_from_slice(&chunk[..n]);
+                    return Ok(n);
+                }
+                Err(e) => return Err(e),
             }
         }
     }
@@ -459,10 +476,8 @@ impl Client {
                 self.buf.drain(..used);
                 return frame;
             }
-            let mut chunk = [0u8; 64 * 1024];
-            let n = self.stream.read(&mut chunk).expect("read");
+            let n = self.fill().expect("read");
             assert!(n > 0, "connection closed while waiting for a reply");
-            self.buf.extend_from_slice(&chunk[..n]);
         }
     }
 
