@@ -463,6 +463,8 @@ pub struct TlsSettings {
     pub port: u16,
     pub cert_file: Option<String>,
     pub key_file: Option<String>,
+    /// `tls-key-file-pass`: the passphrase of an encrypted `tls-key-file`.
+    pub key_file_pass: Option<String>,
     pub ca_cert_file: Option<String>,
     pub ca_cert_dir: Option<String>,
     /// `tls-auth-clients`: `yes` (a client must show a certificate the CAs
@@ -473,14 +475,19 @@ pub struct TlsSettings {
     /// `tls-prefer-server-ciphers`: the server's order of cipher suites
     /// wins over the client's.
     pub prefer_server_ciphers: bool,
-    /// `tls-session-caching` and `tls-session-cache-size`: sessions kept
-    /// for clients to resume.
+    /// `tls-session-caching`, `tls-session-cache-size` and
+    /// `tls-session-cache-timeout` (seconds): sessions kept for clients
+    /// to resume.
     pub session_caching: bool,
     pub session_cache_size: u32,
+    pub session_cache_timeout: u32,
     /// `tls-client-cert-file` and `tls-client-key-file`: what this server
     /// shows as a client (to its master); unset, its own certificate.
     pub client_cert_file: Option<String>,
     pub client_key_file: Option<String>,
+    /// `tls-client-key-file-pass`: the passphrase of an encrypted
+    /// `tls-client-key-file`.
+    pub client_key_file_pass: Option<String>,
     /// `tls-replication`: a replica's link to its master speaks TLS.
     pub replication: bool,
     /// `tls-cluster`: the cluster bus speaks TLS, and so does MIGRATE;
@@ -501,6 +508,7 @@ impl Default for TlsSettings {
             port: 0,
             cert_file: None,
             key_file: None,
+            key_file_pass: None,
             ca_cert_file: None,
             ca_cert_dir: None,
             auth_clients: "yes".into(),
@@ -508,8 +516,10 @@ impl Default for TlsSettings {
             prefer_server_ciphers: false,
             session_caching: true,
             session_cache_size: 20 * 1024,
+            session_cache_timeout: 300,
             client_cert_file: None,
             client_key_file: None,
+            client_key_file_pass: None,
             replication: false,
             cluster: false,
             dh_params_file: None,
@@ -973,18 +983,15 @@ pub fn format_percentile(p: f64) -> String {
     text.trim_end_matches('0').trim_end_matches('.').to_string()
 }
 
-/// A directive of a feature Keel does not have yet (parts of TLS, and
-/// replication tunables), accepted with Redis's default value only, so that a stock
+/// A directive of a feature Keel does not have (a memory test after a
+/// crash), accepted with Redis's default value only, so that a stock
 /// redis.conf loads: that value asks for nothing Keel lacks. Any other
 /// value is refused, saying why.
 macro_rules! inert {
     ($name:literal, $default:literal) => {
-        inert!($name, $default, true)
-    };
-    ($name:literal, $default:literal, $mutable:expr) => {
         Directive {
             name: $name,
-            mutable: $mutable,
+            mutable: true,
             get: |_| $default.into(),
             set: |_, a| {
                 let given = one(a)?;
@@ -1506,6 +1513,7 @@ pub static DIRECTIVES: &[Directive] = &[
     directive!("tls-port", true, num(0, 65535), tls.port),
     directive!("tls-cert-file", true, optional_string, tls.cert_file),
     directive!("tls-key-file", true, optional_string, tls.key_file),
+    directive!("tls-key-file-pass", true, optional_string, tls.key_file_pass),
     directive!("tls-ca-cert-file", true, optional_string, tls.ca_cert_file),
     directive!("tls-ca-cert-dir", true, optional_string, tls.ca_cert_dir),
     directive!("tls-auth-clients", true, enum ["no", "yes", "optional"], tls.auth_clients),
@@ -1513,18 +1521,15 @@ pub static DIRECTIVES: &[Directive] = &[
     directive!("tls-prefer-server-ciphers", true, bool, tls.prefer_server_ciphers),
     directive!("tls-session-caching", true, bool, tls.session_caching),
     directive!("tls-session-cache-size", true, num(0, i32::MAX as u32), tls.session_cache_size),
+    directive!("tls-session-cache-timeout", true, num(0, i32::MAX as u32), tls.session_cache_timeout),
     directive!("tls-client-cert-file", true, optional_string, tls.client_cert_file),
     directive!("tls-client-key-file", true, optional_string, tls.client_key_file),
+    directive!("tls-client-key-file-pass", true, optional_string, tls.client_key_file_pass),
     directive!("tls-replication", true, bool, tls.replication),
     directive!("tls-cluster", true, bool, tls.cluster),
     directive!("tls-dh-params-file", true, optional_string, tls.dh_params_file),
     directive!("tls-ciphers", true, optional_string, tls.ciphers),
     directive!("tls-ciphersuites", true, optional_string, tls.ciphersuites),
-    // What Keel's TLS does not have: encrypted keys, and a session timeout
-    // of its own choosing.
-    inert!("tls-key-file-pass", ""),
-    inert!("tls-client-key-file-pass", ""),
-    inert!("tls-session-cache-timeout", "300"),
     directive!("replica-priority", true, num(0, i32::MAX as u32), replica_priority),
     directive!("slave-priority", true, num(0, i32::MAX as u32), replica_priority),
     directive!("replica-announced", true, bool, replica_announced),

@@ -1,7 +1,8 @@
 //! TLS, with Redis's directives: for clients on `tls-port` (the server's
-//! certificate and key, the CAs that sign clients' certificates,
-//! `tls-auth-clients`, the protocol versions, the cipher suites and the
-//! server's order of them, the session cache), for a replica's link to
+//! certificate and key, encrypted or not, the CAs that sign clients'
+//! certificates, `tls-auth-clients`, the protocol versions, the cipher
+//! suites and the server's order of them, the session cache and its
+//! timeout), for a replica's link to
 //! its master (`tls-replication`), and for the cluster bus and MIGRATE
 //! (`tls-cluster`); what this server shows when it connects is
 //! `tls-client-cert-file` and `tls-client-key-file`, or its own
@@ -14,6 +15,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use rustls::crypto::CryptoProvider;
@@ -58,7 +60,7 @@ pub fn configure(settings: &TlsSettings) -> Result<Contexts, String> {
     if let Some(file) = &settings.dh_params_file {
         check_dh_params(file)?;
     }
-    let (certs, key) = certificate_and_key(cert_file, key_file)?;
+    let (certs, key) = certificate_and_key(cert_file, key_file, settings.key_file_pass.as_deref())?;
     let provider = Arc::new(CryptoProvider { cipher_suites: cipher_suites(settings)?, ..rustls::crypto::ring::default_provider() });
     let roots = match settings.ca_cert_file.is_some() || settings.ca_cert_dir.is_some() {
         true => Some(Arc::new(trusted_roots(settings)?)),
@@ -73,7 +75,7 @@ pub fn configure(settings: &TlsSettings) -> Result<Contexts, String> {
             .map_err(|e| format!("Failed to load certificate and key: {e}"))?;
         server.ignore_client_order = settings.prefer_server_ciphers;
         server.session_storage = match settings.session_caching {
-            true => Arc::new(SessionCache { limit: settings.session_cache_size as usize, sessions: Mutex::default() }),
+            true => Arc::new(SessionCache::new(settings.session_cache_size, settings.session_cache_timeout)),
             false => Arc::new(NoServerSessionStorage {}),
         };
         Ok(Arc::new(server))
@@ -94,7 +96,9 @@ pub fn configure(settings: &TlsSettings) -> Result<Contexts, String> {
     let client = match roots {
         Some(roots) => {
             let (certs, key) = match (&settings.client_cert_file, &settings.client_key_file) {
-                (Some(cert_file), Some(key_file)) => certificate_and_key(cert_file, key_file)?,
+                (Some(cert_file), Some(key_file)) => {
+                    certificate_and_key(cert_file, key_file, settings.client_key_file_pass.as_deref())?
+                }
                 _ => (certs, key),
             };
             let verifier = keel_tls::ChainOnly::new(Some(roots), provider.clone())
@@ -179,11 +183,17 @@ fn check_dh_params(file: &str) -> Result<(), String> {
     }
 }
 
-fn certificate_and_key(cert_file: &str, key_file: &str) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>), String> {
+/// A certificate chain and its key, which `passphrase` decrypts where it
+/// is encrypted (`tls-key-file-pass`, `tls-client-key-file-pass`).
+fn certificate_and_key(
+    cert_file: &str,
+    key_file: &str,
+    passphrase: Option<&str>,
+) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>), String> {
     let certs = CertificateDer::pem_file_iter(cert_file)
         .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
         .map_err(|e| format!("Failed to load certificate: {cert_file}: {e}"))?;
-    let key = PrivateKeyDer::from_pem_file(key_file).map_err(|e| format!("Failed to load private key: {key_file}: {e}"))?;
+    let key = keel_tls::private_key(key_file.as_ref(), passphrase).map_err(|e| format!("Failed to load private key: {key_file}: {e}"))?;
     Ok((certs, key))
 }
 
@@ -231,36 +241,50 @@ fn trusted_roots(settings: &TlsSettings) -> Result<RootCertStore, String> {
     Ok(roots)
 }
 
-/// The sessions clients may resume (`tls-session-cache-size`), at most
-/// `limit`, the oldest forgotten first; 0 is no limit, as in OpenSSL's
-/// cache. Not rustls's own cache: that one reserves room for its whole
-/// limit at once (Redis's maximum, 2^31 - 1 sessions, up front).
+/// The sessions clients may resume: at most `limit`
+/// (`tls-session-cache-size`), the oldest forgotten first, 0 being no
+/// limit as in OpenSSL's cache; none older than `timeout`
+/// (`tls-session-cache-timeout`). Not rustls's own cache: that one
+/// reserves room for its whole limit at once (Redis's maximum, 2^31 - 1
+/// sessions, up front), and keeps sessions for ever.
 #[derive(Debug)]
 struct SessionCache {
     limit: usize,
+    timeout: Duration,
     sessions: Mutex<Sessions>,
 }
 
 #[derive(Debug, Default)]
 struct Sessions {
-    by_key: HashMap<Vec<u8>, Vec<u8>>,
-    /// The keys in the order they came (a taken session's key stays
-    /// until its turn to go).
+    by_key: HashMap<Vec<u8>, (Vec<u8>, Instant)>,
+    /// The keys in the order they came, so oldest first (a taken
+    /// session's key stays until its turn to go).
     order: VecDeque<Vec<u8>>,
+}
+
+impl SessionCache {
+    fn new(limit: u32, timeout_secs: u32) -> SessionCache {
+        SessionCache { limit: limit as usize, timeout: Duration::from_secs(timeout_secs.into()), sessions: Mutex::default() }
+    }
+
+    fn fresh(&self, (value, stored): (Vec<u8>, Instant)) -> Option<Vec<u8>> {
+        (stored.elapsed() <= self.timeout).then_some(value)
+    }
 }
 
 impl StoresServerSessions for SessionCache {
     fn put(&self, key: Vec<u8>, value: Vec<u8>) -> bool {
         let mut sessions = self.sessions.lock();
         let Sessions { by_key, order } = &mut *sessions;
-        if self.limit == 0 {
-            by_key.insert(key, value);
-            return true;
-        }
-        if by_key.insert(key.clone(), value).is_none() {
+        if by_key.insert(key.clone(), (value, Instant::now())).is_none() {
             order.push_back(key);
         }
-        while order.len() > self.limit {
+        // The oldest go: past the limit, or past their time.
+        while let Some(oldest) = order.front() {
+            let expired = by_key.get(oldest).is_none_or(|(_, stored)| stored.elapsed() > self.timeout);
+            if !expired && (self.limit == 0 || order.len() <= self.limit) {
+                break;
+            }
             if let Some(oldest) = order.pop_front() {
                 by_key.remove(&oldest);
             }
@@ -269,11 +293,11 @@ impl StoresServerSessions for SessionCache {
     }
 
     fn get(&self, key: &[u8]) -> Option<Vec<u8>> {
-        self.sessions.lock().by_key.get(key).cloned()
+        self.fresh(self.sessions.lock().by_key.get(key)?.clone())
     }
 
     fn take(&self, key: &[u8]) -> Option<Vec<u8>> {
-        self.sessions.lock().by_key.remove(key)
+        self.fresh(self.sessions.lock().by_key.remove(key)?)
     }
 
     fn can_cache(&self) -> bool {
@@ -303,7 +327,7 @@ mod tests {
 
     #[test]
     fn the_session_cache_keeps_the_newest_up_to_its_limit() {
-        let cache = SessionCache { limit: 2, sessions: Mutex::default() };
+        let cache = SessionCache::new(2, 300);
         for k in [b"a", b"b", b"c"] {
             assert!(cache.put(k.to_vec(), k.to_vec()));
         }
@@ -313,11 +337,25 @@ mod tests {
         // The taken key's place goes first: "c" stays beside "d".
         cache.put(b"d".to_vec(), b"d".to_vec());
         assert_eq!((cache.get(b"c"), cache.get(b"d")), (Some(b"c".to_vec()), Some(b"d".to_vec())));
-        let unlimited = SessionCache { limit: 0, sessions: Mutex::default() };
+        let unlimited = SessionCache::new(0, 300);
         for i in 0..1000u32 {
             unlimited.put(i.to_be_bytes().to_vec(), vec![]);
         }
         assert_eq!(unlimited.sessions.lock().by_key.len(), 1000);
+    }
+
+    #[test]
+    fn the_session_cache_forgets_sessions_past_their_time() {
+        let cache = SessionCache::new(0, 0);
+        cache.put(b"a".to_vec(), b"a".to_vec());
+        std::thread::sleep(Duration::from_millis(5));
+        assert_eq!(cache.get(b"a"), None);
+        assert_eq!(cache.take(b"a"), None);
+        cache.put(b"b".to_vec(), b"b".to_vec());
+        std::thread::sleep(Duration::from_millis(5));
+        // A put sweeps the expired out, limit or not.
+        cache.put(b"c".to_vec(), b"c".to_vec());
+        assert!(!cache.sessions.lock().by_key.contains_key(&b"b"[..]));
     }
 
     #[test]

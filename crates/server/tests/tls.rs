@@ -2,7 +2,8 @@
 //! directives, both reached with `redis-cli --tls`: what a client with and
 //! without a certificate gets under each `tls-auth-clients`, large values
 //! and pipelines through the session, CONFIG SET of the TLS settings, and
-//! a start without a certificate. Replication over TLS
+//! a start without a certificate, encrypted keys, sessions resumed until
+//! their timeout. Replication over TLS
 //! (`tls-replication`) between Keel and redis-server, each way, and a
 //! cluster of both over a TLS bus (`tls-cluster`).
 
@@ -109,6 +110,42 @@ impl Certs {
         let text = String::from_utf8_lossy(&out.stdout);
         let cipher = text.lines().find_map(|l| l.split_once(", Cipher is ").map(|(_, c)| c.trim().to_string()));
         cipher.unwrap_or_else(|| "(NONE)".into())
+    }
+
+    /// Whether `openssl s_client` with `args` (`-sess_in` or `-sess_out`)
+    /// gets a "New" session at `port` or a "Reused" one. Its input stays
+    /// open a moment: a TLS 1.3 session ticket comes after the handshake.
+    fn session(&self, port: u16, args: &[&str]) -> String {
+        let mut child = Command::new("openssl")
+            .args(["s_client", "-connect", &format!("127.0.0.1:{port}"), "-CAfile", &self.path("ca.crt")])
+            .args(["-cert", &self.path("client.crt"), "-key", &self.path("client.key")])
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("openssl s_client");
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        drop(child.stdin.take());
+        let out = child.wait_with_output().expect("openssl s_client");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let kind = text.lines().find_map(|l| l.split_once(", TLSv").map(|(kind, _)| kind.to_string()));
+        kind.unwrap_or_else(|| "(NONE)".into())
+    }
+
+    /// `name`'s key encrypted with the passphrase "secret", as
+    /// `openssl ec -aes256` writes it (`traditional`) or as
+    /// `openssl pkcs8 -topk8` does: the file's name.
+    fn encrypted_key(&self, name: &str, traditional: bool) -> String {
+        let key = self.path(&format!("{name}.key"));
+        let out = self.path(&format!("{name}-{}.key", if traditional { "ec-aes256" } else { "pkcs8" }));
+        let args: &[&str] = match traditional {
+            true => &["ec", "-aes256"],
+            false => &["pkcs8", "-topk8"],
+        };
+        let done = Command::new("openssl").args(args).args(["-in", &key, "-passout", "pass:secret", "-out", &out]).output().expect("openssl");
+        assert!(done.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&done.stderr));
+        out
     }
 }
 
@@ -275,22 +312,103 @@ fn config_set_of_tls_settings_as_redis_s() {
 
 #[test]
 fn a_tls_port_without_a_certificate_stops_the_start() {
+    for (binary, text) in failed_starts(&["--tls-port", &common::free_port().to_string()]) {
+        assert!(text.contains("No tls-cert-file configured!") && text.contains("Failed to configure TLS"), "{binary}: {text}");
+    }
+}
+
+/// What Keel, and redis-server where installed, print as they fail to
+/// start with `flags` (and no persistence): each must fail.
+fn failed_starts(flags: &[&str]) -> Vec<(&'static str, String)> {
     let dir = temp_dir("tls-start");
-    let port = common::free_port().to_string();
+    let mut seen = Vec::new();
     for binary in [env!("CARGO_BIN_EXE_keel-server"), "/usr/bin/redis-server"] {
         if !Path::new(binary).exists() {
             continue;
         }
         let out = Command::new(binary)
-            .args(["--port", "0", "--tls-port", &port, "--save", "", "--appendonly", "no", "--dir"])
+            .args(["--port", "0", "--save", "", "--appendonly", "no"])
+            .args(flags)
+            .arg("--dir")
             .arg(&dir)
             .output()
             .expect("start");
         let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success(), "{binary}: {text}");
-        assert!(text.contains("No tls-cert-file configured!") && text.contains("Failed to configure TLS"), "{binary}: {text}");
+        assert!(!out.status.success(), "{binary} started: {text}");
+        seen.push((binary, text));
     }
     let _ = std::fs::remove_dir_all(&dir);
+    seen
+}
+
+/// Keys encrypted as `openssl ec -aes256` and `openssl pkcs8 -topk8`
+/// write them load with `tls-key-file-pass`, in Keel as in Redis; a wrong
+/// passphrase stops the start, and fails CONFIG SET leaving TLS as it
+/// was. A replica shows an encrypted client key
+/// (`tls-client-key-file-pass`) to its master.
+#[test]
+fn encrypted_keys_load_with_their_passphrase_as_by_redis() {
+    let Some(certs) = Certs::make() else { return };
+    for traditional in [true, false] {
+        let key = certs.encrypted_key("server", traditional);
+        let flags = ["--tls-key-file", &key, "--tls-key-file-pass", "secret"];
+        for (name, server, tls_port) in start_both(&certs, &flags) {
+            let (done, text) = certs.cli(tls_port, true, &["PING"], None);
+            assert!(done && text.trim() == "PONG", "{name}, {key}: {text}");
+            let failed = err("ERR CONFIG SET failed (possibly related to argument 'tls-key-file-pass') - Unable to update TLS configuration. Check server logs.");
+            assert_eq!(server.client().send(&["CONFIG", "SET", "tls-key-file-pass", "wrong"]), failed, "{name}");
+            assert!(certs.cli(tls_port, true, &["PING"], None).0, "{name}");
+        }
+        let mut flags = certs.server_flags(common::free_port());
+        flags.extend(["--tls-key-file", &key, "--tls-key-file-pass", "wrong"].map(String::from));
+        let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+        for (binary, text) in failed_starts(&flags) {
+            assert!(text.contains(&format!("Failed to load private key: {key}: ")), "{binary}: {text}");
+        }
+    }
+
+    let master_tls = common::free_port();
+    let master_flags = certs.server_flags(master_tls);
+    let master = Server::start(&master_flags.iter().map(String::as_str).collect::<Vec<_>>());
+    let client_key = certs.encrypted_key("client", false);
+    for start in [KEEL, REDIS] {
+        let mut flags = certs.server_flags(common::free_port());
+        let replicaof = master_tls.to_string();
+        flags.extend(["--tls-replication", "yes", "--replicaof", "127.0.0.1", &replicaof].map(String::from));
+        flags.extend(["--tls-client-cert-file", &certs.path("client.crt"), "--tls-client-key-file", &client_key].map(String::from));
+        flags.extend(["--tls-client-key-file-pass", "secret"].map(String::from));
+        let Some(replica) = start(&flags.iter().map(String::as_str).collect::<Vec<_>>()) else { continue };
+        replica.wait_link_up();
+    }
+    drop(master);
+}
+
+/// Sessions resume within `tls-session-cache-timeout` and not after it,
+/// over TLS 1.2 (session IDs) and 1.3 (tickets), in Keel as in Redis.
+#[test]
+fn sessions_resume_until_their_timeout_as_by_redis() {
+    let Some(certs) = Certs::make() else { return };
+    let servers = start_both(&certs, &["--tls-session-cache-timeout", "3"]);
+    let versions = ["-tls1_2", "-tls1_3"];
+    let file = |name: &str, version: &str| certs.path(&format!("{name}{version}.session"));
+    let mut seen: Vec<Vec<String>> = vec![Vec::new(); servers.len()];
+    for ((name, _, port), got) in servers.iter().zip(&mut seen) {
+        for version in versions {
+            got.push(certs.session(*port, &[version, "-sess_out", &file(name, version)]));
+            got.push(certs.session(*port, &[version, "-sess_in", &file(name, version)]));
+        }
+    }
+    // Past the timeout, by more than OpenSSL's whole seconds.
+    std::thread::sleep(std::time::Duration::from_millis(4500));
+    for ((name, _, port), got) in servers.iter().zip(&mut seen) {
+        for version in versions {
+            got.push(certs.session(*port, &[version, "-sess_in", &file(name, version)]));
+        }
+    }
+    assert_eq!(seen[0], ["New", "Reused", "New", "Reused", "New", "New"]);
+    if let Some(redis) = seen.get(1) {
+        assert_eq!(&seen[0], redis);
+    }
 }
 
 /// A master serving TLS and a replica whose link to it speaks TLS
