@@ -112,8 +112,9 @@ fn trimmed(argv: &[&[u8]], redacted: &[usize]) -> Vec<Vec<u8>> {
 }
 
 /// The arguments of `argv` that carry secrets, which Redis logs as
-/// "(redacted)": AUTH's, HELLO's after AUTH, ACL SETUSER's, CONFIG SET's values of
-/// `requirepass` and `masterauth`, and MIGRATE's AUTH and AUTH2 arguments.
+/// "(redacted)": AUTH's, HELLO's after AUTH, ACL SETUSER's, CONFIG SET's
+/// values of Redis's sensitive settings (`requirepass`, `masterauth`,
+/// `masteruser`), and MIGRATE's AUTH and AUTH2 arguments.
 pub fn redacted_args(argv: &[&[u8]]) -> Vec<usize> {
     let is = |arg: &[u8], word: &str| arg.eq_ignore_ascii_case(word.as_bytes());
     match argv {
@@ -126,7 +127,7 @@ pub fn redacted_args(argv: &[&[u8]]) -> Vec<usize> {
         [name, sub, pairs @ ..] if is(name, "config") && is(sub, "set") => pairs
             .chunks(2)
             .enumerate()
-            .filter(|(_, pair)| is(pair[0], "requirepass") || is(pair[0], "masterauth"))
+            .filter(|(_, pair)| ["requirepass", "masterauth", "masteruser"].iter().any(|name| is(pair[0], name)))
             .map(|(i, _)| 2 + 2 * i + 1)
             .collect(),
         [name, ..] if is(name, "migrate") => migrate_secrets(argv),
@@ -176,6 +177,7 @@ mod tests {
         assert_eq!(redacted_args(&[b"AUTH", b"user", b"pass"]), [1, 2]);
         assert_eq!(redacted_args(&[b"HELLO", b"3", b"AUTH", b"u", b"p", b"SETNAME", b"n"]), [3, 4]);
         assert_eq!(redacted_args(&[b"CONFIG", b"SET", b"maxmemory", b"1", b"requirepass", b"x"]), [5]);
+        assert_eq!(redacted_args(&[b"CONFIG", b"SET", b"masteruser", b"repl", b"masterauth", b"pw"]), [3, 5]);
         assert!(redacted_args(&[b"GET", b"auth"]).is_empty());
         let migrate: [&[u8]; 12] = [b"MIGRATE", b"h", b"1", b"", b"0", b"5", b"AUTH", b"p", b"AUTH2", b"u", b"q", b"KEYS"];
         assert_eq!(redacted_args(&migrate), [7, 9, 10]);
