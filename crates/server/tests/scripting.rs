@@ -297,6 +297,30 @@ fn waits_ending_beside_a_busy_script_hold_no_worker() {
     assert_eq!(waiters[0].read(), Frame::Array(vec![bulk("q"), bulk("x")]));
 }
 
+/// A reply larger than its socket's buffers, sent before a script turned
+/// busy, reaches its reader in full while the script still runs, as from
+/// Redis, whose loop writes replies beside a busy script.
+#[test]
+fn replies_leave_beside_a_busy_script_as_from_redis() {
+    let big = "x".repeat(32 << 20);
+    let keel = Server::start(&["--threads", "1", "--busy-reply-threshold", "50"]);
+    let redis = Server::start_redis(&["--busy-reply-threshold", "50"]);
+    for server in std::iter::once(&keel).chain(&redis) {
+        let mut runner = server.client();
+        assert_eq!(runner.send(&["SET", "big", &big]), ok());
+        let mut reader = server.client();
+        reader.write_command(&["GET", "big"]);
+        // The socket takes what it can before the script starts.
+        std::thread::sleep(Duration::from_millis(200));
+        runner.write_command(&["EVAL", "while true do end", "0"]);
+        let mut other = server.client();
+        wait_busy(&mut other);
+        assert_eq!(reader.read(), bulk(&big), "port {}", server.port);
+        assert_eq!(other.cmd("SCRIPT KILL"), ok(), "the script ran until the reply was read");
+        assert!(error_text(&runner.read()).contains("Script killed"));
+    }
+}
+
 fn wait_busy(client: &mut Client) {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {

@@ -8,9 +8,12 @@
 //! While a connection runs commands the worker lends the others here
 //! ([`lend`], [`reclaim`]); the hook ([`serve_beside_busy_script`]) then
 //! polls them, and the worker's listeners, through an epoll of its own,
-//! made when a script first turns busy. What it did goes back to the
-//! worker ([`Served`]): the connections it accepted (when no other worker
-//! can take them) or that other workers had handed over, and the ones it
+//! made when a script first turns busy. Output a socket did not take
+//! (a large reply, or one from before the script) is offered again at
+//! each of the hook's turns, as Redis's `beforeSleep` writes replies
+//! while a script is busy. What it did goes back to the worker
+//! ([`Served`]): the connections it accepted (when no other worker can
+//! take them) or that other workers had handed over, and the ones it
 //! wrote to.
 
 use std::cell::{Cell, RefCell};
@@ -66,7 +69,15 @@ struct Beside {
     /// does.
     conns: Option<Slab<Box<Conn>>>,
     /// Made when a script first turns busy during a lend.
-    busy: Option<(OwnedFd, Served)>,
+    busy: Option<Busy>,
+}
+
+/// What serving beside one busy script keeps.
+struct Busy {
+    epoll: OwnedFd,
+    served: Served,
+    /// The connections, by epoll data, with output still to leave.
+    unsent: Vec<u64>,
 }
 
 /// Makes this thread worker `index`'s, with what its hook serves through.
@@ -100,9 +111,9 @@ pub(super) fn reclaim() -> (Slab<Box<Conn>>, Option<Served>) {
     BESIDE.with_borrow_mut(|beside| {
         let beside = beside.as_mut().expect("a worker thread's");
         let conns = beside.conns.take().expect("lent");
-        let served = beside.busy.take().map(|(_, served)| {
+        let served = beside.busy.take().map(|busy| {
             beside.stats.beside_busy_script.store(false, Ordering::Relaxed);
-            served
+            busy.served
         });
         (conns, served)
     })
@@ -136,10 +147,13 @@ pub fn serve_beside_busy_script() -> bool {
 impl Beside {
     fn serve(&mut self) -> io::Result<()> {
         if self.busy.is_none() {
-            self.busy = Some((self.poll_all()?, Served::default()));
+            let keys: Vec<usize> = self.conns.iter().flat_map(Slab::iter).filter(|(_, c)| unsent(c)).map(|(k, _)| k).collect();
+            let served = Served { touched: keys.clone(), ..Served::default() };
+            let unsent = keys.into_iter().map(|k| k as u64).collect();
+            self.busy = Some(Busy { epoll: self.poll_all()?, served, unsent });
             self.stats.beside_busy_script.store(true, Ordering::Relaxed);
         }
-        let epoll = self.busy.as_ref().map(|(fd, _)| fd.as_raw_fd()).expect("made above");
+        let epoll = self.busy.as_ref().map(|busy| busy.epoll.as_raw_fd()).expect("made above");
         let mut events = [libc::epoll_event { events: 0, u64: 0 }; 64];
         // SAFETY: the buffer holds 64 events; a zero timeout never waits.
         let ready = unsafe { libc::epoll_wait(epoll, events.as_mut_ptr(), events.len() as i32, 0) };
@@ -155,30 +169,46 @@ impl Beside {
         for event in &events[..ready as usize] {
             // Copied out: the kernel's struct is packed.
             let data = event.u64;
-            match data {
-                data if data & LISTENER != 0 => self.accept(door_of(data & !LISTENER), epoll),
-                data if data & NEWCOMER != 0 => {
-                    let (_, served) = self.busy.as_mut().expect("made above");
-                    let conn = &mut served.newcomers[(data & !NEWCOMER) as usize];
-                    if serve_conn(&self.server, &self.stats, conn, &limits) {
-                        unwatch(epoll, conn.stream.raw_fd());
-                    }
-                }
-                key => {
-                    let key = key as usize;
-                    let Some(conn) = self.conns.as_mut().and_then(|c| c.get_mut(key)) else { continue };
-                    if serve_conn(&self.server, &self.stats, conn, &limits) {
-                        unwatch(epoll, conn.stream.raw_fd());
-                    }
-                    self.busy.as_mut().expect("made above").1.touched.push(key);
-                }
+            if data & LISTENER != 0 {
+                self.accept(door_of(data & !LISTENER), epoll);
+                continue;
+            }
+            let busy = self.busy.as_mut().expect("made above");
+            let Some(conn) = conn_at(&mut self.conns, &mut busy.served, data) else { continue };
+            if serve_conn(&self.server, &self.stats, conn, &limits) {
+                unwatch(epoll, conn.stream.raw_fd());
+            }
+            if unsent(conn) && !busy.unsent.contains(&data) {
+                busy.unsent.push(data);
+            }
+            // A lent connection the worker flushes (or closes) after the
+            // script.
+            if data & NEWCOMER == 0 {
+                busy.served.touched.push(data as usize);
             }
         }
+        self.send_unsent();
         SERVING.set(false);
         if noted {
             keel_engine::db::note_modified();
         }
         Ok(())
+    }
+
+    /// Offers again the output sockets did not take; a connection whose
+    /// socket fails is left for the worker to close after the script.
+    fn send_unsent(&mut self) {
+        let durable = durable_lsn(&self.server);
+        let busy = self.busy.as_mut().expect("made in serve");
+        for data in std::mem::take(&mut busy.unsent) {
+            let Some(conn) = conn_at(&mut self.conns, &mut busy.served, data) else { continue };
+            if write_out(conn, &self.stats, durable).is_err() {
+                conn.client.close_after_reply = true;
+                unwatch(busy.epoll.as_raw_fd(), conn.stream.raw_fd());
+            } else if unsent(conn) {
+                busy.unsent.push(data);
+            }
+        }
     }
 
     /// A level-triggered epoll over the lent connections and the listeners.
@@ -213,7 +243,7 @@ impl Beside {
     /// a newcomer served here until the script ends otherwise.
     fn accept(&mut self, door: Door, epoll: RawFd) {
         let (server, stats, index) = (&self.server, &self.stats, self.index);
-        let (_, served) = self.busy.as_mut().expect("made in serve");
+        let served = &mut self.busy.as_mut().expect("made in serve").served;
         accept_at(server, &self.doors, door, |mut accepted: Accepted, local| {
             if !admitted(server, stats, &mut accepted, local) {
                 return;
@@ -240,7 +270,7 @@ impl Beside {
             }
         }
         drop(queue);
-        let (_, served) = self.busy.as_mut().expect("made in serve");
+        let served = &mut self.busy.as_mut().expect("made in serve").served;
         for accepted in handed {
             newcomer(&self.server, self.index, served, accepted, epoll);
         }
@@ -253,6 +283,20 @@ fn newcomer(server: &Server, index: usize, served: &mut Served, accepted: Accept
         tracing::warn!("serving a client beside a busy script: {e}");
     }
     served.newcomers.push(conn);
+}
+
+/// The connection behind epoll `data`: a newcomer, or a lent one.
+fn conn_at<'a>(conns: &'a mut Option<Slab<Box<Conn>>>, served: &'a mut Served, data: u64) -> Option<&'a mut Conn> {
+    match data & NEWCOMER {
+        0 => conns.as_mut()?.get_mut(data as usize).map(|conn| &mut **conn),
+        _ => served.newcomers.get_mut((data & !NEWCOMER) as usize).map(|conn| &mut **conn),
+    }
+}
+
+/// Whether `conn` holds output its socket has not taken yet (or that
+/// waits for the log).
+fn unsent(conn: &Conn) -> bool {
+    conn.wpos < conn.wbuf.len() || conn.stream.holds_output()
 }
 
 /// Reads and runs what a connection sent, and writes the replies.
