@@ -20,9 +20,10 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use rustls::crypto::CryptoProvider;
 use rustls::server::{NoServerSessionStorage, StoresServerSessions, WebPkiClientVerifier};
+use rustls::sign::{CertifiedKey, SingleCertAndKey};
 use rustls::{CipherSuite, ClientConfig, RootCertStore, ServerConfig, ServerConnection, SupportedCipherSuite};
 use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use rustls_pki_types::CertificateDer;
 
 use crate::config::{Config, TlsSettings};
 
@@ -60,8 +61,8 @@ pub fn configure(settings: &TlsSettings) -> Result<Contexts, String> {
     if let Some(file) = &settings.dh_params_file {
         check_dh_params(file)?;
     }
-    let (certs, key) = certificate_and_key(cert_file, key_file, settings.key_file_pass.as_deref())?;
     let provider = Arc::new(CryptoProvider { cipher_suites: cipher_suites(settings)?, ..rustls::crypto::ring::default_provider() });
+    let own = certified_key(cert_file, key_file, settings.key_file_pass.as_deref(), &provider)?;
     let roots = match settings.ca_cert_file.is_some() || settings.ca_cert_dir.is_some() {
         true => Some(Arc::new(trusted_roots(settings)?)),
         false => None,
@@ -71,8 +72,7 @@ pub fn configure(settings: &TlsSettings) -> Result<Contexts, String> {
             .with_protocol_versions(&versions)
             .map_err(|e| e.to_string())?
             .with_client_cert_verifier(verifier)
-            .with_single_cert(certs.clone(), key.clone_key())
-            .map_err(|e| format!("Failed to load certificate and key: {e}"))?;
+            .with_cert_resolver(Arc::new(SingleCertAndKey::from(own.clone())));
         server.ignore_client_order = settings.prefer_server_ciphers;
         server.session_storage = match settings.session_caching {
             true => Arc::new(SessionCache::new(settings.session_cache_size, settings.session_cache_timeout)),
@@ -86,7 +86,7 @@ pub fn configure(settings: &TlsSettings) -> Result<Contexts, String> {
         let builder = WebPkiClientVerifier::builder_with_provider(roots.clone(), provider.clone());
         let builder = if optional { builder.allow_unauthenticated() } else { builder };
         let verifier = builder.build().map_err(|e| format!("Failed to configure CA certificate(s) file/directory: {e}"))?;
-        Ok(Some(verifier))
+        Ok(Some(Arc::new(keel_tls::ClientChain::new(verifier, roots.clone(), provider.clone()))))
     };
     let clients_checked = if auth == "no" { None } else { checking(auth == "optional")? };
     let server = server_with(clients_checked.unwrap_or_else(WebPkiClientVerifier::no_client_auth))?;
@@ -95,11 +95,9 @@ pub fn configure(settings: &TlsSettings) -> Result<Contexts, String> {
     // set; the master's chain checked, not its name (`keel_tls::ChainOnly`).
     let client = match roots {
         Some(roots) => {
-            let (certs, key) = match (&settings.client_cert_file, &settings.client_key_file) {
-                (Some(cert_file), Some(key_file)) => {
-                    certificate_and_key(cert_file, key_file, settings.client_key_file_pass.as_deref())?
-                }
-                _ => (certs, key),
+            let shown = match (&settings.client_cert_file, &settings.client_key_file) {
+                (Some(cert_file), Some(key_file)) => certified_key(cert_file, key_file, settings.client_key_file_pass.as_deref(), &provider)?,
+                _ => own,
             };
             let verifier = keel_tls::ChainOnly::new(Some(roots), provider.clone())
                 .map_err(|e| format!("Failed to configure CA certificate(s) file/directory: {e}"))?;
@@ -108,8 +106,7 @@ pub fn configure(settings: &TlsSettings) -> Result<Contexts, String> {
                 .map_err(|e| e.to_string())?
                 .dangerous()
                 .with_custom_certificate_verifier(Arc::new(verifier))
-                .with_client_auth_cert(certs, key)
-                .map_err(|e| format!("Failed to load client certificate and key: {e}"))?;
+                .with_client_cert_resolver(Arc::new(SingleCertAndKey::from(shown)));
             Some(Arc::new(client))
         }
         None => None,
@@ -184,17 +181,14 @@ fn check_dh_params(file: &str) -> Result<(), String> {
 }
 
 /// A certificate chain and its key, which `passphrase` decrypts where it
-/// is encrypted (`tls-key-file-pass`, `tls-client-key-file-pass`).
-fn certificate_and_key(
-    cert_file: &str,
-    key_file: &str,
-    passphrase: Option<&str>,
-) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>), String> {
+/// is encrypted (`tls-key-file-pass`, `tls-client-key-file-pass`), ready
+/// to show.
+fn certified_key(cert_file: &str, key_file: &str, passphrase: Option<&str>, provider: &CryptoProvider) -> Result<Arc<CertifiedKey>, String> {
     let certs = CertificateDer::pem_file_iter(cert_file)
         .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
         .map_err(|e| format!("Failed to load certificate: {cert_file}: {e}"))?;
     let key = keel_tls::private_key(key_file.as_ref(), passphrase).map_err(|e| format!("Failed to load private key: {key_file}: {e}"))?;
-    Ok((certs, key))
+    keel_tls::v1::certified_key(certs, key, provider).map_err(|e| format!("Failed to load certificate and key: {cert_file}, {key_file}: {e}"))
 }
 
 /// `tls-protocols` as Redis's parseProtocolsConfig reads it; unset means

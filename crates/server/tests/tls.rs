@@ -31,27 +31,45 @@ impl Certs {
             }
         }
         let dir = temp_dir("tls-certs");
-        let run = |args: &[&str]| {
-            let out = Command::new("openssl").args(args).current_dir(&dir).output().expect("openssl");
-            assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-        };
-        run(&["ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", "ca.key"]);
-        run(&["req", "-x509", "-new", "-key", "ca.key", "-sha256", "-days", "30", "-subj", "/O=Keel Test/CN=Certificate Authority", "-out", "ca.crt"]);
+        let certs = Certs { dir };
+        certs.openssl(&["ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", "ca.key"]);
+        certs.openssl(&["req", "-x509", "-new", "-key", "ca.key", "-sha256", "-days", "30", "-subj", "/O=Keel Test/CN=Certificate Authority", "-out", "ca.crt"]);
         for (name, usage) in [("server", "serverAuth"), ("client", "clientAuth")] {
             let ext = format!("{name}.ext");
             std::fs::write(
-                dir.join(&ext),
+                certs.dir.join(&ext),
                 format!("basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage={usage}\nsubjectAltName=IP:127.0.0.1,DNS:localhost\n"),
             )
             .expect("write");
-            run(&["ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", &format!("{name}.key")]);
-            run(&["req", "-new", "-key", &format!("{name}.key"), "-subj", &format!("/O=Keel Test/CN={name}"), "-out", &format!("{name}.csr")]);
-            run(&[
+            certs.openssl(&["ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", &format!("{name}.key")]);
+            certs.openssl(&["req", "-new", "-key", &format!("{name}.key"), "-subj", &format!("/O=Keel Test/CN={name}"), "-out", &format!("{name}.csr")]);
+            certs.openssl(&[
                 "x509", "-req", "-in", &format!("{name}.csr"), "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial", "-days", "30",
                 "-sha256", "-extfile", &ext, "-out", &format!("{name}.crt"),
             ]);
         }
-        Some(Certs { dir })
+        Some(certs)
+    }
+
+    fn openssl(&self, args: &[&str]) {
+        let out = Command::new("openssl").args(args).current_dir(&self.dir).output().expect("openssl");
+        assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+
+    /// `name`.crt and .key: a certificate of X.509's first version (no
+    /// extensions), as Redis's utils/gen-test-certs.sh makes its
+    /// redis.crt, signed by `ca` (`ca.crt` and `ca.key` is the trusted
+    /// one; another is made if missing).
+    fn first_version(&self, name: &str, ca: &str) {
+        if !self.dir.join(format!("{ca}.crt")).exists() {
+            self.openssl(&["ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", &format!("{ca}.key")]);
+            let subject = format!("/O=Keel Test/CN={ca}");
+            self.openssl(&["req", "-x509", "-new", "-key", &format!("{ca}.key"), "-days", "30", "-subj", &subject, "-out", &format!("{ca}.crt")]);
+        }
+        self.openssl(&["ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", &format!("{name}.key")]);
+        self.openssl(&["req", "-new", "-key", &format!("{name}.key"), "-subj", &format!("/O=Keel Test/CN={name}"), "-out", &format!("{name}.csr")]);
+        let (ca_crt, ca_key) = (format!("{ca}.crt"), format!("{ca}.key"));
+        self.openssl(&["x509", "-req", "-in", &format!("{name}.csr"), "-CA", &ca_crt, "-CAkey", &ca_key, "-CAcreateserial", "-days", "30", "-out", &format!("{name}.crt")]);
     }
 
     fn path(&self, name: &str) -> String {
@@ -143,8 +161,7 @@ impl Certs {
             true => &["ec", "-aes256"],
             false => &["pkcs8", "-topk8"],
         };
-        let done = Command::new("openssl").args(args).args(["-in", &key, "-passout", "pass:secret", "-out", &out]).output().expect("openssl");
-        assert!(done.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&done.stderr));
+        self.openssl(&[args, &["-in", &key, "-passout", "pass:secret", "-out", &out]].concat());
         out
     }
 }
@@ -214,6 +231,22 @@ fn clients_are_served_over_tls_as_by_redis() {
     assert_eq!(keel[5].trim(), "20002");
     if let Some((_, redis)) = sessions.get(1) {
         assert_eq!(keel, redis);
+    }
+}
+
+/// A client that does not speak TLS on `tls-port` has its connection
+/// reset, by Keel as by Redis: redis-cli says "Connection reset by peer"
+/// rather than reading a TLS alert as a reply.
+#[test]
+fn a_plaintext_client_on_the_tls_port_is_reset_as_by_redis() {
+    use std::io::Read as _;
+    let Some(certs) = Certs::make() else { return };
+    for (name, _server, tls_port) in start_both(&certs, &[]) {
+        let mut plain = std::net::TcpStream::connect(("127.0.0.1", tls_port)).expect("connect");
+        plain.set_read_timeout(Some(std::time::Duration::from_secs(10))).expect("timeout");
+        plain.write_all(&common::encode(&["PING"])).expect("write");
+        let got = plain.read(&mut [0u8; 64]).map_err(|e| e.kind());
+        assert_eq!(got, Err(std::io::ErrorKind::ConnectionReset), "{name}");
     }
 }
 
@@ -381,6 +414,47 @@ fn encrypted_keys_load_with_their_passphrase_as_by_redis() {
         replica.wait_link_up();
     }
     drop(master);
+}
+
+/// Certificates of X.509's first version, which webpki refuses, serve as
+/// in Redis: as the server's own, as a client's, and both ways on a
+/// replica's link; one an untrusted CA signed is refused, and one whose
+/// key is not its own stops the start.
+#[test]
+fn first_version_certificates_serve_as_in_redis() {
+    let Some(certs) = Certs::make() else { return };
+    certs.first_version("generic", "ca");
+    certs.first_version("rogue", "rogue-ca");
+    let (generic_crt, generic_key) = (certs.path("generic.crt"), certs.path("generic.key"));
+    let as_generic = ["--tls-cert-file", &generic_crt, "--tls-key-file", &generic_key];
+    let cli_as = |port: u16, name: &str| {
+        let mut cli = Command::new("redis-cli");
+        cli.args(["--tls", "--cacert", &certs.path("ca.crt"), "-p", &port.to_string()]);
+        cli.args(["--cert", &certs.path(&format!("{name}.crt")), "--key", &certs.path(&format!("{name}.key")), "PING"]);
+        let out = cli.output().expect("redis-cli");
+        String::from_utf8_lossy(&out.stdout).trim().to_string() + &String::from_utf8_lossy(&out.stderr)
+    };
+    for (name, start) in [("keel", KEEL), ("redis", REDIS)] {
+        let tls_port = common::free_port();
+        let mut flags = certs.server_flags(tls_port);
+        flags.extend(as_generic.map(String::from));
+        let Some(_master) = start(&flags.iter().map(String::as_str).collect::<Vec<_>>()) else { continue };
+        assert_eq!(cli_as(tls_port, "client"), "PONG", "{name}: a first-version server certificate");
+        assert_eq!(cli_as(tls_port, "generic"), "PONG", "{name}: a first-version client certificate");
+        assert_ne!(cli_as(tls_port, "rogue"), "PONG", "{name}: a certificate no trusted CA signed");
+
+        let mut flags = certs.server_flags(common::free_port());
+        flags.extend(as_generic.map(String::from));
+        flags.extend(["--tls-replication", "yes", "--replicaof", "127.0.0.1", &tls_port.to_string()].map(String::from));
+        let Some(replica) = start(&flags.iter().map(String::as_str).collect::<Vec<_>>()) else { continue };
+        replica.wait_link_up();
+    }
+    let mut flags = certs.server_flags(common::free_port());
+    flags.extend(["--tls-cert-file", &generic_crt].map(String::from));
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    for (binary, text) in failed_starts(&flags) {
+        assert!(text.contains("Failed to configure TLS"), "{binary}: a key that is not the certificate's: {text}");
+    }
 }
 
 /// Sessions resume within `tls-session-cache-timeout` and not after it,

@@ -74,6 +74,14 @@ impl Read for TlsStream {
                 return Ok(0);
             }
             if let Err(e) = self.session.process_new_packets() {
+                if self.session.is_handshaking() && e == rustls::Error::InvalidMessage(rustls::InvalidMessage::InvalidContentType) {
+                    // Not TLS at all, such as a plaintext client: its
+                    // connection is reset, as Redis's is (OpenSSL leaves
+                    // the rest unread, so the close resets), and the
+                    // client says so rather than read an alert as a reply.
+                    let _ = socket2::SockRef::from(&self.sock).set_linger(Some(std::time::Duration::ZERO));
+                    return Err(io::Error::new(io::ErrorKind::InvalidData, e));
+                }
                 // The alert that says why goes out before the close.
                 let _ = self.send_held();
                 return Err(io::Error::new(io::ErrorKind::InvalidData, e));
