@@ -29,22 +29,20 @@ pub fn is_v1(cert: &CertificateDer<'_>) -> bool {
 
 /// `certs` (the first is this end's) and `key` to show in handshakes,
 /// checked to belong together: by rustls where it can read the
-/// certificate, by comparing the public keys of a first-version one.
+/// certificate, by comparing the public keys of a first-version one (as
+/// rustls, not where the key cannot give its public half).
 pub fn certified_key(
     certs: Vec<CertificateDer<'static>>,
     key: PrivateKeyDer<'static>,
     provider: &CryptoProvider,
 ) -> Result<Arc<CertifiedKey>, Error> {
-    let signer = provider.key_provider.load_private_key(key)?;
-    let certified = CertifiedKey::new(certs, signer);
-    match parse_v1(certified.end_entity_cert()?) {
-        None => certified.keys_match()?,
-        Some(cert) => {
-            let spki = cert.tbs_certificate.subject_public_key_info.to_der().map_err(|_| CertificateError::BadEncoding)?;
-            if certified.key.public_key().as_deref() != Some(&spki[..]) {
-                return Err(InconsistentKeys::KeyMismatch.into());
-            }
-        }
+    let Some(cert) = parse_v1(certs.first().ok_or(Error::NoCertificatesPresented)?) else {
+        return CertifiedKey::from_der(certs, key, provider).map(Arc::new);
+    };
+    let certified = CertifiedKey::new(certs, provider.key_provider.load_private_key(key)?);
+    let spki = cert.tbs_certificate.subject_public_key_info.to_der().map_err(|_| CertificateError::BadEncoding)?;
+    if certified.key.public_key().is_some_and(|public| public.as_ref() != spki) {
+        return Err(InconsistentKeys::KeyMismatch.into());
     }
     Ok(Arc::new(certified))
 }
