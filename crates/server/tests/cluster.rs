@@ -82,8 +82,20 @@ impl Node {
         reply.lines().find_map(|l| l.strip_prefix(&format!("{field}:"))).unwrap_or("").trim().to_string()
     }
 
+    /// CLUSTER NODES, once the node answers it: a replica answers
+    /// -LOADING while it loads its master's data, as Redis's does.
     fn nodes(&self) -> String {
-        text(&self.client().cmd("CLUSTER NODES"))
+        let mut c = self.client();
+        let mut reply = c.cmd("CLUSTER NODES");
+        for _ in 0..3000 {
+            let Frame::Error(e) = &reply else { break };
+            if !e.starts_with(b"LOADING") {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            reply = c.cmd("CLUSTER NODES");
+        }
+        text(&reply)
     }
 }
 

@@ -61,6 +61,8 @@ pub fn verify_chain(end_entity: &CertificateDer<'_>, roots: &RootCertStore, now:
         return Err(CertificateError::Expired.into());
     }
     let issuer = value_of(&tbs.issuer)?;
+    // Encoded again: the same bytes for a DER certificate, and a failed
+    // signature for one that is not.
     let signed = tbs.to_der().map_err(|_| CertificateError::BadEncoding)?;
     let signature_alg = value_of(&cert.signature_algorithm)?;
     let signature = cert.signature.as_bytes().ok_or(CertificateError::BadEncoding)?;

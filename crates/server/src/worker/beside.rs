@@ -147,10 +147,10 @@ pub fn serve_beside_busy_script() -> bool {
 impl Beside {
     fn serve(&mut self) -> io::Result<()> {
         if self.busy.is_none() {
-            let keys: Vec<usize> = self.conns.iter().flat_map(Slab::iter).filter(|(_, c)| unsent(c)).map(|(k, _)| k).collect();
-            let served = Served { touched: keys.clone(), ..Served::default() };
-            let unsent = keys.into_iter().map(|k| k as u64).collect();
-            self.busy = Some(Busy { epoll: self.poll_all()?, served, unsent });
+            // Output from before the script leaves beside it too.
+            let touched: Vec<usize> = self.conns.iter().flat_map(Slab::iter).filter(|(_, c)| unsent(c)).map(|(k, _)| k).collect();
+            let unsent = touched.iter().map(|&k| k as u64).collect();
+            self.busy = Some(Busy { epoll: self.poll_all()?, served: Served { touched, ..Served::default() }, unsent });
             self.stats.beside_busy_script.store(true, Ordering::Relaxed);
         }
         let epoll = self.busy.as_ref().map(|busy| busy.epoll.as_raw_fd()).expect("made above");
