@@ -66,8 +66,18 @@ KEEL_SERVER_FLAGS=(--bind 127.0.0.1 --appendonly no --threads 1)
 #   README lists it for external servers. Remove it to hold Keel to
 #   Redis's encoding names too.
 # --timeout: the suite's own no-progress watchdog (prints which test hangs).
+#
+# COMPAT_DEBUG=1: DEBUG enabled on both servers and the needs:debug tests
+# run, as Redis's CI job "test-external-standalone" starts its server
+# (`--enable-debug-command yes`).
 RUNTEST_TAGS="${COMPAT_TAGS:--needs:debug}"
-RUNTEST_ARGS=(--tags "$RUNTEST_TAGS" --durable --ignore-encoding --timeout 180)
+if [[ -n "${COMPAT_DEBUG:-}" ]]; then
+    REDIS_SERVER_FLAGS+=(--enable-debug-command yes)
+    KEEL_SERVER_FLAGS+=(--enable-debug-command yes)
+    RUNTEST_TAGS="${COMPAT_TAGS:-}"
+fi
+RUNTEST_ARGS=(--durable --ignore-encoding --timeout 180)
+if [[ -n "$RUNTEST_TAGS" ]]; then RUNTEST_ARGS+=(--tags "$RUNTEST_TAGS"); fi
 if [[ -n "${COMPAT_SKIP_TEST:-}" ]]; then RUNTEST_ARGS+=(--skiptest "$COMPAT_SKIP_TEST"); fi
 TLS="${COMPAT_TLS:-}"
 if [[ -n "$TLS" ]]; then RUNTEST_ARGS+=(--tls); fi
