@@ -8,7 +8,12 @@
 //!   count as -5, above 32767 as 32767, as `quicklistSetFill` clamps them).
 //!
 //! A node always holds at least one entry, so an entry bigger than the
-//! limit gets a node of its own. Redis 7.0 reports every list as
+//! limit gets a node of its own. So does an entry of at least the packed
+//! threshold (Redis's `packed_threshold`, 1 GiB unless DEBUG
+//! QUICKLIST-PACKED-THRESHOLD lowers it), whatever the fill: Redis keeps
+//! such an entry in a "plain" node, outside any listpack, and never
+//! merges that node with another; here the node is a listpack of that one
+//! entry, with the same rule. Redis 7.0 reports every list as
 //! `quicklist` whatever its size, so there is no small-to-big conversion.
 //!
 //! `list-compress-depth` is accepted by the configuration but not applied:
@@ -20,9 +25,41 @@
 //! node; removing a range drops whole nodes without touching their
 //! entries. The total length is cached, so `len` is O(1).
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use thin_vec::ThinVec;
 
 use crate::listpack::{self, Listpack};
+
+/// Redis's default `packed_threshold`: 1 GiB.
+const DEFAULT_PACKED_THRESHOLD: usize = 1 << 30;
+
+/// Entries of at least this many bytes get a node of their own (Redis's
+/// `packed_threshold`, one for the whole server as in Redis).
+static PACKED_THRESHOLD: AtomicUsize = AtomicUsize::new(DEFAULT_PACKED_THRESHOLD);
+
+/// Sets the packed threshold as DEBUG QUICKLIST-PACKED-THRESHOLD does
+/// (Redis's `quicklistisSetPackedThreshold`): 0 restores the default;
+/// false, and nothing changed, for more than 4 GiB less 1 MiB.
+pub fn set_packed_threshold(bytes: u64) -> bool {
+    if bytes > (1 << 32) - (1 << 20) {
+        return false;
+    }
+    let bytes = if bytes == 0 { DEFAULT_PACKED_THRESHOLD } else { bytes as usize };
+    PACKED_THRESHOLD.store(bytes, Ordering::Relaxed);
+    true
+}
+
+/// Redis's `isLargeElement`: an entry that must be alone in its node.
+fn is_large(data: &[u8]) -> bool {
+    data.len() >= PACKED_THRESHOLD.load(Ordering::Relaxed)
+}
+
+/// A node holding one large entry (Redis's plain node), which takes no
+/// other entry.
+fn is_plain(node: &Listpack) -> bool {
+    node.len() == 1 && node.bytes() > PACKED_THRESHOLD.load(Ordering::Relaxed) && node.first().is_some_and(|at| is_large(node.at(at)))
+}
 
 /// Redis's `SIZE_SAFETY_LIMIT`: a node limited by count still stays
 /// within this many bytes.
@@ -116,7 +153,7 @@ impl List {
     }
 
     fn allows_insert(&self, node: &Listpack, data: &[u8]) -> bool {
-        self.allowed(node.len() + 1, node.bytes() + Listpack::entry_size(data))
+        self.allowed(node.len() + 1, node.bytes() + Listpack::entry_size(data)) && !is_large(data) && !is_plain(node)
     }
 
     pub fn push_back(&mut self, data: &[u8]) {
@@ -211,7 +248,11 @@ impl List {
         let node = &mut self.nodes[n];
         let off = Self::seek_in(node, at);
         node.replace_at(off, data);
-        self.split_if_needed(n);
+        if is_large(data) {
+            self.isolate(n, at);
+        } else {
+            self.split_if_needed(n);
+        }
         true
     }
 
@@ -221,18 +262,46 @@ impl List {
         for n in 0..self.nodes.len() {
             let node = &mut self.nodes[n];
             let mut cursor = node.first();
+            let mut index = 0;
             while let Some(off) = cursor {
                 if node.at(off) == pivot {
+                    let beside_large = is_plain(node);
                     let at = if after { node.next(off).unwrap_or(node.bytes()) } else { off };
                     node.insert_at(at, data);
                     self.len += 1;
-                    self.split_if_needed(n);
+                    if is_large(data) {
+                        self.isolate(n, index + usize::from(after));
+                    } else if beside_large {
+                        // The pivot is the large entry: it keeps its node.
+                        self.isolate(n, index + usize::from(!after));
+                    } else {
+                        self.split_if_needed(n);
+                    }
                     return true;
                 }
                 cursor = node.next(off);
+                index += 1;
             }
         }
         false
+    }
+
+    /// Gives entry `at` of node `n`, a large one, a node of its own: the
+    /// entries before and after it stay in nodes on either side.
+    fn isolate(&mut self, n: usize, at: usize) {
+        let node = &mut self.nodes[n];
+        let count = node.len();
+        if at + 1 < count {
+            let after = Listpack::from_iter(node.iter().skip(at + 1));
+            node.remove_range(at + 1, count - at - 1);
+            self.add_node(n + 1, after);
+        }
+        if at > 0 {
+            let node = &mut self.nodes[n];
+            let large = Listpack::from_iter(node.iter().skip(at));
+            node.remove_range(at, 1);
+            self.add_node(n + 1, large);
+        }
     }
 
     /// Splits node `n` in halves until every part respects the fill.
@@ -341,7 +410,7 @@ impl List {
             if write > lo {
                 let (prev, cur) = (&self.nodes[write - 1], &self.nodes[read]);
                 // Both headers counted: a slight overestimate, on the safe side.
-                if self.allowed(prev.len() + cur.len(), prev.bytes() + cur.bytes()) {
+                if self.allowed(prev.len() + cur.len(), prev.bytes() + cur.bytes()) && !is_plain(prev) && !is_plain(cur) {
                     let cur = std::mem::take(&mut self.nodes[read]);
                     let items: Vec<&[u8]> = cur.iter().collect();
                     let prev = &mut self.nodes[write - 1];

@@ -68,6 +68,23 @@ fn lists_with_tiny_nodes_match_redis() {
     }
 }
 
+/// DEBUG QUICKLIST-PACKED-THRESHOLD lowered to a few bytes: most
+/// elements are then "large", each alone in its node (Redis's plain
+/// nodes), and LSET and LINSERT split nodes around them; DEBUG RELOAD
+/// writes and reads such lists back.
+#[test]
+fn lists_with_plain_nodes_match_redis() {
+    const PLAIN: &[&str] = &[
+        "DEBUG QUICKLIST-PACKED-THRESHOLD [1b|2|5b|100b|0|1kb]",
+        "DEBUG QUICKLIST-PACKED-THRESHOLD [-1|5gb|x]",
+        "DEBUG RELOAD",
+    ];
+    let flags = ["--enable-debug-command", "yes", "--save", ""];
+    for seed in 40..43 {
+        Stream { fill: element, flags: &flags, ..Stream::new(&[LISTS, LISTS, LISTS, PLAIN]) }.run(seed, 1500);
+    }
+}
+
 #[test]
 fn list_transactions_match_redis() {
     const MULTI: &[&str] = &["MULTI", "EXEC", "DISCARD", "WATCH {k}", "UNWATCH"];

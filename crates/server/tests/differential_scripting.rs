@@ -208,3 +208,42 @@ fn functions_answer_as_redis_does() {
         assert_eq!(got, expected, "{argv:?}");
     }
 }
+
+/// DEBUG SET-DISABLE-DENY-SCRIPTS lets scripts call `noscript` commands,
+/// as Redis's tests use it: DEBUG PROTOCOL's every type, read by Lua in
+/// RESP2 and RESP3 and handed back to RESP2 and RESP3 clients. SCRIPT
+/// FLUSH leaves the setting as it is, as in Redis.
+#[test]
+fn scripts_call_noscript_commands_once_allowed_as_in_redis() {
+    let debug = ["--enable-debug-command", "yes"];
+    let Some(redis) = Server::start_redis(&debug) else { return };
+    let keel = Server::start(&debug);
+    // Not "push": Redis's reply parser for Lua does not know it and leaves
+    // whatever was on Lua's stack (the function redis.call itself) as the
+    // reply, where Keel hands the script the push as an array.
+    let types = ["string", "integer", "double", "bignum", "null", "array", "set", "map", "attrib", "verbatim", "true", "false"];
+    let call_debug = "return redis.call('debug', 'protocol', 'bignum')";
+    let (mut r, mut k) = (redis.client(), keel.client());
+    let mut both = |argv: &[&str]| {
+        let (expected, got) = (r.send(argv), k.send(argv));
+        assert_eq!(got, expected, "{argv:?}");
+    };
+    both(&["EVAL", call_debug, "0"]);
+    both(&["DEBUG", "SET-DISABLE-DENY-SCRIPTS", "1"]);
+    both(&["SCRIPT", "FLUSH"]);
+    for client_resp in ["2", "3"] {
+        // (HELLO's reply holds the connection's id, which differs.)
+        let (mut r, mut k) = (redis.client(), keel.client());
+        r.send(&["HELLO", client_resp]);
+        k.send(&["HELLO", client_resp]);
+        for lua_resp in ["2", "3"] {
+            for kind in types {
+                let script = format!("redis.setresp({lua_resp}); return redis.call('debug', 'protocol', '{kind}')");
+                let argv = ["EVAL", &script, "0"];
+                assert_eq!(k.send(&argv), r.send(&argv), "{argv:?} to a RESP{client_resp} client");
+            }
+        }
+    }
+    both(&["DEBUG", "SET-DISABLE-DENY-SCRIPTS", "0"]);
+    both(&["EVAL", call_debug, "0"]);
+}

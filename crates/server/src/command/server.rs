@@ -1644,6 +1644,8 @@ fn debug_reads_data(argv: &[&[u8]]) -> bool {
         "pause-cron",
         "aof-flush-sleep",
         "set-skip-checksum-validation",
+        "set-disable-deny-scripts",
+        "quicklist-packed-threshold",
         "replybuffer",
         "drop-cluster-packet-filter",
         "clusterlink",
@@ -1713,12 +1715,17 @@ fn debug(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
                     "    Reply with a test value of the specified type. <type> can be: string,",
                     "    integer, double, bignum, null, array, set, map, attrib, push, verbatim,",
                     "    true, false.",
+                    "QUICKLIST-PACKED-THRESHOLD <size>",
+                    "    Sets the threshold for elements to be inserted as plain vs packed nodes",
+                    "    Default value is 1GB, allows values up to 4GB. Setting to 0 restores to default.",
                     "REPLICATE <command> [<arg> ...]",
                     "    Send <command> to the replicas, through the replication stream only.",
                     "REPLYBUFFER RESIZING <0|1>",
                     "    Enable or disable giving back drained reply buffers over 1 MB.",
                     "SEGFAULT",
                     "    Crash the server with sigsegv.",
+                    "SET-DISABLE-DENY-SCRIPTS <0|1>",
+                    "    Enable or disable calling commands flagged noscript from scripts.",
                     "SET-SKIP-CHECKSUM-VALIDATION <0|1>",
                     "    Enables or disables the checksum check of RESTORE's payload.",
                     "SET-ACTIVE-EXPIRE <0|1>",
@@ -1777,6 +1784,19 @@ fn debug(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
                 ctx.durability.forced = true;
                 ctx.durability.replicas_only = true;
             }
+            ctx.out.ok();
+            Ok(())
+        }
+        3 if eq(sub, "quicklist-packed-threshold") => {
+            let bytes = std::str::from_utf8(argv[2]).ok().and_then(|v| crate::config::parse_memory(v).ok());
+            if !bytes.is_some_and(keel_engine::list::set_packed_threshold) {
+                return Err(CmdError::other("ERR argument must be a memory value bigger than 1 and smaller than 4gb"));
+            }
+            ctx.out.ok();
+            Ok(())
+        }
+        3 if eq(sub, "set-disable-deny-scripts") => {
+            ctx.server.scripts.allow_noscript.store(parse_atoi(argv[2]) != 0, Ordering::Relaxed);
             ctx.out.ok();
             Ok(())
         }

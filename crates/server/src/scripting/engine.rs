@@ -658,7 +658,7 @@ fn keys_slot(ctx: &Ctx<'_>, keys: &[&[u8]]) -> Option<u16> {
 }
 
 fn may_call(ctx: &mut Ctx<'_>, run: &Run, (index, spec): (usize, &command::CommandSpec), argv: &[&[u8]]) -> Result<(), String> {
-    if spec.has(flags::NOSCRIPT) {
+    if spec.has(flags::NOSCRIPT) && !ctx.server.scripts.allow_noscript.load(Ordering::Relaxed) {
         return Err("This Redis command is not allowed from script".into());
     }
     if !spec.has(flags::STALE) && ctx.server.replica.is_stale() && !ctx.client.is_master {

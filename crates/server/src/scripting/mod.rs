@@ -88,6 +88,9 @@ pub struct Scripts {
     pub functions: functions::Functions,
     /// Each thread's interpreter's bytes, as of its last script.
     interpreters: Mutex<Vec<Arc<AtomicU64>>>,
+    /// DEBUG SET-DISABLE-DENY-SCRIPTS: scripts may call `noscript`
+    /// commands (Redis's tests call DEBUG from scripts with it).
+    pub allow_noscript: AtomicBool,
 }
 
 /// The running script, seen from other threads (SCRIPT KILL, -BUSY) and

@@ -26,6 +26,8 @@ pub struct Stream<'a> {
     pub resp3: bool,
     /// Commands sent to both servers first, as they are.
     pub prelude: &'a [&'a str],
+    /// Both servers' extra start flags.
+    pub flags: &'a [&'a str],
     /// Also compare the keyspace notifications each command sends
     /// (`notify-keyspace-events KEA`, one subscriber per server).
     pub notify: bool,
@@ -33,15 +35,15 @@ pub struct Stream<'a> {
 
 impl<'a> Stream<'a> {
     pub fn new(families: &'a [&'a [&'a str]]) -> Stream<'a> {
-        Stream { families, fill: |_, _| None, normalize: |_, f| f, resp3: false, prelude: &[], notify: false }
+        Stream { families, fill: |_, _| None, normalize: |_, f| f, resp3: false, prelude: &[], flags: &[], notify: false }
     }
 
     /// Sends `commands` generated commands from `seed` to both servers and
     /// panics with the recent history at the first differing reply. Returns
     /// quietly when redis-server is not installed.
     pub fn run(&self, seed: u64, commands: usize) {
-        let Some(redis) = Server::start_redis(&[]) else { return };
-        let keel = Server::start(&[]);
+        let Some(redis) = Server::start_redis(self.flags) else { return };
+        let keel = Server::start(self.flags);
         let mut r = redis.client();
         let mut k = keel.client();
         if self.resp3 {
