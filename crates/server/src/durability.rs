@@ -288,6 +288,10 @@ fn replay_held(ctx: &mut Ctx<'_>, mut replay: Replay) -> Result<(), String> {
     let reply_len = ctx.out.buf.len();
     // Time stands still while loading (see `replay_in`).
     ctx.now_ms = 0;
+    // The caller replays as the loading client does at start: what the
+    // journal holds was rewritten to run as it did (XADD's exact trim
+    // with its LIMIT, for one).
+    ctx.client.is_loader = true;
     let mut pacer = Pacer::new(server, replay.total_bytes());
     let mut result = Ok(());
     let mut last: Option<(usize, Vec<Vec<u8>>)> = None;
@@ -321,6 +325,7 @@ fn replay_held(ctx: &mut Ctx<'_>, mut replay: Replay) -> Result<(), String> {
         }
     }
     (ctx.dbs.selected, ctx.client.db, ctx.now_ms) = (selected, client_db, now_ms);
+    ctx.client.is_loader = false;
     result
 }
 

@@ -947,3 +947,33 @@ fn debug_loadaof_reloads_the_dataset_from_the_files() {
     assert_eq!(c.cmd("GET last"), bulk("1"));
     assert_eq!(c.cmd("GET after"), bulk("2"));
 }
+
+/// DEBUG LOADAOF replays as the loading client does at start: an XADD
+/// whose approximate trim stopped at its LIMIT is logged as an exact trim
+/// that keeps its LIMIT, which only the loader (or a replica's master)
+/// may send, as in Redis. Before, the caller replayed it as a plain
+/// client and it failed, losing the entry.
+#[test]
+fn debug_loadaof_replays_as_the_loader() {
+    let dir = temp_dir("rw-loadaof-loader");
+    let server = Server::start_in(&dir, &["--enable-debug-command", "yes", "--stream-node-max-entries", "10"]);
+    let mut c = server.client();
+    for _ in 0..100 {
+        assert!(matches!(c.send(&["XADD", "s", "*", "f", "v"]), Frame::Bulk(_)));
+    }
+    assert!(matches!(c.send(&["XADD", "s", "MAXLEN", "~", "55", "LIMIT", "30", "*", "f", "v"]), Frame::Bulk(_)));
+    assert_eq!(c.cmd("XLEN s"), int(71));
+    // Nodes of one entry: a replay that trimmed approximately again would
+    // trim to 55.
+    assert_eq!(c.cmd("CONFIG SET stream-node-max-entries 1"), ok());
+    let digest = c.cmd("DEBUG DIGEST");
+    assert_eq!(c.cmd("DEBUG LOADAOF"), ok());
+    assert_eq!(c.cmd("XLEN s"), int(71));
+    assert_eq!(c.cmd("DEBUG DIGEST"), digest);
+    // The caller is a plain client again.
+    assert_eq!(
+        c.send(&["XADD", "s", "MAXLEN", "=", "5", "LIMIT", "3", "*", "f", "v"]),
+        common::err("ERR syntax error, LIMIT cannot be used without the special ~ option")
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
