@@ -1105,8 +1105,11 @@ fn read_rdb<R: io::BufRead>(
 }
 
 /// Adds a function library read from a file to the server's.
-fn load_function(server: &Server, code: &[u8]) -> Result<(), LoadError> {
-    server.scripts.functions.load(server, code, true).map(drop).map_err(|e| format!("function library: {e}"))
+/// Loads a function library of the file; one of the same name already
+/// loaded is replaced only when `replace` (DEBUG RELOAD MERGE), else the
+/// load fails, as Redis's `rdbLoad` without `RDBFLAGS_ALLOW_DUP` does.
+fn load_function(server: &Server, code: &[u8], replace: bool) -> Result<(), LoadError> {
+    server.scripts.functions.load(server, code, replace).map(drop).map_err(|e| format!("function library: {e}"))
 }
 
 /// A database's share of an RDB file's RESIZEDB hint for one shard (keys
@@ -1257,7 +1260,7 @@ pub fn load(server: &Server, path: &Path) -> Result<(u64, u64, Option<SavedHisto
                 inserters.reserve(db, keys, with_expiry);
                 Ok(())
             }
-            Read::Function(code) => load_function(server, &code),
+            Read::Function(code) => load_function(server, &code, true),
         };
         let read = read_dump(server, path, true, &mut route);
         // An inserter's error is the cause of the reader's closed channel.
@@ -1359,7 +1362,7 @@ fn load_held(server: &Server, locked: &mut Locked<'_>, path: &Path, replace: boo
             }
             Ok(())
         }
-        Read::Function(code) => load_function(server, &code),
+        Read::Function(code) => load_function(server, &code, replace),
     };
     let read = read_dump(server, path, false, &mut insert)?;
     Ok(Loaded { keys: loaded, expired: read.expired, stream_db: read.stream_db })

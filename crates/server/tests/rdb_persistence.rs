@@ -388,6 +388,36 @@ fn debug_reload_saves_flushes_and_loads_back_as_redis() {
     let _ = std::fs::remove_dir_all(&redis_dir);
 }
 
+/// DEBUG RELOAD NOFLUSH meets the file's function library already loaded:
+/// without MERGE the load fails, with it the file's library replaces ours,
+/// as in Redis (unit/functions, "test debug reload different options").
+#[test]
+fn debug_reload_without_merge_refuses_a_loaded_library_as_redis() {
+    let library = "#!lua name=lib\nredis.register_function('f', function() return 'file' end)";
+    let replaced = "#!lua name=lib\nredis.register_function('f', function() return 'memory' end)";
+    let steps: &[&[&str]] = &[
+        &["FUNCTION", "LOAD", library],
+        &["DEBUG", "RELOAD"],
+        &["DEBUG", "RELOAD", "NOFLUSH"],
+        &["FCALL", "f", "0"],
+        &["FUNCTION", "LOAD", "REPLACE", replaced],
+        &["DEBUG", "RELOAD", "NOSAVE", "NOFLUSH", "MERGE"],
+        &["FCALL", "f", "0"],
+        &["FUNCTION", "LIST"],
+    ];
+    let run = |c: &mut Client| steps.iter().map(|argv| c.send(argv)).collect::<Vec<_>>();
+    let keel = Server::start(&["--appendonly", "no", "--enable-debug-command", "yes"]);
+    let got = run(&mut keel.client());
+    assert_eq!(got[2], err("ERR Error trying to load the RDB dump"));
+    assert_eq!(got[6], bulk("file"));
+    let redis_dir = temp_dir("reload-functions-redis");
+    let d = redis_dir.display().to_string();
+    let Some(redis) = Server::start_redis(&["--dir", &d, "--enable-debug-command", "yes"]) else { return };
+    assert_eq!(run(&mut redis.client()), got, "redis-server answers the same");
+    drop(redis);
+    let _ = std::fs::remove_dir_all(&redis_dir);
+}
+
 /// Changes counted after FLUSHALL without and with save rules, and the
 /// dump's keys after each (None: no dump written).
 fn flushall_sequence(c: &mut Client, dir: &Path) -> Vec<(String, Option<Vec<Vec<u8>>>)> {
