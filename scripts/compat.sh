@@ -63,8 +63,8 @@ KEEL_SERVER_FLAGS=(--bind 127.0.0.1 --appendonly no --threads 1)
 #   counts as [err] for that test instead of aborting the whole unit.
 # --ignore-encoding: skip assert_encoding (OBJECT ENCODING == listpack,
 #   intset, quicklist...), Redis-internal representations; the suite's
-#   README lists it for external servers. Remove it to hold Keel to
-#   Redis's encoding names too.
+#   README lists it for external servers. COMPAT_ENCODING=1 leaves it out,
+#   holding Keel to Redis's encoding names too.
 # --timeout: the suite's own no-progress watchdog (prints which test hangs).
 #
 # COMPAT_DEBUG=1: DEBUG enabled on both servers and the needs:debug tests
@@ -76,7 +76,8 @@ if [[ -n "${COMPAT_DEBUG:-}" ]]; then
     KEEL_SERVER_FLAGS+=(--enable-debug-command yes)
     RUNTEST_TAGS="${COMPAT_TAGS:-}"
 fi
-RUNTEST_ARGS=(--durable --ignore-encoding --timeout 180)
+RUNTEST_ARGS=(--durable --timeout 180)
+if [[ -z "${COMPAT_ENCODING:-}" ]]; then RUNTEST_ARGS+=(--ignore-encoding); fi
 if [[ -n "$RUNTEST_TAGS" ]]; then RUNTEST_ARGS+=(--tags "$RUNTEST_TAGS"); fi
 if [[ -n "${COMPAT_SKIP_TEST:-}" ]]; then RUNTEST_ARGS+=(--skiptest "$COMPAT_SKIP_TEST"); fi
 TLS="${COMPAT_TLS:-}"
