@@ -1730,13 +1730,7 @@ impl Config {
                 line: String::new(),
                 reason: ConfigError::Invalid(format!("Fatal error, can't open config file '{first}': {e}")),
             })?;
-            for (n, line) in text.lines().enumerate() {
-                config.apply_line(line).map_err(|reason| StartupConfigError {
-                    origin: format!("'{first}' line {}", n + 1),
-                    line: line.into(),
-                    reason,
-                })?;
-            }
+            config.apply_file_text(first, &text)?;
             rest = &args[1..];
             let path = PathBuf::from(first);
             config.config_file = Some(std::fs::canonicalize(&path).unwrap_or(path));
@@ -1791,6 +1785,19 @@ impl Config {
             }
         }
         Ok(config)
+    }
+
+    /// Applies the lines of a configuration file, `file` naming it in an
+    /// error.
+    pub fn apply_file_text(&mut self, file: &str, text: &str) -> Result<(), StartupConfigError> {
+        for (n, line) in text.lines().enumerate() {
+            self.apply_line(line).map_err(|reason| StartupConfigError {
+                origin: format!("'{file}' line {}", n + 1),
+                line: line.into(),
+                reason,
+            })?;
+        }
+        Ok(())
     }
 
     fn apply_line(&mut self, line: &str) -> Result<(), ConfigError> {
@@ -1941,8 +1948,11 @@ fn rewritten_lines(name: &str, value: &str, unless_default: Option<&str>) -> Opt
             .collect();
         return Some(lines.join("\n"));
     }
+    // A list's words are joined by spaces in `value` (as CONFIG GET shows
+    // them); each is quoted as it needs, so that a quote inside one reads
+    // back as itself.
     let value = if MULTI_ARG.contains(&name) && !value.is_empty() {
-        split_config_line(value).unwrap_or_default().iter().map(|w| word(w)).collect::<Vec<_>>().join(" ")
+        value.split(' ').filter(|w| !w.is_empty()).map(word).collect::<Vec<_>>().join(" ")
     } else if IN_MEMORY_UNITS.contains(&name) {
         bytes(value)
     } else if QUOTED_ALWAYS.contains(&name) {
@@ -2033,6 +2043,13 @@ mod tests {
             let read = Config::load(&args(&[path.to_str().expect("utf8")])).expect("reads back");
             assert_eq!(read.masterauth.as_deref(), Some(value), "{}", std::fs::read_to_string(&path).expect("read"));
         }
+        // A list's words each quoted as they need (found by the
+        // config_file fuzz target: a quote in one address lost them all).
+        let bind: Vec<String> = ["a'b", "::1", "c\"d"].map(String::from).into();
+        let c = Config { bind: bind.clone(), ..Config::default() };
+        c.rewrite(&path, None, false).expect("rewrite");
+        let read = Config::load(&args(&[path.to_str().expect("utf8")])).expect("reads back");
+        assert_eq!(read.bind, bind, "{}", std::fs::read_to_string(&path).expect("read"));
         let _ = std::fs::remove_dir_all(&dir);
     }
 
