@@ -13,6 +13,12 @@ fuzz_target!(|data: &[u8]| {
     if config.apply_file_text("fuzz.conf", text).is_err() {
         return;
     }
+    // A quoted address with a space in it is one address in the file and
+    // several in CONFIG GET's space-joined list, which is what a rewrite
+    // writes, as Redis's does (such a server would not start anyway).
+    if config.bind.iter().any(|address| address.contains(' ')) {
+        return;
+    }
     let path = std::env::temp_dir().join(format!("keel-fuzz-config-{}.conf", std::process::id()));
     let _ = std::fs::remove_file(&path);
     config.rewrite(&path, None, false).expect("rewrite");
