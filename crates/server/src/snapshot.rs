@@ -1104,10 +1104,10 @@ fn read_rdb<R: io::BufRead>(
     Ok(RdbRead { expired, stream_db, history, expired_keys })
 }
 
-/// Adds a function library read from a file to the server's.
-/// Loads a function library of the file; one of the same name already
-/// loaded is replaced only when `replace` (DEBUG RELOAD MERGE), else the
-/// load fails, as Redis's `rdbLoad` without `RDBFLAGS_ALLOW_DUP` does.
+/// Adds a function library read from a file to the server's. One of the
+/// same name already loaded is replaced only when `replace` (DEBUG RELOAD
+/// MERGE), else the load fails, as Redis's `rdbLoad` without
+/// `RDBFLAGS_ALLOW_DUP` does.
 fn load_function(server: &Server, code: &[u8], replace: bool) -> Result<(), LoadError> {
     server.scripts.functions.load(server, code, replace).map(drop).map_err(|e| format!("function library: {e}"))
 }
