@@ -621,8 +621,9 @@ pub fn note_reads(ctx: &mut Ctx<'_>, spec: &CommandSpec, argv: &[&[u8]]) {
         return;
     }
     // A script holds every shard, but the commands it ran noted what they
-    // read themselves.
-    if spec.group == "scripting" {
+    // read themselves. WATCH's +OK tells nothing of its keys (and beside
+    // a busy script it holds no shard).
+    if spec.group == "scripting" || spec.has(command::flags::OWN_LOCKS) {
         return;
     }
     let db = ctx.dbs.selected;

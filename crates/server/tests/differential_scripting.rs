@@ -247,3 +247,45 @@ fn scripts_call_noscript_commands_once_allowed_as_in_redis() {
     both(&["DEBUG", "SET-DISABLE-DENY-SCRIPTS", "0"]);
     both(&["EVAL", call_debug, "0"]);
 }
+
+/// Beside a busy script: WATCH and MULTI answer +OK, other commands
+/// -BUSY (which also spoils the open transaction), and the script's write
+/// after a WATCH aborts that watcher's EXEC while its write before does
+/// not.
+#[test]
+fn clients_beside_a_busy_script_answer_as_redis_does() {
+    let Some(redis) = Server::start_redis(&[]) else { return };
+    let keel = Server::start(&["--threads", "1"]);
+    assert_eq!(beside_a_busy_script(&keel), beside_a_busy_script(&redis));
+}
+
+/// What three clients see beside a script that writes, spins 1.5 s on
+/// TIME, then writes again.
+fn beside_a_busy_script(server: &Server) -> Vec<Frame> {
+    let spin = "redis.call('set', 'early', 1) \
+        local function ms() local t = redis.call('time') return t[1] * 1000 + t[2] / 1000 end \
+        local start = ms() while ms() - start < 1500 do end \
+        return redis.call('set', 'late', 1)";
+    let (mut runner, mut late, mut early, mut queued) = (server.client(), server.client(), server.client(), server.client());
+    runner.send(&["CONFIG", "SET", "busy-reply-threshold", "50"]);
+    runner.write_command(&["EVAL", spin, "0"]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !matches!(late.send(&["PING"]), Frame::Error(e) if e.starts_with(b"BUSY")) {
+        assert!(std::time::Instant::now() < deadline, "the script never became busy");
+    }
+    let mut seen = vec![
+        late.send(&["WATCH", "late"]),
+        early.send(&["WATCH", "early"]),
+        late.send(&["GET", "late"]),
+        queued.send(&["MULTI"]),
+        queued.send(&["SET", "k", "v"]),
+        runner.read(),
+    ];
+    for client in [&mut late, &mut early] {
+        seen.push(client.send(&["MULTI"]));
+        seen.push(client.send(&["SET", "k", "v"]));
+        seen.push(client.send(&["EXEC"]));
+    }
+    seen.push(queued.send(&["EXEC"]));
+    seen
+}

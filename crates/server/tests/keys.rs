@@ -413,7 +413,8 @@ fn touch_and_object() {
     }
     assert_eq!(c.cmd("OBJECT foo"), err("ERR unknown subcommand 'foo'. Try OBJECT HELP."));
 
-    // A read refreshes the access time; EXISTS, TYPE, TTL and OBJECT do not.
+    // A read refreshes the access time; EXISTS, TYPE, TTL, OBJECT and WATCH
+    // do not.
     let payload = match c.cmd("DUMP e") {
         Frame::Bulk(b) => b,
         other => panic!("{other:?}"),
@@ -424,7 +425,7 @@ fn touch_and_object() {
         c.send(&args)
     };
     assert_eq!(restore(&mut c, "idle", "IDLETIME 1000"), ok());
-    for probe in ["EXISTS idle", "TYPE idle", "TTL idle", "OBJECT ENCODING idle"] {
+    for probe in ["EXISTS idle", "TYPE idle", "TTL idle", "OBJECT ENCODING idle", "WATCH idle", "UNWATCH"] {
         c.cmd(probe);
     }
     assert!(matches!(c.cmd("OBJECT IDLETIME idle"), Frame::Integer(n) if n >= 1000));
@@ -436,7 +437,7 @@ fn touch_and_object() {
     assert_eq!(c.cmd("CONFIG SET maxmemory-policy allkeys-lfu"), ok());
     assert_eq!(c.cmd("SET f v"), ok());
     assert_eq!(c.cmd("OBJECT FREQ f"), int(5));
-    for probe in ["EXISTS f", "TYPE f", "PTTL f", "OBJECT ENCODING f"] {
+    for probe in ["EXISTS f", "TYPE f", "PTTL f", "OBJECT ENCODING f", "WATCH f", "UNWATCH"] {
         c.cmd(probe);
     }
     assert_eq!(c.cmd("OBJECT FREQ f"), int(5));

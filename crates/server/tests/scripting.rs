@@ -251,14 +251,61 @@ fn watches_dropped_beside_a_busy_script_are_gone_after_it() {
     runner.write_command(&["EVAL", "while true do end", "0"]);
     wait_busy(&mut watcher);
     assert_eq!(watcher.cmd("UNWATCH"), ok());
-    assert!(error_text(&watcher.cmd("WATCH w")).starts_with("BUSY"), "WATCH needs the script's shards");
     assert_eq!(server.client().cmd("SCRIPT KILL"), ok());
     runner.read();
     assert_eq!(runner.cmd("SET w changed"), ok());
-    assert_eq!(watcher.cmd("MULTI"), ok());
-    assert_eq!(watcher.cmd("SET w mine"), simple("QUEUED"));
-    assert_eq!(watcher.cmd("EXEC"), Frame::Array(vec![ok()]));
+    assert_eq!(exec_set(&mut watcher, "w"), Frame::Array(vec![ok()]));
     assert_eq!(watcher.cmd("GET w"), bulk("mine"));
+}
+
+/// WATCH beside a busy script answers +OK, as Redis's does, on the
+/// script's worker and on others: the script's writes after it abort the
+/// watcher's EXEC, those before it do not, and a watch the script still
+/// holds when it ends (here killed, between two of its commands) holds
+/// for the writes after it.
+#[test]
+fn watches_taken_beside_a_busy_script_see_its_later_writes() {
+    // Spins on TIME for ARGV[1] ms between its two writes.
+    let spin = "redis.call('set', 'early', 1) \
+        local function ms() local t = redis.call('time') return t[1] * 1000 + t[2] / 1000 end \
+        local start = ms() while ms() - start < tonumber(ARGV[1]) do end \
+        redis.call('set', 'late', 1)";
+    for threads in ["1", "2"] {
+        let server = Server::start(&["--threads", threads, "--busy-reply-threshold", "50"]);
+        let mut runner = server.client();
+        let mut watchers: Vec<Client> = (0..4).map(|_| server.client()).collect();
+        runner.write_command(&["EVAL", spin, "0", "1500"]);
+        wait_busy(&mut watchers[0]);
+        for (i, watcher) in watchers.iter_mut().enumerate() {
+            let key = if i % 2 == 0 { "late" } else { "early" };
+            assert_eq!(watcher.cmd(&format!("WATCH {key} {key}")), ok(), "{threads} threads");
+        }
+        assert_eq!(runner.read(), Frame::Null);
+        for (i, watcher) in watchers.iter_mut().enumerate() {
+            let expected = if i % 2 == 0 { Frame::Null } else { Frame::Array(vec![ok()]) };
+            assert_eq!(exec_set(watcher, "mine"), expected, "watcher {i}, {threads} threads");
+        }
+
+        runner.write_command(&["EVAL", "while true do end", "0"]);
+        wait_busy(&mut watchers[0]);
+        for (i, watcher) in watchers.iter_mut().enumerate() {
+            assert_eq!(watcher.cmd(&format!("WATCH w{}", i % 2)), ok());
+        }
+        assert_eq!(server.client().cmd("SCRIPT KILL"), ok());
+        assert!(error_text(&runner.read()).contains("Script killed"));
+        assert_eq!(runner.cmd("SET w0 changed"), ok());
+        for (i, watcher) in watchers.iter_mut().enumerate() {
+            let expected = if i % 2 == 0 { Frame::Null } else { Frame::Array(vec![ok()]) };
+            assert_eq!(exec_set(watcher, "mine"), expected, "watcher {i} after a kill, {threads} threads");
+        }
+    }
+}
+
+/// MULTI, SET `key` mine, EXEC: EXEC's reply.
+fn exec_set(client: &mut Client, key: &str) -> Frame {
+    assert_eq!(client.cmd("MULTI"), ok());
+    assert_eq!(client.cmd(&format!("SET {key} mine")), simple("QUEUED"));
+    client.cmd("EXEC")
 }
 
 /// A blocked client's wait that ends while a script holds every shard

@@ -140,6 +140,9 @@ pub mod flags {
     /// Keel's own: the command touches keys it cannot name up front
     /// (KEYS, DBSIZE, FLUSHALL...), so it locks every shard.
     pub const ALL_SHARDS: u32 = 1 << 24;
+    /// Keel's own: the handler takes the shards it needs itself (WATCH,
+    /// which beside a busy script leaves its keys to the script).
+    pub const OWN_LOCKS: u32 = 1 << 25;
 
     /// The names in Redis's output order (`addReplyFlagsForCommand`);
     /// `movablekeys`, derived from the key specs, goes before `allow_busy`.
@@ -724,11 +727,13 @@ impl<'a> Ctx<'a> {
     }
 }
 
-/// Locks what `spec` needs for `argv`.
 /// The shards `spec` needs for `argv`.
 pub fn shards_for(keyspace: &Keyspace, spec: &CommandSpec, argv: &[&[u8]]) -> Shards {
     if spec.has(flags::ALL_SHARDS) {
         return Shards::All;
+    }
+    if spec.has(flags::OWN_LOCKS) {
+        return Shards::Some(SmallVec::new());
     }
     match spec.key_indexes(argv).as_slice() {
         [one] => Shards::One(keyspace.shard_of_key(argv[*one])),
@@ -852,11 +857,12 @@ impl Access {
 }
 
 /// Whether a command's lookups count as accesses to the keys it names: all
-/// but those Redis runs with `LOOKUP_NOTOUCH`. Keel records the access once
+/// but those Redis runs with `LOOKUP_NOTOUCH`, and WATCH, which looks
+/// nothing up. Keel records the access once
 /// per key before the command runs (a key the command creates starts
 /// fresh), where Redis does it inside each lookup.
 fn touches_keys(spec: &CommandSpec) -> bool {
-    !matches!(spec.name, "exists" | "type" | "ttl" | "pttl" | "expiretime" | "pexpiretime" | "memory|usage")
+    !matches!(spec.name, "exists" | "type" | "ttl" | "pttl" | "expiretime" | "pexpiretime" | "memory|usage" | "watch")
         && !spec.name.starts_with("object|")
 }
 

@@ -22,7 +22,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         .doc("Execute all commands issued after MULTI", "1.2.0"),
     cmd("discard", 1, NOSCRIPT | LOADING | STALE | FAST | ALLOW_BUSY, Keys::None, "transactions", discard)
         .doc("Discard all commands issued after MULTI", "2.0.0"),
-    cmd("watch", -2, NOSCRIPT | LOADING | STALE | FAST | ALLOW_BUSY, range(1, -1, 1), "transactions", watch)
+    cmd("watch", -2, NOSCRIPT | LOADING | STALE | FAST | ALLOW_BUSY | OWN_LOCKS, range(1, -1, 1), "transactions", watch)
         .doc("Watch the given keys to determine execution of the MULTI/EXEC block", "2.2.0")
         .specs(&[ks(RO, index(1), span(-1, 1, 0))]),
     cmd("unwatch", 1, NOSCRIPT | LOADING | STALE | FAST | ALLOW_BUSY, Keys::None, "transactions", unwatch)
@@ -57,18 +57,35 @@ pub fn discard_state(server: &Server, client: &mut Client) {
     unwatch_all(server, client);
 }
 
+/// Watches its keys in their shards; beside a busy script, which holds
+/// them, leaves them to the script to install before its next command.
 fn watch(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
     if ctx.client.multi.is_some() {
         return Err(CmdError::other("ERR WATCH inside MULTI is not allowed"));
     }
     let db = ctx.client.db;
-    for key in &argv[1..] {
-        if ctx.client.watching.iter().any(|(d, k)| *d == db && **k == **key) {
-            continue;
+    let mut keys: SmallVec<[&[u8]; 4]> = SmallVec::new();
+    for &key in &argv[1..] {
+        if !keys.contains(&key) && !ctx.client.watching.iter().any(|(d, k)| *d == db && **k == *key) {
+            keys.push(key);
         }
-        ctx.dbs.of(key).watch(key, &ctx.client.watch_flag, ctx.now_ms);
-        ctx.client.watching.push((db, (*key).into()));
     }
+    let (server, keyspace) = (ctx.server, ctx.dbs.keyspace);
+    let shards = Shards::Some(keys.iter().map(|k| keyspace.shard_of_key(k)).collect());
+    loop {
+        if let Ok(locked) = crate::scripting::lock_or_busy(server, (ctx.client.is_master, false), shards.clone()) {
+            ctx.dbs.locked = locked;
+            for key in &keys {
+                ctx.dbs.of(key).watch(key, &ctx.client.watch_flag, ctx.now_ms);
+            }
+            break;
+        }
+        if server.scripts.run.defer_watches(db, &keys, &ctx.client.watch_flag, ctx.now_ms) {
+            break;
+        }
+        // The script ended meanwhile: its shards are free again.
+    }
+    ctx.client.watching.extend(keys.iter().map(|k| (db, Box::from(*k))));
     ctx.out.ok();
     Ok(())
 }

@@ -383,7 +383,7 @@ pub(super) fn run(ctx: &mut Ctx<'_>, target: Target<'_>, keys: &[&[u8]], args: &
     // SELECT inside a script is the script's own (Redis 7.0).
     ctx.client.db = caller_db;
     ctx.dbs.selected = caller_db;
-    state.finish();
+    state.finish(&mut ctx.dbs);
     let reply = result??;
     match reply {
         Reply::Ok(bytes) => {
@@ -638,6 +638,7 @@ fn call_command(ctx: &mut Ctx<'_>, run: &Run, args: MultiValue) -> Result<Vec<u8
     // RESP version.
     let saved = std::mem::take(ctx.out.buf);
     let caller_resp3 = std::mem::replace(&mut ctx.out.resp3, run.resp3.get());
+    ctx.server.scripts.run.install_watches(&mut ctx.dbs);
     let result = command::run(ctx, index, spec, &argv);
     if let Err(e) = result {
         let text = e.to_string();

@@ -119,6 +119,24 @@ pub struct RunState {
     threshold_ms: AtomicU64,
     /// The running function's name and its FCALL (FUNCTION STATS).
     function: Mutex<Option<(String, Vec<Vec<u8>>)>>,
+    /// WATCHes that clients sent beside the script once it was busy, for
+    /// its thread, which holds every shard, to install before its next
+    /// command ([`RunState::install_watches`]): Redis runs such a WATCH
+    /// between two of the script's commands too. `None` while no script
+    /// runs.
+    deferred_watches: Mutex<Option<Vec<DeferredWatch>>>,
+    /// `deferred_watches` holds some: the script's commands look here
+    /// first, not at the mutex.
+    watches_deferred: AtomicBool,
+}
+
+/// A WATCH of one key, left for the running script to install.
+struct DeferredWatch {
+    db: usize,
+    key: Box<[u8]>,
+    flag: keel_engine::WatchFlag,
+    /// When the client asked: a key expired then is stale to its watch.
+    now_ms: u64,
 }
 
 impl RunState {
@@ -143,10 +161,15 @@ impl RunState {
         self.abandoned.store(false, Ordering::Relaxed);
         self.wrote.store(false, Ordering::Relaxed);
         self.from_master.store(from_master, Ordering::Relaxed);
+        *self.deferred_watches.lock() = Some(Vec::new());
         self.running.store(true, Ordering::Release);
     }
 
-    fn finish(&self) {
+    /// Ends the run: `dbs`, every shard, takes the watches still left.
+    fn finish(&self, dbs: &mut crate::command::Dbs<'_>) {
+        let deferred = self.deferred_watches.lock().take();
+        install(dbs, deferred.unwrap_or_default());
+        self.watches_deferred.store(false, Ordering::SeqCst);
         *self.function.lock() = None;
         self.running.store(false, Ordering::Release);
         self.busy.store(false, Ordering::Release);
@@ -222,6 +245,27 @@ impl RunState {
         self.running.load(Ordering::Acquire) && self.is_eval.load(Ordering::Relaxed)
     }
 
+    /// Leaves `keys` in `db` for the running script to watch for the
+    /// client owning `flag`; false when no script runs any more, so the
+    /// caller can take the shards itself.
+    pub fn defer_watches(&self, db: usize, keys: &[&[u8]], flag: &keel_engine::WatchFlag, now_ms: u64) -> bool {
+        let mut deferred = self.deferred_watches.lock();
+        let Some(deferred) = deferred.as_mut() else { return false };
+        deferred.extend(keys.iter().map(|key| DeferredWatch { db, key: (*key).into(), flag: flag.clone(), now_ms }));
+        self.watches_deferred.store(true, Ordering::SeqCst);
+        true
+    }
+
+    /// Installs the watches deferred so far in `dbs`, which hold every
+    /// shard: the script calls it before each of its commands.
+    pub(super) fn install_watches(&self, dbs: &mut crate::command::Dbs<'_>) {
+        if !self.watches_deferred.swap(false, Ordering::SeqCst) {
+            return;
+        }
+        let deferred = self.deferred_watches.lock().as_mut().map(std::mem::take);
+        install(dbs, deferred.unwrap_or_default());
+    }
+
     /// Taken by a command that may run a script before it locks every
     /// shard, for as long as it runs: from then on other threads that
     /// find a shard held wait in a way that notices the script turn busy
@@ -240,6 +284,12 @@ impl RunState {
     /// by another than the caller's `own` claims.
     fn may_hold_shards(&self, own: usize) -> bool {
         self.claims.load(Ordering::SeqCst) > own || self.running.load(Ordering::Acquire)
+    }
+}
+
+fn install(dbs: &mut crate::command::Dbs<'_>, watches: Vec<DeferredWatch>) {
+    for DeferredWatch { db, key, flag, now_ms } in watches {
+        dbs.of_in(db, &key).watch(&key, &flag, now_ms);
     }
 }
 
@@ -492,10 +542,11 @@ pub fn busy_refusal(server: &crate::server::Server, spec: &crate::command::Comma
 /// watches): as any lock when no script may hold them, else by trying
 /// until the script ends, giving up with -BUSY once it turns busy. Without this a worker that met the script's
 /// locks before it turned busy would wait for its end, with its
-/// connections, SCRIPT KILL's among them, unanswered. The commands Redis
-/// runs beside a busy script that need shards (WATCH) are refused too, as
-/// is any command on the script's own thread, where it runs beside the
-/// script ([`crate::worker::beside_a_script`]) and holds them itself. The
+/// connections, SCRIPT KILL's among them, unanswered. So is any command
+/// on the script's own thread, where it runs beside the script
+/// ([`crate::worker::beside_a_script`]) and holds them itself. (WATCH,
+/// the one command Redis runs beside a busy script that needs shards,
+/// then leaves its keys to the script: [`RunState::defer_watches`].) The
 /// master's stream waits (as in `busy_refusal`). `claimed`: the caller
 /// holds a [`RunState::claim`].
 pub fn lock_or_busy(
