@@ -12,7 +12,7 @@ mod common;
 use std::cell::Cell;
 
 use common::diff::Stream;
-use common::Frame;
+use common::{Frame, Server};
 use rand::rngs::StdRng;
 use rand::Rng;
 
@@ -228,6 +228,31 @@ fn consumer_groups_match_redis() {
     let s = stream(&[WRITES, READS, GROUPS, GROUPS]);
     for seed in 100..104 {
         s.run(seed, 1500);
+    }
+}
+
+/// XCLAIM FORCE of an entry no consumer read, which the random streams
+/// reach rarely: the new pending record counts one delivery, and the
+/// claim one more unless JUSTID, as Redis's streamCreateNACK.
+#[test]
+fn forced_claims_count_deliveries_as_redis() {
+    let Some(redis) = Server::start_redis(&[]) else { return };
+    let keel = Server::start(&[]);
+    let (mut r, mut k) = (redis.client(), keel.client());
+    let lines = [
+        "XADD s 1-1 f v",
+        "XADD s 2-1 f v",
+        "XGROUP CREATE s g 0",
+        "XCLAIM s g alice 0 1-1 FORCE",
+        "XCLAIM s g alice 0 2-1 FORCE JUSTID",
+        "XCLAIM s g bob 0 3-1 FORCE",
+        "XPENDING s g - + 10",
+        "XINFO STREAM s FULL",
+    ];
+    for line in lines {
+        let argv: Vec<&str> = line.split(' ').collect();
+        let name = argv[0].to_ascii_uppercase();
+        assert_eq!(mask(&name, k.send(&argv)), mask(&name, r.send(&argv)), "{line}");
     }
 }
 

@@ -1390,7 +1390,9 @@ fn xclaim(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> CmdResult {
             continue;
         };
         if force && !g.pel.contains_key(&id) {
-            g.pel.insert(id, Pending { consumer: Vec::new(), delivery_time: 0, delivery_count: 0 });
+            // Counted as delivered once, as Redis's streamCreateNACK: the
+            // claim then counts once more (JUSTID and RETRYCOUNT aside).
+            g.pel.insert(id, Pending { consumer: Vec::new(), delivery_time: 0, delivery_count: 1 });
         }
         let Some(p) = g.pel.get(&id) else { continue };
         if !p.consumer.is_empty() && min_idle != 0 && (clock as i64 - p.delivery_time as i64) < min_idle {
