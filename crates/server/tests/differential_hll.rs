@@ -150,6 +150,7 @@ fn run(seed: u64, steps: usize, prelude: &[&[&str]]) {
         let argv = words(line);
         assert_eq!(send(&mut r, &argv), send(&mut k, &argv), "prelude {line:?}");
     }
+    let seed = common::diff::shifted(seed);
     let mut rng = StdRng::seed_from_u64(seed);
     let mut history = Vec::new();
     let (mut dense_seen, mut errors_seen) = (false, 0);

@@ -535,6 +535,7 @@ fn command_or_meta(rng: &mut StdRng) -> Cmd {
 /// (`want`) and the server under test (`got`), then reads every key back;
 /// panics with the recent history at the first differing reply.
 fn run(seed: u64, commands: usize, want_port: u16, got_port: u16, generate: fn(&mut StdRng) -> Cmd) {
+    let seed = common::diff::shifted(seed);
     let mut rng = StdRng::seed_from_u64(seed);
     let mut want = Side::new(want_port);
     let mut got = Side::new(got_port);

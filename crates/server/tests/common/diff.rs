@@ -16,6 +16,23 @@ use super::{Frame, Server};
 
 pub const KEYS: &[&str] = &["a", "b", "c", "{t}x", "{t}y", "num", "bits", "k:1", "k:2", "k:3"];
 
+/// `seed`, moved by `KEEL_DIFF_SHIFT=n` times a large prime: a soak run by
+/// hand (`KEEL_DIFF_SHIFT=7 cargo test --test differential_zset`) sends
+/// streams the suite never sent.
+pub fn shifted(seed: u64) -> u64 {
+    seed + soak_setting("KEEL_DIFF_SHIFT", 0) * 1_000_003
+}
+
+/// `commands` times `KEEL_DIFF_SCALE` (by hand: longer streams reach
+/// larger values and rarer encodings).
+fn scaled(commands: usize) -> usize {
+    commands * soak_setting("KEEL_DIFF_SCALE", 1) as usize
+}
+
+fn soak_setting(name: &str, default: u64) -> u64 {
+    std::env::var(name).ok().and_then(|n| n.parse().ok()).unwrap_or(default)
+}
+
 /// One differential run's shape.
 pub struct Stream<'a> {
     pub families: &'a [&'a [&'a str]],
@@ -42,6 +59,7 @@ impl<'a> Stream<'a> {
     /// panics with the recent history at the first differing reply. Returns
     /// quietly when redis-server is not installed.
     pub fn run(&self, seed: u64, commands: usize) {
+        let (seed, commands) = (shifted(seed), scaled(commands));
         let Some(redis) = Server::start_redis(self.flags) else { return };
         let keel = Server::start(self.flags);
         let mut r = redis.client();
