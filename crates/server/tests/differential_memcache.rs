@@ -535,7 +535,7 @@ fn command_or_meta(rng: &mut StdRng) -> Cmd {
 /// (`want`) and the server under test (`got`), then reads every key back;
 /// panics with the recent history at the first differing reply.
 fn run(seed: u64, commands: usize, want_port: u16, got_port: u16, generate: fn(&mut StdRng) -> Cmd) {
-    let seed = common::diff::shifted(seed);
+    let (seed, commands) = (common::diff::shifted(seed), common::diff::scaled(commands));
     let mut rng = StdRng::seed_from_u64(seed);
     let mut want = Side::new(want_port);
     let mut got = Side::new(got_port);
@@ -604,8 +604,10 @@ fn run(seed: u64, commands: usize, want_port: u16, got_port: u16, generate: fn(&
         }
     }
     let wanted = ["STORED", "NOT_STORED", "DELETED", "NOT_FOUND", "TOUCHED", "VALUE", "END", "OK", "<number>", "CLIENT_ERROR", "<nothing>", "cas STORED", "cas EXISTS", "cas NOT_FOUND"];
-    for outcome in wanted {
-        assert!(outcomes.contains(outcome), "seed {seed}: no {outcome} in {commands} commands ({outcomes:?})");
+    if !common::diff::soaking() {
+        for outcome in wanted {
+            assert!(outcomes.contains(outcome), "seed {seed}: no {outcome} in {commands} commands ({outcomes:?})");
+        }
     }
 }
 
@@ -632,7 +634,8 @@ fn strchr_bug(want: &mut Side, got: &mut Side, cmd: &Cmd, want_reply: &str, got_
     let Cmd::Plain(bytes, Reply::Line) = cmd else { return false };
     let text = String::from_utf8_lossy(bytes);
     let words: Vec<&str> = text.split_whitespace().collect();
-    if !matches!(words.first(), Some(&"incr") | Some(&"decr")) || words.len() != 3 {
+    // A fourth word (not noreply: a reply came) memcached ignores.
+    if !matches!(words.first(), Some(&"incr") | Some(&"decr")) || !(3..=4).contains(&words.len()) {
         return false;
     }
     // The side that refused still has the value; the other answered.

@@ -23,9 +23,15 @@ pub fn shifted(seed: u64) -> u64 {
     seed + soak_setting("KEEL_DIFF_SHIFT", 0) * 1_000_003
 }
 
+/// A soak run: its seeds need not reach what the suite's are chosen to
+/// reach, so checks of a stream's coverage hold only outside one.
+pub fn soaking() -> bool {
+    soak_setting("KEEL_DIFF_SHIFT", 0) != 0
+}
+
 /// `commands` times `KEEL_DIFF_SCALE` (by hand: longer streams reach
 /// larger values and rarer encodings).
-fn scaled(commands: usize) -> usize {
+pub fn scaled(commands: usize) -> usize {
     commands * soak_setting("KEEL_DIFF_SCALE", 1) as usize
 }
 
