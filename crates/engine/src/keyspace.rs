@@ -296,10 +296,10 @@ impl Keyspace {
     /// up in database `db`: asks for each key's bucket
     /// ([`crate::dict::Dict::prefetch_bucket`]) and returns its shard and
     /// hash for the others, [`Keyspace::prefetch_chain`] and
-    /// [`Keyspace::prefetch_value`]. Waits for
+    /// [`Keyspace::prefetch_value`]. `shard` is `key`'s. Waits for
     /// nothing: a locked shard is skipped (None).
-    pub fn prefetch_bucket(&self, db: usize, key: &[u8]) -> Option<Prefetch> {
-        let shard = self.shard_of_key(key);
+    pub fn prefetch_bucket(&self, db: usize, shard: usize, key: &[u8]) -> Option<Prefetch> {
+        debug_assert_eq!(shard, self.shard_of_key(key));
         let guard = self.try_lock_shard(shard)?;
         let keys = &guard.dbs.get(db)?.data.keys;
         let hash = keys.hash_of(key);

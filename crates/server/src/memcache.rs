@@ -274,7 +274,7 @@ impl Run<'_> {
             self.stats,
             self.client,
             self.scratch,
-            resolved,
+            command::Resolved::of(resolved),
             argv,
             self.now_ms,
             &mut lsn,

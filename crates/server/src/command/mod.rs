@@ -377,9 +377,12 @@ pub const KEY1: Keys = Keys::Range { first: 1, last: 1, step: 1 };
 pub struct Table {
     /// Top-level commands, in table order (COMMAND COUNT counts these).
     pub commands: Vec<&'static CommandSpec>,
-    /// foldhash: command lookup runs once per request; SipHash's DoS
-    /// resistance buys nothing for a fixed set of names.
-    by_name: HashMap<&'static str, usize, foldhash::fast::FixedState>,
+    /// Indexes into `commands` by [`name_hash`], open addressing; `EMPTY`
+    /// marks a free slot. Hand-written because lookup runs twice per
+    /// request (prefetch and dispatch): std's map needed the name copied
+    /// to lower case and checked as UTF-8 first, some 200 instructions a
+    /// lookup under callgrind.
+    by_name: Vec<u16>,
     /// Every command and subcommand: `commands` first, then each
     /// container's subcommands. Indexes into this are "stat indexes": the
     /// per-command statistics and a client's last command use them.
@@ -391,13 +394,19 @@ pub struct Table {
 impl Table {
     /// Finds a command by name, case-insensitively, without allocating.
     pub fn lookup(&self, name: &[u8]) -> Option<(usize, &'static CommandSpec)> {
-        let mut buf = [0u8; 32];
-        let lower = buf.get_mut(..name.len())?;
-        for (d, s) in lower.iter_mut().zip(name) {
-            *d = s.to_ascii_lowercase();
+        let mask = self.by_name.len() - 1;
+        let mut at = name_hash(name) & mask;
+        loop {
+            let i = *self.by_name.get(at)?;
+            if i == EMPTY {
+                return None;
+            }
+            let spec = self.commands[usize::from(i)];
+            if spec.name.as_bytes().eq_ignore_ascii_case(name) {
+                return Some((usize::from(i), spec));
+            }
+            at = (at + 1) & mask;
         }
-        let name = std::str::from_utf8(lower).ok()?;
-        self.by_name.get(name).map(|&i| (i, self.commands[i]))
     }
 
     /// The stat index of subcommand `sub` of top-level command `parent`.
@@ -409,6 +418,31 @@ impl Table {
     pub fn stat_count(&self) -> usize {
         self.all.len()
     }
+}
+
+/// A free slot of `Table::by_name`.
+const EMPTY: u16 = u16::MAX;
+
+/// `Table::by_name` for `commands`: a quarter full, so probes are short.
+fn index_names(commands: &[&'static CommandSpec]) -> Vec<u16> {
+    let mut slots = vec![EMPTY; (commands.len() * 4).next_power_of_two()];
+    let mask = slots.len() - 1;
+    for (i, spec) in commands.iter().enumerate() {
+        let mut at = name_hash(spec.name.as_bytes()) & mask;
+        while slots[at] != EMPTY {
+            at = (at + 1) & mask;
+        }
+        slots[at] = u16::try_from(i).expect("fewer commands than u16::MAX");
+    }
+    slots
+}
+
+/// FNV-1a of a name with its ASCII letters lowered (`| 0x20`, which also
+/// moves a few other bytes: those only collide, and the lookup compares),
+/// its high bits spread down by a Fibonacci multiply.
+fn name_hash(name: &[u8]) -> usize {
+    let fnv = name.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, &b| (h ^ u64::from(b | 0x20)).wrapping_mul(0x100_0000_01b3));
+    (fnv.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32) as usize
 }
 
 /// The names clients call the commands by once `rename-command` moved
@@ -426,7 +460,7 @@ impl Renamed {
     /// The table's names after `renames` in order, or Redis's error for
     /// the first that cannot apply.
     pub fn new(renames: &[(String, String)]) -> Result<Renamed, &'static str> {
-        let mut by_name = table().by_name.iter().map(|(name, &i)| (name.to_string(), i)).collect::<HashMap<_, _, _>>();
+        let mut by_name = table().commands.iter().enumerate().map(|(i, c)| (c.name.to_string(), i)).collect::<HashMap<_, _, _>>();
         for (from, to) in renames {
             let index = by_name.remove(&from.to_ascii_lowercase()).ok_or("No such command in rename-command")?;
             if !to.is_empty() && by_name.insert(to.to_ascii_lowercase(), index).is_some() {
@@ -533,7 +567,7 @@ pub fn table() -> &'static Table {
         .iter()
         .flat_map(|group| group.iter())
         .collect();
-        let by_name = commands.iter().enumerate().map(|(i, c)| (c.name, i)).collect();
+        let by_name = index_names(&commands);
         let mut all = commands.clone();
         let mut sub_base = Vec::with_capacity(commands.len());
         for c in &commands {
@@ -728,6 +762,52 @@ impl<'a> Ctx<'a> {
 }
 
 /// The shards `spec` needs for `argv`.
+/// A request's command, with the shard of its one key where it names
+/// one: found once per request (`worker::process`) for both the prefetch
+/// of its key and its run, each of which would otherwise look the name up
+/// and hash the key again.
+#[derive(Clone, Copy)]
+pub struct Resolved {
+    /// The stat index.
+    pub index: usize,
+    pub spec: &'static CommandSpec,
+    /// `shards_for`'s answer where that is one shard.
+    shard: Option<usize>,
+}
+
+impl Resolved {
+    /// `resolve_by`, without the error: what fails to resolve is resolved
+    /// again where its error is answered.
+    pub fn find(keyspace: &Keyspace, names: Names, argv: &[&[u8]]) -> Option<Resolved> {
+        if argv.is_empty() {
+            return None;
+        }
+        let (index, spec) = resolve_by(names, argv).ok()?;
+        let shard = match shards_for(keyspace, spec, argv) {
+            Shards::One(shard) => Some(shard),
+            _ => None,
+        };
+        Some(Resolved { index, spec, shard })
+    }
+
+    /// A command looked up by other means (a memcached request's).
+    pub fn of((index, spec): (usize, &'static CommandSpec)) -> Resolved {
+        Resolved { index, spec, shard: None }
+    }
+
+    /// The shard of the command's one key, where it names one.
+    pub fn shard(&self) -> Option<usize> {
+        self.shard
+    }
+
+    fn shards(&self, keyspace: &Keyspace, argv: &[&[u8]]) -> Shards {
+        match self.shard {
+            Some(shard) => Shards::One(shard),
+            None => shards_for(keyspace, self.spec, argv),
+        }
+    }
+}
+
 pub fn shards_for(keyspace: &Keyspace, spec: &CommandSpec, argv: &[&[u8]]) -> Shards {
     if spec.has(flags::ALL_SHARDS) {
         return Shards::All;
@@ -927,20 +1007,28 @@ fn runs_inside_multi(spec: &CommandSpec) -> bool {
 /// pipelined requests: a clock read per command is measurable) and appends
 /// its reply to `wbuf`. Returns the journal position the reply depends on
 /// (0: none).
-pub fn execute(
+pub fn execute(server: &Server, stats: &WorkerStats, client: &mut Client, wbuf: &mut Vec<u8>, argv: &[&[u8]], now_ms: u64) -> u64 {
+    execute_resolved(server, stats, client, wbuf, argv, now_ms, None)
+}
+
+/// [`execute`] of a request whose command was found already: `resolved`
+/// is [`Resolved::find`] of `argv` by the client's names, or None to look
+/// it up here.
+pub fn execute_resolved(
     server: &Server,
     stats: &WorkerStats,
     client: &mut Client,
     wbuf: &mut Vec<u8>,
     argv: &[&[u8]],
     now_ms: u64,
+    resolved: Option<Resolved>,
 ) -> u64 {
     let mut lsn = 0;
     let reply_start = wbuf.len();
     if client.reply == ReplyMode::SkipNext {
         client.reply = ReplyMode::Skipping;
     }
-    if let Err(e) = dispatch(server, stats, client, wbuf, argv, now_ms, &mut lsn) {
+    if let Err(e) = dispatch(server, stats, client, wbuf, argv, now_ms, &mut lsn, resolved) {
         e.count(server);
         ReplyWriter::new(wbuf, client.resp3).error(&e.to_string());
     }
@@ -976,6 +1064,7 @@ pub fn execute(
     lsn
 }
 
+#[allow(clippy::too_many_arguments)]
 fn dispatch(
     server: &Server,
     stats: &WorkerStats,
@@ -984,9 +1073,13 @@ fn dispatch(
     argv: &[&[u8]],
     now_ms: u64,
     lsn: &mut u64,
+    found: Option<Resolved>,
 ) -> CmdResult {
     let names = Names::of(client);
-    let resolved = resolve_by(names, argv);
+    let resolved = match found {
+        Some(found) => Ok((found.index, found.spec)),
+        None => resolve_by(names, argv),
+    };
     // Redis's `lastcmd`, CLIENT LIST's `cmd`: the command being run (or
     // queued, or refused), not the one before it.
     if let Ok((index, spec)) = resolved {
@@ -1140,7 +1233,8 @@ fn dispatch(
         stats.commands[index].rejected_calls.fetch_add(1, Ordering::Relaxed);
         return Err(CmdError::other("ERR Replica can't interact with the keyspace"));
     }
-    run_locked(server, stats, client, wbuf, (index, spec), argv, now_ms, lsn, spec.handler)
+    let resolved = found.unwrap_or(Resolved::of((index, spec)));
+    run_locked(server, stats, client, wbuf, resolved, argv, now_ms, lsn, spec.handler)
 }
 
 /// Checks `argv` against the client's user, logging a denial in the ACL
@@ -1178,14 +1272,15 @@ pub fn run_locked(
     stats: &WorkerStats,
     client: &mut Client,
     wbuf: &mut Vec<u8>,
-    (index, spec): (usize, &'static CommandSpec),
+    resolved: Resolved,
     argv: &[&[u8]],
     now_ms: u64,
     lsn: &mut u64,
     handler: impl FnOnce(&mut Ctx<'_>, &[&[u8]]) -> CmdResult,
 ) -> CmdResult {
+    let Resolved { index, spec, .. } = resolved;
     let claim = (spec.has(flags::ALL_SHARDS) && spec.group == "scripting").then(|| server.scripts.run.claim());
-    let shards = shards_for(&server.keyspace, spec, argv);
+    let shards = resolved.shards(&server.keyspace, argv);
     let locked = crate::scripting::lock_or_busy(server, (client.is_master, claim.is_some()), shards).inspect_err(|_| {
         stats.commands[index].rejected_calls.fetch_add(1, Ordering::Relaxed);
     })?;
@@ -1397,6 +1492,28 @@ pub(crate) fn send_to_monitors(server: &Server, client: &Client, argv: &[&[u8]],
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every command is found by its name in any case, at its own index;
+    /// a name that differs by a byte, or only in a byte that `| 0x20`
+    /// folds as it folds letters (`\r` to `-`), is not.
+    #[test]
+    fn lookup_finds_each_name_in_any_case_and_nothing_else() {
+        let table = table();
+        for (i, spec) in table.commands.iter().enumerate() {
+            let upper = spec.name.to_ascii_uppercase();
+            let mixed: String = spec.name.chars().enumerate().map(|(n, c)| if n % 2 == 0 { c.to_ascii_uppercase() } else { c }).collect();
+            for name in [spec.name, &upper, &mixed] {
+                assert_eq!(table.lookup(name.as_bytes()).map(|(at, s)| (at, s.name)), Some((i, spec.name)), "{name}");
+            }
+            let mut longer = spec.name.as_bytes().to_vec();
+            longer.push(b'x');
+            assert!(table.lookup(&longer).is_none() || table.lookup(&longer).is_some_and(|(_, s)| s.name.as_bytes() == longer));
+            assert!(table.lookup(&spec.name.as_bytes()[1..]).is_none_or(|(_, s)| s.name.as_bytes() == &spec.name.as_bytes()[1..]));
+        }
+        for unknown in [&b""[..], b"ge", b"gett", b"get\0", b"\xffget", b"restore\rasking"] {
+            assert!(table.lookup(unknown).is_none(), "{unknown:?}");
+        }
+    }
 
     /// `rename-command` lines apply in turn, case-insensitively, with
     /// Redis's errors for a name no command has and one some command has.
