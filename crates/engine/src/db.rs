@@ -247,7 +247,16 @@ impl Db {
     /// lookups hide expired keys ([`hide_expired`]).
     fn expire_if_needed(&mut self, key: &[u8], now_ms: u64) -> bool {
         let expired = matches!(self.data.keys.get(key), Some(e) if e.is_expired(now_ms));
-        if expired && !HIDE_EXPIRED.with(std::cell::Cell::get) {
+        if expired {
+            self.expire(key);
+        }
+        expired
+    }
+
+    /// Deletes `key`, found past its time, as an expiry (unless expired
+    /// keys are only hidden).
+    fn expire(&mut self, key: &[u8]) {
+        if !HIDE_EXPIRED.with(std::cell::Cell::get) {
             let started = TIME_EXPIRED_DELETES.load(Ordering::Relaxed).then(std::time::Instant::now);
             drop(self.remove(key));
             if let Some(started) = started {
@@ -264,22 +273,26 @@ impl Db {
             self.expired_keys += 1;
             self.expired.push(key.into());
         }
-        expired
     }
 
     /// The live entry of `key`, expiring it first if its time has run out.
+    /// One lookup: these run on nearly every command.
     pub fn get(&mut self, key: &[u8], now_ms: u64) -> Option<&Entry> {
-        if self.expire_if_needed(key, now_ms) {
+        let at = self.data.keys.find(key)?;
+        if self.data.keys.at(at).is_expired(now_ms) {
+            self.expire(key);
             return None;
         }
-        self.data.keys.get(key)
+        Some(self.data.keys.at(at))
     }
 
     pub fn get_mut(&mut self, key: &[u8], now_ms: u64) -> Option<&mut Entry> {
-        if self.expire_if_needed(key, now_ms) {
+        let at = self.data.keys.find_mut(key)?;
+        if self.data.keys.at(at).is_expired(now_ms) {
+            self.expire(key);
             return None;
         }
-        self.data.keys.get_mut(key)
+        Some(self.data.keys.at_mut(at))
     }
 
     /// Whether `key` exists and is live, without touching its access time.

@@ -240,6 +240,11 @@ struct Work {
 }
 
 /// An incrementally rehashed hash table; see the module documentation.
+/// A node's place, from [`Dict::find`]: good until the dict next changes
+/// (a stale one reads some other node, never freed memory).
+#[derive(Clone, Copy)]
+pub struct Found(usize);
+
 pub struct Dict<K, V, S = DefaultHashBuilder> {
     /// `tables[0]` is the only table, or the one being drained while
     /// `tables[1]` is non-empty (rehashing). Lengths are powers of two or 0.
@@ -848,6 +853,38 @@ impl<K: Hash + Eq, V, S: BuildHasher> Dict<K, V, S> {
         self.step_on_op();
         let i = self.find_index(hash, k)?;
         Some(&mut self.nodes.get_mut(i).value)
+    }
+
+    /// Where `k`'s node is, for a caller that must look at the value
+    /// before deciding to borrow it or to change the dict: one hash and
+    /// one probe where `get` then `remove` or `get` would take two.
+    pub fn find<Q>(&self, k: &Q) -> Option<Found>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.find_index(self.hash(k), k).map(Found)
+    }
+
+    /// `find` with `get_mut`'s migration step.
+    pub fn find_mut<Q>(&mut self, k: &Q) -> Option<Found>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let hash = self.hash(k);
+        self.step_on_op();
+        self.find_index(hash, k).map(Found)
+    }
+
+    /// The value `find` found; the dict must not have changed since.
+    pub fn at(&self, at: Found) -> &V {
+        &self.nodes.get(at.0).value
+    }
+
+    /// `at`, mutably.
+    pub fn at_mut(&mut self, at: Found) -> &mut V {
+        &mut self.nodes.get_mut(at.0).value
     }
 
     /// Inserts or replaces; returns the old value. On replace the stored key
