@@ -773,6 +773,8 @@ pub struct Resolved {
     pub spec: &'static CommandSpec,
     /// `shards_for`'s answer where that is one shard.
     shard: Option<usize>,
+    /// Where its first key is in `argv`, if it names one.
+    first_key: Option<usize>,
 }
 
 impl Resolved {
@@ -783,21 +785,24 @@ impl Resolved {
             return None;
         }
         let (index, spec) = resolve_by(names, argv).ok()?;
-        let shard = match shards_for(keyspace, spec, argv) {
-            Shards::One(shard) => Some(shard),
+        let keys = spec.key_indexes(argv);
+        // As `shards_for` decides.
+        let shard = match keys.as_slice() {
+            [one] if !spec.has(flags::ALL_SHARDS | flags::OWN_LOCKS) => Some(keyspace.shard_of_key(argv[*one])),
             _ => None,
         };
-        Some(Resolved { index, spec, shard })
+        Some(Resolved { index, spec, shard, first_key: keys.first().copied() })
     }
 
     /// A command looked up by other means (a memcached request's).
     pub fn of((index, spec): (usize, &'static CommandSpec)) -> Resolved {
-        Resolved { index, spec, shard: None }
+        Resolved { index, spec, shard: None, first_key: None }
     }
 
-    /// The shard of the command's one key, where it names one.
-    pub fn shard(&self) -> Option<usize> {
-        self.shard
+    /// The first key of `argv`, the request this resolved, with its shard.
+    pub fn first_key<'a>(&self, keyspace: &Keyspace, argv: &[&'a [u8]]) -> Option<(&'a [u8], usize)> {
+        let key = argv[self.first_key?];
+        Some((key, self.shard.unwrap_or_else(|| keyspace.shard_of_key(key))))
     }
 
     fn shards(&self, keyspace: &Keyspace, argv: &[&[u8]]) -> Shards {

@@ -1380,15 +1380,15 @@ fn process(server: &Server, stats: &WorkerStats, conn: &mut Conn, limits: &Parse
             }
         }
         let names = command::Names::of(&conn.client);
+        // By reference: a request is some 200 bytes, a batch 3 KiB.
+        let argvs: smallvec::SmallVec<[Argv<'_>; PARSE_AHEAD]> = batch.iter().map(|(request, _)| request.argv.iter().map(|a| &**a).collect()).collect();
         let resolved: smallvec::SmallVec<[Option<command::Resolved>; PARSE_AHEAD]> =
-            batch.iter().map(|(request, _)| command::Resolved::find(&server.keyspace, names, &argv_of(request))).collect();
+            argvs.iter().map(|argv| command::Resolved::find(&server.keyspace, names, argv)).collect();
         if batch.len() > 1 {
-            prefetch_keys(server, conn.client.db, &batch, &resolved);
+            prefetch_keys(server, conn.client.db, &argvs, &resolved);
         }
         let parsed_all_it_could = batch.len() == PARSE_AHEAD;
-        // By reference: a request is some 200 bytes, a batch 3 KiB.
-        for (&(ref request, consumed), &resolved) in batch.iter().zip(&resolved) {
-            let argv = argv_of(request);
+        for ((argv, &(_, consumed)), &resolved) in argvs.iter().zip(&batch).zip(&resolved) {
             if server.held_by_load() || !argv.is_empty() && held_by_pause(server, &conn.client, &argv) {
                 conn.paused = true;
                 conn.client.info.blocked.store(true, Ordering::Relaxed);
@@ -1515,13 +1515,10 @@ const PARSE_AHEAD: usize = 16;
 /// coming one after another (Redis 8 prefetches the same way). On W2
 /// against a million keys a lookup's two misses were a third of the
 /// worker's time, and copying a GET's value the next largest wait.
-fn prefetch_keys(server: &Server, db: usize, batch: &[(keel_protocol::Request<'_>, usize)], resolved: &[Option<command::Resolved>]) {
+fn prefetch_keys(server: &Server, db: usize, argvs: &[Argv<'_>], resolved: &[Option<command::Resolved>]) {
     let mut found: smallvec::SmallVec<[(&[u8], keel_engine::keyspace::Prefetch); PARSE_AHEAD]> = smallvec::SmallVec::new();
-    for ((request, _), resolved) in batch.iter().zip(resolved) {
-        let Some(resolved) = resolved else { continue };
-        let Some(&i) = resolved.spec.key_indexes(&argv_of(request)).first() else { continue };
-        let key = &*request.argv[i];
-        let shard = resolved.shard().unwrap_or_else(|| server.keyspace.shard_of_key(key));
+    for (argv, resolved) in argvs.iter().zip(resolved) {
+        let Some((key, shard)) = resolved.and_then(|r| r.first_key(&server.keyspace, argv)) else { continue };
         found.extend(server.keyspace.prefetch_bucket(db, shard, key).map(|at| (key, at)));
     }
     for &(_, at) in &found {
@@ -1533,9 +1530,7 @@ fn prefetch_keys(server: &Server, db: usize, batch: &[(keel_protocol::Request<'_
 }
 
 /// A request's arguments as the commands take them.
-fn argv_of<'a>(request: &'a keel_protocol::Request<'_>) -> smallvec::SmallVec<[&'a [u8]; 8]> {
-    request.argv.iter().map(|a| &**a).collect()
-}
+type Argv<'a> = smallvec::SmallVec<[&'a [u8]; 8]>;
 
 /// Whether CLIENT PAUSE holds this request back: under `ALL` every
 /// command that would run, under `WRITE` those that may write (EXEC of a
