@@ -1389,7 +1389,7 @@ fn process(server: &Server, stats: &WorkerStats, conn: &mut Conn, limits: &Parse
         }
         let parsed_all_it_could = batch.len() == PARSE_AHEAD;
         for ((argv, &(_, consumed)), &resolved) in argvs.iter().zip(&batch).zip(&resolved) {
-            if server.held_by_load() || !argv.is_empty() && held_by_pause(server, &conn.client, &argv) {
+            if server.held_by_load() || !argv.is_empty() && held_by_pause(server, &conn.client, argv) {
                 conn.paused = true;
                 conn.client.info.blocked.store(true, Ordering::Relaxed);
                 return;
@@ -1399,7 +1399,7 @@ fn process(server: &Server, stats: &WorkerStats, conn: &mut Conn, limits: &Parse
                 // runs (CLIENT LIST's `qbuf`).
                 conn.client.info.qbuf.store((conn.rend - conn.rstart) as u64, Ordering::Relaxed);
                 let start = conn.wbuf.len();
-                let lsn = command::execute_resolved(server, stats, &mut conn.client, &mut conn.wbuf, &argv, now_ms, resolved);
+                let lsn = command::execute_resolved(server, stats, &mut conn.client, &mut conn.wbuf, argv, now_ms, resolved);
                 if lsn > 0 && conn.wbuf.len() > start {
                     conn.gate.push_back((start, lsn));
                 }
