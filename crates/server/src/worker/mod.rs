@@ -1381,9 +1381,11 @@ fn process(server: &Server, stats: &WorkerStats, conn: &mut Conn, limits: &Parse
         }
         let names = command::Names::of(&conn.client);
         // By reference: a request is some 200 bytes, a batch 3 KiB.
-        let argvs: smallvec::SmallVec<[Argv<'_>; PARSE_AHEAD]> = batch.iter().map(|(request, _)| request.argv.iter().map(|a| &**a).collect()).collect();
-        let resolved: smallvec::SmallVec<[Option<command::Resolved>; PARSE_AHEAD]> =
-            argvs.iter().map(|argv| command::Resolved::find(&server.keyspace, names, argv)).collect();
+        // Filled in place: `collect` would move the 2 KiB arrays.
+        let mut argvs: smallvec::SmallVec<[Argv<'_>; PARSE_AHEAD]> = smallvec::SmallVec::new();
+        argvs.extend(batch.iter().map(|(request, _)| request.argv.iter().map(|a| &**a).collect()));
+        let mut resolved: smallvec::SmallVec<[Option<command::Resolved>; PARSE_AHEAD]> = smallvec::SmallVec::new();
+        resolved.extend(argvs.iter().map(|argv| command::Resolved::find(&server.keyspace, names, argv)));
         if batch.len() > 1 {
             prefetch_keys(server, conn.client.db, &argvs, &resolved);
         }
