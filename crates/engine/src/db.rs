@@ -557,6 +557,24 @@ impl Db {
         }
     }
 
+    /// How many keys have watchers (INFO's `total_watched_keys`).
+    pub fn watched_keys(&self) -> usize {
+        self.watched.len()
+    }
+
+    /// Every watcher's flag, once per key it watches.
+    pub(crate) fn watch_flags(&self) -> impl Iterator<Item = &WatchFlag> {
+        self.watched.values().flatten().map(|w| &w.flag)
+    }
+
+    /// Drops the watchers whose flags `unread` picks.
+    pub(crate) fn drop_watchers(&mut self, unread: impl Fn(&WatchFlag) -> bool) {
+        self.watched.retain(|_, watchers| {
+            watchers.retain(|w| !unread(&w.flag));
+            !watchers.is_empty()
+        });
+    }
+
     pub fn unwatch(&mut self, key: &[u8], flag: &WatchFlag) {
         if let Some(watchers) = self.watched.get_mut(key) {
             watchers.retain(|w| !Arc::ptr_eq(&w.flag, flag));

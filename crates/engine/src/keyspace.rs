@@ -9,8 +9,9 @@
 //! locks of every shard they touch in ascending shard order, which makes
 //! them atomic and deadlock-free.
 
-use std::collections::HashMap;
-use std::sync::{Mutex, MutexGuard, PoisonError, TryLockError};
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError};
 
 use smallvec::SmallVec;
 
@@ -407,6 +408,32 @@ impl<'a> Locked<'a> {
     pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut Shard> + use<'_, 'a> {
         self.guards.iter_mut().map(|g| &mut **g)
     }
+
+    /// Drops the watches no client reads any more: those whose flag only
+    /// the watch tables still reference (its client let go of it while a
+    /// script held the shards, and could not unwatch). A flag left on
+    /// several keys keeps each of them referenced, so a key's own writes
+    /// never let go of it: this counts the references in every table
+    /// held, which must be all of them. O(watches).
+    pub fn drop_unread_watches(&mut self) {
+        debug_assert!(self.all, "every shard's references count");
+        // Per flag: references in the tables, and in all.
+        let mut refs: HashMap<*const AtomicBool, (usize, usize)> = HashMap::new();
+        for shard in self.iter_mut() {
+            for flag in shard.dbs.iter().flat_map(Db::watch_flags) {
+                refs.entry(Arc::as_ptr(flag)).or_insert((0, Arc::strong_count(flag))).0 += 1;
+            }
+        }
+        let unread: HashSet<*const AtomicBool> = refs.into_iter().filter(|(_, (tables, all))| tables == all).map(|(flag, _)| flag).collect();
+        if unread.is_empty() {
+            return;
+        }
+        for shard in self.iter_mut() {
+            for db in &mut shard.dbs {
+                db.drop_watchers(|flag| unread.contains(&Arc::as_ptr(flag)));
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -443,6 +470,33 @@ mod tests {
         assert_eq!(seen, [(b"t".to_vec(), true, vec![1])]);
         assert_eq!(shard.untrack_all(), (1, 1));
         crate::db::track_modified(false);
+    }
+
+    /// A flag its client let go of is dropped from every key it watches,
+    /// in every shard and database, even where it watches several keys
+    /// (each keeps the others referenced); a flag a client still holds
+    /// stays.
+    #[test]
+    fn unread_watches_go_and_read_ones_stay() {
+        let keyspace = Keyspace::new(4, 2);
+        let (gone, kept) = (crate::WatchFlag::default(), crate::WatchFlag::default());
+        let keys: [&[u8]; 4] = [b"a", b"b", b"c", b"d"];
+        let mut locked = keyspace.lock_all();
+        for (i, key) in keys.iter().enumerate() {
+            let db = locked.shard_for(&keyspace, key).db(i % 2);
+            db.watch(key, &gone, 0);
+            db.watch(key, &kept, 0);
+        }
+        locked.shard_for(&keyspace, b"e").db(0).watch(b"e", &gone, 0);
+        let watched = |locked: &mut Locked<'_>| -> usize { locked.iter_mut().flat_map(|s| s.dbs().iter().map(Db::watched_keys).collect::<Vec<_>>()).sum() };
+        locked.drop_unread_watches();
+        assert_eq!(watched(&mut locked), 5, "both flags are held");
+        drop(gone);
+        locked.drop_unread_watches();
+        assert_eq!(watched(&mut locked), 4, "e had only the dropped flag");
+        drop(kept);
+        locked.drop_unread_watches();
+        assert_eq!(watched(&mut locked), 0);
     }
 
     #[test]

@@ -240,19 +240,31 @@ fn shutdown_nosave_ends_a_busy_script_that_wrote_without_its_writes() {
 }
 
 /// A client beside a busy script may drop its watches (UNWATCH, and
-/// DISCARD or a refused EXEC) although the script's thread holds the
-/// shards: its next transaction no longer sees the watched key.
+/// DISCARD or a refused EXEC, or by leaving) although the script's thread
+/// holds the shards: its next transaction no longer sees the watched key,
+/// and the script drops what was left behind at its end, keys never
+/// written again included (INFO's `total_watched_keys`).
 #[test]
 fn watches_dropped_beside_a_busy_script_are_gone_after_it() {
     let server = Server::start(&["--threads", "1", "--busy-reply-threshold", "50"]);
     let mut runner = server.client();
     let mut watcher = server.client();
-    assert_eq!(watcher.cmd("WATCH w"), ok());
+    let mut leaver = server.client();
+    assert_eq!(watcher.cmd("WATCH w quiet"), ok());
+    assert_eq!(leaver.cmd("WATCH gone1 gone2"), ok());
+    let watched = |c: &mut Client| c.info_field("clients", "total_watched_keys");
+    assert_eq!(watched(&mut watcher), "4");
     runner.write_command(&["EVAL", "while true do end", "0"]);
     wait_busy(&mut watcher);
     assert_eq!(watcher.cmd("UNWATCH"), ok());
+    drop(leaver);
     assert_eq!(server.client().cmd("SCRIPT KILL"), ok());
     runner.read();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while watched(&mut runner) != "0" {
+        assert!(Instant::now() < deadline, "watches left behind: {}", watched(&mut runner));
+        std::thread::sleep(Duration::from_millis(10));
+    }
     assert_eq!(runner.cmd("SET w changed"), ok());
     assert_eq!(exec_set(&mut watcher, "w"), Frame::Array(vec![ok()]));
     assert_eq!(watcher.cmd("GET w"), bulk("mine"));

@@ -416,6 +416,9 @@ fn write_section(ctx: &mut Ctx<'_>, section: &str, out: &mut String) {
             field!(out, "client_recent_max_output_buffer", max_out);
             field!(out, "blocked_clients", blocked);
             field!(out, "tracking_clients", server.tracking.clients());
+            // Redis 7.4's field, for watches left behind to be seen.
+            let watched: usize = ctx.dbs.shards().map(|shard| shard.dbs().iter().map(keel_engine::Db::watched_keys).sum::<usize>()).sum();
+            field!(out, "total_watched_keys", watched);
             field!(out, "clients_in_timeout_table", 0);
             let mut per_thread = vec![0usize; server.thread_count];
             for (_, worker) in &clients {

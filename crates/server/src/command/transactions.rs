@@ -98,16 +98,23 @@ fn unwatch(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> CmdResult {
 
 /// Drops every watch of `client`, taking each shard's lock briefly. A
 /// shard a busy script holds is not waited for: the client watches with
-/// a new flag from then on, and the watch left behind, whose flag nobody
-/// reads any more, goes when its key is next written
-/// (`Db::signal_modified`).
+/// a new flag from then on, and the watches left behind, whose flag
+/// nobody reads any more, go when the script ends
+/// (`Locked::drop_unread_watches`).
 pub fn unwatch_all(server: &Server, client: &mut Client) {
     let keyspace = &server.keyspace;
     let master = client.is_master;
     for (db, key) in std::mem::take(&mut client.watching) {
-        let Ok(mut locked) = crate::scripting::lock_or_busy(server, (master, false), Shards::One(keyspace.shard_of_key(&key))) else {
-            client.watch_flag = keel_engine::WatchFlag::default();
-            return;
+        let mut locked = loop {
+            match crate::scripting::lock_or_busy(server, (master, false), Shards::One(keyspace.shard_of_key(&key))) {
+                Ok(locked) => break locked,
+                Err(_) if server.scripts.run.leave_unread_watches() => {
+                    client.watch_flag = keel_engine::WatchFlag::default();
+                    return;
+                }
+                // The script ended meanwhile: its shards are free again.
+                Err(_) => {}
+            }
         };
         locked.shard_for(keyspace, &key).db(db).unwatch(&key, &client.watch_flag);
     }

@@ -128,6 +128,10 @@ pub struct RunState {
     /// `deferred_watches` holds some: the script's commands look here
     /// first, not at the mutex.
     watches_deferred: AtomicBool,
+    /// A client let go of watches while the script held their shards
+    /// ([`RunState::leave_unread_watches`]): the script drops them at its
+    /// end.
+    unread_watches: AtomicBool,
 }
 
 /// A WATCH of one key, left for the running script to install.
@@ -170,6 +174,9 @@ impl RunState {
         let deferred = self.deferred_watches.lock().take();
         install(dbs, deferred.unwrap_or_default());
         self.watches_deferred.store(false, Ordering::SeqCst);
+        if self.unread_watches.swap(false, Ordering::SeqCst) {
+            dbs.locked.drop_unread_watches();
+        }
         *self.function.lock() = None;
         self.running.store(false, Ordering::Release);
         self.busy.store(false, Ordering::Release);
@@ -254,6 +261,18 @@ impl RunState {
         deferred.extend(keys.iter().map(|key| DeferredWatch { db, key: (*key).into(), flag: flag.clone(), now_ms }));
         self.watches_deferred.store(true, Ordering::SeqCst);
         true
+    }
+
+    /// Says that a client let go of watches in shards the running script
+    /// holds, for the script to drop them at its end; false when no
+    /// script runs any more, so the caller can take the shards itself.
+    pub fn leave_unread_watches(&self) -> bool {
+        // Under the lock `finish` takes first: it cannot miss the mark.
+        let deferred = self.deferred_watches.lock();
+        if deferred.is_some() {
+            self.unread_watches.store(true, Ordering::SeqCst);
+        }
+        deferred.is_some()
     }
 
     /// Installs the watches deferred so far in `dbs`, which hold every
