@@ -37,13 +37,8 @@ case $persistence in
         redis_flags=(--appendonly yes --appendfsync "$persistence") ;;
     *) echo "persistence: off|everysec|always" >&2; exit 2 ;;
 esac
-case $workload in
-    w1) load=(-t 1 -c 100 --ratio 1:1 --data-size-range 100-1000 -R --key-pattern R:R --key-maximum 1000000) ;;
-    w2-*)
-        IFS=- read -r _ size ratio <<<"$workload"
-        load=(-t 1 -c 70 --pipeline 20 -d "$size" --ratio "$ratio" --key-pattern R:R --key-maximum 1000000) ;;
-    *) echo "workload: w1 | w2-<size>-<sets>:<gets>" >&2; exit 2 ;;
-esac
+source scripts/lib.sh
+seed_load "$workload"
 
 tls_server=() tls_client=()
 if [ -n "${TLS_CERTS:-}" ]; then
@@ -63,9 +58,6 @@ start() { # name port -> starts the server in its own directory
     for _ in $(seq 100); do redis-cli "${tls_client[@]}" -p "$2" ping >/dev/null 2>&1 && return; sleep 0.05; done
     echo "$1 did not start" >&2; exit 1
 }
-# utime + stime of a pid and of its children reaped so far: Redis's
-# rewrite and snapshot forks, pinned to the same core, count as its CPU.
-cpu_ticks() { awk '{print $14 + $15 + $16 + $17}' "/proc/$1/stat"; }
 measure() { # port pid -> "ops avg p99 cpu-seconds-per-million-ops"
     local before after
     before=$(cpu_ticks "$2")
@@ -75,7 +67,6 @@ measure() { # port pid -> "ops avg p99 cpu-seconds-per-million-ops"
     awk -v t=$((after - before)) -v hz="$(getconf CLK_TCK)" -v s="$seconds" \
         '/^Totals/ {printf "%s %s %s %.3f\n", $2, $5, $7, t / hz / ($2 * s / 1e6)}' "$work/out"
 }
-median() { sort -g | awk '{a[NR]=$0} END {print a[int((NR+1)/2)]}'; }
 
 start keel 7701; start redis 7702
 for r in $(seq "$runs"); do

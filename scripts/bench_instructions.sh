@@ -18,13 +18,7 @@ memtier=$1 workload=$2 requests=$3; shift 3
 cd "$(dirname "$0")/.."
 command -v valgrind >/dev/null || { echo "needs valgrind" >&2; exit 1; }
 source scripts/lib.sh
-case $workload in
-    w1) conns=100; load=(-t 1 -c 100 --ratio 1:1 --data-size-range 100-1000 -R --key-pattern R:R --key-maximum 1000000) ;;
-    w2-*)
-        IFS=- read -r _ size ratio <<<"$workload"
-        conns=70; load=(-t 1 -c 70 --pipeline 20 -d "$size" --ratio "$ratio" --key-pattern R:R --key-maximum 1000000) ;;
-    *) echo "workload: w1 | w2-<size>-<sets>:<gets>" >&2; exit 2 ;;
-esac
+seed_load "$workload"
 work=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; wait || true; rm -rf "$work"' EXIT
 echo "| server | $workload instructions per request |"
@@ -40,6 +34,8 @@ for server in "$@"; do
     valgrind --tool=callgrind --callgrind-out-file="$dir/out" --collect-atstart=no "--toggle-collect=$loop" \
         "$server" --port 7791 --dir "$dir" "${flags[@]}" >"$dir/log" 2>&1 &
     pid=$!
+    # Under valgrind a server takes seconds to start: up to ten of
+    # ready's 5 s waits.
     for _ in $(seq 10); do (ready 7791) 2>/dev/null && break; done
     ready 7791
     for _ in 1 2; do

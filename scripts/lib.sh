@@ -18,6 +18,20 @@ ready() {
 # children it has reaped (a Redis rewrite's or snapshot's fork counts).
 cpu_ticks() { awk '{print $14 + $15 + $16 + $17}' "/proc/$1/stat"; }
 
+# seed_load <workload>: sets `load`, memtier_benchmark's options for the
+# seeds' W1 or w2-<size>-<sets>:<gets> from one thread (bench.sh's,
+# bench_instructions.sh's), and `conns`, its connection count.
+seed_load() {
+    case $1 in
+        w1) conns=100; load=(-t 1 -c 100 --ratio 1:1 --data-size-range 100-1000 -R --key-pattern R:R --key-maximum 1000000) ;;
+        w2-*)
+            local size ratio
+            IFS=- read -r _ size ratio <<<"$1"
+            conns=70; load=(-t 1 -c 70 --pipeline 20 -d "$size" --ratio "$ratio" --key-pattern R:R --key-maximum 1000000) ;;
+        *) echo "workload: w1 | w2-<size>-<sets>:<gets>" >&2; exit 2 ;;
+    esac
+}
+
 # median: the median of the numbers on stdin, one per line.
 median() { sort -g | awk '{a[NR]=$0} END {print a[int((NR+1)/2)]}'; }
 

@@ -239,12 +239,12 @@ struct Work {
     nodes_moved: usize,
 }
 
-/// An incrementally rehashed hash table; see the module documentation.
 /// A node's place, from [`Dict::find`]: good until the dict next changes
 /// (a stale one reads some other node, never freed memory).
 #[derive(Clone, Copy)]
 pub struct Found(usize);
 
+/// An incrementally rehashed hash table; see the module documentation.
 pub struct Dict<K, V, S = DefaultHashBuilder> {
     /// `tables[0]` is the only table, or the one being drained while
     /// `tables[1]` is non-empty (rehashing). Lengths are powers of two or 0.

@@ -761,7 +761,6 @@ impl<'a> Ctx<'a> {
     }
 }
 
-/// The shards `spec` needs for `argv`.
 /// A request's command, with the shard of its one key where it names
 /// one: found once per request (`worker::process`) for both the prefetch
 /// of its key and its run, each of which would otherwise look the name up
@@ -813,6 +812,7 @@ impl Resolved {
     }
 }
 
+/// The shards `spec` needs for `argv`.
 pub fn shards_for(keyspace: &Keyspace, spec: &CommandSpec, argv: &[&[u8]]) -> Shards {
     if spec.has(flags::ALL_SHARDS) {
         return Shards::All;
@@ -1512,7 +1512,7 @@ mod tests {
             }
             let mut longer = spec.name.as_bytes().to_vec();
             longer.push(b'x');
-            assert!(table.lookup(&longer).is_none() || table.lookup(&longer).is_some_and(|(_, s)| s.name.as_bytes() == longer));
+            assert!(table.lookup(&longer).is_none_or(|(_, s)| s.name.as_bytes() == longer));
             assert!(table.lookup(&spec.name.as_bytes()[1..]).is_none_or(|(_, s)| s.name.as_bytes() == &spec.name.as_bytes()[1..]));
         }
         for unknown in [&b""[..], b"ge", b"gett", b"get\0", b"\xffget", b"restore\rasking"] {

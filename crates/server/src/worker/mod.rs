@@ -1380,8 +1380,9 @@ fn process(server: &Server, stats: &WorkerStats, conn: &mut Conn, limits: &Parse
             }
         }
         let names = command::Names::of(&conn.client);
-        // By reference: a request is some 200 bytes, a batch 3 KiB.
-        // Filled in place: `collect` would move the 2 KiB arrays.
+        // Each request's arguments and command, found once for both the
+        // prefetch and the run; filled in place, as `collect` would move
+        // the 2 KiB arrays. The batch itself (3 KiB) is read by reference.
         let mut argvs: smallvec::SmallVec<[Argv<'_>; PARSE_AHEAD]> = smallvec::SmallVec::new();
         argvs.extend(batch.iter().map(|(request, _)| request.argv.iter().map(|a| &**a).collect()));
         let mut resolved: smallvec::SmallVec<[Option<command::Resolved>; PARSE_AHEAD]> = smallvec::SmallVec::new();
